@@ -1,0 +1,66 @@
+"""Callable and scheduled handlers: validate, call the domain, shape the result.
+
+This package is the only one that imports `firebase_functions`. Domain errors become
+`HttpsError`s here, with the code CONTRACT.md gives each.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from firebase_functions import https_fn
+from google.cloud import firestore
+
+from ..errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+
+Code = https_fn.FunctionsErrorCode
+Request = https_fn.CallableRequest[Any]
+Handler = TypeVar("Handler", bound=Callable[[Request], dict[str, Any]])
+
+_CODES: list[tuple[type[Exception], https_fn.FunctionsErrorCode]] = [
+    (InvalidArgument, Code.INVALID_ARGUMENT),
+    (NotFound, Code.NOT_FOUND),
+    (FailedPrecondition, Code.FAILED_PRECONDITION),
+    (PermissionDenied, Code.PERMISSION_DENIED),
+]
+
+
+@functools.cache
+def db() -> firestore.Client:
+    """The instance's Firestore client (anonymous credentials under the emulator)."""
+    return firestore.Client()
+
+
+def client_errors(handler: Handler) -> Handler:
+    """Turn the domain's errors into the callable error codes of CONTRACT.md."""
+
+    @functools.wraps(handler)
+    def wrapped(req: Request) -> dict[str, Any]:
+        try:
+            return handler(req)
+        except tuple(error for error, _ in _CODES) as error:
+            code = next(code for kind, code in _CODES if isinstance(error, kind))
+            raise https_fn.HttpsError(code, str(error)) from error
+
+    return wrapped  # type: ignore[return-value]
+
+
+def caller(req: Request) -> tuple[str, dict[str, Any]]:
+    """The signed-in caller's uid and claims; anonymous users count as signed in."""
+    if req.auth is None or not req.auth.uid:
+        raise https_fn.HttpsError(Code.UNAUTHENTICATED, "sign in first: no valid ID token")
+    return req.auth.uid, dict(req.auth.token or {})
+
+
+def require_admin(req: Request) -> str:
+    uid, claims = caller(req)
+    if claims.get("admin") is not True:
+        raise PermissionDenied("this operation needs the admin claim")
+    return uid
+
+
+def rfc3339(instant: dt.datetime) -> str:
+    return instant.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")

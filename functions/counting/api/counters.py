@@ -1,0 +1,67 @@
+"""Callables for sharded counters: create_counter, increment, get_count, reset_counter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from firebase_functions import https_fn
+
+from .. import config, counters, inputs
+from . import Request, caller, client_errors, db, require_admin, rfc3339
+
+
+@https_fn.on_call()
+@client_errors
+def create_counter(req: Request) -> dict[str, Any]:
+    require_admin(req)
+    data = inputs.payload(req.data, {"counter", "shards", "expected_rate", "strategy"})
+    created = counters.create_counter(
+        db(),
+        inputs.counter_id(inputs.required(data, "counter")),
+        shards=inputs.shard_count(data.get("shards")),
+        expected_rate=inputs.expected_rate(data.get("expected_rate")),
+        strategy=inputs.choice(data.get("strategy"), "strategy", config.STRATEGIES,
+                               config.DEFAULT_STRATEGY),
+    )
+    return {"counter": created.counter, "shards": created.shards, "created": created.created}
+
+
+@https_fn.on_call()
+@client_errors
+def increment(req: Request) -> dict[str, Any]:
+    uid, _ = caller(req)
+    data = inputs.payload(req.data, {"counter", "by", "request_id", "increments"})
+    request_id = inputs.request_id(data.get("request_id"))
+    if "increments" in data:
+        if "counter" in data or "by" in data:
+            raise inputs.InvalidArgument("increments: give either increments or counter/by")
+        batch = inputs.increments(data["increments"])
+        applied = counters.increment_many(db(), batch, request_id=request_id, uid=uid)
+        return {"applied": applied > 0, "count": applied}
+    counter = inputs.counter_id(inputs.required(data, "counter"))
+    by = inputs.increment_by(data.get("by"))
+    applied_once = counters.increment(db(), counter, by, request_id=request_id, uid=uid)
+    return {"counter": counter, "applied": applied_once}
+
+
+@https_fn.on_call()
+@client_errors
+def get_count(req: Request) -> dict[str, Any]:
+    caller(req)
+    data = inputs.payload(req.data, {"counter", "consistency"})
+    counter = inputs.counter_id(inputs.required(data, "counter"))
+    consistency = inputs.choice(data.get("consistency"), "consistency", ("rollup", "strong"),
+                                "rollup")
+    found = counters.get_count(db(), counter, consistency)
+    return {"counter": found.counter, "count": found.count, "as_of": rfc3339(found.as_of),
+            "consistency": found.consistency}
+
+
+@https_fn.on_call()
+@client_errors
+def reset_counter(req: Request) -> dict[str, Any]:
+    require_admin(req)
+    data = inputs.payload(req.data, {"counter"})
+    counter = inputs.counter_id(inputs.required(data, "counter"))
+    counters.reset_counter(db(), counter)
+    return {"counter": counter, "count": 0}

@@ -1,0 +1,23 @@
+"""The domain's error hierarchy; the handlers map each class to one callable error code."""
+
+from __future__ import annotations
+
+
+class CounterError(Exception):
+    """Base of every error the domain raises on purpose."""
+
+
+class InvalidArgument(CounterError, ValueError):
+    """Malformed client input; the message names the field."""
+
+
+class NotFound(CounterError, LookupError):
+    """The named counter (or other resource) does not exist."""
+
+
+class FailedPrecondition(CounterError):
+    """The request is well formed but the system is not in a state to serve it."""
+
+
+class PermissionDenied(CounterError):
+    """The caller lacks the role the operation needs."""

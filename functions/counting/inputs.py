@@ -1,0 +1,116 @@
+"""Parsing of client input: each function checks one field and names it in its error.
+
+JSON gives us `bool` as a subclass of `int` and floats for every number with a fraction, so the
+checks are explicit about types: `true`, `1.5` and `"1"` are not integers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from . import config
+from .errors import InvalidArgument
+
+_COUNTER_ID = re.compile(r"[A-Za-z0-9_\-.:]{1,128}")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
+
+
+def payload(data: object, allowed: set[str]) -> Mapping[str, Any]:
+    """The request body as a mapping whose keys are all known; `null` values count as absent."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise InvalidArgument("data: must be an object")
+    unknown = sorted(str(key) for key in data if key not in allowed)
+    if unknown:
+        raise InvalidArgument(f"{unknown[0]}: unknown field (expected one of {sorted(allowed)})")
+    return {key: value for key, value in data.items() if value is not None}
+
+
+def required(data: Mapping[str, Any], field: str) -> Any:
+    if field not in data:
+        raise InvalidArgument(f"{field}: required")
+    return data[field]
+
+
+def counter_id(value: object, field: str = "counter") -> str:
+    if not isinstance(value, str) or not _COUNTER_ID.fullmatch(value):
+        raise InvalidArgument(
+            f"{field}: must be 1..128 characters of A-Z a-z 0-9 _ - . : (got {_show(value)})"
+        )
+    if value[0] in "._":
+        raise InvalidArgument(f"{field}: must not start with '.' or '_'")
+    return value
+
+
+def request_id(value: object | None, field: str = "request_id") -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _REQUEST_ID.fullmatch(value):
+        raise InvalidArgument(
+            f"{field}: must be 1..128 characters of A-Z a-z 0-9 _ - (got {_show(value)})"
+        )
+    return value
+
+
+def integer(value: object, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{field}: must be an integer (got {_show(value)})")
+    if not low <= value <= high:
+        raise InvalidArgument(f"{field}: must be between {low} and {high} (got {value})")
+    return value
+
+
+def increment_by(value: object | None, field: str = "by") -> int:
+    if value is None:
+        return 1
+    return integer(value, field, -config.MAX_ABS_BY, config.MAX_ABS_BY)
+
+
+def shard_count(value: object | None) -> int | None:
+    if value is None:
+        return None
+    return integer(value, "shards", config.MIN_SHARDS, config.MAX_SHARDS)
+
+
+def expected_rate(value: object | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidArgument(f"expected_rate: must be a number of writes/s (got {_show(value)})")
+    if not 0 <= value <= config.MAX_EXPECTED_RATE:
+        raise InvalidArgument(
+            f"expected_rate: must be between 0 and {config.MAX_EXPECTED_RATE:g} (got {value})"
+        )
+    return float(value)
+
+
+def choice(value: object | None, field: str, options: tuple[str, ...], default: str) -> str:
+    if value is None:
+        return default
+    if value not in options:
+        raise InvalidArgument(f"{field}: must be one of {', '.join(options)} (got {_show(value)})")
+    return str(value)
+
+
+def increments(value: object) -> list[tuple[str, int]]:
+    """A batch: 1..500 `{counter, by}` objects."""
+    if not isinstance(value, list) or not 1 <= len(value) <= config.MAX_BATCH:
+        raise InvalidArgument(f"increments: must be a list of 1..{config.MAX_BATCH} objects")
+    batch = []
+    for i, item in enumerate(value):
+        field = f"increments[{i}]"
+        if not isinstance(item, Mapping):
+            raise InvalidArgument(f"{field}: must be an object with counter and by")
+        item = payload(item, {"counter", "by"})
+        counter = counter_id(required(item, "counter"), f"{field}.counter")
+        batch.append((counter, increment_by(item.get("by"), f"{field}.by")))
+    return batch
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,12 @@
+"""Cloud Functions entry point: initialise once, set global options, export the triggers."""
+
+from firebase_admin import initialize_app
+from firebase_functions import options
+
+options.set_global_options(region="us-central1", max_instances=100)
+initialize_app()
+
+from counting.api.counters import create_counter, get_count, increment, reset_counter  # noqa: E402
+from counting.api.rollup import rollup  # noqa: E402
+
+__all__ = ["create_counter", "get_count", "increment", "reset_counter", "rollup"]
