@@ -8,6 +8,7 @@ the Python functions workers outlive `firebase emulators:*` otherwise (TOOLCHAIN
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -136,7 +137,23 @@ def wait_until_ready(firebase: subprocess.Popen[bytes], log: Path) -> None:
     raise SystemExit(f"functions not ready after {READY_TIMEOUT_S:.0f} s ({last}); see {log}")
 
 
+def hold_ports() -> None:
+    """Wait for any other stack on this machine to finish: they would share the ports."""
+    lock = (STATE / "stack.lock").open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("another stack holds the emulator ports; waiting for it to stop...", flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    _HELD.append(lock)  # kept open (and locked) until this process exits
+
+
+_HELD: list[object] = []
+
+
 def start_stack(emulators: str) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
+    STATE.mkdir(exist_ok=True)
+    hold_ports()
     env = {**os.environ, **offline_emulator_env(), **java_env(), **emulator_env()}
     firebase_log = STATE / "firebase.log"
     firebase = start_group(

