@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -139,7 +140,7 @@ def wait_until_ready(firebase: subprocess.Popen[bytes], log: Path) -> None:
 
 def hold_ports() -> None:
     """Wait for any other stack on this machine to finish: they would share the ports."""
-    lock = (STATE / "stack.lock").open("w")
+    lock = (Path(tempfile.gettempdir()) / "counters-emulator-ports.lock").open("w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
