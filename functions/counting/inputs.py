@@ -18,21 +18,24 @@ _COUNTER_ID = re.compile(r"[A-Za-z0-9_\-.:]{1,128}")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
 
 
-def payload(data: object, allowed: set[str]) -> Mapping[str, Any]:
-    """The request body as a mapping whose keys are all known; `null` values count as absent."""
+def payload(data: object, allowed: set[str], where: str = "") -> Mapping[str, Any]:
+    """An object whose keys are all known (`where` prefixes nested field names); `null` values
+    count as absent."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise InvalidArgument("data: must be an object")
+        raise InvalidArgument(f"{where.rstrip('.') or 'data'}: must be an object")
     unknown = sorted(str(key) for key in data if key not in allowed)
     if unknown:
-        raise InvalidArgument(f"{unknown[0]}: unknown field (expected one of {sorted(allowed)})")
+        raise InvalidArgument(
+            f"{where}{unknown[0]}: unknown field (expected one of {sorted(allowed)})"
+        )
     return {key: value for key, value in data.items() if value is not None}
 
 
-def required(data: Mapping[str, Any], field: str) -> Any:
+def required(data: Mapping[str, Any], field: str, where: str = "") -> Any:
     if field not in data:
-        raise InvalidArgument(f"{field}: required")
+        raise InvalidArgument(f"{where}{field}: required")
     return data[field]
 
 
@@ -105,8 +108,8 @@ def increments(value: object) -> list[tuple[str, int]]:
         field = f"increments[{i}]"
         if not isinstance(item, Mapping):
             raise InvalidArgument(f"{field}: must be an object with counter and by")
-        item = payload(item, {"counter", "by"})
-        counter = counter_id(required(item, "counter"), f"{field}.counter")
+        item = payload(item, {"counter", "by"}, where=f"{field}.")
+        counter = counter_id(required(item, "counter", where=f"{field}."), f"{field}.counter")
         batch.append((counter, increment_by(item.get("by"), f"{field}.by")))
     return batch
 

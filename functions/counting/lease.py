@@ -9,6 +9,7 @@ the rollup uses as the instant of its snapshot reads.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from typing import Any
 
@@ -41,9 +42,9 @@ class Lease:
         data = snapshot.to_dict() or {}
         holder = data.get("owner")
         renewed_at = data.get("renewed_at")
-        if holder not in (None, self.owner) and renewed_at is not None:
-            if snapshot.read_time < renewed_at + self._ttl:
-                return False
+        live = renewed_at is not None and snapshot.read_time < renewed_at + self._ttl
+        if holder not in (None, self.owner) and live:
+            return False
         fields = {"owner": self.owner, "renewed_at": firestore.SERVER_TIMESTAMP}
         try:
             if snapshot.exists:
@@ -77,8 +78,7 @@ class Lease:
         if self._update_time is None:
             return
         option = self._db.write_option(last_update_time=self._update_time)
-        try:
+        # Someone who took it already has nothing to be handed back.
+        with contextlib.suppress(gexc.FailedPrecondition, gexc.NotFound):
             self._ref.update({"owner": None, "watermark": watermark}, option=option)
-        except (gexc.FailedPrecondition, gexc.NotFound):
-            pass  # someone took it already: nothing to hand back
         self._update_time = None

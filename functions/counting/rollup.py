@@ -145,12 +145,13 @@ class Rollup:
             return {s.id: int(s.get("count") or 0) for s in stream}
 
         reads = 0
-        for counter, values in zip(unseen, self._pool.map(shards, unseen)):
+        for counter, values in zip(unseen, self._pool.map(shards, unseen), strict=True):
             self._shards[counter] = values
             reads += max(1, len(values))
         refs = [coll.document(counter) for counter in unseen]
         for snapshot in self._db.get_all(refs, field_paths=["count"], read_time=as_of):
-            self._written[snapshot.id] = int(snapshot.get("count") or 0) if snapshot.exists else None
+            exists = snapshot.exists
+            self._written[snapshot.id] = int(snapshot.get("count") or 0) if exists else None
             reads += 1
         return reads
 
@@ -239,7 +240,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     db = firestore.Client(project=os.environ.get("GCLOUD_PROJECT", "demo-counters"))
-    log.info("rollup loop started against %s", os.environ.get("FIRESTORE_EMULATOR_HOST", "Firestore"))
+    target = os.environ.get("FIRESTORE_EMULATOR_HOST", "production Firestore")
+    log.info("rollup loop started against %s", target)
     run(db, stop=stop)
 
 

@@ -38,6 +38,11 @@ def plain_user() -> User:
 
 
 @pytest.fixture
+def user_token(plain_user: User) -> str:
+    return plain_user.id_token
+
+
+@pytest.fixture
 def admin(admin_user: User) -> Callables:
     return Callables(admin_user.id_token)
 

@@ -7,6 +7,7 @@ from typing import Any
 from firebase_functions import https_fn
 
 from .. import config, counters, inputs
+from ..errors import InvalidArgument
 from . import Request, caller, client_errors, db, require_admin, rfc3339
 
 
@@ -34,7 +35,7 @@ def increment(req: Request) -> dict[str, Any]:
     request_id = inputs.request_id(data.get("request_id"))
     if "increments" in data:
         if "counter" in data or "by" in data:
-            raise inputs.InvalidArgument("increments: give either increments or counter/by")
+            raise InvalidArgument("increments: give either increments or counter/by")
         batch = inputs.increments(data["increments"])
         applied = counters.increment_many(db(), batch, request_id=request_id, uid=uid)
         return {"applied": applied > 0, "count": applied}

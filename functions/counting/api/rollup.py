@@ -8,7 +8,8 @@ import os
 
 from firebase_functions import scheduler_fn
 
-from .. import config, rollup as rollup_loop
+from .. import config
+from .. import rollup as rollup_loop
 from . import db
 
 

@@ -1,0 +1,261 @@
+"""Sharded counters through the real callables, as clients call them."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from callables import Callables, CallError
+from counting import counters
+from counting.counters import shards_for
+from google.cloud import firestore
+
+from .conftest import eventually
+
+
+def count(client: Callables, counter: str, consistency: str = "strong") -> int:
+    value: int = client.call("get_count", counter=counter, consistency=consistency)["count"]
+    return value
+
+
+def error_of(client: Callables, name: str, **data: Any) -> CallError:
+    with pytest.raises(CallError) as caught:
+        client.call(name, **data)
+    return caught.value
+
+
+def test_concurrent_increments_sum_exactly(admin: Callables, user_token: str, suffix: str) -> None:
+    """8 clients x 30 increments of mixed sizes sum exactly, strong and in the rollup."""
+    counter = f"likes-{suffix}"
+    admin.call("create_counter", counter=counter, shards=5)
+
+    def client(n: int) -> int:
+        caller = Callables(user_token)
+        added = 0
+        for i in range(30):
+            by = (n + i) % 7 - 2
+            caller.call("increment", counter=counter, by=by)
+            added += by
+        return added
+
+    with ThreadPoolExecutor(8) as pool:
+        expected = sum(pool.map(client, range(8)))
+    assert count(admin, counter) == expected
+    eventually(lambda: count(admin, counter, "rollup") == expected)
+
+
+def test_retried_request_id_counts_once(user: Callables, admin: Callables, suffix: str) -> None:
+    """A request id applied again, in sequence or concurrently, counts once."""
+    counter = f"votes-{suffix}"
+    admin.call("create_counter", counter=counter, shards=3)
+    first = user.call("increment", counter=counter, by=5, request_id=f"r-{suffix}")
+    again = user.call("increment", counter=counter, by=5, request_id=f"r-{suffix}")
+    assert (first["applied"], again["applied"]) == (True, False)
+
+    rid = f"storm-{suffix}"
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(
+            lambda _: Callables(user.token).call("increment", counter=counter, request_id=rid),
+            range(8)))
+    assert sorted(r["applied"] for r in results) == [False] * 7 + [True]
+    assert count(admin, counter) == 6
+    eventually(lambda: count(admin, counter, "rollup") == 6)
+
+
+def test_request_ids_belong_to_their_user(user: Callables, admin: Callables, suffix: str) -> None:
+    """Another user's identical request id is a different request."""
+    counter = f"scoped-{suffix}"
+    admin.call("create_counter", counter=counter, shards=1)
+    assert user.call("increment", counter=counter, request_id="same")["applied"]
+    assert admin.call("increment", counter=counter, request_id="same")["applied"]
+    assert count(admin, counter) == 2
+
+
+def test_batch_applies_all_once(user: Callables, admin: Callables, suffix: str) -> None:
+    """A batch adds every item atomically, and its retry adds nothing."""
+    a, b = f"a-{suffix}", f"b-{suffix}"
+    for counter in (a, b):
+        admin.call("create_counter", counter=counter, shards=2)
+    items = [{"counter": a, "by": 2}, {"counter": b}, {"counter": a, "by": -1}]
+    assert user.call("increment", increments=items, request_id=f"b-{suffix}") == {
+        "applied": True, "count": 3}
+    assert user.call("increment", increments=items, request_id=f"b-{suffix}") == {
+        "applied": False, "count": 0}
+    assert (count(admin, a), count(admin, b)) == (1, 1)
+
+
+def test_full_batch_of_distinct_counters(
+    user: Callables, admin: Callables, db: firestore.Client, suffix: str
+) -> None:
+    """500 increments to 500 counters plus the request marker commit as one batch, once."""
+    names = [f"wide-{suffix}-{n}" for n in range(500)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda name: counters.create_counter(db, name, shards=1), names))
+    items = [{"counter": name, "by": 2} for name in names]
+    assert user.call("increment", increments=items, request_id=f"w-{suffix}")["count"] == 500
+    assert user.call("increment", increments=items, request_id=f"w-{suffix}")["count"] == 0
+    assert {count(admin, name) for name in names[::50]} == {2}
+
+
+def test_batch_with_an_unknown_counter_writes_nothing(
+    user: Callables, admin: Callables, suffix: str
+) -> None:
+    """One unknown counter fails the whole batch with NOT_FOUND and adds nothing."""
+    known = f"known-{suffix}"
+    admin.call("create_counter", counter=known, shards=1)
+    items = [{"counter": known, "by": 4}, {"counter": f"ghost-{suffix}", "by": 1}]
+    assert error_of(user, "increment", increments=items).status == "NOT_FOUND"
+    assert count(admin, known) == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "field"),
+    [
+        ("create_counter", {}, "counter"),
+        ("create_counter", {"counter": ""}, "counter"),
+        ("create_counter", {"counter": "x" * 129}, "counter"),
+        ("create_counter", {"counter": "_private"}, "counter"),
+        ("create_counter", {"counter": "a/b"}, "counter"),
+        ("create_counter", {"counter": "NEW", "shards": 0}, "shards"),
+        ("create_counter", {"counter": "NEW", "shards": 1001}, "shards"),
+        ("create_counter", {"counter": "NEW", "shards": 2.5}, "shards"),
+        ("create_counter", {"counter": "NEW", "shards": True}, "shards"),
+        ("create_counter", {"counter": "NEW", "expected_rate": -1}, "expected_rate"),
+        ("create_counter", {"counter": "NEW", "expected_rate": "fast"}, "expected_rate"),
+        ("create_counter", {"counter": "NEW", "strategy": "fastest"}, "strategy"),
+        ("create_counter", {"counter": "NEW", "colour": "red"}, "colour"),
+        ("increment", {"counter": "OLD", "by": True}, "by"),
+        ("increment", {"counter": "OLD", "by": 1.5}, "by"),
+        ("increment", {"counter": "OLD", "by": "1"}, "by"),
+        ("increment", {"counter": "OLD", "by": 10**9 + 1}, "by"),
+        ("increment", {"counter": "OLD", "request_id": "has space"}, "request_id"),
+        ("increment", {"counter": "OLD", "request_id": "x" * 129}, "request_id"),
+        ("increment", {"counter": "OLD", "request_id": ""}, "request_id"),
+        ("increment", {"by": 1}, "counter"),
+        ("increment", {"increments": []}, "increments"),
+        ("increment", {"increments": [{"counter": "OLD", "by": 1}] * 501}, "increments"),
+        ("increment", {"increments": [{"counter": "OLD", "by": 1.5}]}, "increments[0].by"),
+        ("increment", {"increments": [{"counter": "OLD"}, {"counter": "."}]},
+         "increments[1].counter"),
+        ("increment", {"increments": [{"counter": "OLD"}], "counter": "OLD"}, "increments"),
+        ("get_count", {"counter": "OLD", "consistency": "eventual"}, "consistency"),
+        ("get_count", {}, "counter"),
+        ("reset_counter", {"counter": 5}, "counter"),
+    ],
+)
+def test_bad_input_is_invalid_argument_and_writes_nothing(
+    admin: Callables, suffix: str, name: str, data: dict[str, Any], field: str
+) -> None:
+    """Each malformed field gives INVALID_ARGUMENT naming it, and nothing changes."""
+    old, new = f"old-{suffix}", f"new-{suffix}"
+    admin.call("create_counter", counter=old, shards=2)
+    admin.call("increment", counter=old, by=3)
+
+    def rename(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: rename(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        return {"OLD": old, "NEW": new}.get(value, value) if isinstance(value, str) else value
+
+    error = error_of(admin, name, **rename(data))
+    assert error.status == "INVALID_ARGUMENT"
+    assert error.message.startswith(f"{field}:"), error.message
+    assert count(admin, old) == 3
+    assert error_of(admin, "get_count", counter=new).status == "NOT_FOUND"
+
+
+def test_unknown_counter_is_not_found(user: Callables, admin: Callables, suffix: str) -> None:
+    """Every operation on a counter that does not exist answers NOT_FOUND."""
+    ghost = f"ghost-{suffix}"
+    assert error_of(user, "increment", counter=ghost).status == "NOT_FOUND"
+    assert error_of(user, "increment", counter=ghost, request_id="r1").status == "NOT_FOUND"
+    for consistency in ("rollup", "strong"):
+        assert error_of(user, "get_count", counter=ghost,
+                        consistency=consistency).status == "NOT_FOUND"
+    assert error_of(admin, "reset_counter", counter=ghost).status == "NOT_FOUND"
+
+
+def test_roles(user: Callables, anonymous: Callables, admin: Callables, suffix: str) -> None:
+    """Users increment and read; only admins create and reset; nobody acts signed out."""
+    counter = f"roles-{suffix}"
+    assert error_of(user, "create_counter", counter=counter).status == "PERMISSION_DENIED"
+    admin.call("create_counter", counter=counter, shards=1)
+    assert user.call("increment", counter=counter)["applied"]
+    assert error_of(user, "reset_counter", counter=counter).status == "PERMISSION_DENIED"
+    for name in ("create_counter", "increment", "get_count", "reset_counter"):
+        assert error_of(anonymous, name, counter=counter).status == "UNAUTHENTICATED"
+        forged = Callables("not-a-token")
+        assert error_of(forged, name, counter=counter).status == "UNAUTHENTICATED"
+    assert count(admin, counter) == 1
+
+
+def test_create_counter_is_idempotent(admin: Callables, suffix: str) -> None:
+    """Creating an existing counter reports created=false and resets nothing."""
+    counter = f"idem-{suffix}"
+    assert admin.call("create_counter", counter=counter, shards=3) == {
+        "counter": counter, "shards": 3, "created": True}
+    admin.call("increment", counter=counter, by=7)
+    assert admin.call("create_counter", counter=counter, shards=9) == {
+        "counter": counter, "shards": 3, "created": False}
+    assert count(admin, counter) == 7
+
+
+def test_shards_are_sized_from_the_expected_rate(admin: Callables, suffix: str) -> None:
+    """Without `shards`, the count follows expected_rate (or the default)."""
+    sized = admin.call("create_counter", counter=f"rate-{suffix}", expected_rate=40)
+    default = admin.call("create_counter", counter=f"default-{suffix}")
+    assert sized["shards"] == shards_for(40) == 80
+    assert default["shards"] == shards_for(None)
+
+
+def test_reset_zeroes_strong_and_rollup(admin: Callables, suffix: str) -> None:
+    """reset_counter leaves 0 everywhere, and later increments count from 0."""
+    counter = f"reset-{suffix}"
+    admin.call("create_counter", counter=counter, shards=4)
+    for _ in range(5):
+        admin.call("increment", counter=counter, by=10)
+    eventually(lambda: count(admin, counter, "rollup") == 50)
+    assert admin.call("reset_counter", counter=counter) == {"counter": counter, "count": 0}
+    assert count(admin, counter) == 0
+    assert count(admin, counter, "rollup") == 0
+    admin.call("increment", counter=counter, by=2)
+    eventually(lambda: count(admin, counter, "rollup") == 2)
+
+
+def test_get_count_reports_its_instant(admin: Callables, suffix: str) -> None:
+    """Results carry an RFC 3339 UTC `as_of` and the consistency asked for."""
+    counter = f"asof-{suffix}"
+    admin.call("create_counter", counter=counter, shards=2)
+    for consistency in ("rollup", "strong"):
+        result = admin.call("get_count", counter=counter, consistency=consistency)
+        assert result["consistency"] == consistency
+        assert result["as_of"].endswith("Z") and "T" in result["as_of"]
+
+
+def test_listener_sees_the_new_total(
+    admin: Callables, user: Callables, db: firestore.Client, suffix: str
+) -> None:
+    """An on_snapshot listener on counters/{id} receives the rolled-up total."""
+    counter = f"live-{suffix}"
+    admin.call("create_counter", counter=counter, shards=4)
+    seen: list[int] = []
+    arrived = threading.Event()
+
+    def on_snapshot(docs: list[Any], changes: Any, read_time: Any) -> None:
+        for doc in docs:
+            seen.append(doc.get("count"))
+            if doc.get("count") == 12:
+                arrived.set()
+
+    watch = db.collection("counters").document(counter).on_snapshot(on_snapshot)
+    try:
+        for _ in range(4):
+            user.call("increment", counter=counter, by=3, request_id=uuid.uuid4().hex)
+        assert arrived.wait(15), f"listener saw {seen}"
+    finally:
+        watch.unsubscribe()  # type: ignore[no-untyped-call]
+    assert seen[-1] == 12

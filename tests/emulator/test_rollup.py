@@ -1,0 +1,175 @@
+"""The rollup loop's library, driven in-process on a Firestore project of its own.
+
+The stack's loop serves demo-counters; these tests get an empty project each (isolated_db), so
+they control every tick.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+import pytest
+from counting import config, counters, rollup
+from counting.lease import Lease, LeaseLost
+from google.cloud import firestore
+
+
+def lease_for(db: firestore.Client, owner: str = "test") -> Lease:
+    lease = Lease(db, rollup.state_ref(db), owner, config.ROLLUP_LEASE_S)
+    assert lease.acquire()
+    return lease
+
+
+def rollup_count(db: firestore.Client, counter: str) -> int:
+    return int(counters.counter_ref(db, counter).get().get("count"))
+
+
+def strong_count(db: firestore.Client, counter: str) -> int:
+    return counters.get_count(db, counter, "strong").count
+
+
+def add(db: firestore.Client, counter: str, by: int) -> None:
+    counters.increment(db, counter, by, configs=counters.ConfigCache())
+
+
+def test_tick_writes_the_sum_of_changed_counters(isolated_db: firestore.Client) -> None:
+    """A tick sets count and updated_at for counters that changed, and only those."""
+    for name in ("a", "b", "quiet"):
+        counters.create_counter(isolated_db, name, shards=4)
+    step = rollup.Rollup(isolated_db, lease_for(isolated_db))
+    for by in (1, 2, 3):
+        add(isolated_db, "a", by)
+    add(isolated_db, "b", -4)
+    stats = step.tick()
+    assert (rollup_count(isolated_db, "a"), rollup_count(isolated_db, "b")) == (6, -4)
+    assert stats.written == 2 and stats.changed_counters == 2
+    a = counters.counter_ref(isolated_db, "a").get()
+    assert a.get("updated_at") == stats.as_of
+    quiet = counters.counter_ref(isolated_db, "quiet").get()
+    assert quiet.update_time < stats.as_of  # never rewritten
+
+
+def test_idle_ticks_read_one_empty_query_per_stripe(isolated_db: firestore.Client) -> None:
+    """With nothing changed, a tick costs its stripe queries and writes nothing."""
+    for n in range(30):
+        counters.create_counter(isolated_db, f"idle-{n}", shards=3)
+    step = rollup.Rollup(isolated_db, lease_for(isolated_db))
+    step.tick()
+    stats = step.tick()
+    assert (stats.reads, stats.written, stats.changed_counters) == (config.STRIPES, 0, 0)
+
+
+def test_unchanged_sum_is_not_rewritten(isolated_db: firestore.Client) -> None:
+    """Shards that change but cancel out leave the rollup document alone."""
+    counters.create_counter(isolated_db, "flat", shards=2)
+    step = rollup.Rollup(isolated_db, lease_for(isolated_db))
+    add(isolated_db, "flat", 5)
+    step.tick()
+    add(isolated_db, "flat", 3)
+    add(isolated_db, "flat", -3)
+    assert step.tick().written == 0
+    assert rollup_count(isolated_db, "flat") == 5
+
+
+def test_interrupted_tick_is_redone_exactly(
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick that dies after writing some sums is redone by the next holder, exactly."""
+    names = [f"c{n}" for n in range(6)]
+    for name in names:
+        counters.create_counter(isolated_db, name, shards=3)
+    first = rollup.Rollup(isolated_db, lease_for(isolated_db, "crashing"))
+    first.tick()
+    rng = random.Random(7)
+    expected = dict.fromkeys(names, 0)
+    for _ in range(60):
+        name, by = rng.choice(names), rng.randint(-5, 9)
+        add(isolated_db, name, by)
+        expected[name] += by
+
+    monkeypatch.setattr(rollup, "WRITE_CHUNK", 2)
+    real_batch = isolated_db.batch
+    commits = {"n": 0}
+
+    def failing_batch() -> Any:
+        batch = real_batch()
+        commit = batch.commit
+
+        def crash_after_first_chunk() -> Any:
+            # A tick commits its lease renewal, then the sums in chunks: die after one chunk.
+            commits["n"] += 1
+            if commits["n"] > 2:
+                raise RuntimeError("instance died mid-tick")
+            return commit()
+
+        monkeypatch.setattr(batch, "commit", crash_after_first_chunk)
+        return batch
+
+    monkeypatch.setattr(isolated_db, "batch", failing_batch)
+    with pytest.raises(RuntimeError):
+        first.tick()
+    monkeypatch.setattr(isolated_db, "batch", real_batch)
+    half_written = [rollup_count(isolated_db, name) == expected[name] for name in names]
+    assert 0 < sum(half_written) < len(names)
+
+    # The dead holder's lease has the persisted watermark of before the failed tick.
+    successor = rollup.Rollup(isolated_db, lease_for(isolated_db, "crashing"))
+    successor.tick()
+    assert {name: rollup_count(isolated_db, name) for name in names} == expected
+    assert all(strong_count(isolated_db, name) == expected[name] for name in names)
+
+
+def test_rollup_is_exact_while_writes_continue(isolated_db: firestore.Client) -> None:
+    """Ticks racing 4 writers always publish a sum the shards really had; the last is exact."""
+    counters.create_counter(isolated_db, "hot", shards=5)
+    step = rollup.Rollup(isolated_db, lease_for(isolated_db))
+    stop = threading.Event()
+    totals = [0] * 4
+
+    def writer(n: int) -> None:
+        cache = counters.ConfigCache()
+        while not stop.is_set():
+            counters.increment(isolated_db, "hot", 1, configs=cache)
+            totals[n] += 1
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    published = []
+    try:
+        for _ in range(8):
+            step.tick()
+            published.append(rollup_count(isolated_db, "hot"))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    step.tick()
+    assert published == sorted(published)  # increments only: sums never go back
+    assert rollup_count(isolated_db, "hot") == sum(totals) == strong_count(isolated_db, "hot")
+
+
+def test_a_second_loop_waits_for_the_lease(isolated_db: firestore.Client) -> None:
+    """While one holder renews, another cannot take the lease; after release it can."""
+    first = lease_for(isolated_db, "first")
+    second = Lease(isolated_db, rollup.state_ref(isolated_db), "second", config.ROLLUP_LEASE_S)
+    assert not second.acquire()
+    first.renew(first.watermark)
+    assert not second.acquire()
+    first.release(first.watermark)
+    assert second.acquire()
+    with pytest.raises(LeaseLost):
+        first.renew(first.watermark)
+
+
+def test_run_loop_converges(isolated_db: firestore.Client) -> None:
+    """The loop the scheduled function runs brings every changed counter up to date."""
+    counters.create_counter(isolated_db, "looped", shards=3)
+    for _ in range(10):
+        add(isolated_db, "looped", 2)
+    rollup.run(isolated_db, seconds=2.5, period_s=0.5)
+    assert rollup_count(isolated_db, "looped") == 20
+    state = rollup.state_ref(isolated_db).get()
+    assert state.get("owner") is None  # released for the next invocation

@@ -1,0 +1,50 @@
+"""firestore.rules against the emulator: rollups are public, everything else server-only."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import requests
+from callables import Callables, User
+
+BASE = (f"http://{os.environ.get('FIRESTORE_EMULATOR_HOST', '')}/v1/projects/"
+        f"{os.environ.get('GCLOUD_PROJECT', '')}/databases/(default)/documents")
+
+
+def status(method: str, path: str, token: str | None, body: object = None) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    reply = requests.request(method, f"{BASE}/{path}", headers=headers, json=body, timeout=10)
+    return reply.status_code
+
+
+@pytest.fixture
+def counter(admin: Callables, suffix: str) -> str:
+    name = f"rules-{suffix}"
+    admin.call("create_counter", counter=name, shards=2)
+    admin.call("increment", counter=name, request_id=f"r-{suffix}")
+    return name
+
+
+@pytest.mark.parametrize("who", ["signed_out", "user", "admin"])
+def test_clients_read_rollups_only(
+    who: str, plain_user: User, admin_user: User, counter: str
+) -> None:
+    """Everyone reads counters/{id}; shards, markers and internal state stay hidden."""
+    token = {"signed_out": None, "user": plain_user.id_token, "admin": admin_user.id_token}[who]
+    assert status("GET", f"counters/{counter}", token) == 200
+    assert status("GET", f"counters/{counter}/shards/0", token) == 403
+    assert status("GET", f"counters/{counter}/shards", token) == 403
+    assert status("GET", "internal/rollup", token) == 403
+    assert status("GET", "requests", token) == 403
+
+
+@pytest.mark.parametrize("who", ["signed_out", "user", "admin"])
+def test_clients_write_nothing(who: str, plain_user: User, admin_user: User, counter: str) -> None:
+    """No client writes a rollup, a shard or a new document directly."""
+    token = {"signed_out": None, "user": plain_user.id_token, "admin": admin_user.id_token}[who]
+    body = {"fields": {"count": {"integerValue": "999"}}}
+    assert status("PATCH", f"counters/{counter}", token, body) == 403
+    assert status("PATCH", f"counters/{counter}/shards/0", token, body) == 403
+    assert status("PATCH", f"counters/{counter}-forged", token, body) == 403
+    assert status("DELETE", f"counters/{counter}", token) == 403

@@ -1,0 +1,52 @@
+"""Pure parts of sharded counters: sizing and shard choice."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+from counting import config
+from counting.counters import CounterConfig, ShardPicker, shards_for
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+@given(st.floats(min_value=0, max_value=config.MAX_EXPECTED_RATE))
+def test_sizing_covers_the_rate_at_the_target_utilisation(rate: float) -> None:
+    """Shards x per-shard rate x utilisation covers the expected rate, within 1..1000."""
+    shards = shards_for(rate)
+    assert config.MIN_SHARDS <= shards <= config.MAX_SHARDS
+    capacity = shards * config.SHARD_WRITE_RATE * config.TARGET_UTILISATION
+    assert capacity >= rate or shards == config.MAX_SHARDS
+    assert shards == 1 or (shards - 1) * config.SHARD_WRITE_RATE * config.TARGET_UTILISATION < rate
+
+
+def test_sizing_without_a_hint_uses_the_default_rate() -> None:
+    """No expected_rate sizes for the documented default load."""
+    default = math.ceil(config.DEFAULT_EXPECTED_RATE / (config.SHARD_WRITE_RATE
+                                                        * config.TARGET_UTILISATION))
+    assert shards_for(None) == default == 10
+
+
+@given(st.integers(min_value=1, max_value=50), st.integers(min_value=0, max_value=2**32))
+def test_round_robin_visits_every_shard_equally(shards: int, seed: int) -> None:
+    """k x shards picks hit each shard exactly k times."""
+    picker = ShardPicker(random.Random(seed))
+    target = CounterConfig(counter="c", num_shards=shards, strategy="round_robin")
+    hits = Counter(picker.pick(target) for _ in range(3 * shards))
+    assert hits == {n: 3 for n in range(shards)}
+
+
+def test_round_robin_instances_start_at_different_shards() -> None:
+    """Instances start at a random offset rather than in lockstep."""
+    target = CounterConfig(counter="c", num_shards=100, strategy="round_robin")
+    starts = {ShardPicker(random.Random(seed)).pick(target) for seed in range(20)}
+    assert len(starts) > 5
+
+
+def test_random_picks_stay_in_range() -> None:
+    """Random choice only returns existing shards and reaches all of them."""
+    picker = ShardPicker(random.Random(1))
+    target = CounterConfig(counter="c", num_shards=7, strategy="random")
+    assert set(picker.pick(target) for _ in range(500)) == set(range(7))

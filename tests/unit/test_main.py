@@ -1,0 +1,20 @@
+"""main.py only wires: it exports exactly the deployed functions."""
+
+from __future__ import annotations
+
+import main
+
+EXPECTED = {
+    "create_counter",
+    "increment",
+    "get_count",
+    "reset_counter",
+    "rollup",
+}
+
+
+def test_main_exports_exactly_the_functions() -> None:
+    """main.__all__ lists every trigger and nothing else."""
+    assert set(main.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert callable(getattr(main, name))
