@@ -49,6 +49,7 @@ class Count:
     count: int
     as_of: dt.datetime
     consistency: str
+    documents_read: int
 
 
 def shards_for(expected_rate: float | None) -> int:
@@ -181,11 +182,11 @@ def increment(
     target = configs.get(db, counter)
     ref = shard_ref(db, counter, picker.pick(target))
     if request_id is None:
-        ref.set(shard_write(by, picker.rng), merge=True)
+        ref.update(shard_write(by, picker.rng))
         return True
     batch = db.batch()
     batch.create(*request_marker(db, uid, request_id, counters=[counter]))
-    batch.set(ref, shard_write(by, picker.rng), merge=True)
+    batch.update(ref, shard_write(by, picker.rng))
     return commit_once(batch)
 
 
@@ -209,7 +210,7 @@ def increment_many(
         batch.create(*request_marker(db, uid, request_id, counters=sorted(totals)))
     for target in targets:
         ref = shard_ref(db, target.counter, picker.pick(target))
-        batch.set(ref, shard_write(totals[target.counter], picker.rng), merge=True)
+        batch.update(ref, shard_write(totals[target.counter], picker.rng))
     return len(items) if commit_once(batch) else 0
 
 
@@ -244,13 +245,14 @@ def get_count(db: firestore.Client, counter: str, consistency: str = "rollup") -
             raise NotFound(f"counter: {counter!r} does not exist")
         total = sum(int((s.to_dict() or {}).get("count", 0)) for s in snapshots)
         return Count(counter=counter, count=total, as_of=snapshots[0].read_time,
-                     consistency=consistency)
+                     consistency=consistency, documents_read=len(snapshots))
     snapshot = counter_ref(db, counter).get()
     if not snapshot.exists:
         raise NotFound(f"counter: {counter!r} does not exist")
     data = snapshot.to_dict() or {}
     return Count(counter=counter, count=int(data.get("count", 0)),
-                 as_of=data.get("updated_at") or snapshot.update_time, consistency=consistency)
+                 as_of=data.get("updated_at") or snapshot.update_time, consistency=consistency,
+                 documents_read=1)
 
 
 def reset_counter(db: firestore.Client, counter: str) -> None:

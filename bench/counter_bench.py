@@ -1,0 +1,218 @@
+"""Benchmarks of sharded counters and the rollup, run against the Emulator Suite.
+
+Each function returns a dict of figures; `bench/run.py` prints, saves and plots them. Ratios are
+measured side by side in one run (interleaved rounds), because the machine is noisy.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from callables import Callables, sign_up
+from counting import config, counters, rollup
+from counting.lease import Lease
+from google.cloud import firestore
+
+
+def stack_db() -> firestore.Client:
+    return firestore.Client(project=os.environ["GCLOUD_PROJECT"])
+
+
+def own_db() -> firestore.Client:
+    """A project of its own: the stack's rollup loop does not run there."""
+    return firestore.Client(project=f"demo-bench-{uuid.uuid4().hex[:8]}")
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4) -> dict[str, Any]:
+    """From increment acknowledged (callable) to the rollup listener showing it.
+
+    Increments are +1 each, so increment i (in acknowledgement order) is visible once the
+    listener shows a count >= i.
+    """
+    db = stack_db()
+    admin = Callables(sign_up({"admin": True}).id_token)
+    counter = f"bench-lag-{uuid.uuid4().hex[:8]}"
+    admin.call("create_counter", counter=counter, shards=10)
+    seen: list[tuple[float, int]] = []
+
+    def on_snapshot(docs: list[Any], changes: Any, read_time: Any) -> None:
+        now = time.monotonic()
+        seen.extend((now, int(doc.get("count"))) for doc in docs)
+
+    watch = db.collection(config.COUNTERS).document(counter).on_snapshot(on_snapshot)
+    acks: list[float] = []
+    lock = threading.Lock()
+    interval = clients / rate
+    stop_at = time.monotonic() + seconds
+
+    def client() -> None:
+        caller = Callables(admin.token)
+        next_at = time.monotonic()
+        while next_at < stop_at:
+            caller.call("increment", counter=counter)
+            with lock:
+                acks.append(time.monotonic())
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    with ThreadPoolExecutor(clients) as pool:
+        for future in [pool.submit(client) for _ in range(clients)]:
+            future.result()
+    deadline = time.monotonic() + 10
+    while (not seen or seen[-1][1] < len(acks)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watch.unsubscribe()  # type: ignore[no-untyped-call]
+    acks.sort()
+    lags = []
+    for i, acked in enumerate(acks, start=1):
+        shown = next((t for t, value in seen if value >= i and t >= acked), None)
+        if shown is not None:
+            lags.append(shown - acked)
+    return {
+        "increments": len(acks),
+        "achieved_rate": len(acks) / seconds,
+        "lag_p50_s": percentile(lags, 50),
+        "lag_p99_s": percentile(lags, 99),
+        "lag_max_s": max(lags),
+        "unseen": len(acks) - len(lags),
+        "lags_s": lags,
+    }
+
+
+def rollup_cost(active: int = 10, idle: int = 5000, ticks: int = 10) -> dict[str, Any]:
+    """Reads and wall time per tick for `active` changing counters, without and with idle ones."""
+    db = own_db()
+    lease = Lease(db, rollup.state_ref(db), "bench", config.ROLLUP_LEASE_S)
+    assert lease.acquire()
+    step = rollup.Rollup(db, lease)
+    names = [f"active-{n}" for n in range(active)]
+    cache = counters.ConfigCache()
+    for name in names:
+        counters.create_counter(db, name, shards=10)
+
+    def measure() -> dict[str, float]:
+        reads, seconds = [], []
+        for _ in range(ticks):
+            for name in names:
+                counters.increment(db, name, 1, configs=cache)
+            stats = step.tick()
+            reads.append(stats.reads)
+            seconds.append(stats.seconds)
+        return {"reads_per_tick": statistics.mean(reads),
+                "seconds_per_tick": statistics.median(seconds)}
+
+    step.tick()
+    measure()  # warm: the first tick reads each active counter whole
+    alone = measure()
+
+    def make_idle(n: int) -> None:
+        name = f"idle-{n}"
+        counters.create_counter(db, name, shards=1)
+        counters.increment(db, name, 1, configs=cache)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(make_idle, range(idle)))
+    step.tick()  # absorb the idle counters' one change each; from now on they are idle
+    beside_idle = measure()
+    step.close()
+    return {
+        "active_counters": active,
+        "idle_counters": idle,
+        "alone": alone,
+        "beside_idle": beside_idle,
+        "reads_ratio": beside_idle["reads_per_tick"] / alone["reads_per_tick"],
+        "time_ratio": beside_idle["seconds_per_tick"] / alone["seconds_per_tick"],
+    }
+
+
+def rate_of(work: Callable[[], None], clients: int, per_client: int) -> float:
+    def client(_: int) -> None:
+        for _ in range(per_client):
+            work()
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, range(clients)))
+    return clients * per_client / (time.monotonic() - started)
+
+
+def write_path(clients: int = 16, per_client: int = 100, rounds: int = 3) -> dict[str, Any]:
+    """Domain `increment` in-process vs a bare Increment on a shard; then the callable."""
+    db = stack_db()
+    counter = f"bench-write-{uuid.uuid4().hex[:8]}"
+    counters.create_counter(db, counter, shards=10)
+    rng = random.Random()
+
+    def domain() -> None:
+        counters.increment(db, counter, 1)
+
+    def bare() -> None:
+        shard = counters.shard_ref(db, counter, rng.randrange(10))
+        shard.update({"count": firestore.Increment(1)})
+
+    rate_of(domain, clients, 10)  # warm the connection pool and the config cache
+    domain_rates, bare_rates = [], []
+    for _ in range(rounds):
+        domain_rates.append(rate_of(domain, clients, per_client))
+        bare_rates.append(rate_of(bare, clients, per_client))
+    domain_rate, bare_rate = statistics.median(domain_rates), statistics.median(bare_rates)
+
+    caller_token = sign_up().id_token
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def through_callable() -> None:
+        caller = local.__dict__.setdefault("caller", Callables(caller_token))
+        started = time.monotonic()
+        caller.call("increment", counter=counter)
+        with lock:
+            latencies.append(time.monotonic() - started)
+
+    local = threading.local()
+    rate_of(through_callable, clients, 5)  # the emulator starts one worker per concurrent call
+    latencies.clear()
+    callable_rate = rate_of(through_callable, clients, 30)
+    return {
+        "clients": clients,
+        "domain_increments_per_s": domain_rate,
+        "bare_increments_per_s": bare_rate,
+        "ratio": domain_rate / bare_rate,
+        "callable_increments_per_s": callable_rate,
+        "callable_p50_ms": 1000 * percentile(latencies, 50),
+        "callable_p99_ms": 1000 * percentile(latencies, 99),
+    }
+
+
+def read_cost(shards: int = 100) -> dict[str, Any]:
+    """Documents a get_count reads, rollup vs strong, on a 100-shard counter."""
+    db = stack_db()
+    counter = f"bench-read-{uuid.uuid4().hex[:8]}"
+    counters.create_counter(db, counter, shards=shards)
+    def timed(consistency: str) -> float:
+        samples = []
+        for _ in range(20):
+            started = time.monotonic()
+            counters.get_count(db, counter, consistency)
+            samples.append(time.monotonic() - started)
+        return 1000 * statistics.median(samples)
+
+    return {
+        "shards": shards,
+        "rollup_documents_read": counters.get_count(db, counter, "rollup").documents_read,
+        "strong_documents_read": counters.get_count(db, counter, "strong").documents_read,
+        "rollup_ms": timed("rollup"),
+        "strong_ms": timed("strong"),
+    }

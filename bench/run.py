@@ -1,0 +1,80 @@
+"""`make bench`: run every benchmark against the stack, print the figures, save JSON and PNG.
+
+Results go to bench/results/<name>.json and bench/results/<name>.png.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "functions"),
+                str(Path(__file__).parent.parent / "tools")]
+
+import counter_bench  # noqa: E402
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def save(name: str, figures: dict[str, Any]) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    meta = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()}, {platform.python_version()}"}
+    (RESULTS / f"{name}.json").write_text(json.dumps({**meta, **figures}, indent=2) + "\n")
+
+
+def brief(figures: dict[str, Any]) -> dict[str, Any]:
+    """The figures without long sample lists, for printing and saving."""
+    return {k: brief(v) if isinstance(v, dict) else v for k, v in figures.items()
+            if not isinstance(v, list)}
+
+
+def plot_counters(results: dict[str, Any]) -> None:
+    fig, (lag, cost, writes) = plt.subplots(1, 3, figsize=(15, 4.5))
+    lags = results["rollup_lag"]["lags_s"]
+    lag.hist(lags, bins=40)
+    lag.axvline(results["rollup_lag"]["lag_p99_s"], color="red", linestyle="--", label="p99")
+    lag.set(title="Rollup lag (ack -> listener)", xlabel="seconds", ylabel="increments")
+    lag.legend()
+    rc = results["rollup_cost"]
+    cost.bar(["10 active", "10 active\n+ 5,000 idle"],
+             [rc["alone"]["reads_per_tick"], rc["beside_idle"]["reads_per_tick"]])
+    cost.set(title="Reads per rollup tick", ylabel="documents")
+    wp = results["write_path"]
+    writes.bar(["domain increment", "bare Increment", "callable"],
+               [wp["domain_increments_per_s"], wp["bare_increments_per_s"],
+                wp["callable_increments_per_s"]])
+    writes.set(title=f"Increments/s, {wp['clients']} clients", ylabel="increments/s")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "counters.png", dpi=100)
+
+
+def main() -> int:
+    results: dict[str, Any] = {}
+    benches: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("rollup_lag", counter_bench.rollup_lag),
+        ("rollup_cost", counter_bench.rollup_cost),
+        ("write_path", counter_bench.write_path),
+        ("read_cost", counter_bench.read_cost),
+    ]
+    for name, bench in benches:
+        print(f"== {name}", flush=True)
+        results[name] = bench()
+        print(json.dumps(brief(results[name]), indent=2), flush=True)
+    save("counters", brief(results))
+    plot_counters(results)
+    print(f"saved {RESULTS / 'counters.json'} and {RESULTS / 'counters.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
