@@ -18,6 +18,7 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "
 
 import counter_bench  # noqa: E402
 import matplotlib  # noqa: E402
+import sequence_bench  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -46,9 +47,13 @@ def plot_counters(results: dict[str, Any]) -> None:
     lag.set(title="Rollup lag (ack -> listener)", xlabel="seconds", ylabel="increments")
     lag.legend()
     rc = results["rollup_cost"]
-    cost.bar(["10 active", "10 active\n+ 5,000 idle"],
-             [rc["alone"]["reads_per_tick"], rc["beside_idle"]["reads_per_tick"]])
-    cost.set(title="Reads per rollup tick", ylabel="documents")
+    runs = [rc["alone"], rc["beside_idle"]]
+    cost.bar([-0.2, 0.8], [r["reads_per_tick"] for r in runs], width=0.4, label="reads/tick")
+    cost.bar([0.2, 1.2], [1000 * r["seconds_per_tick"] for r in runs], width=0.4,
+             label="ms/tick (emulator)")
+    cost.set_xticks([0, 1], ["10 active", "10 active\n+ 5,000 idle"])
+    cost.set(title="Rollup tick cost")
+    cost.legend()
     wp = results["write_path"]
     writes.bar(["domain increment", "bare Increment", "callable"],
                [wp["domain_increments_per_s"], wp["bare_increments_per_s"],
@@ -73,6 +78,11 @@ def main() -> int:
     save("counters", brief(results))
     plot_counters(results)
     print(f"saved {RESULTS / 'counters.json'} and {RESULTS / 'counters.png'}")
+    print("== sequences", flush=True)
+    figures = sequence_bench.run()
+    print(json.dumps(figures, indent=2), flush=True)
+    save("sequences", figures)
+    print(f"saved {RESULTS / 'sequences.json'}")
     return 0
 
 

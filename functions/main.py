@@ -8,5 +8,15 @@ initialize_app()
 
 from counting.api.counters import create_counter, get_count, increment, reset_counter  # noqa: E402
 from counting.api.rollup import rollup  # noqa: E402
+from counting.api.sequences import configure_sequence, next_number, reset_sequence  # noqa: E402
 
-__all__ = ["create_counter", "get_count", "increment", "reset_counter", "rollup"]
+__all__ = [
+    "configure_sequence",
+    "create_counter",
+    "get_count",
+    "increment",
+    "next_number",
+    "reset_counter",
+    "reset_sequence",
+    "rollup",
+]

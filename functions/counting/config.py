@@ -44,3 +44,28 @@ STRIPES = 16
 ROLLUP_PERIOD_S = 1.0
 ROLLUP_LEASE_S = 10.0
 ROLLUP_INVOCATION_S = 55.0  # of each minute-long scheduled invocation
+
+# ---------------------------------------------------------------------------------------------
+# Sequences: per-tenant ticket numbers that restart every business day (issue 3).
+# ---------------------------------------------------------------------------------------------
+SEQUENCES = "sequences"  # sequences/{tenant}: the live counter and what "now serving" screens read
+BUSINESS_DAYS = "business_days"  # sequences/{tenant}/business_days/{YYYY-MM-DD}: closed days
+NUMBER_REQUESTS = "number_requests"  # sequences/{tenant}/number_requests/{key}: request_id replay
+DEFAULT_RESET_TIME = "00:00"
+
+# Closed business days and request_id records are kept this long for audit, then the TTL
+# policy on EXPIRES_AT deletes them (within about a day after that).
+SEQUENCE_RETENTION_DAYS = 30
+
+# How long the write path trusts its cached copy of a tenant's timezone and reset_time.
+SEQUENCE_CONFIG_CACHE_TTL_S = 5.0
+
+# A request_id whose first attempt is still running: wait this long for its answer. A claim
+# older than SEQUENCE_CLAIM_TIMEOUT_S belongs to a function that died (it exceeds the callable
+# timeout), so a retry may take it over and issue a new number (the dead one's is skipped).
+SEQUENCE_REQUEST_WAIT_S = 10.0
+SEQUENCE_CLAIM_TIMEOUT_S = 120.0
+
+# Opening a new business day is a compare-and-set on sequences/{tenant}; give up after this many
+# lost races (each loss means another writer changed the document in between).
+SEQUENCE_OPEN_DAY_ATTEMPTS = 50

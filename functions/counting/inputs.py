@@ -6,8 +6,10 @@ checks are explicit about types: `true`, `1.5` and `"1"` are not integers.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import zoneinfo
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,3 +119,35 @@ def increments(value: object) -> list[tuple[str, int]]:
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+# Sequences (issue 3).
+
+_RESET_TIME = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
+
+
+def tenant_id(value: object, field: str = "tenant") -> str:
+    """Tenant ids follow the counter id rules: 1..128 of A-Z a-z 0-9 _ - . :, no leading . or _."""
+    return counter_id(value, field)
+
+
+def timezone(value: object, field: str = "timezone") -> str:
+    """An IANA time zone name known to this runtime's tz database (e.g. `Europe/Paris`)."""
+    if not isinstance(value, str) or value not in _zone_names():
+        raise InvalidArgument(f"{field}: must be an IANA time zone name (got {_show(value)})")
+    return value
+
+
+def reset_time(value: object | None, field: str = "reset_time") -> str:
+    """A local wall-clock time `HH:MM` (00:00..23:59); absent means the configured default."""
+    if value is None:
+        return config.DEFAULT_RESET_TIME
+    if not isinstance(value, str) or not _RESET_TIME.fullmatch(value):
+        raise InvalidArgument(f"{field}: must be a local time HH:MM, 00:00..23:59 "
+                              f"(got {_show(value)})")
+    return value
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())

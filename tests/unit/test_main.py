@@ -10,6 +10,9 @@ EXPECTED = {
     "get_count",
     "reset_counter",
     "rollup",
+    "configure_sequence",
+    "next_number",
+    "reset_sequence",
 }
 
 

@@ -1,0 +1,404 @@
+"""Resetting sequences: per-tenant ticket numbers that restart at 1 every business day.
+
+`sequences/{tenant}` is both the live counter and the document "now serving" screens listen to:
+`business_day` (`YYYY-MM-DD`), `last_number`, `timezone`, `reset_time`, plus server fields
+`day` (the business day as a proleptic ordinal), `epoch` (resets so far this day) and `issued`
+(numbers issued this day, across resets). A number is one write with no transaction:
+
+    update({"last_number": Increment(1), "issued": Increment(1),
+            "epoch": Increment(0), "day": Increment(0)})
+
+and its `transform_results` give the new `last_number` together with the `day` and `epoch` it
+was counted in, read atomically by the same write (`Increment(0)` returns the current value).
+So `(day, epoch, number)` is unique under any concurrency: within one `(day, epoch)` the
+document's `last_number` only ever grows by one per write.
+
+A reset is one write too (`last_number: 0`, `epoch: Increment(1)`); every number whose write
+commits after it counts from 1 again under the new epoch. A new business day is opened lazily by
+the first request that finds the document on an older day: a compare-and-set on the document's
+update time (so exactly one writer opens the day) that also archives the closed day under
+`business_days/{YYYY-MM-DD}` with a TTL field. Nothing expires at the boundary.
+
+A `request_id` is claimed by creating its record in the same batch as the number's write; the
+number is then written into the record. A retry finds the record and returns that number.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import threading
+import time
+import zoneinfo
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from . import config
+from .errors import FailedPrecondition
+
+# The transforms of one number, and the field each transform result belongs to (the client
+# sends transforms sorted by field path, and results come back in that order).
+_NUMBER_WRITE = {
+    "day": firestore.Increment(0),
+    "epoch": firestore.Increment(0),
+    "issued": firestore.Increment(1),
+    "last_number": firestore.Increment(1),
+}
+_RESET_WRITE = {
+    "day": firestore.Increment(0),
+    "epoch": firestore.Increment(1),
+    "issued": firestore.Increment(0),
+    "last_number": 0,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequenceConfig:
+    """A tenant's business-day rule."""
+
+    tenant: str
+    timezone: str
+    reset_time: str
+
+    @property
+    def zone(self) -> zoneinfo.ZoneInfo:
+        return zoneinfo.ZoneInfo(self.timezone)
+
+    @property
+    def reset_at(self) -> dt.time:
+        return dt.time.fromisoformat(self.reset_time)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ticket:
+    """One issued number: unique per (tenant, business_day, epoch)."""
+
+    tenant: str
+    number: int
+    business_day: dt.date
+    epoch: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reset:
+    tenant: str
+    business_day: dt.date
+    epoch: int
+
+
+# --- The business day ---------------------------------------------------------------------------
+
+
+def business_day_start(day: dt.date, reset_at: dt.time, zone: zoneinfo.ZoneInfo) -> dt.datetime:
+    """The UTC instant business day `day` starts: `reset_at` local time on local date `day`.
+
+    The rule of RFC 5545 (iCalendar) for local times a DST change makes ambiguous: a time that
+    occurs twice (clocks go back) means its first occurrence; a time that does not occur (clocks
+    go forward) is read with the UTC offset in force before the gap, so it lands the gap's length
+    later (02:30 on a night that jumps 02:00 -> 03:00 starts the day at 03:30). That is `fold=0`.
+    """
+    return dt.datetime.combine(day, reset_at, tzinfo=zone).astimezone(dt.UTC)
+
+
+def business_day_for(instant: dt.datetime, reset_at: dt.time, zone: zoneinfo.ZoneInfo) -> dt.date:
+    """The business day `instant` falls in: the latest day whose start is at or before it.
+
+    Starts never decrease from one day to the next, so this is the day with
+    `start(day) <= instant < start(day + 1)`. A day whose start coincides with the next one's
+    (a date a time zone skips altogether) is empty and never returned.
+    """
+    local = instant.astimezone(zone).date()
+    one = dt.timedelta(days=1)
+    for day in (local + one, local, local - one):
+        if business_day_start(day, reset_at, zone) <= instant:
+            return day
+    return local - 2 * one
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+# --- Documents ----------------------------------------------------------------------------------
+
+
+def sequence_ref(db: firestore.Client, tenant: str) -> Any:
+    return db.collection(config.SEQUENCES).document(tenant)
+
+
+def business_day_ref(db: firestore.Client, tenant: str, day: dt.date) -> Any:
+    return sequence_ref(db, tenant).collection(config.BUSINESS_DAYS).document(day.isoformat())
+
+
+def request_ref(db: firestore.Client, tenant: str, uid: str, request_id: str) -> Any:
+    """The record of one request_id, per tenant and user (uids may hold any character)."""
+    key = hashlib.sha256(f"{tenant}\0{uid}\0{request_id}".encode()).hexdigest()
+    return sequence_ref(db, tenant).collection(config.NUMBER_REQUESTS).document(key)
+
+
+def _config_from(tenant: str, data: dict[str, Any]) -> SequenceConfig:
+    if not data.get("timezone"):
+        raise FailedPrecondition(f"tenant: {tenant!r} has no sequence; configure_sequence first")
+    return SequenceConfig(tenant=tenant, timezone=str(data["timezone"]),
+                          reset_time=str(data.get("reset_time", config.DEFAULT_RESET_TIME)))
+
+
+class SequenceCache:
+    """Per-instance cache of each tenant's configuration and the latest day seen open.
+
+    The day is a lower bound (a document's day only moves forward), so a number requested for
+    that day needs no read at all. The configuration is trusted for `ttl_s` seconds: a changed
+    timezone or reset_time reaches every instance within that time.
+    """
+
+    def __init__(self, ttl_s: float = config.SEQUENCE_CONFIG_CACHE_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._entries: dict[tuple[str, str], tuple[float, SequenceConfig, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, db: firestore.Client, tenant: str) -> tuple[SequenceConfig, int]:
+        """The tenant's configuration and a lower bound of its open day (0: none yet)."""
+        with self._lock:
+            entry = self._entries.get((db.project, tenant))
+        if entry is not None and self._clock() - entry[0] < self._ttl_s:
+            return entry[1], entry[2]
+        snapshot = sequence_ref(db, tenant).get()
+        data = (snapshot.to_dict() or {}) if snapshot.exists else {}
+        found = _config_from(tenant, data)
+        return found, self.saw(db, found, int(data.get("day", 0)), fresh=True)
+
+    def saw(self, db: firestore.Client, found: SequenceConfig, day: int, *,
+            fresh: bool = False) -> int:
+        """Record that `found.tenant`'s document was on `day` (or later); the best bound known.
+
+        `fresh` says `found` was just read (or written), which restarts its time in the cache.
+        """
+        key = (db.project, found.tenant)
+        with self._lock:
+            entry = self._entries.get(key)
+            best = max(day, entry[2]) if entry is not None else day
+            keep = entry is not None and entry[1] == found and not fresh
+            self._entries[key] = (entry[0] if keep and entry else self._clock(), found, best)
+        return best
+
+
+_CACHE = SequenceCache()
+
+
+# --- Operations ---------------------------------------------------------------------------------
+
+
+def configure_sequence(
+    db: firestore.Client,
+    tenant: str,
+    *,
+    timezone: str,
+    reset_time: str = config.DEFAULT_RESET_TIME,
+    now: dt.datetime | None = None,
+    cache: SequenceCache = _CACHE,
+) -> SequenceConfig:
+    """Set the tenant's business-day rule and open its current business day if it is new.
+
+    Numbers already issued today keep counting unless the new rule puts `now` in a later
+    business day; a rule never moves the open day backwards.
+    """
+    found = SequenceConfig(tenant=tenant, timezone=timezone, reset_time=reset_time)
+    sequence_ref(db, tenant).set(
+        {"timezone": timezone, "reset_time": reset_time,
+         "configured_at": firestore.SERVER_TIMESTAMP},
+        merge=True,
+    )
+    today = business_day_for(now or _utcnow(), found.reset_at, found.zone)
+    cache.saw(db, found, _open_day(db, tenant, today), fresh=True)
+    return found
+
+
+def next_number(
+    db: firestore.Client,
+    tenant: str,
+    *,
+    request_id: str | None = None,
+    uid: str = "",
+    now: dt.datetime | None = None,
+    cache: SequenceCache = _CACHE,
+) -> Ticket:
+    """Issue the tenant's next number of the business day `now` (server time) falls in."""
+    found = _ready_for_today(db, tenant, now, cache)
+    if request_id is None:
+        result = _write_configured(db, tenant, sequence_ref(db, tenant).update, _NUMBER_WRITE)
+        return _ticket(db, found, result, cache)
+    return _number_once(db, found, request_ref(db, tenant, uid, request_id),
+                        uid=uid, request_id=request_id, cache=cache)
+
+
+def reset_sequence(
+    db: firestore.Client,
+    tenant: str,
+    *,
+    uid: str = "",
+    now: dt.datetime | None = None,
+    cache: SequenceCache = _CACHE,
+) -> Reset:
+    """Restart numbering at 1 within the current business day (a shift change).
+
+    Numbers issued before stay valid: they belong to the previous epoch, and the document's
+    `resets` list records how many numbers had been issued when each epoch began.
+    """
+    found = _ready_for_today(db, tenant, now, cache)
+    ref = sequence_ref(db, tenant)
+    result = _write_configured(db, tenant, ref.update, _RESET_WRITE)
+    day, epoch, issued = (value.integer_value for value in result.transform_results)
+    cache.saw(db, found, day)
+    business_day = dt.date.fromordinal(day)
+    ref.update({"resets": firestore.ArrayUnion([{
+        "business_day": business_day.isoformat(), "epoch": epoch, "issued_before": issued,
+        "at": result.update_time, "by": uid,
+    }])})
+    return Reset(tenant=tenant, business_day=business_day, epoch=epoch)
+
+
+# --- Internals ----------------------------------------------------------------------------------
+
+
+def _ready_for_today(
+    db: firestore.Client, tenant: str, now: dt.datetime | None, cache: SequenceCache
+) -> SequenceConfig:
+    """The tenant's configuration, with its document's open day at least today's."""
+    found, open_day = cache.get(db, tenant)
+    today = business_day_for(now or _utcnow(), found.reset_at, found.zone)
+    if open_day < today.toordinal():
+        cache.saw(db, found, _open_day(db, tenant, today))
+    return found
+
+
+def _open_day(db: firestore.Client, tenant: str, today: dt.date) -> int:
+    """Move the tenant's document to business day `today` unless it is there (or later) already.
+
+    A compare-and-set on the document's update time, so that one writer opens the day while
+    numbers of the closing day may still be landing: the closed day's figures it reads are final
+    once its write commits, and it archives them in the same batch.
+    """
+    ref = sequence_ref(db, tenant)
+    for _ in range(config.SEQUENCE_OPEN_DAY_ATTEMPTS):
+        snapshot = ref.get()
+        data = (snapshot.to_dict() or {}) if snapshot.exists else {}
+        found = _config_from(tenant, data)
+        current = int(data.get("day", 0))
+        if current >= today.toordinal():
+            return current
+        batch = db.batch()
+        if current:
+            batch.set(business_day_ref(db, tenant, dt.date.fromordinal(current)),
+                      _closed_day(found, dt.date.fromordinal(current), data))
+        batch.update(
+            ref,
+            {"business_day": today.isoformat(), "day": today.toordinal(), "epoch": 0,
+             "last_number": 0, "issued": 0, "resets": [],
+             "opened_at": firestore.SERVER_TIMESTAMP},
+            option=db.write_option(last_update_time=snapshot.update_time),
+        )
+        try:
+            batch.commit()
+        except (gexc.FailedPrecondition, gexc.NotFound):
+            continue  # another writer changed the document since we read it: look again
+        return today.toordinal()
+    raise FailedPrecondition(f"tenant: could not open business day {today} (too much contention)")
+
+
+def _closed_day(found: SequenceConfig, day: dt.date, data: dict[str, Any]) -> dict[str, Any]:
+    """The audit record of a finished business day, deleted by the TTL policy later."""
+    ends = business_day_start(day + dt.timedelta(days=1), found.reset_at, found.zone)
+    return {
+        "business_day": day.isoformat(),
+        "timezone": found.timezone,
+        "reset_time": found.reset_time,
+        "last_number": int(data.get("last_number", 0)),
+        "epoch": int(data.get("epoch", 0)),
+        "issued": int(data.get("issued", 0)),
+        "resets": list(data.get("resets", [])),
+        "closed_at": firestore.SERVER_TIMESTAMP,
+        config.EXPIRES_AT: ends + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS),
+    }
+
+
+def _write_configured(db: firestore.Client, tenant: str, write: Callable[..., Any],
+                   *args: Any, **kwargs: Any) -> Any:
+    """Run one write to the tenant's document; a document deleted meanwhile is unconfigured."""
+    try:
+        return write(*args, **kwargs)
+    except gexc.NotFound as error:
+        raise FailedPrecondition(
+            f"tenant: {tenant!r} has no sequence; configure_sequence first") from error
+
+
+def _ticket(db: firestore.Client, found: SequenceConfig, result: Any,
+            cache: SequenceCache) -> Ticket:
+    day, epoch, _, number = (value.integer_value for value in result.transform_results)
+    cache.saw(db, found, day)
+    return Ticket(tenant=found.tenant, number=number, business_day=dt.date.fromordinal(day),
+                  epoch=epoch)
+
+
+def _number_once(db: firestore.Client, found: SequenceConfig, record: Any, *, uid: str,
+                 request_id: str, cache: SequenceCache) -> Ticket:
+    """Issue a number for a request_id at most once, or return the one it was given.
+
+    The record is created (or, after a dead attempt, taken over) in the same batch as the
+    number's write, so no number is issued for a request someone else has claimed; the number
+    is then written into the record, guarded by the claim's update time.
+    """
+    claim = {"uid": uid, "request_id": request_id, "state": "issuing",
+             "claimed_at": firestore.SERVER_TIMESTAMP,
+             config.EXPIRES_AT: _utcnow() + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS)}
+    ticket = _claim_and_issue(db, found, record, claim, None, cache)
+    deadline = time.monotonic() + config.SEQUENCE_REQUEST_WAIT_S
+    while ticket is None:
+        snapshot = record.get()
+        data = snapshot.to_dict() or {}
+        if data.get("state") == "issued":
+            return Ticket(tenant=found.tenant, number=int(data["number"]),
+                          business_day=dt.date.fromisoformat(data["business_day"]),
+                          epoch=int(data["epoch"]))
+        claimed_at = data.get("claimed_at") or snapshot.read_time
+        if (snapshot.read_time - claimed_at).total_seconds() > config.SEQUENCE_CLAIM_TIMEOUT_S:
+            ticket = _claim_and_issue(db, found, record, claim, snapshot.update_time, cache)
+        elif time.monotonic() > deadline:
+            raise FailedPrecondition(
+                f"request_id: {request_id!r} is still being answered; retry it later")
+        else:
+            time.sleep(0.05)  # the first attempt is in flight: its answer is milliseconds away
+    return ticket
+
+
+def _claim_and_issue(db: firestore.Client, found: SequenceConfig, record: Any,
+                     claim: dict[str, Any], abandoned: dt.datetime | None,
+                     cache: SequenceCache) -> Ticket | None:
+    """Claim the record (create it, or take over the abandoned claim last updated at
+    `abandoned`) and issue a number in one batch; None when someone else holds the record."""
+    batch = db.batch()
+    if abandoned is None:
+        batch.create(record, claim)
+    else:
+        batch.update(record, claim, option=db.write_option(last_update_time=abandoned))
+    batch.update(sequence_ref(db, found.tenant), _NUMBER_WRITE)
+    try:
+        claimed, result = _write_configured(db, found.tenant, batch.commit)
+    except (gexc.AlreadyExists, gexc.FailedPrecondition):
+        return None
+    ticket = _ticket(db, found, result, cache)
+    try:
+        record.update(
+            {"state": "issued", "number": ticket.number, "epoch": ticket.epoch,
+             "business_day": ticket.business_day.isoformat(),
+             "issued_at": firestore.SERVER_TIMESTAMP},
+            option=db.write_option(last_update_time=claimed.update_time),
+        )
+    except gexc.FailedPrecondition:
+        return None  # our claim outlived the claim timeout and was taken over: theirs counts
+    return ticket
