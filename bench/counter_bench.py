@@ -6,6 +6,7 @@ measured side by side in one run (interleaved rounds), because the machine is no
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import statistics
@@ -18,6 +19,7 @@ from typing import Any
 
 from callables import Callables, sign_up
 from counting import config, counters, rollup
+from counting.autoscale import AutoscaleParams
 from counting.lease import Lease
 from google.cloud import firestore
 
@@ -154,6 +156,8 @@ def write_path(clients: int = 16, per_client: int = 100, rounds: int = 3) -> dic
     db = stack_db()
     counter = f"bench-write-{uuid.uuid4().hex[:8]}"
     counters.create_counter(db, counter, shards=10)
+    # Pinned: the bare Increments below write to shards 0..9 only, like for like.
+    counters.counter_ref(db, counter).update({"min_shards": 10, "max_shards": 10})
     rng = random.Random()
 
     def domain() -> None:
@@ -215,4 +219,131 @@ def read_cost(shards: int = 100) -> dict[str, Any]:
         "strong_documents_read": counters.get_count(db, counter, "strong").documents_read,
         "rollup_ms": timed("rollup"),
         "strong_ms": timed("strong"),
+    }
+
+
+def rollup_thread(db: firestore.Client, scaling: AutoscaleParams | None = None,
+                  period_s: float = config.ROLLUP_PERIOD_S) -> tuple[threading.Thread,
+                                                                     threading.Event]:
+    """The rollup loop (with autoscaling) on `db`, in a thread of this process."""
+    stop = threading.Event()
+    thread = threading.Thread(target=rollup.run, args=(db,),
+                              kwargs={"stop": stop, "period_s": period_s, "scaling": scaling})
+    thread.start()
+    return thread, stop
+
+
+def shard_writes(db: firestore.Client, counter: str) -> list[int]:
+    shards = counters.counter_ref(db, counter).collection(config.SHARDS).stream()
+    return [int((s.to_dict() or {}).get("writes") or 0) for s in shards]
+
+
+def balance(increments: int = 10_000, clients: int = 16, shards: int = 16) -> dict[str, Any]:
+    """max/mean writes per shard after `increments` from `clients`, per strategy.
+
+    Each client is its own instance (its own configuration cache and picker), as separate
+    function instances are; the shard count is pinned (min = max) and the rollup loop runs with
+    autoscaling, publishing the per-shard loads least_loaded uses.
+    """
+    db = own_db()
+    for strategy in config.STRATEGIES:  # pinned before the rollup loop can meet them
+        counters.create_counter(db, f"balance-{strategy}", shards=shards, strategy=strategy)
+        counters.counter_ref(db, f"balance-{strategy}").update({"min_shards": shards,
+                                                                 "max_shards": shards})
+    thread, stop = rollup_thread(db)
+    per_client = increments // clients
+    figures: dict[str, Any] = {"increments": per_client * clients, "clients": clients,
+                               "shards": shards}
+    try:
+        for strategy in config.STRATEGIES:
+            counter = f"balance-{strategy}"
+
+            def client(_: int, counter: str = counter) -> None:
+                cache, picker = counters.ConfigCache(), counters.ShardPicker()
+                for _ in range(per_client):
+                    counters.increment(db, counter, 1, configs=cache, picker=picker)
+
+            started = time.monotonic()
+            with ThreadPoolExecutor(clients) as pool:
+                list(pool.map(client, range(clients)))
+            seconds = time.monotonic() - started
+            writes = shard_writes(db, counter)
+            mean = statistics.mean(writes)
+            figures[strategy] = {
+                "max_over_mean": max(writes) / mean,
+                "min_over_mean": min(writes) / mean,
+                "stdev_over_mean": statistics.pstdev(writes) / mean,
+                "increments_per_s": per_client * clients / seconds,
+                "exact": counters.get_count(db, counter, "strong").count == per_client * clients,
+            }
+    finally:
+        stop.set()
+        thread.join()
+    return figures
+
+
+def step_load(rate: float = 50.0, seconds: float = 30.0, clients: int = 5) -> dict[str, Any]:
+    """A 1-shard counter suddenly taking `rate` increments/s, with production autoscaling:
+    num_shards and the published rate over time, and how long until num_shards reached the size
+    the offered load needs."""
+    db = own_db()
+    counter = "step"
+    counters.create_counter(db, counter, shards=1)
+    thread, stop = rollup_thread(db)
+    samples: list[tuple[float, int, float]] = []
+    done = threading.Event()
+    acked = [0] * clients
+    t0 = time.monotonic()
+
+    def sample() -> None:
+        while not done.is_set():
+            data = counters.counter_ref(db, counter).get().to_dict() or {}
+            samples.append((time.monotonic() - t0, int(data["num_shards"]),
+                            float(data.get("rate") or 0.0)))
+            done.wait(0.25)
+
+    def client(n: int) -> None:
+        cache, picker = counters.ConfigCache(), counters.ShardPicker()
+        interval = clients / rate
+        next_at = t0 + n * interval / clients
+        while next_at < t0 + seconds:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            counters.increment(db, counter, 1, configs=cache, picker=picker)
+            acked[n] += 1
+            next_at += interval
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(client, range(clients)))
+        total = sum(acked)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if counters.get_count(db, counter, "rollup").count == total:
+                break
+            time.sleep(0.2)
+        time.sleep(5)  # a few more samples of the rate falling
+    finally:
+        done.set()
+        sampler.join()
+        stop.set()
+        thread.join()
+    achieved = total / seconds
+    target = counters.shards_for(achieved)
+
+    def first_time(shards: int) -> float | None:
+        return next((t for t, n, _ in samples if n >= shards), None)
+
+    return {
+        "offered_rate": rate,
+        "achieved_rate": achieved,
+        "target_shards": target,
+        "seconds_to_90pct_of_target": first_time(math.ceil(0.9 * target)),
+        "seconds_to_target": first_time(target),
+        "final_shards": samples[-1][1] if samples else None,
+        "increments": total,
+        "strong_exact": counters.get_count(db, counter, "strong").count == total,
+        "rollup_exact": counters.get_count(db, counter, "rollup").count == total,
+        "samples": [list(s) for s in samples],
     }

@@ -63,6 +63,24 @@ def plot_counters(results: dict[str, Any]) -> None:
     fig.savefig(RESULTS / "counters.png", dpi=100)
 
 
+def plot_step_load(results: dict[str, Any]) -> None:
+    samples = results["samples"]
+    times = [t for t, _, _ in samples]
+    fig, shards = plt.subplots(figsize=(8, 4.5))
+    shards.step(times, [n for _, n, _ in samples], where="post", color="tab:blue",
+                label="num_shards")
+    shards.axhline(results["target_shards"], color="tab:blue", linestyle=":",
+                   label=f"target ({results['target_shards']})")
+    shards.set(xlabel="seconds since the step", ylabel="num_shards")
+    rate = shards.twinx()
+    rate.plot(times, [r for _, _, r in samples], color="tab:red", label="rate (published)")
+    rate.set_ylabel("writes/s")
+    fig.legend(loc="lower right")
+    shards.set_title(f"Step to {results['offered_rate']:.0f} increments/s on a 1-shard counter")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "step_load.png", dpi=100)
+
+
 def main() -> int:
     results: dict[str, Any] = {}
     benches: list[tuple[str, Callable[[], dict[str, Any]]]] = [
@@ -78,6 +96,15 @@ def main() -> int:
     save("counters", brief(results))
     plot_counters(results)
     print(f"saved {RESULTS / 'counters.json'} and {RESULTS / 'counters.png'}")
+    scaling: dict[str, Any] = {}
+    for name, bench in [("balance", counter_bench.balance),
+                        ("step_load", counter_bench.step_load)]:
+        print(f"== {name}", flush=True)
+        scaling[name] = bench()
+        print(json.dumps(brief(scaling[name]), indent=2), flush=True)
+    save("autoscale", brief(scaling))
+    plot_step_load(scaling["step_load"])
+    print(f"saved {RESULTS / 'autoscale.json'} and {RESULTS / 'step_load.png'}")
     print("== sequences", flush=True)
     figures = sequence_bench.run()
     print(json.dumps(figures, indent=2), flush=True)

@@ -28,12 +28,34 @@ SHARD_WRITE_RATE = 1.0
 TARGET_UTILISATION = 0.5
 DEFAULT_EXPECTED_RATE = 5.0  # -> 10 shards
 
+# Autoscaling (counting.autoscale; the rollup applies it). Every counter document carries
+# `min_shards`/`max_shards`, written at creation with these defaults; an operator may change them
+# server-side (min == max pins the shard count).
+DEFAULT_MIN_SHARDS = 1
+DEFAULT_MAX_SHARDS = MAX_SHARDS
+# The measured rate (writes/s) is an EWMA that rises with a short time constant, so that a step in
+# load is followed within a few seconds, and falls with a ~10 s one.
+RATE_RISE_TAU_S = 2.0
+RATE_FALL_TAU_S = 10.0
+# Grow as soon as the rate exceeds num_shards x SHARD_WRITE_RATE x TARGET_UTILISATION. Shrink only
+# once it has stayed below num_shards x SHARD_WRITE_RATE x SHRINK_UTILISATION for the cool-down;
+# the band between the two utilisations is the hysteresis that keeps a steady load from flapping.
+SHRINK_UTILISATION = 0.25
+SHRINK_COOL_DOWN_S = 600.0
+# The rollup publishes `rate` when it moved by more than this fraction (or absolute amount) since
+# the last published value, rather than every tick.
+RATE_PUBLISH_REL = 0.1
+RATE_PUBLISH_ABS = 0.05
+
 # Exactly-once markers live at least this long (TTL deletion follows within about a day).
 REQUEST_MARKER_TTL = dt.timedelta(hours=24)
 
 # The write path caches a counter's configuration per instance for this long: a changed
 # num_shards reaches every instance within this time.
 CONFIG_CACHE_TTL_S = 5.0
+# Surplus shards are folded into the remaining ones this long after num_shards was lowered: longer
+# than the configuration cache's TTL, so writers have stopped picking them by then.
+FOLD_GRACE_S = 2 * CONFIG_CACHE_TTL_S
 
 # Shard writes carry a random `stripe` in 0..STRIPES-1 in front of their `updated_at` in the one
 # index the rollup queries, so no index range takes more than 1/STRIPES of all shard writes
@@ -44,6 +66,9 @@ STRIPES = 16
 ROLLUP_PERIOD_S = 1.0
 ROLLUP_LEASE_S = 10.0
 ROLLUP_INVOCATION_S = 55.0  # of each minute-long scheduled invocation
+# Counters above their min_shards carry `above_min: true`; the rollup queries them when it starts
+# and every this many ticks, so that they shrink even when nobody writes to them any more.
+ROLLUP_WATCH_EVERY_TICKS = 60
 
 # ---------------------------------------------------------------------------------------------
 # Sequences: per-tenant ticket numbers that restart every business day (issue 3).

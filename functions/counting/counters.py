@@ -2,9 +2,10 @@
 
 A counter is `counters/{id}` (the rollup clients read, plus its configuration) and the shards
 `counters/{id}/shards/{n}` whose sum is its value. An increment is one blind `Increment` on one
-shard, chosen without reading anything but a per-instance cache of the configuration; with a
-`request_id` it is committed together with the creation of a marker document, so a retry fails
-on the marker and counts nothing.
+shard, chosen without reading anything but a per-instance cache of the configuration (which also
+brings the per-shard load the rollup publishes, for `least_loaded`); with a `request_id` it is
+committed together with the creation of a marker document, so a retry fails on the marker and
+counts nothing. The rollup (`counting.rollup`) changes `num_shards` as the load changes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import itertools
-import math
 import random
 import threading
 import time
@@ -23,7 +23,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from . import config
+from . import autoscale, config
 from .errors import NotFound
 
 
@@ -34,6 +34,7 @@ class CounterConfig:
     counter: str
     num_shards: int
     strategy: str
+    shard_load: tuple[float, ...] = ()  # writes/s per shard, published by the rollup
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,8 +56,7 @@ class Count:
 def shards_for(expected_rate: float | None) -> int:
     """Shards for a load: ceil(rate / (per-shard rate x target utilisation)), in 1..1000."""
     rate = config.DEFAULT_EXPECTED_RATE if expected_rate is None else expected_rate
-    wanted = math.ceil(rate / (config.SHARD_WRITE_RATE * config.TARGET_UTILISATION))
-    return max(config.MIN_SHARDS, min(config.MAX_SHARDS, wanted))
+    return autoscale.shards_for_rate(rate)
 
 
 def counter_ref(db: firestore.Client, counter: str) -> Any:
@@ -68,9 +68,11 @@ def shard_ref(db: firestore.Client, counter: str, shard: int) -> Any:
 
 
 def shard_write(by: int, rng: random.Random) -> dict[str, Any]:
-    """The fields every write to a shard sets; `updated_at` and `stripe` feed the rollup query."""
+    """The fields every write to a shard sets; `updated_at` and `stripe` feed the rollup query,
+    `writes` (one more per write, whatever `by`) is how the rollup measures the write rate."""
     return {
         "count": firestore.Increment(by),
+        "writes": firestore.Increment(1),
         "updated_at": firestore.SERVER_TIMESTAMP,
         "stripe": rng.randrange(config.STRIPES),
     }
@@ -103,34 +105,67 @@ class ConfigCache:
             counter=counter,
             num_shards=int(data["num_shards"]),
             strategy=str(data.get("strategy", config.DEFAULT_STRATEGY)),
+            shard_load=tuple(float(x) for x in data.get("shard_load") or ()),
         )
         with self._lock:
             self._entries[counter] = (now, found)
         return found
+
+    def forget(self, counter: str) -> None:
+        """Drop a counter's entry: the next `get` reads it afresh."""
+        with self._lock:
+            self._entries.pop(counter, None)
 
 
 class ShardPicker:
     """Chooses the shard an increment goes to, per the counter's strategy.
 
     `round_robin` keeps one cursor per counter and instance, starting at a random offset so that
-    instances do not march in lockstep. `least_loaded` needs the per-shard load that adaptive
-    sharding publishes; until then it picks like `random`.
+    instances do not march in lockstep. `least_loaded` is the power of two choices: of two random
+    shards, the one with the smaller score, where a shard's score is its share of the load the
+    rollup published (load / mean load) plus its share of this instance's own picks since the
+    configuration was cached (picks / (mean picks + 1)). Published loads are seconds old and the
+    same for every instance: ranked alone, they make all instances pile onto the same "least
+    loaded" shards until the next refresh. Relative to this instance's own picks, a shard that is
+    x% under the mean load draws about x% more of this instance's writes, and no more.
     """
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = rng or random.Random()
         self._cursors: dict[str, itertools.count[int]] = {}
+        self._picks: dict[str, tuple[CounterConfig, list[int], list[int]]] = {}
         self._lock = threading.Lock()
 
     def pick(self, counter: CounterConfig) -> int:
+        n = counter.num_shards
         if counter.strategy == "round_robin":
             with self._lock:
                 cursor = self._cursors.get(counter.counter)
                 if cursor is None:
-                    cursor = itertools.count(self.rng.randrange(counter.num_shards))
+                    cursor = itertools.count(self.rng.randrange(n))
                     self._cursors[counter.counter] = cursor
-                return next(cursor) % counter.num_shards
-        return self.rng.randrange(counter.num_shards)
+                return next(cursor) % n
+        if counter.strategy == "least_loaded" and n > 1:
+            a, b = self.rng.randrange(n), self.rng.randrange(n)
+            load = counter.shard_load[:n]
+            mean_load = sum(load) / n
+            with self._lock:
+                entry = self._picks.get(counter.counter)
+                if entry is None or entry[0] is not counter:
+                    entry = (counter, [0] * n, [0])  # a fresh copy of the configuration
+                    self._picks[counter.counter] = entry
+                _, picks, total = entry
+                mean_picks = total[0] / n + 1
+
+                def score(i: int) -> float:
+                    share = load[i] / mean_load if i < len(load) and mean_load > 0 else 0.0
+                    return share + picks[i] / mean_picks
+
+                chosen = a if score(a) <= score(b) else b
+                total[0] += 1
+                picks[chosen] += 1
+                return chosen
+        return self.rng.randrange(n)
 
 
 _CONFIGS = ConfigCache()
@@ -145,8 +180,13 @@ def create_counter(
     expected_rate: float | None = None,
     strategy: str = config.DEFAULT_STRATEGY,
 ) -> Created:
-    """Create the counter and all its shards in one commit; an existing counter is left as is."""
+    """Create the counter and all its shards in one commit; an existing counter is left as is.
+
+    Autoscaling starts from this size and keeps it within `min_shards`..`max_shards` (defaults
+    from config.py; the fields can be changed server-side, min == max pins the count).
+    """
     num_shards = shards if shards is not None else shards_for(expected_rate)
+    min_shards, max_shards = config.DEFAULT_MIN_SHARDS, config.DEFAULT_MAX_SHARDS
     batch = db.batch()
     batch.create(
         counter_ref(db, counter),
@@ -154,6 +194,10 @@ def create_counter(
             "count": 0,
             "num_shards": num_shards,
             "strategy": strategy,
+            "rate": 0.0,
+            "min_shards": min_shards,
+            "max_shards": max_shards,
+            "above_min": num_shards > min_shards,
             "created_at": firestore.SERVER_TIMESTAMP,
             "updated_at": firestore.SERVER_TIMESTAMP,
         },
@@ -179,15 +223,34 @@ def increment(
     picker: ShardPicker = _PICKER,
 ) -> bool:
     """Add `by` to one shard; False when `request_id` was already applied for this user."""
-    target = configs.get(db, counter)
-    ref = shard_ref(db, counter, picker.pick(target))
-    if request_id is None:
-        ref.update(shard_write(by, picker.rng))
-        return True
-    batch = db.batch()
-    batch.create(*request_marker(db, uid, request_id, counters=[counter]))
-    batch.update(ref, shard_write(by, picker.rng))
-    return commit_once(batch)
+
+    def attempt() -> bool:
+        target = configs.get(db, counter)
+        ref = shard_ref(db, counter, picker.pick(target))
+        if request_id is None:
+            ref.update(shard_write(by, picker.rng))
+            return True
+        batch = db.batch()
+        batch.create(*request_marker(db, uid, request_id, counters=[counter]))
+        batch.update(ref, shard_write(by, picker.rng))
+        return commit_once(batch)
+
+    applied: bool = with_fresh_config(attempt, configs, [counter])
+    return applied
+
+
+def with_fresh_config(
+    attempt: Callable[[], Any], configs: ConfigCache, counters: Iterable[str]
+) -> Any:
+    """Run a shard write; if it hit a shard that a shrink has since folded away (NOT_FOUND: the
+    cached num_shards was stale), refresh the configuration and write once more. A failed commit
+    wrote nothing, so the retry cannot count twice."""
+    try:
+        return attempt()
+    except gexc.NotFound:
+        for counter in counters:
+            configs.forget(counter)
+        return attempt()
 
 
 def increment_many(
@@ -204,14 +267,19 @@ def increment_many(
     totals: dict[str, int] = {}
     for counter, by in items:
         totals[counter] = totals.get(counter, 0) + by
-    targets = [configs.get(db, counter) for counter in totals]  # NotFound before any write
-    batch = db.batch()
-    if request_id is not None:
-        batch.create(*request_marker(db, uid, request_id, counters=sorted(totals)))
-    for target in targets:
-        ref = shard_ref(db, target.counter, picker.pick(target))
-        batch.update(ref, shard_write(totals[target.counter], picker.rng))
-    return len(items) if commit_once(batch) else 0
+
+    def attempt() -> int:
+        targets = [configs.get(db, counter) for counter in totals]  # NotFound before any write
+        batch = db.batch()
+        if request_id is not None:
+            batch.create(*request_marker(db, uid, request_id, counters=sorted(totals)))
+        for target in targets:
+            ref = shard_ref(db, target.counter, picker.pick(target))
+            batch.update(ref, shard_write(totals[target.counter], picker.rng))
+        return len(items) if commit_once(batch) else 0
+
+    result: int = with_fresh_config(attempt, configs, totals)
+    return result
 
 
 def request_marker(
@@ -264,6 +332,6 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     batch = db.batch()
     for shard in ref.collection(config.SHARDS).list_documents():
         batch.set(shard, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP,
-                          "stripe": rng.randrange(config.STRIPES)})
+                          "stripe": rng.randrange(config.STRIPES)}, merge=True)
     batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
     batch.commit()

@@ -1,0 +1,275 @@
+"""Adaptive sharding: shard choice strategies through the callables, and growing, shrinking and
+folding shards under load, driven in-process on a project of its own (short autoscale settings).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from callables import Callables
+from counting import config, counters, rollup
+from counting.autoscale import AutoscaleParams
+from counting.lease import Lease
+from google.cloud import firestore
+
+from .conftest import eventually
+
+# 1 shard carries 5 writes/s at the target utilisation; rates fall with a 2 s time constant.
+FAST = AutoscaleParams(shard_write_rate=10.0, rise_tau_s=1.0, fall_tau_s=2.0, cool_down_s=2.0,
+                       fold_grace_s=2.0)
+
+
+def count(client: Callables, counter: str, consistency: str = "strong") -> int:
+    value: int = client.call("get_count", counter=counter, consistency=consistency)["count"]
+    return value
+
+
+def counter_doc(db: firestore.Client, counter: str) -> dict[str, object]:
+    return counters.counter_ref(db, counter).get().to_dict() or {}
+
+
+def num_shards(db: firestore.Client, counter: str) -> int:
+    return int(str(counter_doc(db, counter)["num_shards"]))
+
+
+def shard_documents(db: firestore.Client, counter: str) -> int:
+    return len(list(counters.counter_ref(db, counter).collection(config.SHARDS).stream()))
+
+
+def shard_counts(db: firestore.Client, counter: str) -> list[int]:
+    shards = counters.counter_ref(db, counter).collection(config.SHARDS).stream()
+    return [int(s.get("count") or 0) for s in shards]
+
+
+def rollup_count(db: firestore.Client, counter: str) -> int:
+    return int(str(counter_doc(db, counter)["count"]))
+
+
+def strong_count(db: firestore.Client, counter: str) -> int:
+    return counters.get_count(db, counter, "strong").count
+
+
+@pytest.fixture
+def loop(isolated_db: firestore.Client) -> Iterator[None]:
+    """The rollup loop with FAST autoscaling, ticking every 0.3 s, for the test's duration."""
+    stop = threading.Event()
+    thread = threading.Thread(target=rollup.run, args=(isolated_db,),
+                              kwargs={"stop": stop, "period_s": 0.3, "scaling": FAST})
+    thread.start()
+    yield
+    stop.set()
+    thread.join(timeout=30)
+
+
+@pytest.mark.parametrize("strategy", config.STRATEGIES)
+def test_each_strategy_counts_exactly(
+    admin: Callables, user_token: str, suffix: str, strategy: str
+) -> None:
+    """8 clients x 25 increments of mixed sizes sum exactly, strong and in the rollup."""
+    counter = f"strategy-{strategy}-{suffix}"
+    admin.call("create_counter", counter=counter, shards=4, strategy=strategy)
+
+    def client(n: int) -> int:
+        caller = Callables(user_token)
+        added = 0
+        for i in range(25):
+            by = (n * 3 + i) % 9 - 3
+            caller.call("increment", counter=counter, by=by)
+            added += by
+        return added
+
+    with ThreadPoolExecutor(8) as pool:
+        expected = sum(pool.map(client, range(8)))
+    assert count(admin, counter) == expected
+    eventually(lambda: count(admin, counter, "rollup") == expected)
+
+
+def test_least_loaded_spreads_writes_at_least_as_evenly_as_random(
+    admin: Callables, user_token: str, db: firestore.Client, suffix: str
+) -> None:
+    """1,600 increments from 16 clients over 8 pinned shards: least_loaded's per-shard counts
+    deviate no more than a random choice's would (multinomial standard deviation, +25%)."""
+    shards, clients, per_client = 8, 16, 100
+    counter = f"spread-{suffix}"
+    admin.call("create_counter", counter=counter, shards=shards, strategy="least_loaded")
+    # Pin the shard count (an operator's setting) so that the stack's rollup does not grow it.
+    counters.counter_ref(db, counter).update({"min_shards": shards, "max_shards": shards})
+
+    def client(_: int) -> None:
+        caller = Callables(user_token)
+        for _ in range(per_client):
+            caller.call("increment", counter=counter)
+
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, range(clients)))
+    hits = shard_counts(db, counter)
+    total = clients * per_client
+    assert sum(hits) == total and len(hits) == shards
+    random_sd = math.sqrt(total / shards * (1 - 1 / shards))
+    assert statistics.pstdev(hits) <= 1.25 * random_sd, hits
+
+
+def test_a_loaded_counter_grows_then_shrinks_back_to_min(
+    isolated_db: firestore.Client, loop: None
+) -> None:
+    """A 1-shard counter under ~40 writes/s grows; once the load stops it shrinks to 1 shard,
+    its surplus shards are folded away, and the count is exact throughout."""
+    db = isolated_db
+    counters.create_counter(db, "hot", shards=1)
+    stop = threading.Event()
+    totals = [0] * 4
+
+    def writer(n: int) -> None:
+        cache = counters.ConfigCache()
+        while not stop.is_set():
+            counters.increment(db, "hot", 1, configs=cache)
+            totals[n] += 1
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        eventually(lambda: num_shards(db, "hot") >= 4, timeout_s=30)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    total = sum(totals)
+    assert strong_count(db, "hot") == total
+    eventually(lambda: num_shards(db, "hot") == 1, timeout_s=60, every_s=0.5)
+    eventually(lambda: shard_documents(db, "hot") == 1, timeout_s=30, every_s=0.5)
+    assert strong_count(db, "hot") == total
+    eventually(lambda: rollup_count(db, "hot") == total)
+    eventually(lambda: counter_doc(db, "hot")["above_min"] is False)
+    assert counter_doc(db, "hot").get("shrunk_at") is None
+
+
+def test_no_increment_is_lost_while_shards_grow_and_shrink(
+    isolated_db: firestore.Client, loop: None
+) -> None:
+    """Writers keep going through a grow, a shrink and the folds: the total stays exact. Two of
+    them read the grown configuration as the load drops and keep it for a minute, so they write
+    to shards that are being folded or already gone."""
+    db = isolated_db
+    counters.create_counter(db, "busy", shards=1)
+    stop, calm = threading.Event(), threading.Event()
+    totals = [0] * 4
+    peak = [1]
+
+    def writer(n: int) -> None:
+        rng = random.Random(n)
+        cache = counters.ConfigCache(ttl_s=config.CONFIG_CACHE_TTL_S if n < 2 else 60.0)
+        stale = False
+        while not stop.is_set():
+            if n >= 2 and calm.is_set() and not stale:
+                cache.forget("busy")  # read the grown num_shards now, then keep it
+                stale = True
+            by = rng.randint(-3, 9)
+            if n == 0 and rng.random() < 0.2:
+                counters.increment(db, "busy", by, request_id=f"w{n}-{rng.random()}",
+                                   configs=cache)
+            else:
+                counters.increment(db, "busy", by, configs=cache)
+            totals[n] += by
+            if calm.is_set():
+                time.sleep(0.2 if n == 0 else 2.0)  # about 6 writes/s in all: 2 shards
+            else:
+                time.sleep(0.01)
+
+    def shards_now() -> int:
+        peak[0] = max(peak[0], num_shards(db, "busy"))
+        return num_shards(db, "busy")
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        eventually(lambda: shards_now() >= 8, timeout_s=30)
+        calm.set()
+        eventually(lambda: shards_now() <= 3, timeout_s=60, every_s=0.5)
+        assert peak[0] >= 8
+        eventually(lambda: shard_documents(db, "busy") == num_shards(db, "busy"),
+                   timeout_s=30, every_s=0.5)
+        time.sleep(2 * config.CONFIG_CACHE_TTL_S)  # let stale caches catch up, still writing
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    total = sum(totals)
+    assert strong_count(db, "busy") == total
+    eventually(lambda: rollup_count(db, "busy") == total)
+
+
+def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client) -> None:
+    """Ticks by hand: a shrink lowers num_shards at once; a late write to a surplus shard in the
+    grace period is folded with the rest; nothing is lost, and the rollup never double counts."""
+    db = isolated_db
+    counters.create_counter(db, "c", shards=8)
+    stale = counters.ConfigCache(ttl_s=600)  # a writer that will miss the shrink
+    stale.get(db, "c")
+    for n in range(8):
+        counters.shard_ref(db, "c", n).update(counters.shard_write(n + 1, random.Random()))
+    lease = Lease(db, rollup.state_ref(db), "test", config.ROLLUP_LEASE_S)
+    assert lease.acquire()
+    # No grow from the few writes here; shrink as soon as the rate is low.
+    params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.5)
+    step = rollup.Rollup(db, lease, params)
+    step.tick()  # meets the counter (36), measures no load: shrinks to 1 at once
+    assert (num_shards(db, "c"), rollup_count(db, "c")) == (1, 36)
+    counters.shard_ref(db, "c", 5).update(counters.shard_write(100, random.Random()))
+    step.tick()
+    assert rollup_count(db, "c") == 136 and shard_documents(db, "c") == 8  # still in grace
+    time.sleep(0.6)
+    assert step.tick().folded == 7
+    assert shard_documents(db, "c") == 1 and strong_count(db, "c") == 136
+    step.tick()
+    assert rollup_count(db, "c") == 136
+    # A writer whose cache still says 8 shards: writes that hit a folded shard are redone.
+    for _ in range(8):
+        counters.increment(db, "c", 1, configs=stale)
+    step.tick()
+    assert strong_count(db, "c") == rollup_count(db, "c") == 144
+
+
+def test_an_increment_racing_a_fold_is_not_lost(
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An increment that lands on a shard between the fold's read and its commit fails the fold
+    (precondition), which moves nothing; the next tick folds the shard with it."""
+    db = isolated_db
+    counters.create_counter(db, "r", shards=4)
+    for n in range(4):
+        counters.shard_ref(db, "r", n).update(counters.shard_write(10, random.Random()))
+    lease = Lease(db, rollup.state_ref(db), "test", config.ROLLUP_LEASE_S)
+    assert lease.acquire()
+    params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.3)
+    step = rollup.Rollup(db, lease, params)
+    step.tick()  # shrinks to 1
+    time.sleep(0.4)
+    real_option = db.write_option
+    raced: list[bool] = []
+
+    def option_after_a_racing_increment(**kwargs: object) -> object:
+        # The fold asks for its precondition after reading the shards, before committing (the
+        # lease renewal asks for one too).
+        if not raced and sys._getframe(1).f_code.co_name == "_fold":
+            raced.append(True)
+            counters.shard_ref(db, "r", 3).update(counters.shard_write(1000, random.Random()))
+        return real_option(**kwargs)
+
+    monkeypatch.setattr(db, "write_option", option_after_a_racing_increment)
+    assert step.tick().folded == 0  # the fold's commit failed on the precondition
+    assert raced and shard_documents(db, "r") == 4 and strong_count(db, "r") == 1040
+    assert step.tick().folded == 3
+    assert shard_documents(db, "r") == 1 and strong_count(db, "r") == 1040
+    step.tick()
+    assert rollup_count(db, "r") == 1040
