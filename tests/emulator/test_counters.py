@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from callables import Callables, CallError
-from counting import counters
+from counting import config, counters
 from counting.counters import shards_for
 from google.cloud import firestore
 
@@ -27,10 +27,13 @@ def error_of(client: Callables, name: str, **data: Any) -> CallError:
     return caught.value
 
 
-def test_concurrent_increments_sum_exactly(admin: Callables, user_token: str, suffix: str) -> None:
+@pytest.mark.parametrize("strategy", config.STRATEGIES)
+def test_concurrent_increments_sum_exactly(
+    admin: Callables, user_token: str, suffix: str, strategy: str
+) -> None:
     """8 clients x 30 increments of mixed sizes sum exactly, strong and in the rollup."""
-    counter = f"likes-{suffix}"
-    admin.call("create_counter", counter=counter, shards=5)
+    counter = f"likes-{strategy}-{suffix}"
+    admin.call("create_counter", counter=counter, shards=5, strategy=strategy)
 
     def client(n: int) -> int:
         caller = Callables(user_token)
