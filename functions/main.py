@@ -9,6 +9,7 @@ initialize_app()
 from counting.api.counters import create_counter, get_count, increment, reset_counter  # noqa: E402
 from counting.api.rollup import rollup  # noqa: E402
 from counting.api.sequences import configure_sequence, next_number, reset_sequence  # noqa: E402
+from counting.api.trends import top_tags, track  # noqa: E402
 
 __all__ = [
     "configure_sequence",
@@ -19,4 +20,6 @@ __all__ = [
     "reset_counter",
     "reset_sequence",
     "rollup",
+    "top_tags",
+    "track",
 ]

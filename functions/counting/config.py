@@ -94,3 +94,34 @@ SEQUENCE_CLAIM_TIMEOUT_S = 120.0
 # Opening a new business day is a compare-and-set on sequences/{tenant}; give up after this many
 # lost races (each loss means another writer changed the document in between).
 SEQUENCE_OPEN_DAY_ATTEMPTS = 50
+
+# ---------------------------------------------------------------------------------------------
+# Trending tags: exact windowed counts per region and worldwide, and their Top-K (issue 5).
+# ---------------------------------------------------------------------------------------------
+TRENDS = "trends"  # trends/{region} and trends/global: the Top-K and trending lists clients read
+# One sharded counter per (region, minute, tag); track() writes its shards, the rollup keeps the
+# bucket document's count (and the per-shard values it has summed) and deletes it on expiry.
+TREND_MINUTES = "trend_minutes"
+TREND_HOURS = "trend_hours"  # rollup-only: per (region, hour, tag), the sum of its minutes
+TREND_TOTALS = "trend_totals"  # rollup-only: window count per (scope, window, tag) while > 0
+GLOBAL_SCOPE = "global"  # the scope that sums every region; not a valid region name
+
+MAX_TAGS = 20
+MAX_TAG_CHARS = 100
+MAX_REGION_CHARS = 64
+TOP_K = 100  # the list the rollup maintains; top_tags serves k = 1..TOP_K of it
+DEFAULT_K = 10
+
+# A window counts the last `buckets` buckets of `bucket_s` seconds, the current partial one
+# included: it covers between (buckets - 1) and buckets bucket lengths of history.
+WINDOWS = {"1h": (60, 60), "24h": (3600, 24)}  # name -> (bucket_s, buckets)
+DEFAULT_WINDOW = "24h"
+# A tag is trending in a scope once its window count reaches this.
+TRENDING_THRESHOLDS = {"1h": 1_000, "24h": 10_000}
+
+# Shards per minute bucket. They are created by the first write that picks them, so a cold tag
+# costs one document per minute whatever this is; a hot tag spreads over all of them.
+TREND_SHARDS = 64
+# Buckets are deleted by the rollup when they leave their window; the TTL policy on EXPIRES_AT
+# is the backstop, this long after that (the rollup must have subtracted them by then).
+TREND_TTL_GRACE = dt.timedelta(days=1)

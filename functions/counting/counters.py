@@ -221,21 +221,23 @@ def increment(
     uid: str = "",
     configs: ConfigCache = _CONFIGS,
     picker: ShardPicker = _PICKER,
-) -> bool:
-    """Add `by` to one shard; False when `request_id` was already applied for this user."""
+) -> dt.datetime | None:
+    """Add `by` to one shard. Returns the commit time, which a client compares with the rollup's
+    `updated_at` to tell whether the rollup includes this increment; None when `request_id` was
+    already applied for this user."""
 
-    def attempt() -> bool:
+    def attempt() -> dt.datetime | None:
         target = configs.get(db, counter)
         ref = shard_ref(db, counter, picker.pick(target))
         if request_id is None:
-            ref.update(shard_write(by, picker.rng))
-            return True
+            committed: dt.datetime = ref.update(shard_write(by, picker.rng)).update_time
+            return committed
         batch = db.batch()
         batch.create(*request_marker(db, uid, request_id, counters=[counter]))
         batch.update(ref, shard_write(by, picker.rng))
         return commit_once(batch)
 
-    applied: bool = with_fresh_config(attempt, configs, [counter])
+    applied: dt.datetime | None = with_fresh_config(attempt, configs, [counter])
     return applied
 
 
@@ -276,7 +278,7 @@ def increment_many(
         for target in targets:
             ref = shard_ref(db, target.counter, picker.pick(target))
             batch.update(ref, shard_write(totals[target.counter], picker.rng))
-        return len(items) if commit_once(batch) else 0
+        return len(items) if commit_once(batch) is not None else 0
 
     result: int = with_fresh_config(attempt, configs, totals)
     return result
@@ -296,13 +298,14 @@ def request_marker(
     return db.collection(config.REQUESTS).document(key), fields
 
 
-def commit_once(batch: Any) -> bool:
-    """Commit a batch that creates a marker; False when the marker already exists."""
+def commit_once(batch: Any) -> dt.datetime | None:
+    """Commit a batch that creates a marker: its commit time, or None when the marker exists."""
     try:
-        batch.commit()
+        results = batch.commit()
     except gexc.AlreadyExists:
-        return False
-    return True
+        return None
+    committed: dt.datetime = results[0].update_time
+    return committed
 
 
 def get_count(db: firestore.Client, counter: str, consistency: str = "rollup") -> Count:

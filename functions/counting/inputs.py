@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import unicodedata
 import zoneinfo
 from collections.abc import Mapping
 from typing import Any
@@ -151,3 +152,47 @@ def reset_time(value: object | None, field: str = "reset_time") -> str:
 @functools.cache
 def _zone_names() -> frozenset[str]:
     return frozenset(zoneinfo.available_timezones())
+
+
+# Trending tags (issue 5).
+
+_REGION = re.compile(r"[a-z0-9-]{1,64}")
+
+
+def region(value: object, field: str = "region") -> str:
+    """1..64 of a-z 0-9 -; `global` names the sum of all regions and is not a region."""
+    if not isinstance(value, str) or not _REGION.fullmatch(value):
+        raise InvalidArgument(f"{field}: must be 1..64 characters of a-z 0-9 - "
+                              f"(got {_show(value)})")
+    if value == config.GLOBAL_SCOPE:
+        raise InvalidArgument(f"{field}: {config.GLOBAL_SCOPE!r} is reserved for the sum of all "
+                              "regions")
+    return value
+
+
+def tag(value: object, field: str = "tag") -> str:
+    """A tag as it is counted: trimmed, one leading `#` stripped, case-folded (NFC first, so
+    composed and decomposed spellings are one tag)."""
+    if not isinstance(value, str) or not 1 <= len(value) <= config.MAX_TAG_CHARS:
+        raise InvalidArgument(f"{field}: must be a string of 1..{config.MAX_TAG_CHARS} characters "
+                              f"(got {_show(value)})")
+    text = unicodedata.normalize("NFC", value).strip()
+    text = text.removeprefix("#").casefold().strip()
+    if not text:
+        raise InvalidArgument(f"{field}: is empty once trimmed and stripped of its '#'")
+    if not text.isprintable():
+        raise InvalidArgument(f"{field}: must not contain control characters")
+    return text
+
+
+def tags(value: object, field: str = "tags") -> list[str]:
+    """1..20 tags, normalised, each once (in first-seen order)."""
+    if not isinstance(value, list) or not 1 <= len(value) <= config.MAX_TAGS:
+        raise InvalidArgument(f"{field}: must be a list of 1..{config.MAX_TAGS} strings")
+    return list(dict.fromkeys(tag(item, f"{field}[{i}]") for i, item in enumerate(value)))
+
+
+def top_k(value: object | None, field: str = "k") -> int:
+    if value is None:
+        return config.DEFAULT_K
+    return integer(value, field, 1, config.TOP_K)

@@ -73,6 +73,22 @@ class Lease:
         commit_time: dt.datetime = result.update_time
         return commit_time
 
+    def commit(self, batch: Any) -> list[Any]:
+        """Commit `batch` only while the lease is ours: it also writes the lease document, guarded
+        by the update time of our own last write to it (a fencing token), so a holder that stalled
+        past its lease cannot commit after a successor has taken over."""
+        if self._update_time is None:
+            raise LeaseLost("not held")
+        option = self._db.write_option(last_update_time=self._update_time)
+        batch.update(self._ref, {"fenced_at": firestore.SERVER_TIMESTAMP}, option=option)
+        try:
+            results: list[Any] = batch.commit()
+        except (gexc.FailedPrecondition, gexc.NotFound) as error:
+            self._update_time = None
+            raise LeaseLost(str(error)) from error
+        self._update_time = results[-1].update_time
+        return results
+
     def release(self, watermark: dt.datetime) -> None:
         """Hand the lease back at once (the next holder need not wait for expiry)."""
         if self._update_time is None:

@@ -1,5 +1,5 @@
 """The rollup: about once a second, sum the shards of every counter that changed into its rollup,
-measure each counter's write rate, and scale its shards to it.
+measure each counter's write rate, and scale its shards to it; then the trending tags.
 
 One tick, under the lease (`counting.lease`):
 
@@ -19,6 +19,9 @@ One tick, under the lease (`counting.lease`):
 6. Scale every counter held in memory (`autoscale.decide`): grow = create the new shards, then
    raise `num_shards`; shrink = lower `num_shards` and stamp `shrunk_at`; FOLD_GRACE_S later (the
    write paths' caches have all seen the lower count by then) fold the surplus shards.
+
+7. Trending tags (`counting.trends`): the same query returned the changed shards of the trend
+   minute buckets; their changes go into the window totals, the Top-K lists and `trends/{scope}`.
 
 Folding never loses or doubles a count. Each surplus shard is read, then one commit deletes it,
 with a precondition on the update time it was read with, and adds the count read to a remaining
@@ -62,6 +65,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from . import autoscale, config
 from .autoscale import AutoscaleParams
 from .lease import Lease, LeaseLost
+from .trends import TrendRollup, TrendStats
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,7 @@ class TickStats:
     published: int = 0  # counter documents written (count, rate or scaling state)
     rescaled: int = 0  # counters whose num_shards changed
     folded: int = 0  # surplus shards folded away
+    trends: TrendStats | None = None
 
 
 @dataclass(kw_only=True)
@@ -172,10 +177,12 @@ class Rollup:
     """The state of one lease holder: the watermark, the shard values it has seen, the loads."""
 
     def __init__(self, db: firestore.Client, lease: Lease,
-                 scaling: AutoscaleParams | None = None) -> None:
+                 scaling: AutoscaleParams | None = None,
+                 trends: TrendRollup | None = None) -> None:
         self._db = db
         self._lease = lease
         self._params = scaling or AutoscaleParams()
+        self._trends = trends or TrendRollup(db, lease)
         self.watermark = lease.watermark
         self._shards: dict[str, dict[str, int]] = {}
         self._writes: dict[str, dict[str, int]] = {}
@@ -196,12 +203,13 @@ class Rollup:
         self._written.clear()
         self._scaling.clear()
         self._last_changed.clear()
+        self._trends.forget()
 
     def tick(self) -> TickStats:
         started = time.monotonic()
         since = self.watermark
         as_of = to_micros(self._lease.renew(since))
-        changes, reads = self._changed_shards(since, as_of)
+        changes, trend_changes, reads = self._changed_shards(since, as_of)
         try:
             watched: list[str] = []
             if self._params.enabled and self._ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
@@ -215,6 +223,7 @@ class Rollup:
                 self._grow(counter, old, new)
             folded, fold_reads = self._fold_due(as_of)
             reads += fold_reads
+            trends = self._trends.tick(trend_changes, as_of)
         except BaseException:
             self.forget()
             raise
@@ -230,13 +239,16 @@ class Rollup:
             published=len(updates),
             rescaled=len(grows) + sum(1 for fields in updates.values() if "num_shards" in fields),
             folded=folded,
+            trends=trends,
         )
 
     def _changed_shards(
         self, since: dt.datetime, as_of: dt.datetime
-    ) -> tuple[dict[str, dict[str, Shard]], int]:
-        # `stripe in [all]` is one query that the (stripe, updated_at) index serves as one range
-        # scan per stripe.
+    ) -> tuple[dict[str, dict[str, Shard]], dict[str, dict[str, Any]], int]:
+        """Counter shards and trend minute-bucket shards written in (since, as_of].
+
+        `stripe in [all]` is one query that the (stripe, updated_at) index serves as one range
+        scan per stripe."""
         query = (
             self._db.collection_group(config.SHARDS)
             .where(filter=FieldFilter("stripe", "in", list(range(config.STRIPES))))
@@ -244,12 +256,16 @@ class Rollup:
         )
         snapshots = list(query.stream(read_time=as_of))
         changes: dict[str, dict[str, Shard]] = defaultdict(dict)
+        trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         for snapshot in snapshots:
             parent = snapshot.reference.parent.parent
-            if parent is None or parent.parent.id != config.COUNTERS:
+            if parent is None:
                 continue
-            changes[parent.id][snapshot.id] = shard_of(snapshot)
-        return changes, max(1, len(snapshots))
+            if parent.parent.id == config.COUNTERS:
+                changes[parent.id][snapshot.id] = shard_of(snapshot)
+            elif parent.parent.id == config.TREND_MINUTES:
+                trend_changes[parent.id][snapshot.id] = snapshot
+        return changes, trend_changes, max(1, len(snapshots))
 
     def _above_min(self, as_of: dt.datetime) -> tuple[list[str], int]:
         """Counters that may have shards to shed, whether or not anyone writes to them."""
@@ -494,7 +510,9 @@ def run(
                 wait_s = period_s
                 try:
                     stats = rollup.tick()
-                    if stats.changed_counters:
+                    trends = stats.trends
+                    if stats.changed_counters or (trends and (trends.changed_buckets
+                                                              or trends.expired_buckets)):
                         log.info("tick: %s", stats)
                 except LeaseLost:
                     log.warning("rollup lease lost; waiting to take it back")

@@ -13,6 +13,8 @@ EXPECTED = {
     "configure_sequence",
     "next_number",
     "reset_sequence",
+    "track",
+    "top_tags",
 }
 
 

@@ -41,8 +41,10 @@ def increment(req: Request) -> dict[str, Any]:
         return {"applied": applied > 0, "count": applied}
     counter = inputs.counter_id(inputs.required(data, "counter"))
     by = inputs.increment_by(data.get("by"))
-    applied_once = counters.increment(db(), counter, by, request_id=request_id, uid=uid)
-    return {"counter": counter, "applied": applied_once}
+    committed = counters.increment(db(), counter, by, request_id=request_id, uid=uid)
+    if committed is None:
+        return {"counter": counter, "applied": False}
+    return {"counter": counter, "applied": True, "committed_at": rfc3339(committed)}
 
 
 @https_fn.on_call()

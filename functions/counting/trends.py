@@ -1,0 +1,490 @@
+"""Trending tags: exact windowed counts per region and worldwide, and the Top-K clients read.
+
+Write path. One `track` event is one commit: for each of its (normalised, distinct) tags, one
+`Increment` on a random shard of the counter for (region, current minute, tag), the same shard
+write as any counter's (`counters.shard_write`), plus the request marker when the event has a
+`request_id`. The shards of a bucket are created by the first write that picks them, so nothing
+is read or created beforehand and a hot tag spreads over TREND_SHARDS documents.
+
+Windows. `1h` counts the last 60 one-minute buckets and `24h` the last 24 one-hour buckets, the
+current partial bucket included (`in_window`): an event stops counting between 59 and 60 minutes
+after it happened in `1h`, between 23 and 24 hours in `24h`. Hour buckets are not written by
+clients: the rollup adds every minute bucket's change to its hour.
+
+Rollup (`TrendRollup`, one step of each rollup tick; `counting.rollup` finds the changed bucket
+shards with the same query that finds changed counter shards, read at the tick's instant T):
+
+1. Each changed minute bucket's change is the growth of its changed shards over the values the
+   bucket document recorded when it was last summed. It goes to the minute document (absolute:
+   count and per-shard values), the hour document (Increment) and the window totals of its tag
+   in the region and in `global`.
+2. Buckets that left their window (minute <= now - 60, hour <= now - 24) are read with one query
+   each, subtracted from the totals of their tags, and deleted.
+3. Totals are absolute values (`trend_totals/{scope}:{window}:{tag key}`, deleted at 0), read on
+   first use and then kept in memory. Every commit holds whole bucket changes together with the
+   totals that include them, and is fenced by the lease (`Lease.commit`), so a tick that dies
+   half-way is redone exactly from the bucket documents, and a stalled holder cannot write.
+4. Each (scope, window) keeps its exact top TOP_K and its trending set in memory. A change is
+   merged into the list; only when a listed tag fell below the old last place (counts fall when
+   buckets expire) can a tag outside the list be the new k-th, and the list is read again with
+   one query (<= TOP_K reads). A new lease holder reads each list once when it first needs it.
+5. `trends/{scope}` is rewritten when its content changed, once per tick at most.
+
+Cost per tick: reads and writes proportional to the changed buckets plus, at a minute or hour
+boundary, the buckets leaving the window, and at most TOP_K reads per list that lost a member.
+Nothing ever reads all the tags.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from . import config, counters
+from .lease import Lease
+
+MINUTE_S = 60
+HOUR_MINUTES = 60
+# Writes per commit, leaving room for the fencing write.
+COMMIT_WRITES = 499
+# Minute buckets whose document is read in one call.
+READ_CHUNK = 300
+
+TotalKey = tuple[str, str, str]  # (scope, window, tag)
+Item = tuple[str, int]  # (tag, count)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TagCount:
+    tag: str
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopTags:
+    region: str
+    window: str
+    items: list[TagCount]
+    as_of: dt.datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrendStats:
+    changed_buckets: int  # minute buckets whose count changed
+    expired_buckets: int  # minute and hour buckets subtracted and deleted
+    changed_totals: int  # (scope, window, tag) totals written
+    rebuilt_lists: int  # Top-K lists read again from the totals
+    published: int  # trends documents written
+    reads: int
+    writes: int
+
+
+# --- arithmetic ------------------------------------------------------------------------------
+
+
+def minute_of(instant: dt.datetime) -> int:
+    """The minute bucket of an instant: whole minutes since the Unix epoch."""
+    return int(instant.timestamp() // MINUTE_S)
+
+
+def bucket_of(window: str, minute: int) -> int:
+    """The bucket of `window` that a minute falls in."""
+    bucket_s, _ = config.WINDOWS[window]
+    return minute * MINUTE_S // bucket_s
+
+
+def in_window(window: str, bucket: int, now_minute: int) -> bool:
+    """Whether a bucket of `window` still counts at `now_minute` (the current one included)."""
+    _, buckets = config.WINDOWS[window]
+    return bucket > bucket_of(window, now_minute) - buckets
+
+
+def rank(item: Item) -> tuple[int, str]:
+    """The Top-K order: count descending, then tag ascending."""
+    return -item[1], item[0]
+
+
+def tag_key(tag: str) -> str:
+    """Document-id-safe key of a tag (tags may hold `/` and up to 100 characters)."""
+    return hashlib.sha256(tag.encode()).hexdigest()[:32]
+
+
+def minute_id(region: str, minute: int, tag: str) -> str:
+    return f"{region}:{minute}:{tag_key(tag)}"
+
+
+def hour_id(region: str, hour: int, tag: str) -> str:
+    return f"{region}:{hour}:{tag_key(tag)}"
+
+
+def total_id(key: TotalKey) -> str:
+    scope, window, tag = key
+    return f"{scope}:{window}:{tag_key(tag)}"
+
+
+def expiry(window: str, bucket: int) -> dt.datetime:
+    """When the TTL policy may delete a bucket: after it left its window, plus the grace."""
+    bucket_s, buckets = config.WINDOWS[window]
+    seconds = (bucket + buckets) * bucket_s
+    return dt.datetime.fromtimestamp(seconds, dt.UTC) + config.TREND_TTL_GRACE
+
+
+# --- write path and reads --------------------------------------------------------------------
+
+_RNG = random.Random()
+
+
+def track(
+    db: firestore.Client,
+    region: str,
+    tags: Iterable[str],
+    *,
+    request_id: str | None = None,
+    uid: str = "",
+    now: dt.datetime | None = None,
+    rng: random.Random = _RNG,
+) -> int:
+    """Count one event: one occurrence of each distinct (normalised) tag, in one commit.
+
+    Returns the number of tags recorded; 0 when `request_id` was already applied for this user.
+    """
+    distinct = list(dict.fromkeys(tags))
+    minute = minute_of(now or dt.datetime.now(dt.UTC))
+    expires_at = expiry("1h", minute)
+    buckets = db.collection(config.TREND_MINUTES)
+    batch = db.batch()
+    ids = [minute_id(region, minute, tag) for tag in distinct]
+    if request_id is not None:
+        batch.create(*counters.request_marker(db, uid, f"track:{request_id}", counters=ids))
+    for tag, bucket in zip(distinct, ids, strict=True):
+        shard = buckets.document(bucket).collection(config.SHARDS).document(
+            str(rng.randrange(config.TREND_SHARDS)))
+        fields = {**counters.shard_write(1, rng), "region": region, "tag": tag,
+                  "minute": minute, config.EXPIRES_AT: expires_at}
+        batch.set(shard, fields, merge=True)
+    return len(distinct) if counters.commit_once(batch) is not None else 0
+
+
+def top_tags(db: firestore.Client, region: str | None, k: int, window: str) -> TopTags:
+    """The first k of the list the rollup maintains: one document read."""
+    scope = region or config.GLOBAL_SCOPE
+    snapshot = db.collection(config.TRENDS).document(scope).get()
+    data = snapshot.to_dict() or {}
+    section = (data.get("windows") or {}).get(window) or {}
+    items = [TagCount(tag=str(item["tag"]), count=int(item["count"]))
+             for item in (section.get("items") or [])[:k]]
+    return TopTags(region=scope, window=window, items=items,
+                   as_of=data.get("updated_at") or snapshot.read_time)
+
+
+# --- rollup ----------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class MinuteBucket:
+    """A minute bucket document as the rollup last wrote it."""
+
+    region: str
+    tag: str
+    minute: int
+    count: int = 0
+    shards: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Board:
+    """One (scope, window): its exact top TOP_K and the tags at or above the threshold."""
+
+    items: list[Item]
+    trending: set[str]
+
+
+@dataclass(kw_only=True)
+class Pending:
+    """Writes of one commit, and the totals they change (written with them)."""
+
+    writes: list[tuple[str, Any, dict[str, Any] | None]] = field(default_factory=list)
+    totals: set[TotalKey] = field(default_factory=set)
+
+
+class TrendRollup:
+    """The trends state of one lease holder. `clock` (for tests) replaces the tick instant as
+    "now" when deciding which buckets are still in their window."""
+
+    def __init__(
+        self,
+        db: firestore.Client,
+        lease: Lease,
+        *,
+        clock: Callable[[], dt.datetime] | None = None,
+        thresholds: dict[str, int] | None = None,
+    ) -> None:
+        self._db = db
+        self._lease = lease
+        self._clock = clock
+        self._thresholds = thresholds or config.TRENDING_THRESHOLDS
+        self._minutes: dict[str, MinuteBucket] = {}
+        self._totals: dict[TotalKey, int] = {}
+        self._boards: dict[tuple[str, str], Board] = {}
+        self._published: dict[str, dict[str, Any]] = {}
+        self._expired_through: tuple[int, int] | None = None  # (minute, hour) last checked
+        self._reads = self._writes = 0
+
+    def forget(self) -> None:
+        self._minutes.clear()
+        self._totals.clear()
+        self._boards.clear()
+        self._published.clear()
+        self._expired_through = None
+
+    def tick(self, changes: dict[str, dict[str, Any]], as_of: dt.datetime) -> TrendStats:
+        """Apply the changed minute-bucket shards (bucket id -> shard id -> snapshot, read at
+        `as_of`), expire what left its window, and publish the lists that changed."""
+        self._reads = self._writes = 0
+        now_minute = minute_of(self._clock() if self._clock else as_of)
+        deltas: dict[TotalKey, int] = defaultdict(int)
+        entries: list[tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]] = []
+        changed = self._changed(changes, now_minute, entries)
+        expired = self._expired(now_minute, entries)
+        for *_, entry_deltas in entries:
+            for key, delta in entry_deltas.items():
+                deltas[key] += delta
+        self._load_totals([key for key, delta in deltas.items() if delta])
+        written = self._commit(entries)
+        rebuilt = published = 0
+        touched = {key for key, delta in deltas.items() if delta}
+        by_board: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for scope, window, tag in touched:
+            by_board[(scope, window)][tag] = self._totals.get((scope, window, tag), 0)
+        for (scope, window), values in by_board.items():
+            rebuilt += self._update_board(scope, window, values)
+        published = self._publish({scope for scope, _ in by_board}, as_of)
+        return TrendStats(changed_buckets=changed, expired_buckets=expired,
+                          changed_totals=written, rebuilt_lists=rebuilt, published=published,
+                          reads=self._reads, writes=self._writes)
+
+    # -- step 1: changed buckets --
+
+    def _changed(self, changes: dict[str, dict[str, Any]], now_minute: int,
+                 entries: list[tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]]
+                 ) -> int:
+        self._load_minutes([bucket for bucket in changes if bucket not in self._minutes])
+        minutes = self._db.collection(config.TREND_MINUTES)
+        hours = self._db.collection(config.TREND_HOURS)
+        changed = 0
+        for bucket_id in sorted(changes, key=lambda b: self._tag_of(b, changes[b])):
+            shards = changes[bucket_id]
+            bucket = self._minutes.get(bucket_id)
+            if bucket is None:
+                sample = next(iter(shards.values()))
+                minute = int(sample.get("minute"))
+                if not in_window("1h", minute, now_minute):
+                    continue  # a write that landed after its bucket expired (see README)
+                bucket = MinuteBucket(region=str(sample.get("region")),
+                                      tag=str(sample.get("tag")), minute=minute)
+                self._minutes[bucket_id] = bucket
+            delta = 0
+            for shard, snapshot in shards.items():
+                value = int(snapshot.get("count") or 0)
+                delta += value - bucket.shards.get(shard, 0)
+                bucket.shards[shard] = value
+            if delta == 0:
+                continue
+            changed += 1
+            bucket.count += delta
+            entry_deltas: dict[TotalKey, int] = {}
+            for scope in (bucket.region, config.GLOBAL_SCOPE):
+                entry_deltas[(scope, "1h", bucket.tag)] = delta
+            entries.append(("set", minutes.document(bucket_id), {
+                "region": bucket.region, "tag": bucket.tag, "minute": bucket.minute,
+                "count": bucket.count, "shards": dict(bucket.shards),
+                config.EXPIRES_AT: expiry("1h", bucket.minute)}, entry_deltas))
+            hour = bucket_of("24h", bucket.minute)
+            if in_window("24h", hour, now_minute):
+                for scope in (bucket.region, config.GLOBAL_SCOPE):
+                    entry_deltas[(scope, "24h", bucket.tag)] = delta
+                entries.append(("merge", hours.document(hour_id(bucket.region, hour, bucket.tag)),
+                                {"region": bucket.region, "tag": bucket.tag, "hour": hour,
+                                 "count": firestore.Increment(delta),
+                                 config.EXPIRES_AT: expiry("24h", hour)}, {}))
+        return changed
+
+    @staticmethod
+    def _tag_of(bucket_id: str, shards: dict[str, Any]) -> str:
+        return str(next(iter(shards.values())).get("tag"))
+
+    def _load_minutes(self, bucket_ids: list[str]) -> None:
+        minutes = self._db.collection(config.TREND_MINUTES)
+        for start in range(0, len(bucket_ids), READ_CHUNK):
+            refs = [minutes.document(b) for b in bucket_ids[start:start + READ_CHUNK]]
+            for snapshot in self._db.get_all(refs):
+                self._reads += 1
+                if snapshot.exists:
+                    data = snapshot.to_dict() or {}
+                    self._minutes[snapshot.id] = MinuteBucket(
+                        region=str(data["region"]), tag=str(data["tag"]),
+                        minute=int(data["minute"]), count=int(data.get("count") or 0),
+                        shards={str(k): int(v) for k, v in (data.get("shards") or {}).items()})
+
+    # -- step 2: expiry --
+
+    def _expired(self, now_minute: int,
+                 entries: list[tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]]
+                 ) -> int:
+        """Subtract and delete the buckets that left their window (checked once per minute)."""
+        hour = bucket_of("24h", now_minute)
+        if self._expired_through == (now_minute, hour):
+            return 0
+        expired = 0
+        for window, collection, field_name in (("1h", config.TREND_MINUTES, "minute"),
+                                               ("24h", config.TREND_HOURS, "hour")):
+            _, buckets = config.WINDOWS[window]
+            last = bucket_of(window, now_minute) - buckets
+            query = self._db.collection(collection).where(
+                filter=FieldFilter(field_name, "<=", last))
+            snapshots = list(query.stream())
+            self._reads += max(1, len(snapshots))
+            for snapshot in sorted(snapshots, key=lambda s: str(s.get("tag"))):
+                data = snapshot.to_dict() or {}
+                count = int(data.get("count") or 0)
+                if window == "1h":
+                    # Our copy includes what this tick added; the query saw the last commit.
+                    cached = self._minutes.pop(snapshot.id, None)
+                    count = cached.count if cached is not None else count
+                tag = str(data["tag"])
+                entries.append(("delete", snapshot.reference, None, {
+                    (str(data["region"]), window, tag): -count,
+                    (config.GLOBAL_SCOPE, window, tag): -count}))
+                expired += 1
+        self._expired_through = (now_minute, hour)
+        return expired
+
+    # -- step 3: totals, committed with the bucket changes they include --
+
+    def _load_totals(self, keys: list[TotalKey]) -> None:
+        missing = [key for key in keys if key not in self._totals]
+        coll = self._db.collection(config.TREND_TOTALS)
+        for start in range(0, len(missing), READ_CHUNK):
+            chunk = missing[start:start + READ_CHUNK]
+            by_id = {total_id(key): key for key in chunk}
+            for snapshot in self._db.get_all([coll.document(i) for i in by_id]):
+                self._reads += 1
+                count = int((snapshot.to_dict() or {}).get("count") or 0)
+                self._totals[by_id[snapshot.id]] = count
+
+    def _commit(
+        self, entries: list[tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]]
+    ) -> int:
+        """Commit the bucket writes in order, each commit with the totals its entries changed
+        (their values after those entries). Returns the number of total writes."""
+        pending = Pending()
+        written = 0
+        for op, ref, data, entry_deltas in entries:
+            if len(pending.writes) + len(pending.totals) + 6 > COMMIT_WRITES:
+                written += self._flush(pending)
+                pending = Pending()
+            pending.writes.append((op, ref, data))
+            for key, delta in entry_deltas.items():
+                if delta:
+                    self._totals[key] = self._totals.get(key, 0) + delta
+                    pending.totals.add(key)
+        return written + self._flush(pending)
+
+    def _flush(self, pending: Pending) -> int:
+        if not pending.writes:
+            return 0
+        coll = self._db.collection(config.TREND_TOTALS)
+        batch = self._db.batch()
+        for op, ref, data in pending.writes:
+            if op == "delete":
+                batch.delete(ref)
+            else:
+                batch.set(ref, data or {}, merge=op == "merge")
+        for key in sorted(pending.totals):
+            scope, window, tag = key
+            ref = coll.document(total_id(key))
+            if self._totals[key] > 0:
+                batch.set(ref, {"scope": scope, "window": window, "tag": tag,
+                                "count": self._totals[key]})
+            else:
+                batch.delete(ref)
+                self._totals.pop(key)
+        self._lease.commit(batch)
+        self._writes += len(pending.writes) + len(pending.totals) + 1
+        return len(pending.totals)
+
+    # -- step 4: the lists --
+
+    def _update_board(self, scope: str, window: str, values: dict[str, int]) -> int:
+        """Merge changed totals into the (scope, window) list; 1 when it had to be read again."""
+        board = self._boards.get((scope, window))
+        if board is None:
+            self._boards[(scope, window)] = self._read_board(scope, window)
+            return 1
+        threshold = self._thresholds[window]
+        for tag, count in values.items():
+            if count >= threshold:
+                board.trending.add(tag)
+            else:
+                board.trending.discard(tag)
+        full = len(board.items) >= config.TOP_K
+        old_last = rank(board.items[-1]) if full else None
+        merged = dict(board.items)
+        merged.update(values)
+        ranked = sorted(((tag, count) for tag, count in merged.items() if count > 0), key=rank)
+        if old_last is not None and (len(ranked) < config.TOP_K
+                                     or rank(ranked[config.TOP_K - 1]) > old_last):
+            # A listed tag fell below the old last place: an unlisted one may now rank above it.
+            self._boards[(scope, window)] = self._read_board(scope, window)
+            return 1
+        board.items = ranked[:config.TOP_K]
+        return 0
+
+    def _read_board(self, scope: str, window: str) -> Board:
+        base = (self._db.collection(config.TREND_TOTALS)
+                .where(filter=FieldFilter("scope", "==", scope))
+                .where(filter=FieldFilter("window", "==", window)))
+        top = base.order_by("count", direction=firestore.Query.DESCENDING).order_by("tag")
+        items = [(str(s.get("tag")), int(s.get("count"))) for s in top.limit(config.TOP_K).stream()]
+        hot = base.where(filter=FieldFilter("count", ">=", self._thresholds[window]))
+        trending = {str(s.get("tag")) for s in hot.select(["tag"]).stream()}
+        self._reads += max(1, len(items)) + max(1, len(trending))
+        return Board(items=items, trending=trending)
+
+    # -- step 5: the documents clients read --
+
+    def _publish(self, scopes: set[str], as_of: dt.datetime) -> int:
+        changed: dict[str, dict[str, Any]] = {}
+        for scope in sorted(scopes):
+            windows = {}
+            for window in config.WINDOWS:
+                board = self._boards.get((scope, window))
+                if board is None:
+                    board = self._read_board(scope, window)
+                    self._boards[(scope, window)] = board
+                windows[window] = {
+                    "items": [{"tag": tag, "count": count} for tag, count in board.items],
+                    "trending": sorted(board.trending),
+                }
+            content = {"window": config.DEFAULT_WINDOW, **windows[config.DEFAULT_WINDOW],
+                       "windows": windows}
+            if self._published.get(scope) != content:
+                changed[scope] = content
+        if not changed:
+            return 0
+        batch = self._db.batch()
+        coll = self._db.collection(config.TRENDS)
+        for scope, content in changed.items():
+            batch.set(coll.document(scope), {**content, "updated_at": as_of})
+        self._lease.commit(batch)
+        self._published.update(changed)
+        self._writes += len(changed) + 1
+        return len(changed)
