@@ -1,6 +1,7 @@
 """`make bench`: run every benchmark against the stack, print the figures, save JSON and PNG.
 
-Results go to bench/results/<name>.json and bench/results/<name>.png.
+Results go to bench/results/<name>.json and bench/results/<name>.png. Arguments pick groups
+(`bench/run.py trends`); none runs them all.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "
 import counter_bench  # noqa: E402
 import matplotlib  # noqa: E402
 import sequence_bench  # noqa: E402
+import trend_bench  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -81,7 +83,28 @@ def plot_step_load(results: dict[str, Any]) -> None:
     fig.savefig(RESULTS / "step_load.png", dpi=100)
 
 
-def main() -> int:
+def plot_trends(results: dict[str, Any]) -> None:
+    fig, (lag, cost) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fresh = results["freshness"]
+    lag.hist(fresh["lags_s"], bins=30)
+    lag.axvline(fresh["lag_p99_s"], color="red", linestyle="--", label="p99")
+    lag.set(title="track -> trends/global (freshness)", xlabel="seconds", ylabel="probes")
+    lag.legend()
+    sizes = list(results["tick_cost"])
+    rows = [results["tick_cost"][size] for size in sizes]
+    x = range(len(sizes))
+    cost.bar([i - 0.2 for i in x], [r["steady_reads"] for r in rows], width=0.4,
+             label="reads per steady tick")
+    cost.bar([i + 0.2 for i in x], [r["steady_tick_ms"] for r in rows], width=0.4,
+             label="ms per steady tick (emulator)")
+    cost.set_xticks(list(x), [f"{int(size):,} active tags" for size in sizes])
+    cost.set(title="Rollup tick with 100 tags changing")
+    cost.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "trends.png", dpi=100)
+
+
+def counters() -> None:
     results: dict[str, Any] = {}
     benches: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("rollup_lag", counter_bench.rollup_lag),
@@ -96,6 +119,9 @@ def main() -> int:
     save("counters", brief(results))
     plot_counters(results)
     print(f"saved {RESULTS / 'counters.json'} and {RESULTS / 'counters.png'}")
+
+
+def autoscale() -> None:
     scaling: dict[str, Any] = {}
     for name, bench in [("balance", counter_bench.balance),
                         ("step_load", counter_bench.step_load)]:
@@ -105,13 +131,45 @@ def main() -> int:
     save("autoscale", brief(scaling))
     plot_step_load(scaling["step_load"])
     print(f"saved {RESULTS / 'autoscale.json'} and {RESULTS / 'step_load.png'}")
+
+
+def sequences() -> None:
     print("== sequences", flush=True)
     figures = sequence_bench.run()
     print(json.dumps(figures, indent=2), flush=True)
     save("sequences", figures)
     print(f"saved {RESULTS / 'sequences.json'}")
+
+
+def trends() -> None:
+    results: dict[str, Any] = {}
+    benches: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("track_rate", trend_bench.track_rate),
+        ("freshness", trend_bench.freshness),
+        ("tick_cost", trend_bench.tick_cost),
+    ]
+    for name, bench in benches:
+        print(f"== {name}", flush=True)
+        results[name] = bench()
+        print(json.dumps(brief(results[name]), indent=2), flush=True)
+    save("trends", brief(results))
+    plot_trends(results)
+    print(f"saved {RESULTS / 'trends.json'} and {RESULTS / 'trends.png'}")
+
+
+GROUPS: dict[str, Callable[[], None]] = {
+    "counters": counters, "autoscale": autoscale, "sequences": sequences, "trends": trends}
+
+
+def main(argv: list[str]) -> int:
+    unknown = [name for name in argv if name not in GROUPS]
+    if unknown:
+        print(f"unknown group {unknown[0]!r}; groups: {' '.join(GROUPS)}", file=sys.stderr)
+        return 2
+    for name in argv or list(GROUPS):
+        GROUPS[name]()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
