@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -66,6 +67,30 @@ def test_retried_request_id_counts_once(user: Callables, admin: Callables, suffi
     assert sorted(r["applied"] for r in results) == [False] * 7 + [True]
     assert count(admin, counter) == 6
     eventually(lambda: count(admin, counter, "rollup") == 6)
+
+
+def test_committed_at_tells_whether_the_rollup_includes_an_increment(
+    user: Callables, admin: Callables, db: firestore.Client, suffix: str
+) -> None:
+    """The rollup counts an acknowledged increment exactly when its committed_at <= updated_at."""
+    counter = f"ack-{suffix}"
+    admin.call("create_counter", counter=counter, shards=4)
+    acks = [user.call("increment", counter=counter, by=by) for by in (1, 10, 100)]
+    committed = [dt.datetime.fromisoformat(ack["committed_at"]) for ack in acks]
+    assert committed == sorted(committed)
+    ref = db.collection(config.COUNTERS).document(counter)
+    seen: set[int] = set()
+
+    def consistent_until_caught_up() -> bool:
+        doc = ref.get()
+        included = sum(by for by, at in zip((1, 10, 100), committed, strict=True)
+                       if at <= doc.get("updated_at"))
+        assert doc.get("count") == included  # never more, never less
+        seen.add(included)
+        return included == 111
+
+    eventually(consistent_until_caught_up)
+    assert seen <= {0, 1, 11, 111}
 
 
 def test_request_ids_belong_to_their_user(user: Callables, admin: Callables, suffix: str) -> None:
