@@ -104,33 +104,33 @@ def plot_trends(results: dict[str, Any]) -> None:
     fig.savefig(RESULTS / "trends.png", dpi=100)
 
 
-def counters() -> None:
+Bench = Callable[[], dict[str, Any]]
+
+
+def run_group(group: str, benches: list[tuple[str, Bench]],
+              plot: Callable[[dict[str, Any]], None]) -> None:
+    """Run the benches, print each one's figures, save them as <group>.json and plot them."""
     results: dict[str, Any] = {}
-    benches: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("rollup_lag", counter_bench.rollup_lag),
-        ("rollup_cost", counter_bench.rollup_cost),
-        ("write_path", counter_bench.write_path),
-        ("read_cost", counter_bench.read_cost),
-    ]
     for name, bench in benches:
         print(f"== {name}", flush=True)
         results[name] = bench()
         print(json.dumps(brief(results[name]), indent=2), flush=True)
-    save("counters", brief(results))
-    plot_counters(results)
-    print(f"saved {RESULTS / 'counters.json'} and {RESULTS / 'counters.png'}")
+    save(group, brief(results))
+    plot(results)
+    print(f"saved {group}.json and its plot under {RESULTS}")
+
+
+def counters() -> None:
+    run_group("counters", [("rollup_lag", counter_bench.rollup_lag),
+                           ("rollup_cost", counter_bench.rollup_cost),
+                           ("write_path", counter_bench.write_path),
+                           ("read_cost", counter_bench.read_cost)], plot_counters)
 
 
 def autoscale() -> None:
-    scaling: dict[str, Any] = {}
-    for name, bench in [("balance", counter_bench.balance),
-                        ("step_load", counter_bench.step_load)]:
-        print(f"== {name}", flush=True)
-        scaling[name] = bench()
-        print(json.dumps(brief(scaling[name]), indent=2), flush=True)
-    save("autoscale", brief(scaling))
-    plot_step_load(scaling["step_load"])
-    print(f"saved {RESULTS / 'autoscale.json'} and {RESULTS / 'step_load.png'}")
+    run_group("autoscale", [("balance", counter_bench.balance),
+                            ("step_load", counter_bench.step_load)],
+              lambda results: plot_step_load(results["step_load"]))
 
 
 def sequences() -> None:
@@ -142,19 +142,9 @@ def sequences() -> None:
 
 
 def trends() -> None:
-    results: dict[str, Any] = {}
-    benches: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("track_rate", trend_bench.track_rate),
-        ("freshness", trend_bench.freshness),
-        ("tick_cost", trend_bench.tick_cost),
-    ]
-    for name, bench in benches:
-        print(f"== {name}", flush=True)
-        results[name] = bench()
-        print(json.dumps(brief(results[name]), indent=2), flush=True)
-    save("trends", brief(results))
-    plot_trends(results)
-    print(f"saved {RESULTS / 'trends.json'} and {RESULTS / 'trends.png'}")
+    run_group("trends", [("track_rate", trend_bench.track_rate),
+                         ("freshness", trend_bench.freshness),
+                         ("tick_cost", trend_bench.tick_cost)], plot_trends)
 
 
 GROUPS: dict[str, Callable[[], None]] = {

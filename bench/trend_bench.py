@@ -154,6 +154,13 @@ def populate(db: firestore.Client, tags: int, now: dt.datetime) -> None:
         worker.join()
 
 
+def empty_change_query(db: firestore.Client) -> float:
+    """Seconds for the rollup's change query when nothing changed since `now`."""
+    started = time.monotonic()
+    list(rollup.change_query(db, dt.datetime.now(dt.UTC)).stream())
+    return time.monotonic() - started
+
+
 def tick_cost(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), ticks: int = 5,
               changed: int = 100) -> dict[str, Any]:
     """Steady ticks (`changed` tags per tick) beside `size` active tags, and the boundary tick."""
@@ -183,6 +190,9 @@ def tick_cost(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), ticks: int = 5,
             assert stats.trends is not None
             samples.append((stats.seconds, stats.reads + stats.trends.reads,
                             stats.trends.writes, stats.trends.changed_buckets))
+        # Control: the rollup's change query alone, matching nothing. The emulator has no
+        # indexes and scans the whole `shards` group for it, so its time grows with all tags.
+        query_s = statistics.median(empty_change_query(db) for _ in range(3))
         clock.now = now + dt.timedelta(minutes=61)
         boundary = step.tick()
         assert boundary.trends is not None and first.trends is not None
@@ -193,6 +203,7 @@ def tick_cost(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), ticks: int = 5,
             "steady_reads": round(statistics.median(s[1] for s in samples)),
             "steady_writes": round(statistics.median(s[2] for s in samples)),
             "steady_changed_buckets": round(statistics.median(s[3] for s in samples)),
+            "empty_change_query_ms": round(1000 * query_s, 1),
             "boundary_tick_s": round(boundary.seconds, 2),
             "boundary_expired": boundary.trends.expired_buckets,
             "boundary_reads": boundary.reads + boundary.trends.reads,

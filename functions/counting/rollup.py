@@ -169,6 +169,15 @@ def rate_moved(rate: float, published: float) -> bool:
     return value == 0.0 or abs(value - published) > margin
 
 
+def change_query(db: firestore.Client, since: dt.datetime) -> Any:
+    """Every shard (counters' and trend buckets') written after `since`."""
+    return (
+        db.collection_group(config.SHARDS)
+        .where(filter=FieldFilter("stripe", "in", list(range(config.STRIPES))))
+        .where(filter=FieldFilter("updated_at", ">", since))
+    )
+
+
 def shard_of(snapshot: Any) -> Shard:
     return int(snapshot.get("count") or 0), int((snapshot.to_dict() or {}).get("writes") or 0)
 
@@ -249,12 +258,7 @@ class Rollup:
 
         `stripe in [all]` is one query that the (stripe, updated_at) index serves as one range
         scan per stripe."""
-        query = (
-            self._db.collection_group(config.SHARDS)
-            .where(filter=FieldFilter("stripe", "in", list(range(config.STRIPES))))
-            .where(filter=FieldFilter("updated_at", ">", since))
-        )
-        snapshots = list(query.stream(read_time=as_of))
+        snapshots = list(change_query(self._db, since).stream(read_time=as_of))
         changes: dict[str, dict[str, Shard]] = defaultdict(dict)
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         for snapshot in snapshots:

@@ -37,6 +37,9 @@ def test_clients_read_rollups_only(
     assert status("GET", f"counters/{counter}/shards", token) == 403
     assert status("GET", "internal/rollup", token) == 403
     assert status("GET", "requests", token) == 403
+    assert status("GET", "trends/global", token) in (200, 404)  # readable, perhaps not yet there
+    for hidden in ("trend_minutes", "trend_hours", "trend_totals"):
+        assert status("GET", hidden, token) == 403
 
 
 @pytest.mark.parametrize("who", ["signed_out", "user", "admin"])
@@ -48,3 +51,4 @@ def test_clients_write_nothing(who: str, plain_user: User, admin_user: User, cou
     assert status("PATCH", f"counters/{counter}/shards/0", token, body) == 403
     assert status("PATCH", f"counters/{counter}-forged", token, body) == 403
     assert status("DELETE", f"counters/{counter}", token) == 403
+    assert status("PATCH", "trends/global", token, body) == 403
