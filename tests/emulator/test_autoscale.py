@@ -20,7 +20,7 @@ from counting.autoscale import AutoscaleParams
 from counting.lease import Lease
 from google.cloud import firestore
 
-from .conftest import eventually
+from ..waiting import eventually
 
 # 1 shard carries 5 writes/s at the target utilisation; rates fall with a 2 s time constant.
 FAST = AutoscaleParams(shard_write_rate=10.0, rise_tau_s=1.0, fall_tau_s=2.0, cool_down_s=2.0,

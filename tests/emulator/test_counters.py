@@ -14,7 +14,7 @@ from counting import config, counters
 from counting.counters import shards_for
 from google.cloud import firestore
 
-from .conftest import eventually
+from ..waiting import eventually
 
 
 def count(client: Callables, counter: str, consistency: str = "strong") -> int:

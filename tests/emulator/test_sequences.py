@@ -18,7 +18,7 @@ from counting import config, sequences
 from counting.errors import FailedPrecondition
 from google.cloud import firestore
 
-from tests.emulator.conftest import eventually
+from ..waiting import eventually
 
 NEW_YORK = "America/New_York"
 

@@ -15,7 +15,7 @@ from counting import config, rollup, trends
 from counting.lease import Lease
 from google.cloud import firestore
 
-from .conftest import eventually
+from ..waiting import eventually
 
 Event = tuple[dt.datetime, str, list[str]]  # (when, region, normalised distinct tags)
 

@@ -1,0 +1,186 @@
+"""The web client in a real browser: likes count exactly once, live in two windows; a staff
+member takes numbers; the trends panel follows its document; errors are shown in words."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from callables import Callables
+from google.cloud import firestore
+from playwright.sync_api import Page, Route, expect
+
+from ..waiting import always, eventually
+from .conftest import Staff, screenshot
+
+CLICKS = 20
+# The rollup refreshes about once a second: watch the display for a few of its periods.
+SETTLED_S = 4.0
+# The first calls start Functions emulator workers (up to ~6 s each on a cold stack).
+SLOW_MS = 60_000
+
+RECORD_SHOWN = """() => {
+  const el = document.getElementById("like-count");
+  window.shown = [];
+  new MutationObserver(() => window.shown.push(el.textContent))
+    .observe(el, {childList: true, characterData: true, subtree: true});
+}"""
+
+
+def shown_count(page: Page) -> int:
+    expect(page.locator("#like-count")).to_have_text(re.compile(r"^\d+$"), timeout=SLOW_MS)
+    return int(page.locator("#like-count").inner_text())
+
+
+def test_twenty_quick_likes_count_exactly_twenty_in_two_windows(
+    open_page: Callable[[str], Page], admin: Callables, db: firestore.Client, suffix: str
+) -> None:
+    """Twenty quick clicks show +20, never more, before and after the rollup catches up."""
+    counter = f"web-{suffix}"
+    admin.call("create_counter", counter=counter, shards=4)
+    page = open_page(f"?post={counter}")
+    like, count = page.locator("#like"), page.locator("#like-count")
+    expect(page.locator("#who")).to_have_text(re.compile("Signed in anonymously"),
+                                              timeout=SLOW_MS)
+    expect(like).to_be_enabled(timeout=SLOW_MS)
+    initial = shown_count(page)
+    target = initial + CLICKS
+    page.evaluate(RECORD_SHOWN)
+
+    for _ in range(CLICKS):
+        like.click()
+
+    expect(count).to_have_text(str(target), timeout=SLOW_MS)
+    eventually(lambda: db.document(f"counters/{counter}").get().get("count") == target)
+    # The page's listener has the caught-up rollup and no acknowledged like left outside it.
+    expect(count).to_have_attribute("data-rollup", str(target), timeout=SLOW_MS)
+    expect(count).to_have_attribute("data-unconfirmed", "0")
+    expect(count).to_have_attribute("data-sending", "0")
+    always(lambda: count.inner_text() == str(target), for_s=SETTLED_S)
+    shown = [int(text) for text in page.evaluate("window.shown")]
+    assert shown, "the display never changed"
+    assert max(shown) == target, f"the display went above +{CLICKS}: {shown}"
+    assert shown == sorted(shown), f"the display went backwards: {shown}"
+    expect(page.locator("#errors li")).to_have_count(0)
+    screenshot(page, "likes.png")
+
+    other = open_page(f"?post={counter}")
+    expect(other.locator("#like-count")).to_have_text(str(target), timeout=SLOW_MS)
+    expect(other.locator("#like")).to_be_enabled()
+    other.locator("#like").click()
+    # Each window sees the other's like through its listener.
+    expect(count).to_have_text(str(target + 1), timeout=SLOW_MS)
+    expect(other.locator("#like-count")).to_have_text(str(target + 1), timeout=SLOW_MS)
+    screenshot(other, "likes-second-window.png")
+
+
+def test_a_like_whose_answer_is_lost_is_retried_with_its_id_and_counted_once(
+    open_page: Callable[[str], Page], admin: Callables, db: firestore.Client, suffix: str
+) -> None:
+    """The increment lands but its answer is lost: the retry reuses the id and adds nothing."""
+    counter = f"web-{suffix}"
+    admin.call("create_counter", counter=counter, shards=2)
+    page = open_page(f"?post={counter}")
+    count = page.locator("#like-count")
+    expect(page.locator("#like")).to_be_enabled(timeout=SLOW_MS)
+    initial = shown_count(page)
+    request_ids: list[str] = []
+    answers: list[dict[str, object]] = []
+
+    def lose_first_answer(route: Route) -> None:
+        if route.request.method != "POST":
+            route.continue_()
+            return
+        request_ids.append(json.loads(route.request.post_data or "{}")["data"]["request_id"])
+        if len(request_ids) == 1:
+            route.fetch()  # the increment reaches the functions and is applied...
+            route.abort("connectionreset")  # ...but the browser never sees the answer
+        else:
+            answer = route.fetch()
+            answers.append(answer.json()["result"])
+            route.fulfill(response=answer)
+
+    page.route("**/us-central1/increment", lose_first_answer)
+    page.locator("#like").click()
+
+    expect(count).to_have_attribute("data-rollup", str(initial + 1), timeout=SLOW_MS)
+    expect(count).to_have_attribute("data-sending", "0", timeout=SLOW_MS)
+    assert len(request_ids) == 2, request_ids
+    assert request_ids[0] == request_ids[1], "the retry used a new request_id"
+    assert answers == [{"counter": counter, "applied": False}], "the first call did not land"
+    assert db.document(f"counters/{counter}").get().get("count") == initial + 1
+    always(lambda: count.inner_text() == str(initial + 1), for_s=SETTLED_S)
+    expect(page.locator("#errors li")).to_have_count(0)
+
+
+def test_staff_takes_a_number_and_sees_now_serving(
+    open_page: Callable[[str], Page], staff: Staff
+) -> None:
+    """A staff member signs in, takes a number, and "now serving" follows every issued number."""
+    page = open_page(f"?tenant={staff.tenant}")
+    page.locator("#staff-email").fill(staff.email)
+    page.locator("#staff-password").fill(staff.password)
+    page.locator("#staff-sign-in").click()
+    expect(page.locator("#staff-who")).to_have_text(f"Staff {staff.email} at {staff.tenant}",
+                                                    timeout=SLOW_MS)
+    serving = page.locator("#now-serving")
+    expect(serving).to_have_text("0", timeout=SLOW_MS)
+
+    page.locator("#take-number").click()
+    expect(page.locator("#my-number")).to_have_text("1", timeout=SLOW_MS)
+    expect(serving).to_have_text("1", timeout=SLOW_MS)
+
+    # A number taken elsewhere (another till) shows up through the listener.
+    Callables(staff.id_token).call("next_number", tenant=staff.tenant)
+    expect(serving).to_have_text("2", timeout=SLOW_MS)
+    expect(page.locator("#my-number")).to_have_text("1")
+    expect(page.locator("#errors li")).to_have_count(0)
+    screenshot(page, "tenant.png")
+
+
+def test_trends_panel_follows_the_region_document(
+    open_page: Callable[[str], Page], db: firestore.Client, suffix: str
+) -> None:
+    """The panel lists a region's top tags per window, and says so when there are none."""
+    region = f"web-{suffix}"
+    page = open_page("")
+    status, items = page.locator("#trends-status"), page.locator("#trend-items li")
+    page.locator("#region").fill(region)
+    page.locator("#region").press("Enter")
+    expect(status).to_have_text(f'No trends yet for "{region}".', timeout=SLOW_MS)
+
+    day = {"items": [{"tag": "pancakes", "count": 12_000}, {"tag": "coffee", "count": 40}],
+           "trending": ["pancakes"]}
+    hour = {"items": [{"tag": "coffee", "count": 7}], "trending": []}
+    db.document(f"trends/{region}").set({
+        "window": "24h", **day, "updated_at": firestore.SERVER_TIMESTAMP,
+        "windows": {"24h": day, "1h": hour},
+    })
+    expect(items).to_have_count(2, timeout=SLOW_MS)
+    expect(items.first).to_contain_text("#pancakes 12000 trending")
+    page.locator("#window").select_option("1h")
+    expect(items).to_have_count(1)
+    expect(items.first).to_have_text("#coffee 7")
+    screenshot(page, "trends.png")
+
+    db.document(f"trends/{region}").delete()
+    expect(status).to_have_text(f'No trends yet for "{region}".', timeout=SLOW_MS)
+    page.locator("#region").fill("Not a region!")
+    page.locator("#region").press("Enter")
+    expect(status).to_contain_text("is not a region")
+
+
+def test_failures_are_shown_in_words(
+    open_page: Callable[[str], Page], staff: Staff, suffix: str
+) -> None:
+    """A missing post and a wrong password are explained on the page."""
+    page = open_page(f"?post=missing-{suffix}&tenant={staff.tenant}")
+    expect(page.locator("#like-count")).to_have_text("no such post", timeout=SLOW_MS)
+    expect(page.locator("#like")).to_be_disabled()
+    page.locator("#staff-email").fill(staff.email)
+    page.locator("#staff-password").fill("not-the-password")
+    page.locator("#staff-sign-in").click()
+    expect(page.locator("#errors li")).to_contain_text(
+        "Staff sign-in failed (wrong email or password)", timeout=SLOW_MS)
+    screenshot(page, "errors.png")
