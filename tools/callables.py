@@ -39,19 +39,24 @@ class User:
     refresh_token: str
 
 
-def sign_up(claims: dict[str, Any] | None = None) -> User:
-    """An anonymous Auth emulator user, with custom claims set and present in its ID token."""
-    reply = requests.post(
-        f"{auth_url()}/identitytoolkit.googleapis.com/v1/accounts:signUp?key=emulator",
-        json={"returnSecureToken": True},
-        timeout=10,
-    )
+def sign_up(claims: dict[str, Any] | None = None, *, email: str | None = None,
+            password: str | None = None) -> User:
+    """An Auth emulator user, with custom claims set and present in its ID token: anonymous, or
+    with `email`/`password` (signed in instead when the account exists already)."""
+    identity = f"{auth_url()}/identitytoolkit.googleapis.com/v1"
+    account: dict[str, Any] = {"returnSecureToken": True}
+    if email is not None:
+        account.update(email=email, password=password)
+    reply = requests.post(f"{identity}/accounts:signUp?key=emulator", json=account, timeout=10)
+    if email is not None and not reply.ok and "EMAIL_EXISTS" in reply.text:
+        reply = requests.post(f"{identity}/accounts:signInWithPassword?key=emulator",
+                              json=account, timeout=10)
     reply.raise_for_status()
     body = reply.json()
     user = User(uid=body["localId"], id_token=body["idToken"], refresh_token=body["refreshToken"])
     if claims:
         update = requests.post(
-            f"{auth_url()}/identitytoolkit.googleapis.com/v1/projects/{PROJECT}/accounts:update",
+            f"{identity}/projects/{PROJECT}/accounts:update",
             headers={"Authorization": "Bearer owner"},
             json={"localId": user.uid, "customAttributes": json.dumps(claims)},
             timeout=10,

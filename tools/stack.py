@@ -13,7 +13,6 @@ are missing, and exports on the way out; `exec` (tests, benchmarks) always start
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -274,6 +273,7 @@ def seed_demo() -> None:
     """
     os.environ.update(emulator_env())
     sys.path.insert(0, str(ROOT / "functions"))
+    from callables import sign_up
     from counting import counters, sequences
     from google.cloud import firestore
 
@@ -283,34 +283,7 @@ def seed_demo() -> None:
         sequences.configure_sequence(db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
                                      reset_time=DEMO_RESET_TIME)
     email, password = DEMO_STAFF
-    staff_account(email, password, {"tenants": [DEMO_TENANT]})
-
-
-def auth_call(path: str, body: dict[str, object], *, owner: bool = False) -> dict[str, object]:
-    """POST to the Auth emulator's REST API; `owner` is the emulator's admin credential."""
-    headers = {"Content-Type": "application/json"}
-    if owner:
-        headers["Authorization"] = "Bearer owner"
-    request = urllib.request.Request(
-        f"http://{HOST}:{PORTS['auth']}/identitytoolkit.googleapis.com/v1/{path}",
-        data=json.dumps(body).encode(), headers=headers,
-    )
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        answer: dict[str, object] = json.load(reply)
-        return answer
-
-
-def staff_account(email: str, password: str, claims: dict[str, object]) -> None:
-    """An email/password account in the Auth emulator with these custom claims."""
-    account = {"email": email, "password": password, "returnSecureToken": True}
-    try:
-        created = auth_call("accounts:signUp?key=demo-key", account)
-    except urllib.error.HTTPError as error:
-        if b"EMAIL_EXISTS" not in error.read():
-            raise
-        created = auth_call("accounts:signInWithPassword?key=demo-key", account)
-    auth_call(f"projects/{PROJECT}/accounts:update",
-              {"localId": created["localId"], "customAttributes": json.dumps(claims)}, owner=True)
+    sign_up({"tenants": [DEMO_TENANT]}, email=email, password=password)
 
 
 def dev() -> int:

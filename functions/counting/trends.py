@@ -60,6 +60,9 @@ READ_CHUNK = 300
 
 TotalKey = tuple[str, str, str]  # (scope, window, tag)
 Item = tuple[str, int]  # (tag, count)
+# One bucket write ("set", "merge" or "delete", the document, its fields) and the changes it
+# makes to window totals: they are committed together.
+Entry = tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +138,11 @@ def expiry(window: str, bucket: int) -> dt.datetime:
     bucket_s, buckets = config.WINDOWS[window]
     seconds = (bucket + buckets) * bucket_s
     return dt.datetime.fromtimestamp(seconds, dt.UTC) + config.TREND_TTL_GRACE
+
+
+def tag_of(shards: dict[str, Any]) -> str:
+    """The tag of a bucket, from any of its shard snapshots."""
+    return str(next(iter(shards.values())).get("tag"))
 
 
 # --- write path and reads --------------------------------------------------------------------
@@ -251,7 +259,7 @@ class TrendRollup:
         self._reads = self._writes = 0
         now_minute = minute_of(self._clock() if self._clock else as_of)
         deltas: dict[TotalKey, int] = defaultdict(int)
-        entries: list[tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]] = []
+        entries: list[Entry] = []
         changed = self._changed(changes, now_minute, entries)
         expired = self._expired(now_minute, entries)
         for *_, entry_deltas in entries:
@@ -259,7 +267,7 @@ class TrendRollup:
                 deltas[key] += delta
         self._load_totals([key for key, delta in deltas.items() if delta])
         written = self._commit(entries)
-        rebuilt = published = 0
+        rebuilt = 0
         touched = {key for key, delta in deltas.items() if delta}
         by_board: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         for scope, window, tag in touched:
@@ -274,13 +282,14 @@ class TrendRollup:
     # -- step 1: changed buckets --
 
     def _changed(self, changes: dict[str, dict[str, Any]], now_minute: int,
-                 entries: list[tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]]
+                 entries: list[Entry]
                  ) -> int:
         self._load_minutes([bucket for bucket in changes if bucket not in self._minutes])
         minutes = self._db.collection(config.TREND_MINUTES)
         hours = self._db.collection(config.TREND_HOURS)
         changed = 0
-        for bucket_id in sorted(changes, key=lambda b: self._tag_of(b, changes[b])):
+        # In tag order, so that a tag's totals tend to be written once per tick.
+        for bucket_id in sorted(changes, key=lambda b: tag_of(changes[b])):
             shards = changes[bucket_id]
             bucket = self._minutes.get(bucket_id)
             if bucket is None:
@@ -317,10 +326,6 @@ class TrendRollup:
                                  config.EXPIRES_AT: expiry("24h", hour)}, {}))
         return changed
 
-    @staticmethod
-    def _tag_of(bucket_id: str, shards: dict[str, Any]) -> str:
-        return str(next(iter(shards.values())).get("tag"))
-
     def _load_minutes(self, bucket_ids: list[str]) -> None:
         minutes = self._db.collection(config.TREND_MINUTES)
         for start in range(0, len(bucket_ids), READ_CHUNK):
@@ -337,7 +342,7 @@ class TrendRollup:
     # -- step 2: expiry --
 
     def _expired(self, now_minute: int,
-                 entries: list[tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]]
+                 entries: list[Entry]
                  ) -> int:
         """Subtract and delete the buckets that left their window (checked once per minute)."""
         hour = bucket_of("24h", now_minute)
@@ -381,7 +386,7 @@ class TrendRollup:
                 self._totals[by_id[snapshot.id]] = count
 
     def _commit(
-        self, entries: list[tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]]
+        self, entries: list[Entry]
     ) -> int:
         """Commit the bucket writes in order, each commit with the totals its entries changed
         (their values after those entries). Returns the number of total writes."""

@@ -6,7 +6,6 @@ launches the system executable. Each test names its documents with a unique suff
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import uuid
@@ -15,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import requests
-from callables import Callables, auth_url, sign_up
+from callables import Callables, sign_up
 from google.cloud import firestore
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
@@ -100,18 +98,5 @@ def staff(admin: Callables, suffix: str) -> Staff:
     tenant = f"web-{suffix}"
     admin.call("configure_sequence", tenant=tenant, timezone="Europe/Paris", reset_time="04:00")
     email, password = f"staff-{suffix}@example.test", "staff-password"
-    base = f"{auth_url()}/identitytoolkit.googleapis.com/v1"
-    account = {"email": email, "password": password, "returnSecureToken": True}
-    created = requests.post(f"{base}/accounts:signUp?key=any", json=account, timeout=10)
-    created.raise_for_status()
-    requests.post(
-        f"{base}/projects/{PROJECT}/accounts:update",
-        headers={"Authorization": "Bearer owner"},
-        json={"localId": created.json()["localId"],
-              "customAttributes": json.dumps({"tenants": [tenant]})},
-        timeout=10,
-    ).raise_for_status()
-    signed_in = requests.post(f"{base}/accounts:signInWithPassword?key=any", json=account,
-                              timeout=10)
-    signed_in.raise_for_status()
-    return Staff(email, password, tenant, signed_in.json()["idToken"])
+    user = sign_up({"tenants": [tenant]}, email=email, password=password)
+    return Staff(email, password, tenant, user.id_token)
