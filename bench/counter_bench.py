@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from callables import Callables, sign_up
-from counting import config, counters, rollup
+from counting import cadence, config, counters, kinds, rollup
 from counting.autoscale import AutoscaleParams
 from counting.lease import Lease
 from google.cloud import firestore
@@ -210,7 +210,7 @@ def read_cost(shards: int = 100) -> dict[str, Any]:
     db = stack_db()
     counter = f"bench-read-{uuid.uuid4().hex[:8]}"
     counters.create_counter(db, counter, shards=shards)
-    def timed(consistency: str) -> float:
+    def timed(consistency: kinds.Consistency) -> float:
         samples = []
         for _ in range(20):
             started = time.monotonic()
@@ -232,8 +232,10 @@ def rollup_thread(db: firestore.Client, scaling: AutoscaleParams | None = None,
                                                                      threading.Event]:
     """The rollup loop (with autoscaling) on `db`, in a thread of this process."""
     stop = threading.Event()
-    thread = threading.Thread(target=rollup.run, args=(db,),
-                              kwargs={"stop": stop, "period_s": period_s, "scaling": scaling})
+    thread = threading.Thread(target=cadence.serve, args=(db,),
+                              kwargs={"successor": None, "woken": True, "stop": stop,
+                                      "cadence": cadence.in_process(period_s),
+                                      "scaling": scaling})
     thread.start()
     return thread, stop
 
@@ -251,7 +253,7 @@ def balance(increments: int = 10_000, clients: int = 16, shards: int = 16) -> di
     autoscaling, publishing the per-shard loads least_loaded uses.
     """
     db = own_db()
-    for strategy in config.STRATEGIES:  # pinned before the rollup loop can meet them
+    for strategy in kinds.STRATEGIES:  # pinned before the rollup loop can meet them
         counters.create_counter(db, f"balance-{strategy}", shards=shards, strategy=strategy)
         counters.counter_ref(db, f"balance-{strategy}").update({"min_shards": shards,
                                                                  "max_shards": shards})
@@ -260,7 +262,7 @@ def balance(increments: int = 10_000, clients: int = 16, shards: int = 16) -> di
     figures: dict[str, Any] = {"increments": per_client * clients, "clients": clients,
                                "shards": shards}
     try:
-        for strategy in config.STRATEGIES:
+        for strategy in kinds.STRATEGIES:
             counter = f"balance-{strategy}"
 
             def client(_: int, counter: str = counter) -> None:

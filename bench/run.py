@@ -17,6 +17,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "functions"),
                 str(Path(__file__).parent.parent / "tools")]
 
+import cadence_bench  # noqa: E402
 import counter_bench  # noqa: E402
 import matplotlib  # noqa: E402
 import sequence_bench  # noqa: E402
@@ -104,6 +105,27 @@ def plot_trends(results: dict[str, Any]) -> None:
     fig.savefig(RESULTS / "trends.png", dpi=100)
 
 
+def plot_cadence(results: dict[str, Any]) -> None:
+    fig, (lag, gaps) = plt.subplots(1, 2, figsize=(14, 4.5), width_ratios=[3, 1])
+    times = [t for t, _ in results["lags"]]
+    lag.scatter(times, [v for _, v in results["lags"]], s=4, label="increment")
+    for n, at in enumerate(results["handover_times_s"]):
+        lag.axvline(at, color="red", linestyle="--", linewidth=0.8,
+                    label="handover" if n == 0 else None)
+    lag.axhline(results["lag_p99_s"], color="black", linestyle=":", label="p99")
+    lag.set(title=f"Rollup lag under {results['achieved_rate']:.0f} increments/s "
+                  "(ack -> listener)", xlabel="seconds into the run", ylabel="lag (s)")
+    lag.legend(loc="upper right")
+    trials = results["wake_trials_s"]
+    gaps.bar(range(1, len(trials) + 1), trials)
+    gaps.axhline(10, color="red", linestyle="--", label="target")
+    gaps.set(title="First increment after sleep", xlabel="trial (1: after the idle period)",
+             ylabel="seconds to the rollup")
+    gaps.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "cadence.png", dpi=100)
+
+
 Bench = Callable[[], dict[str, Any]]
 
 
@@ -147,8 +169,19 @@ def trends() -> None:
                          ("tick_cost", trend_bench.tick_cost)], plot_trends)
 
 
+def cadence() -> None:
+    print("== cadence", flush=True)
+    figures = cadence_bench.run()
+    kept = {key: value for key, value in figures.items() if key != "lags"}
+    print(json.dumps(kept, indent=2), flush=True)
+    save("cadence", kept)
+    plot_cadence(figures)
+    print(f"saved cadence.json and cadence.png under {RESULTS}")
+
+
 GROUPS: dict[str, Callable[[], None]] = {
-    "counters": counters, "autoscale": autoscale, "sequences": sequences, "trends": trends}
+    "cadence": cadence, "counters": counters, "autoscale": autoscale, "sequences": sequences,
+    "trends": trends}
 
 
 def main(argv: list[str]) -> int:

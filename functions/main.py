@@ -1,15 +1,40 @@
-"""Cloud Functions entry point: initialise once, set global options, export the triggers."""
+"""Cloud Functions entry point: initialise once, set the runtime options, export the triggers.
 
+The global options are the callables' (each one is I/O-bound: a few Firestore round trips):
+one whole vCPU, so that an instance may serve requests concurrently (set_global_options would
+otherwise default to the first generation's 1/6 vCPU and one request per instance), 80 at once
+(the Cloud Run default, and far more than one vCPU does in Python with this little CPU per
+request), 512 MiB for the clients plus 80 requests' payloads, 60 s (a callable does at most a few
+Firestore calls; a stuck one fails instead of holding an instance), no minimum instance (idle
+costs nothing; the first call after a long idle pays a cold start) and at most 100 instances (a
+cap on what a flood of clients can cost). The rollup's functions set their own
+(counting/api/rollup.py). tests/unit/test_manifest.py pins them all.
+"""
+
+import logging
+
+from counting import config
 from firebase_admin import initialize_app
 from firebase_functions import options
 
-options.set_global_options(region="us-central1", max_instances=100)
+options.set_global_options(
+    region=config.REGION,
+    cpu=1,
+    memory=options.MemoryOption.MB_512,
+    concurrency=80,
+    timeout_sec=60,
+    min_instances=0,
+    max_instances=100,
+)
 initialize_app()
 
+from counting.api import cloud_logging  # noqa: E402
 from counting.api.counters import create_counter, get_count, increment, reset_counter  # noqa: E402
-from counting.api.rollup import rollup  # noqa: E402
+from counting.api.rollup import rollup, rolluptick  # noqa: E402
 from counting.api.sequences import configure_sequence, next_number, reset_sequence  # noqa: E402
 from counting.api.trends import top_tags, track  # noqa: E402
+
+cloud_logging(logging.INFO)
 
 __all__ = [
     "configure_sequence",
@@ -20,6 +45,7 @@ __all__ = [
     "reset_counter",
     "reset_sequence",
     "rollup",
+    "rolluptick",
     "top_tags",
     "track",
 ]

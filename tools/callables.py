@@ -2,6 +2,9 @@
 
 It speaks the callable protocol over HTTP exactly as the Firebase SDKs do: POST `{"data": ...}`
 with `Authorization: Bearer <ID token>`, and reads `{"result": ...}` or `{"error": ...}`.
+It finds the stack through the variables `make exec` exports, and otherwise through firebase.json
+(emulator hosts and ports) and .firebaserc (project id), the files the stack itself is started
+from.
 """
 
 from __future__ import annotations
@@ -9,11 +12,27 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import requests
 
-PROJECT = os.environ.get("GCLOUD_PROJECT", "demo-counters")
+ROOT = Path(__file__).resolve().parent.parent
+# The functions' region (set in functions/main.py); firebase.json does not name it.
+REGION = "us-central1"
+
+
+def _config(name: str) -> Any:
+    return json.loads((ROOT / name).read_text())
+
+
+def emulator_host(emulator: str) -> str:
+    """`host:port` of an emulator, as firebase.json declares it."""
+    declared = _config("firebase.json")["emulators"][emulator]
+    return f"{declared['host']}:{declared['port']}"
+
+
+PROJECT: str = os.environ.get("GCLOUD_PROJECT") or _config(".firebaserc")["projects"]["default"]
 
 
 class CallError(Exception):
@@ -25,11 +44,12 @@ class CallError(Exception):
 
 
 def functions_url() -> str:
-    return os.environ["COUNTERS_FUNCTIONS_URL"]
+    return (os.environ.get("COUNTERS_FUNCTIONS_URL")
+            or f"http://{emulator_host('functions')}/{PROJECT}/{REGION}")
 
 
 def auth_url() -> str:
-    return "http://" + os.environ["FIREBASE_AUTH_EMULATOR_HOST"]
+    return "http://" + (os.environ.get("FIREBASE_AUTH_EMULATOR_HOST") or emulator_host("auth"))
 
 
 @dataclass
@@ -40,9 +60,9 @@ class User:
 
 
 def sign_up(claims: dict[str, Any] | None = None, *, email: str | None = None,
-            password: str | None = None) -> User:
-    """An Auth emulator user, with custom claims set and present in its ID token: anonymous, or
-    with `email`/`password` (signed in instead when the account exists already)."""
+            password: str | None = None, project: str = PROJECT) -> User:
+    """An Auth emulator user of `project`, with custom claims set and present in its ID token:
+    anonymous, or with `email`/`password` (signed in instead when the account exists already)."""
     identity = f"{auth_url()}/identitytoolkit.googleapis.com/v1"
     account: dict[str, Any] = {"returnSecureToken": True}
     if email is not None:
@@ -56,7 +76,7 @@ def sign_up(claims: dict[str, Any] | None = None, *, email: str | None = None,
     user = User(uid=body["localId"], id_token=body["idToken"], refresh_token=body["refreshToken"])
     if claims:
         update = requests.post(
-            f"{identity}/projects/{PROJECT}/accounts:update",
+            f"{identity}/projects/{project}/accounts:update",
             headers={"Authorization": "Bearer owner"},
             json={"localId": user.uid, "customAttributes": json.dumps(claims)},
             timeout=10,

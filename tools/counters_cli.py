@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
-from counting import config, counters, inputs, sequences
-from counting.errors import CounterError
+from counting import cadence, config, counters, inputs, kinds, sequences, trends
+from counting.errors import CounterError, NotFound
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
@@ -76,6 +76,7 @@ class Session:
         self.out = Console(highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._db: firestore.Client | None = None
+        self._waker = cadence.tasks_waker()
 
     def db(self) -> firestore.Client:
         """The Firestore client; announces the target first (the first line of output)."""
@@ -83,6 +84,10 @@ class Session:
             self.err.print(self.target.describe(), style="bold red" if self.production else None)
             self._db = connect(self.target)
         return self._db
+
+    def wrote(self) -> None:
+        """After a write: wake the rollup if it sleeps (as the callables do)."""
+        self._waker.after_write(self.db())
 
     @property
     def production(self) -> bool:
@@ -186,9 +191,9 @@ def create(session: Session, counter: str, shards: int | None, expected_rate: fl
     counter = inputs.counter_id(counter)
     shards = inputs.shard_count(shards)
     expected_rate = inputs.expected_rate(expected_rate)
-    strategy = inputs.choice(strategy, "strategy", config.STRATEGIES, config.DEFAULT_STRATEGY)
+    chosen = inputs.choice(strategy, "strategy", kinds.STRATEGIES, kinds.DEFAULT_STRATEGY)
     created = counters.create_counter(session.db(), counter, shards=shards,
-                                      expected_rate=expected_rate, strategy=strategy)
+                                      expected_rate=expected_rate, strategy=chosen)
     if as_json:
         _print_json(session, {"counter": counter, "shards": created.shards,
                               "created": created.created})
@@ -211,6 +216,8 @@ def inc(session: Session, counter: str, by: int, request_id: str | None, as_json
     by = inputs.increment_by(by)
     request_id = inputs.request_id(request_id)
     committed = counters.increment(session.db(), counter, by, request_id=request_id, uid=CLI_UID)
+    if committed is not None:
+        session.wrote()
     if as_json:
         _print_json(session, {"counter": counter, "by": by, "applied": committed is not None,
                               "committed_at": _iso(committed)})
@@ -218,6 +225,40 @@ def inc(session: Session, counter: str, by: int, request_id: str | None, as_json
         session.out.print(f"{counter}: request {request_id} was applied already; nothing added")
     else:
         session.out.print(f"{counter}: {by:+d} applied at {_iso(committed)}")
+
+
+@cli.command()
+@json_option
+@pass_session
+def status(session: Session, as_json: bool) -> None:
+    """Print the rollup's health; exit 1 when it looks stuck (for scripts and probes)."""
+    found = cadence.health(session.db())
+    figures = {
+        "state": "awake" if found.awake else "asleep",
+        "holder": found.holder,
+        "holder_since": _iso(found.holder_since),
+        "last_tick_at": _iso(found.last_tick_at),
+        "last_tick_age_s": None if found.last_tick_age_s is None else round(
+            found.last_tick_age_s, 1),
+        "tick_s": found.tick_s,
+        "lag_s": found.lag_s,
+        "stale": found.stale,
+        "errors": found.errors,
+    }
+    if as_json:
+        _print_json(session, figures)
+    else:
+        table = Table("", "", title="rollup", show_header=False)
+        for key, value in figures.items():
+            if key != "errors":
+                table.add_row(key, "-" if value is None else str(value))
+        session.out.print(table)
+        for error in found.errors:
+            session.out.print(f"  {error}")
+        if not found.errors:
+            session.out.print("no recent errors")
+    if found.stale:
+        raise click.ClickException(f"the rollup is stale: {found.stale}")
 
 
 @cli.command()
@@ -335,16 +376,53 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        listener.unsubscribe()
+        listener.unsubscribe()  # type: ignore[no-untyped-call]  # untyped in google-cloud-firestore
         if live is not None:
             live.stop()
 
 
-# --- top ----------------------------------------------------------------------------------------
+# --- trends -------------------------------------------------------------------------------------
+
+
+def region_name(value: str) -> str:
+    """A region as typed: case does not matter (the web page's rule too); the name is then held
+    to the callables' rule, which refuses `global`."""
+    return inputs.region(value.strip().lower())
+
+
+def scope_name(value: str | None) -> str | None:
+    """A region to read, as typed; `global` (any case) or nothing means every region: None."""
+    if value is None or value.strip().lower() == config.GLOBAL_SCOPE:
+        return None
+    return region_name(value)
+
+
+@cli.command("track")
+@click.argument("region")
+@click.argument("tags", nargs=-1, required=True)
+@click.option("--request-id", metavar="ID", help="Counts once however often it is retried.")
+@json_option
+@pass_session
+def track_event(session: Session, region: str, tags: tuple[str, ...], request_id: str | None,
+                as_json: bool) -> None:
+    """Count one event in REGION carrying TAGS (each once; case and a leading # are ignored)."""
+    region = region_name(region)
+    counted = inputs.tags(list(tags))
+    request_id = inputs.request_id(request_id)
+    recorded = trends.track(session.db(), region, counted, request_id=request_id, uid=CLI_UID)
+    if recorded:
+        session.wrote()
+    if as_json:
+        _print_json(session, {"region": region, "tags": counted, "recorded": recorded})
+    elif recorded == 0:
+        session.out.print(f"{region}: request {request_id} was applied already; nothing recorded")
+    else:
+        session.out.print(f"{region}: recorded {', '.join(counted)}; `counters top --region "
+                          f"{region}` lists it once the rollup has run (about a second)")
 
 
 @cli.command()
-@click.option("--region", help="A region (default: global, the sum of all regions).")
+@click.option("--region", help="A region, any case (default: global, the sum of all regions).")
 @click.option("-k", "k", type=int, help="How many tags, 1..100 (default 10).")
 @click.option("--window", help="1h or 24h (default 24h).")
 @json_option
@@ -352,20 +430,18 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
 def top(session: Session, region: str | None, k: int | None, window: str | None,
         as_json: bool) -> None:
     """The top K tags of a region (or of all regions) in a window."""
-    try:
-        # Imported here, and its limits read here, so that the other commands never need it.
-        from counting import trends  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:
-        raise click.ClickException("trending tags (counting.trends) are not available in "
-                                   "this version") from None
-    region = None if region is None else inputs.region(region)
+    scope = scope_name(region)
     k = inputs.top_k(k)
-    window = inputs.choice(window, "window", tuple(config.WINDOWS), config.DEFAULT_WINDOW)
-    ranking = trends.top_tags(session.db(), region, k, window)
+    chosen = inputs.choice(window, "window", kinds.WINDOWS, kinds.DEFAULT_WINDOW)
+    ranking = trends.top_tags(session.db(), scope, k, chosen)
     if as_json:
         _print_json(session, {"region": ranking.region, "window": ranking.window,
                               "items": [{"tag": i.tag, "count": i.count} for i in ranking.items],
                               "as_of": _iso(ranking.as_of)})
+        return
+    if not ranking.items:
+        session.out.print(f"nothing yet: no tags in {ranking.region} in the last "
+                          f"{ranking.window}")
         return
     table = Table("#", "tag", "count", title=f"top {k} in {ranking.region}, last {ranking.window}",
                   caption=f"as of {_iso(ranking.as_of)}")
@@ -554,10 +630,18 @@ def load(session: Session, counter: str, rate: float, seconds: float, concurrenc
     if rate < 0 or seconds <= 0 or not 1 <= concurrency <= 256:
         raise click.UsageError("--rate must be >= 0, --seconds > 0, --concurrency 1..256")
     db = session.db()
+    try:
+        counters.get_count(db, counter)
+    except NotFound:
+        # One error before starting, rather than a summary of nothing but failed increments.
+        raise click.ClickException(f"counter: {counter!r} does not exist (`counters create "
+                                   f"{counter}` creates it)") from None
     before = counters.get_count(db, counter, "strong").count if check else None
 
     def call() -> bool:
-        return counters.increment(db, counter, by) is not None
+        applied = counters.increment(db, counter, by) is not None
+        session.wrote()  # reads the lease at most every few seconds
+        return applied
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[status]}"), console=session.err,

@@ -1,9 +1,14 @@
-"""Bring the local stack up: the Emulator Suite plus the rollup loop, and tear it all down.
+"""Bring the local stack up: the Emulator Suite plus Cloud Scheduler's stand-in, and tear it down.
 
 `python tools/stack.py dev` runs in the foreground until Ctrl-C; `python tools/stack.py exec CMD`
-runs CMD with the emulator variables exported and exits with its status. Both start firebase and
-the rollup loop in process groups of their own and kill the whole groups on the way out, because
-the Python functions workers outlive `firebase emulators:*` otherwise (TOOLCHAIN.md item 5).
+runs CMD with the emulator variables exported and exits with its status. Both start firebase in a
+process group of its own and kill the whole group on the way out, because the Python functions
+workers outlive `firebase emulators:*` otherwise.
+
+The rollup runs only as deployed: the Functions emulator serves `rollup` and `rolluptick`, the
+Cloud Tasks emulator dispatches `rolluptick` (successors and wake-ups), and `tools/scheduler.py`
+fires `rollup` every minute as Cloud Scheduler would (the emulator never fires scheduled
+functions). Ports and the project id come from firebase.json and .firebaserc.
 
 The Hosting emulator serves the web client from web/dist (`make` builds it first). Only `dev`
 keeps data: it imports emulator-data/ when it exists, seeds the demo documents and user when they
@@ -12,8 +17,12 @@ are missing, and exports on the way out; `exec` (tests, benchmarks) always start
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import fcntl
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,24 +32,32 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
+
+import demo
+from scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT = "demo-counters"
-REGION = "us-central1"
-HOST = "127.0.0.1"
-PORTS = {"auth": 9099, "firestore": 8080, "functions": 5001, "hosting": 5000}
-EMULATORS = "auth,firestore,functions,hosting"
+sys.path.insert(0, str(ROOT / "functions"))
+from counting import config  # noqa: E402
+
+PROJECT: str = json.loads((ROOT / ".firebaserc").read_text())["projects"]["default"]
+REGION = config.REGION
+_EMULATOR_CONFIG = json.loads((ROOT / "firebase.json").read_text())["emulators"]
+EMULATOR_NAMES = ("auth", "firestore", "functions", "hosting", "tasks")
+HOST: str = _EMULATOR_CONFIG["functions"]["host"]
+PORTS: dict[str, int] = {name: int(_EMULATOR_CONFIG[name]["port"]) for name in EMULATOR_NAMES}
+EMULATORS = ",".join(EMULATOR_NAMES)
+SCHEDULED = "rollup"  # the scheduled function the stand-in fires
 WEB_ROOT = ROOT / "web/dist"
 DEV_DATA = ROOT / "emulator-data"
 # firebase exports Auth and Firestore on its way out; give it this long before killing the group.
 EXPORT_TIMEOUT_S = 60.0
-# What `dev` seeds when missing; web/src/main.js shows them by default.
-DEMO_COUNTER = "demo-post"
-DEMO_TENANT = "demo-diner"
-DEMO_TIMEZONE = "Europe/Paris"
-DEMO_RESET_TIME = "04:00"
-DEMO_STAFF = ("staff@demo-diner.test", "demo-password")
 STATE = ROOT / ".emulators"
+PIDS = STATE / "stack.pids"  # the running stack's processes (see remember())
+PR_SET_PDEATHSIG = 1
+# `make dev` exports its data this often while it runs, so that a crash loses at most this much.
+EXPORT_EVERY_S = 60.0
 GCLOUD_PLATFORM = Path("/usr/lib/google-cloud-sdk/platform")
 FIRESTORE_MAIN = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
 # A function every load of functions/ exports; probing it tells "loaded" from "404 forever".
@@ -54,6 +71,7 @@ def emulator_env() -> dict[str, str]:
         "GCLOUD_PROJECT": PROJECT,
         "FIRESTORE_EMULATOR_HOST": f"{HOST}:{PORTS['firestore']}",
         "FIREBASE_AUTH_EMULATOR_HOST": f"{HOST}:{PORTS['auth']}",
+        "CLOUD_TASKS_EMULATOR_HOST": f"{HOST}:{PORTS['tasks']}",
         "COUNTERS_FUNCTIONS_URL": f"http://{HOST}:{PORTS['functions']}/{PROJECT}/{REGION}",
         "COUNTERS_WEB_URL": web_url(),
     }
@@ -102,44 +120,113 @@ def java_env() -> dict[str, str]:
 
 
 def start_group(
-    args: list[str], env: dict[str, str], log: Path | None, cwd: Path = ROOT
+    args: list[str], env: dict[str, str], log: Path | None, cwd: Path = ROOT,
+    on_our_death: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start `args` as the leader of a new process group, its output to `log` (None: ours)."""
+    """Start `args` as the leader of a new process group, its output to `log` (None: ours).
+    `on_our_death`: the signal the kernel sends it if this process dies (even by SIGKILL)."""
+    def preexec() -> None:
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, on_our_death)
+
+    # preexec_fn only when needed: it is unsafe once threads run (the Scheduler's does).
+    extra: dict[str, Any] = {} if on_our_death is None else {"preexec_fn": preexec}
     if log is None:
-        return subprocess.Popen(args, cwd=cwd, env=env, start_new_session=True)
+        return subprocess.Popen(args, cwd=cwd, env=env, start_new_session=True, **extra)
     with log.open("wb") as out:
-        return subprocess.Popen(
-            args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        return subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, **extra)
 
 
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    """TERM the whole process group, then KILL whatever is left after the grace period."""
+def remember(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Note every process of the stack, so that the next stack can stop what a runner killed
+    without a chance to clean up (SIGKILL) left behind."""
+    pids = {pid for proc in procs for pid in (proc.pid, *descendants(proc.pid))}
+    PIDS.write_text("".join(f"{pid} {command_of(pid)}\n" for pid in sorted(pids)))
+
+
+def reap_leftovers() -> None:
+    """Stop the processes a dead runner left holding the ports (they are still the processes it
+    noted: same pid, same command line)."""
+    if not PIDS.exists():
+        return
+    for line in PIDS.read_text().splitlines():
+        pid_text, _, command = line.partition(" ")
+        pid = int(pid_text)
+        if command and command_of(pid) == command:
+            print(f"stopping a process left by an earlier stack: {pid} {command[:60]}",
+                  flush=True)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    PIDS.unlink()
+
+
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0,
+               also: set[int] | None = None) -> None:
+    """TERM the process group and every process descended from its leader (firebase starts the
+    Firestore emulator's JVM and the Python function workers in sessions of their own, so the
+    group alone would leave them holding ports), then KILL whatever is left after the grace
+    period."""
+    pids = {proc.pid, *descendants(proc.pid), *(also or set())}
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
-        try:
+        pids |= descendants(proc.pid)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and group_alive(proc.pid):
+        while time.monotonic() < deadline and any(alive(pid) for pid in pids):
             proc.poll()
             time.sleep(0.1)
-        if not group_alive(proc.pid):
-            proc.poll()
+        proc.poll()
+        if not any(alive(pid) for pid in pids):
             return
     proc.wait()
 
 
-def group_alive(pgid: int) -> bool:
+def descendants(root: int) -> set[int]:
+    """Every live process whose chain of parents leads to `root`."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
     try:
-        os.killpg(pgid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) holds no port.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def wait_until_ready(firebase: subprocess.Popen[bytes], log: Path) -> None:
-    """Wait for the functions to be served: 404 means they failed to load (TOOLCHAIN.md item 7)."""
+    """Wait for the functions to be served: 404 forever means they failed to load (a venv that
+    does not match the runtime, for one), though firebase itself keeps running."""
     url = f"{emulator_env()['COUNTERS_FUNCTIONS_URL']}/{PROBE_FUNCTION}"
     deadline = time.monotonic() + READY_TIMEOUT_S
     last = "no answer"
@@ -180,14 +267,26 @@ def wait_for_web(firebase: subprocess.Popen[bytes], log: Path) -> None:
     raise SystemExit(f"web client not served after {READY_TIMEOUT_S:.0f} s ({last}); see {log}")
 
 
-def hold_ports() -> None:
-    """Wait for any other stack on this machine to finish: they would share the ports."""
-    lock = (Path(tempfile.gettempdir()) / "counters-emulator-ports.lock").open("w")
+def hold_ports(kind: str) -> None:
+    """Take the machine's emulator ports. A `make exec` (tests, benchmarks) holding them ends by
+    itself, so wait for it; a `make dev` stack does not, so say so and stop at once."""
+    path = Path(tempfile.gettempdir()) / "counters-emulator-ports.lock"
+    lock = path.open("a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        print("another stack holds the emulator ports; waiting for it to stop...", flush=True)
+        lock.seek(0)
+        holder = lock.read().strip() or "another stack"
+        if holder.startswith("dev"):
+            raise SystemExit(
+                f"a `make dev` stack ({holder}) holds the emulator ports {sorted(PORTS.values())}"
+                "; stop it (Ctrl-C in its terminal) and run this again") from None
+        print(f"{holder} holds the emulator ports; waiting for it to finish...", flush=True)
         fcntl.flock(lock, fcntl.LOCK_EX)
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{kind} (pid {os.getpid()})")
+    lock.flush()
     _HELD.append(lock)  # kept open (and locked) until this process exits
 
 
@@ -196,12 +295,14 @@ _HELD: list[object] = []
 
 def start_stack(
     emulators: str, *, persist: bool = False
-) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
-    """Start firebase, then the rollup loop. `persist` imports DEV_DATA and exports it on exit."""
+) -> tuple[list[subprocess.Popen[bytes]], Scheduler, dict[str, str]]:
+    """Start firebase, then the Scheduler stand-in. `persist` imports DEV_DATA and exports it on
+    exit."""
     if not (WEB_ROOT / "index.html").exists():
         raise SystemExit(f"{WEB_ROOT} is not built: run `make web` (make dev/test do it)")
     STATE.mkdir(exist_ok=True)
-    hold_ports()
+    hold_ports("dev" if persist else "exec")
+    reap_leftovers()
     env = {**os.environ, **offline_emulator_env(), **java_env(), **emulator_env()}
     firebase_log = STATE / "firebase.log"
     data_args: list[str] = []
@@ -214,31 +315,37 @@ def start_stack(
          "--project", PROJECT, *data_args],
         env,
         firebase_log,
+        # A runner killed outright still has firebase stop (and, for `dev`, export) its data.
+        on_our_death=signal.SIGINT,
     )
     procs = [firebase]
     try:
         wait_until_ready(firebase, firebase_log)
         wait_for_web(firebase, firebase_log)
-        rollup = start_group(
-            [str(ROOT / "functions/venv/bin/python"), "-m", "counting.rollup"],
-            env,
-            STATE / "rollup.log",
-            cwd=ROOT / "functions",
-        )
-        procs.append(rollup)
     except BaseException:
         stop_all(procs, persist=persist)
         raise
-    return procs, env
+    remember(procs)
+    scheduler = Scheduler(
+        f"{env['COUNTERS_FUNCTIONS_URL']}/{SCHEDULED}-0",
+        f"firebase-schedule-{SCHEDULED}-{REGION}",
+        config.ROLLUP_TIMEOUT_S,
+        STATE / "scheduler.log",
+    )
+    scheduler.start()
+    return procs, scheduler, env
 
 
 def stop_all(procs: list[subprocess.Popen[bytes]], *, persist: bool = False) -> None:
-    """Stop the rollup loop, then firebase. With `persist`, firebase alone gets SIGINT first and
+    """Stop the processes, firebase last. With `persist`, firebase alone gets SIGINT first and
     time to export (TERMing its group would kill the emulators it exports from)."""
+    PIDS.unlink(missing_ok=True)
     for proc in reversed(procs):
+        # Known before an export, which lets firebase exit and its children lose their parent.
+        started = descendants(proc.pid)
         if persist and proc is procs[0]:
             wait_for_export(proc)
-        stop_group(proc)
+        stop_group(proc, also=started)
 
 
 def wait_for_export(firebase: subprocess.Popen[bytes]) -> None:
@@ -261,41 +368,25 @@ def describe() -> str:
             f"  Firestore emulator  {env['FIRESTORE_EMULATOR_HOST']}",
             f"  Auth emulator       {env['FIREBASE_AUTH_EMULATOR_HOST']}",
             f"  Functions (callables) {env['COUNTERS_FUNCTIONS_URL']}/<name>",
-            f"  Rollup loop         python -m counting.rollup (log: {STATE / 'rollup.log'})",
+            f"  Cloud Tasks         {env['CLOUD_TASKS_EMULATOR_HOST']} (rollup handovers)",
+            f"  Scheduler stand-in  {SCHEDULED} every minute (log: {STATE / 'scheduler.log'})",
             f"  Emulator log        {STATE / 'firebase.log'}",
         ]
     )
 
 
-def seed_demo() -> None:
-    """Create what the web client shows by default, when missing: the demo post's counter, a
-    configured demo tenant and its staff account. Uses the domain directly, like the rollup loop.
-    """
-    os.environ.update(emulator_env())
-    sys.path.insert(0, str(ROOT / "functions"))
-    from callables import sign_up
-    from counting import counters, sequences
-    from google.cloud import firestore
-
-    db = firestore.Client(project=PROJECT)
-    counters.create_counter(db, DEMO_COUNTER)  # leaves an existing counter as it is
-    if not sequences.sequence_ref(db, DEMO_TENANT).get().exists:
-        sequences.configure_sequence(db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
-                                     reset_time=DEMO_RESET_TIME)
-    email, password = DEMO_STAFF
-    sign_up({"tenants": [DEMO_TENANT]}, email=email, password=password)
-
-
 def dev() -> int:
-    procs, _ = start_stack(EMULATORS, persist=True)
+    procs, scheduler, env = start_stack(EMULATORS, persist=True)
     try:
-        seed_demo()
+        os.environ.update(emulator_env())
+        demo.seed(PROJECT)
     except BaseException:
+        scheduler.stop()
         stop_all(procs, persist=True)
         raise
-    email, password = DEMO_STAFF
+    email, password = demo.DEMO_STAFF
     print(f"Stack is up (project {PROJECT}):\n{describe()}\n"
-          f"  Demo staff account  {email} / {password} (tenant {DEMO_TENANT})\n"
+          f"  Demo staff account  {email} / {password} (tenant {demo.DEMO_TENANT})\n"
           f"  Data kept in        {DEV_DATA} (make clean-data wipes it)\n"
           f"Open {web_url()}  -  Ctrl-C stops everything.", flush=True)
     stopping = False
@@ -304,31 +395,62 @@ def dev() -> int:
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+    exported_at = time.monotonic()
     try:
         while not stopping:
             dead = [p for p in procs if p.poll() is not None]
             if dead:
                 print(f"a stack process exited ({dead[0].args!r}); stopping", file=sys.stderr)
                 return 1
+            if time.monotonic() - exported_at >= EXPORT_EVERY_S:
+                export_now(env)
+                remember(procs)
+                exported_at = time.monotonic()
             time.sleep(0.5)
     finally:
         print("stopping the stack...", flush=True)
+        scheduler.stop()
         stop_all(procs, persist=True)
     return 0
+
+
+def export_now(env: dict[str, str]) -> None:
+    """Export the running emulators' data beside DEV_DATA, then swap it in: a crash of anything
+    (this runner, firebase, the machine) keeps the last complete export."""
+    fresh = DEV_DATA.with_name(DEV_DATA.name + ".next")
+    shutil.rmtree(fresh, ignore_errors=True)
+    done = subprocess.run(
+        [str(ROOT / "node_modules/.bin/firebase"), "emulators:export", str(fresh), "--force",
+         "--project", PROJECT], cwd=ROOT, env=env, capture_output=True, timeout=120, check=False)
+    if done.returncode != 0 or not fresh.is_dir():
+        print(f"periodic export failed (exit {done.returncode}); the last one is kept",
+              file=sys.stderr, flush=True)
+        return
+    old = DEV_DATA.with_name(DEV_DATA.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if DEV_DATA.exists():
+        DEV_DATA.rename(old)
+    fresh.rename(DEV_DATA)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def exec_command(command: str) -> int:
     """Run `command` in a process group of its own, so that whatever ends this process (the
     command finishing, Ctrl-C, SIGTERM) stops the command's whole tree, then the stack."""
-    procs, env = start_stack(EMULATORS)
+    procs, scheduler, env = start_stack(EMULATORS)
     try:
         child = start_group(["/bin/sh", "-c", command], env, None)
-        return child.wait()
+        while True:
+            try:
+                return child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                remember(procs)  # function workers start as requests come
     finally:
         if "child" in locals():
             stop_group(child)
+        scheduler.stop()
         stop_all(procs)
 
 

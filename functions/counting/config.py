@@ -12,7 +12,7 @@ INTERNAL = "internal"  # server-only state: the rollup lease and watermark
 ROLLUP_STATE_DOC = "rollup"
 EXPIRES_AT = "expires_at"
 
-# Counter limits (CONTRACT.md).
+# Counter limits (docs/api.md).
 MIN_SHARDS = 1
 MAX_SHARDS = 1000
 MAX_ABS_BY = 1_000_000_000
@@ -62,10 +62,37 @@ FOLD_GRACE_S = 2 * CONFIG_CACHE_TTL_S
 # (about 500 writes/s per range for sequential values in production).
 STRIPES = 16
 
-# The rollup loop.
+# The rollup's cadence (counting.cadence; docs/architecture.md, "Rollup cadence").
+REGION = "us-central1"
+ROLLUP_USAGE_DOC = "rollup_usage"  # internal/rollup_usage: what rollup invocations cost, summed
 ROLLUP_PERIOD_S = 1.0
+# A holder that stops renewing loses the lease this long after its last renewal.
 ROLLUP_LEASE_S = 10.0
-ROLLUP_INVOCATION_S = 55.0  # of each minute-long scheduled invocation
+# One invocation ticks this long while the rollup is awake, then hands over to its successor.
+# Each handover costs the successor a first read of the counters it meets, so runs are long;
+# they are bounded so that a lost invocation costs little and the function timeout stays short.
+ROLLUP_RUN_S = 60.0
+# The successor task is enqueued this long before the end: Cloud Tasks dispatch plus a cold
+# start fit in it, and the successor waits on the lease for the rest.
+ROLLUP_SUCCESSOR_LEAD_S = 10.0
+# A holder whose successor could not be enqueued keeps ticking (and retrying) this much longer.
+ROLLUP_EXTEND_S = 30.0
+# Invocations that find the lease held wait for it when the holder hands over within this long
+# or is about to sleep, and while it does not renew (it died: the lease expires within its TTL).
+ROLLUP_HANDOVER_WAIT_S = ROLLUP_SUCCESSOR_LEAD_S + 5.0
+ROLLUP_WAIT_POLL_S = 0.2
+# No shard written for this long: the rollup goes to sleep. It first marks the lease asleep and
+# keeps ticking for ROLLUP_DRAIN_S, longer than the write path's cache of that mark
+# (WAKE_CACHE_TTL_S), so that a write it does not see is made by a writer that knows it sleeps.
+ROLLUP_IDLE_S = 20.0
+WAKE_CACHE_TTL_S = 5.0
+ROLLUP_DRAIN_S = WAKE_CACHE_TTL_S + 2.0
+# A writer that enqueued a wake-up does not enqueue another for this long.
+WAKE_RETRY_S = 5.0
+# The deployed timeouts: longest run plus waiting plus a margin.
+ROLLUP_TIMEOUT_S = int(ROLLUP_HANDOVER_WAIT_S + ROLLUP_LEASE_S + ROLLUP_RUN_S + ROLLUP_EXTEND_S
+                       + 30)
+ROLLUP_TASK_FUNCTION = "rolluptick"  # Cloud Tasks queue ids allow no underscore
 # Counters above their min_shards carry `above_min: true`; the rollup queries them when it starts
 # and every this many ticks, so that they shrink even when nobody writes to them any more.
 ROLLUP_WATCH_EVERY_TICKS = 60

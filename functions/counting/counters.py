@@ -18,13 +18,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from . import autoscale, config
+from . import autoscale, config, kinds
 from .errors import NotFound
+from .kinds import Consistency, Strategy
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +36,7 @@ class CounterConfig:
 
     counter: str
     num_shards: int
-    strategy: str
+    strategy: Strategy
     shard_load: tuple[float, ...] = ()  # writes/s per shard, published by the rollup
 
 
@@ -49,7 +52,7 @@ class Count:
     counter: str
     count: int
     as_of: dt.datetime
-    consistency: str
+    consistency: Consistency
     documents_read: int
 
 
@@ -59,12 +62,12 @@ def shards_for(expected_rate: float | None) -> int:
     return autoscale.shards_for_rate(rate)
 
 
-def counter_ref(db: firestore.Client, counter: str) -> Any:
+def counter_ref(db: firestore.Client, counter: str) -> firestore.DocumentReference:
     return db.collection(config.COUNTERS).document(counter)
 
 
-def shard_ref(db: firestore.Client, counter: str, shard: int) -> Any:
-    return counter_ref(db, counter).collection(config.SHARDS).document(str(shard))
+def shard_ref(db: firestore.Client, counter: str, shard: int) -> firestore.DocumentReference:
+    return db.collection(config.COUNTERS, counter, config.SHARDS).document(str(shard))
 
 
 def shard_write(by: int, rng: random.Random) -> dict[str, Any]:
@@ -78,6 +81,12 @@ def shard_write(by: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Cached:
+    read_at: float  # the cache's clock
+    config: CounterConfig
+
+
 class ConfigCache:
     """Per-instance cache of counter configurations, each entry kept for `ttl_s` seconds.
 
@@ -88,15 +97,15 @@ class ConfigCache:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl_s = ttl_s
         self._clock = clock
-        self._entries: dict[str, tuple[float, CounterConfig]] = {}
+        self._entries: dict[str, _Cached] = {}
         self._lock = threading.Lock()
 
     def get(self, db: firestore.Client, counter: str) -> CounterConfig:
         now = self._clock()
         with self._lock:
             entry = self._entries.get(counter)
-        if entry is not None and now - entry[0] < self._ttl_s:
-            return entry[1]
+        if entry is not None and now - entry.read_at < self._ttl_s:
+            return entry.config
         snapshot = counter_ref(db, counter).get()
         if not snapshot.exists:
             raise NotFound(f"counter: {counter!r} does not exist")
@@ -104,17 +113,27 @@ class ConfigCache:
         found = CounterConfig(
             counter=counter,
             num_shards=int(data["num_shards"]),
-            strategy=str(data.get("strategy", config.DEFAULT_STRATEGY)),
+            # A name this version does not know picks shards as the default does.
+            strategy=kinds.member(data.get("strategy"), kinds.STRATEGIES) or kinds.DEFAULT_STRATEGY,
             shard_load=tuple(float(x) for x in data.get("shard_load") or ()),
         )
         with self._lock:
-            self._entries[counter] = (now, found)
+            self._entries[counter] = _Cached(read_at=now, config=found)
         return found
 
     def forget(self, counter: str) -> None:
         """Drop a counter's entry: the next `get` reads it afresh."""
         with self._lock:
             self._entries.pop(counter, None)
+
+
+@dataclass(kw_only=True)
+class _Picks:
+    """This instance's picks of each shard since it cached `config` (least_loaded)."""
+
+    config: CounterConfig
+    picks: list[int]
+    total: int = 0
 
 
 class ShardPicker:
@@ -133,7 +152,7 @@ class ShardPicker:
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = rng or random.Random()
         self._cursors: dict[str, itertools.count[int]] = {}
-        self._picks: dict[str, tuple[CounterConfig, list[int], list[int]]] = {}
+        self._picks: dict[str, _Picks] = {}
         self._lock = threading.Lock()
 
     def pick(self, counter: CounterConfig) -> int:
@@ -151,18 +170,18 @@ class ShardPicker:
             mean_load = sum(load) / n
             with self._lock:
                 entry = self._picks.get(counter.counter)
-                if entry is None or entry[0] is not counter:
-                    entry = (counter, [0] * n, [0])  # a fresh copy of the configuration
+                if entry is None or entry.config is not counter:
+                    entry = _Picks(config=counter, picks=[0] * n)  # a fresh copy of the config
                     self._picks[counter.counter] = entry
-                _, picks, total = entry
-                mean_picks = total[0] / n + 1
+                picks = entry.picks
+                mean_picks = entry.total / n + 1
 
                 def score(i: int) -> float:
                     share = load[i] / mean_load if i < len(load) and mean_load > 0 else 0.0
                     return share + picks[i] / mean_picks
 
                 chosen = a if score(a) <= score(b) else b
-                total[0] += 1
+                entry.total += 1
                 picks[chosen] += 1
                 return chosen
         return self.rng.randrange(n)
@@ -178,7 +197,7 @@ def create_counter(
     *,
     shards: int | None = None,
     expected_rate: float | None = None,
-    strategy: str = config.DEFAULT_STRATEGY,
+    strategy: Strategy = kinds.DEFAULT_STRATEGY,
 ) -> Created:
     """Create the counter and all its shards in one commit; an existing counter is left as is.
 
@@ -237,13 +256,12 @@ def increment(
         batch.update(ref, shard_write(by, picker.rng))
         return commit_once(batch)
 
-    applied: dt.datetime | None = with_fresh_config(attempt, configs, [counter])
-    return applied
+    return with_fresh_config(attempt, configs, [counter])
 
 
 def with_fresh_config(
-    attempt: Callable[[], Any], configs: ConfigCache, counters: Iterable[str]
-) -> Any:
+    attempt: Callable[[], T], configs: ConfigCache, counters: Iterable[str]
+) -> T:
     """Run a shard write; if it hit a shard that a shrink has since folded away (NOT_FOUND: the
     cached num_shards was stale), refresh the configuration and write once more. A failed commit
     wrote nothing, so the retry cannot count twice."""
@@ -280,13 +298,12 @@ def increment_many(
             batch.update(ref, shard_write(totals[target.counter], picker.rng))
         return len(items) if commit_once(batch) is not None else 0
 
-    result: int = with_fresh_config(attempt, configs, totals)
-    return result
+    return with_fresh_config(attempt, configs, totals)
 
 
 def request_marker(
     db: firestore.Client, uid: str, request_id: str, *, counters: list[str]
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[firestore.DocumentReference, dict[str, Any]]:
     """The marker document that makes a request id count once per user.
 
     Its id hashes (uid, request_id): uids may hold characters a document id cannot.
@@ -298,7 +315,7 @@ def request_marker(
     return db.collection(config.REQUESTS).document(key), fields
 
 
-def commit_once(batch: Any) -> dt.datetime | None:
+def commit_once(batch: firestore.WriteBatch) -> dt.datetime | None:
     """Commit a batch that creates a marker: its commit time, or None when the marker exists."""
     try:
         results = batch.commit()
@@ -308,7 +325,7 @@ def commit_once(batch: Any) -> dt.datetime | None:
     return committed
 
 
-def get_count(db: firestore.Client, counter: str, consistency: str = "rollup") -> Count:
+def get_count(db: firestore.Client, counter: str, consistency: Consistency = "rollup") -> Count:
     """The rollup (one document read) or the strong value (all shards, one consistent read)."""
     if consistency == "strong":
         snapshots = list(counter_ref(db, counter).collection(config.SHARDS).stream())

@@ -14,7 +14,7 @@ import zoneinfo
 from collections.abc import Mapping
 from typing import Any
 
-from . import config
+from . import config, kinds
 from .errors import InvalidArgument
 
 _COUNTER_ID = re.compile(r"[A-Za-z0-9_\-.:]{1,128}")
@@ -94,12 +94,15 @@ def expected_rate(value: object | None) -> float | None:
     return float(value)
 
 
-def choice(value: object | None, field: str, options: tuple[str, ...], default: str) -> str:
+def choice(value: object | None, field: str, names: tuple[kinds.Name, ...],
+           default: kinds.Name) -> kinds.Name:
+    """One of a kind's `names` (counting.kinds), typed as that kind."""
     if value is None:
         return default
-    if value not in options:
-        raise InvalidArgument(f"{field}: must be one of {', '.join(options)} (got {_show(value)})")
-    return str(value)
+    found = kinds.member(value, names)
+    if found is None:
+        raise InvalidArgument(f"{field}: must be one of {', '.join(names)} (got {_show(value)})")
+    return found
 
 
 def increments(value: object) -> list[tuple[str, int]]:

@@ -1,16 +1,19 @@
-"""A lease on one document, so that only one rollup loop runs at a time.
+"""A lease on one document, so that only one rollup holder runs at a time, and the document
+through which holders hand over and writers learn whether the rollup is awake.
 
 Acquiring and renewing are compare-and-set writes (`last_update_time` preconditions), so two
-loops can never both believe they hold it. Expiry is judged on server time: the lease is free
+holders can never both believe they hold it. Expiry is judged on server time: the lease is free
 once a read's `read_time` is `ttl_s` past the holder's last renewal (a server timestamp). Each
-renewal also persists the holder's progress (`watermark`) and returns its commit time, which
-the rollup uses as the instant of its snapshot reads.
+renewal also persists the holder's progress (`watermark`), whether it is `awake` (ticking every
+second) or about to sleep, and when it plans to hand over (`ends_at`); it returns its commit time,
+which the rollup uses as the instant of its snapshot reads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -23,29 +26,65 @@ class LeaseLost(Exception):
     """Another holder took the lease (ours expired or was never ours)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class LeaseView:
+    """The lease document as one read saw it."""
+
+    owner: str | None
+    live: bool  # held by `owner` and renewed within the TTL, as of `read_time`
+    awake: bool  # the holder (or the last one) ticks every second rather than sleeping
+    renewed_at: dt.datetime | None
+    ends_at: dt.datetime | None  # when the holder plans to hand over
+    read_time: dt.datetime
+
+    @classmethod
+    def of(cls, snapshot: firestore.DocumentSnapshot[Any], ttl: dt.timedelta) -> LeaseView:
+        data = snapshot.to_dict() or {}
+        renewed_at = data.get("renewed_at")
+        owner = data.get("owner")
+        read_time: dt.datetime = snapshot.read_time
+        return cls(
+            owner=owner,
+            live=owner is not None and renewed_at is not None and read_time < renewed_at + ttl,
+            awake=data.get("awake") is not False,  # a lease written before sleeping existed
+            renewed_at=renewed_at,
+            ends_at=data.get("ends_at"),
+            read_time=read_time,
+        )
+
+
 class Lease:
-    def __init__(self, db: firestore.Client, ref: Any, owner: str, ttl_s: float) -> None:
+    def __init__(self, db: firestore.Client, ref: firestore.DocumentReference, owner: str,
+                 ttl_s: float) -> None:
         self._db = db
         self._ref = ref
         self.owner = owner
         self._ttl = dt.timedelta(seconds=ttl_s)
         self._update_time: Any = None
         self.watermark: dt.datetime = EPOCH
+        self.found: LeaseView | None = None  # the document as acquire() last read it
+        # What the next renewal (or fenced commit) publishes.
+        self.awake = True
+        self.ends_at: dt.datetime | None = None
+        self.status: dict[str, Any] = {}  # health figures, for operators
 
     @property
     def held(self) -> bool:
         return self._update_time is not None
 
+    def view(self) -> LeaseView:
+        """Read the lease document (one read)."""
+        return LeaseView.of(self._ref.get(), self._ttl)
+
     def acquire(self) -> bool:
-        """Take the lease when it is free, expired or already ours; False when someone holds it."""
+        """Take the lease when it is free, expired or already ours; False when someone holds it.
+        `found` keeps what the read saw (the previous holder's state)."""
         snapshot = self._ref.get()
-        data = snapshot.to_dict() or {}
-        holder = data.get("owner")
-        renewed_at = data.get("renewed_at")
-        live = renewed_at is not None and snapshot.read_time < renewed_at + self._ttl
-        if holder not in (None, self.owner) and live:
+        found = self.found = LeaseView.of(snapshot, self._ttl)
+        if found.live and found.owner != self.owner:
             return False
-        fields = {"owner": self.owner, "renewed_at": firestore.SERVER_TIMESTAMP}
+        fields = {"owner": self.owner, "renewed_at": firestore.SERVER_TIMESTAMP,
+                  **self._state()}
         try:
             if snapshot.exists:
                 option = self._db.write_option(last_update_time=snapshot.update_time)
@@ -55,15 +94,17 @@ class Lease:
         except (gexc.FailedPrecondition, gexc.AlreadyExists):
             return False
         self._update_time = result.update_time
-        self.watermark = data.get("watermark") or EPOCH
+        self.watermark = (snapshot.to_dict() or {}).get("watermark") or EPOCH
         return True
 
     def renew(self, watermark: dt.datetime) -> dt.datetime:
-        """Extend the lease and persist `watermark`; returns the renewal's commit time."""
+        """Extend the lease and persist `watermark` (and `awake`, `ends_at`); returns the
+        renewal's commit time."""
         if self._update_time is None:
             raise LeaseLost("not held")
         option = self._db.write_option(last_update_time=self._update_time)
-        fields = {"renewed_at": firestore.SERVER_TIMESTAMP, "watermark": watermark}
+        fields = {"renewed_at": firestore.SERVER_TIMESTAMP, "watermark": watermark,
+                  **self._state()}
         try:
             result = self._ref.update(fields, option=option)
         except (gexc.FailedPrecondition, gexc.NotFound) as error:
@@ -73,10 +114,13 @@ class Lease:
         commit_time: dt.datetime = result.update_time
         return commit_time
 
-    def commit(self, batch: Any) -> list[Any]:
+    def commit(self, batch: firestore.WriteBatch) -> list[Any]:
         """Commit `batch` only while the lease is ours: it also writes the lease document, guarded
         by the update time of our own last write to it (a fencing token), so a holder that stalled
-        past its lease cannot commit after a successor has taken over."""
+        past its lease cannot commit after a successor has taken over.
+
+        A failed precondition of the batch's own writes (a fold's) is raised as it is when the
+        lease is still ours; LeaseLost when it is not."""
         if self._update_time is None:
             raise LeaseLost("not held")
         option = self._db.write_option(last_update_time=self._update_time)
@@ -84,17 +128,24 @@ class Lease:
         try:
             results: list[Any] = batch.commit()
         except (gexc.FailedPrecondition, gexc.NotFound) as error:
+            if self._ref.get().update_time == self._update_time:
+                raise  # the fence held: another write's precondition failed
             self._update_time = None
             raise LeaseLost(str(error)) from error
         self._update_time = results[-1].update_time
         return results
 
     def release(self, watermark: dt.datetime) -> None:
-        """Hand the lease back at once (the next holder need not wait for expiry)."""
+        """Hand the lease back at once (the next holder need not wait for expiry), saying whether
+        the rollup stays awake (a successor is on its way) or sleeps."""
         if self._update_time is None:
             return
         option = self._db.write_option(last_update_time=self._update_time)
+        fields = {"owner": None, "watermark": watermark, **self._state()}
         # Someone who took it already has nothing to be handed back.
         with contextlib.suppress(gexc.FailedPrecondition, gexc.NotFound):
-            self._ref.update({"owner": None, "watermark": watermark}, option=option)
+            self._ref.update(fields, option=option)
         self._update_time = None
+
+    def _state(self) -> dict[str, Any]:
+        return {"awake": self.awake, "ends_at": self.ends_at, **self.status}

@@ -23,37 +23,27 @@ One tick, under the lease (`counting.lease`):
 7. Trending tags (`counting.trends`): the same query returned the changed shards of the trend
    minute buckets; their changes go into the window totals, the Top-K lists and `trends/{scope}`.
 
-Folding never loses or doubles a count. Each surplus shard is read, then one commit deletes it,
-with a precondition on the update time it was read with, and adds the count read to a remaining
-shard (Increment, with `updated_at`). The precondition means the amount moved is exactly what the
-shard held when it disappeared: an increment that lands in between fails the commit, which moves
-nothing and is retried next tick; an increment from a writer with a stale `num_shards` that comes
-after fails NOT_FOUND, and the write path redoes it on a current shard. At every instant the
-shards that exist sum to the counter's value. The rollup applies the same move to the values it
-remembers (drop the shard, add its count to the survivor), so its sums stay the sums of the
-shards that exist at T; if anything fails mid-tick it forgets everything and reads afresh.
+Folding (`counting.folding`) never loses or doubles a count; the rollup applies each committed
+move to the values it remembers (drop the shard, add its count to the survivor), so its sums stay
+the sums of the shards that exist at T; if anything fails mid-tick it forgets everything and reads
+afresh.
 
 Every other step is a read or an absolute write, so a tick that dies half-way is simply done again
 from the persisted watermark (at-least-once delivery is harmless). The autoscale state that must
 outlive a lease holder (`rate`, `low_since`, `shrunk_at`, `above_min`) is on the counter
 document; counters above their minimum are found again with one query on `above_min`.
 
-`python -m counting.rollup` runs the same loop forever against the emulator (the local stand-in
-for the scheduled function, which the Functions emulator never fires).
+Who ticks, and when, is `counting.cadence`: the deployed functions call it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
-import os
 import random
-import signal
-import socket
-import threading
-import time
-import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,25 +54,40 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from . import autoscale, config
 from .autoscale import AutoscaleParams
-from .lease import Lease, LeaseLost
+from .folding import fold_surplus
+from .lease import Lease
 from .trends import TrendRollup, TrendStats
+from .usage import Usage
 
 log = logging.getLogger(__name__)
 
 # A counter not changed for this many ticks is dropped from the in-memory sums (unless it still
 # has shards to shed).
 IDLE_TICKS_KEPT = 120
-WRITE_CHUNK = 500
-# Surplus shards folded per commit.
-FOLD_CHUNK = 200
-# Counters read whole (first met in this process) are read this many at a time.
+WRITE_CHUNK = 499  # a commit holds 500 writes, the lease's fencing write included
+# Counters read whole (first met by this holder) are read this many at a time.
 READ_THREADS = 8
 # A rate sample never spans more than this (the first tick after a long pause).
 MAX_SAMPLE_S = 60.0
+# What one counter's own write can fail with, whatever the others do: its document was deleted,
+# or Firestore refuses a value. Anything else (unavailable, a lost lease) fails the whole tick,
+# which is then done again from the watermark.
+COUNTER_FAULTS = (gexc.NotFound, gexc.InvalidArgument, ValueError)
+INT64 = (-(2**63), 2**63 - 1)
+PROBLEM_CHARS = 300  # of one reported problem
 COUNTER_FIELDS = ["count", "num_shards", "strategy", "min_shards", "max_shards", "rate",
                   "low_since", "shrunk_at", "updated_at"]
 
-Shard = tuple[int, int]  # (count, writes)
+
+@dataclass(frozen=True, kw_only=True)
+class ShardValue:
+    count: int
+    writes: int  # one more per write to the shard: its growth is the number of writes
+
+    @classmethod
+    def of(cls, snapshot: firestore.DocumentSnapshot[Any]) -> ShardValue:
+        data = snapshot.to_dict() or {}
+        return cls(count=int(data.get("count") or 0), writes=int(data.get("writes") or 0))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,12 +96,22 @@ class TickStats:
     changed_shards: int
     changed_counters: int
     written: int  # counters whose count was written
-    reads: int  # billed document reads: results, or 1 for a query that matched nothing
+    usage: Usage  # billed operations of the whole tick, trends included
     seconds: float
     published: int = 0  # counter documents written (count, rate or scaling state)
     rescaled: int = 0  # counters whose num_shards changed
     folded: int = 0  # surplus shards folded away
     trends: TrendStats | None = None
+    problems: tuple[str, ...] = ()  # counters skipped this tick, and why
+
+    @property
+    def reads(self) -> int:
+        return self.usage.reads
+
+    @property
+    def changed(self) -> bool:
+        """Anything written by clients since the last tick (counter or trend shards)."""
+        return bool(self.changed_shards or (self.trends and self.trends.changed_buckets))
 
 
 @dataclass(kw_only=True)
@@ -143,7 +158,28 @@ class Scaling:
         return [round(self.shard_load.get(str(n), 0.0), 3) for n in range(self.num_shards)]
 
 
-def state_ref(db: firestore.Client) -> Any:
+@dataclass(kw_only=True)
+class Held:
+    """One counter as this holder knows it: its document and, once one of its shards changed
+    while held, every shard's value as of the last tick."""
+
+    shards: dict[str, ShardValue] | None  # None: not read (held for its scaling state only)
+    written: int | None  # the count on counters/{id}; None: the document does not exist
+    scaling: Scaling | None  # None when the document does not exist
+    last_changed: int  # the tick that last saw one of its shards change
+
+    def total(self) -> int:
+        return sum(shard.count for shard in (self.shards or {}).values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grow:
+    counter: str
+    old: int
+    new: int
+
+
+def state_ref(db: firestore.Client) -> firestore.DocumentReference:
     return db.collection(config.INTERNAL).document(config.ROLLUP_STATE_DOC)
 
 
@@ -178,12 +214,11 @@ def change_query(db: firestore.Client, since: dt.datetime) -> Any:
     )
 
 
-def shard_of(snapshot: Any) -> Shard:
-    return int(snapshot.get("count") or 0), int((snapshot.to_dict() or {}).get("writes") or 0)
+Changes = dict[str, dict[str, ShardValue]]  # counter -> shard id -> value at the tick's instant
 
 
 class Rollup:
-    """The state of one lease holder: the watermark, the shard values it has seen, the loads."""
+    """The state of one lease holder: the watermark, the counters it holds, their loads."""
 
     def __init__(self, db: firestore.Client, lease: Lease,
                  scaling: AutoscaleParams | None = None,
@@ -193,12 +228,11 @@ class Rollup:
         self._params = scaling or AutoscaleParams()
         self._trends = trends or TrendRollup(db, lease)
         self.watermark = lease.watermark
-        self._shards: dict[str, dict[str, int]] = {}
-        self._writes: dict[str, dict[str, int]] = {}
-        self._written: dict[str, int | None] = {}  # None: the counter document does not exist
-        self._scaling: dict[str, Scaling] = {}
-        self._last_changed: dict[str, int] = {}
+        self._held: dict[str, Held] = {}
+        self._retry: set[str] = set()  # counters whose sum could not be published: again
+        self._problems: list[str] = []  # of the tick under way
         self._ticks = 0
+        self._usage = Usage()  # of the tick under way
         self._rng = random.Random()
         self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="rollup")
 
@@ -207,32 +241,29 @@ class Rollup:
 
     def forget(self) -> None:
         """Drop what this holder remembers; the next ticks read the changed counters whole."""
-        self._shards.clear()
-        self._writes.clear()
-        self._written.clear()
-        self._scaling.clear()
-        self._last_changed.clear()
+        self._held.clear()
         self._trends.forget()
 
     def tick(self) -> TickStats:
-        started = time.monotonic()
+        started = dt.datetime.now(dt.UTC)
+        self._usage = usage = Usage(writes=1)  # the lease renewal
+        self._problems = []
         since = self.watermark
         as_of = to_micros(self._lease.renew(since))
-        changes, trend_changes, reads = self._changed_shards(since, as_of)
+        changes, trend_changes = self._changed_shards(since, as_of)
         try:
             watched: list[str] = []
             if self._params.enabled and self._ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
-                watched, watch_reads = self._above_min(as_of)
-                reads += watch_reads
-            reads += self._load_unseen(list(dict.fromkeys([*changes, *watched])), as_of)
+                watched = self._above_min(as_of)
+            self._load(list(changes), watched, as_of)
             sums = self._apply(changes, since, as_of)
             updates, grows = self._plan(sums, as_of)
             self._commit(updates)
-            for counter, old, new in grows:
-                self._grow(counter, old, new)
-            folded, fold_reads = self._fold_due(as_of)
-            reads += fold_reads
+            for grow in grows:
+                self._isolated(grow.counter, functools.partial(self._grow, grow))
+            folded = self._fold_due(as_of)
             trends = self._trends.tick(trend_changes, as_of)
+            usage.add(Usage(reads=trends.reads, writes=trends.writes))
         except BaseException:
             self.forget()
             raise
@@ -243,35 +274,37 @@ class Rollup:
             changed_shards=sum(len(shards) for shards in changes.values()),
             changed_counters=len(changes),
             written=sum(1 for fields in updates.values() if "count" in fields),
-            reads=reads,
-            seconds=time.monotonic() - started,
+            usage=usage,
+            seconds=(dt.datetime.now(dt.UTC) - started).total_seconds(),
             published=len(updates),
             rescaled=len(grows) + sum(1 for fields in updates.values() if "num_shards" in fields),
             folded=folded,
             trends=trends,
+            problems=tuple(self._problems),
         )
 
     def _changed_shards(
         self, since: dt.datetime, as_of: dt.datetime
-    ) -> tuple[dict[str, dict[str, Shard]], dict[str, dict[str, Any]], int]:
+    ) -> tuple[Changes, dict[str, dict[str, Any]]]:
         """Counter shards and trend minute-bucket shards written in (since, as_of].
 
         `stripe in [all]` is one query that the (stripe, updated_at) index serves as one range
         scan per stripe."""
         snapshots = list(change_query(self._db, since).stream(read_time=as_of))
-        changes: dict[str, dict[str, Shard]] = defaultdict(dict)
+        self._usage.reads += max(1, len(snapshots))
+        changes: Changes = defaultdict(dict)
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         for snapshot in snapshots:
             parent = snapshot.reference.parent.parent
             if parent is None:
                 continue
             if parent.parent.id == config.COUNTERS:
-                changes[parent.id][snapshot.id] = shard_of(snapshot)
+                changes[parent.id][snapshot.id] = ShardValue.of(snapshot)
             elif parent.parent.id == config.TREND_MINUTES:
                 trend_changes[parent.id][snapshot.id] = snapshot
-        return changes, trend_changes, max(1, len(snapshots))
+        return changes, trend_changes
 
-    def _above_min(self, as_of: dt.datetime) -> tuple[list[str], int]:
+    def _above_min(self, as_of: dt.datetime) -> list[str]:
         """Counters that may have shards to shed, whether or not anyone writes to them."""
         query = (
             self._db.collection(config.COUNTERS)
@@ -279,58 +312,56 @@ class Rollup:
             .select(["above_min"])
         )
         found = [snapshot.id for snapshot in query.stream(read_time=as_of)]
-        return found, max(1, len(found))
+        self._usage.reads += max(1, len(found))
+        return found
 
-    def _load_unseen(self, counters: list[str], as_of: dt.datetime) -> int:
-        """Read, at `as_of`, every shard and the rollup of counters this holder has not seen."""
-        unseen = [c for c in counters if c not in self._written]
-        if not unseen:
-            return 0
+    def _load(self, changed: list[str], watched: list[str], as_of: dt.datetime) -> None:
+        """Read, at `as_of`, the documents of counters this holder has not seen, and every shard
+        of changed counters whose shards it has not read (a watched counter nobody writes to
+        needs its document only: shrinking it reads no shard)."""
         coll = self._db.collection(config.COUNTERS)
-
-        def shards(counter: str) -> dict[str, Shard]:
-            stream = coll.document(counter).collection(config.SHARDS).stream(read_time=as_of)
-            return {s.id: shard_of(s) for s in stream}
-
-        reads = 0
-        for counter, values in zip(unseen, self._pool.map(shards, unseen), strict=True):
-            self._shards[counter] = {shard: count for shard, (count, _) in values.items()}
-            self._writes[counter] = {shard: writes for shard, (_, writes) in values.items()}
-            reads += max(1, len(values))
+        unseen = [c for c in dict.fromkeys([*changed, *watched]) if c not in self._held]
         refs = [coll.document(counter) for counter in unseen]
         for snapshot in self._db.get_all(refs, field_paths=COUNTER_FIELDS, read_time=as_of):
-            reads += 1
-            if not snapshot.exists:
-                self._written[snapshot.id] = None
-                continue
-            data = snapshot.to_dict() or {}
-            self._written[snapshot.id] = int(data.get("count") or 0)
-            self._scaling[snapshot.id] = Scaling.from_document(data)
-        return reads
+            self._usage.reads += 1
+            data = snapshot.to_dict() or {} if snapshot.exists else None
+            self._held[snapshot.id] = Held(
+                shards=None,
+                written=None if data is None else int(data.get("count") or 0),
+                scaling=None if data is None else Scaling.from_document(data),
+                last_changed=self._ticks,
+            )
+        unread = [c for c in changed if self._held[c].shards is None]
 
-    def _apply(
-        self, changes: dict[str, dict[str, Shard]], since: dt.datetime, as_of: dt.datetime
-    ) -> dict[str, int]:
+        def shards(counter: str) -> dict[str, ShardValue]:
+            stream = coll.document(counter).collection(config.SHARDS).stream(read_time=as_of)
+            return {s.id: ShardValue.of(s) for s in stream}
+
+        for counter, values in zip(unread, self._pool.map(shards, unread), strict=True):
+            self._held[counter].shards = values
+            self._usage.reads += max(1, len(values))
+
+    def _apply(self, changes: Changes, since: dt.datetime, as_of: dt.datetime) -> dict[str, int]:
         """Take in the changed shards; measure every held counter's rate. Returns the new sums."""
         dt_s = min(MAX_SAMPLE_S, (as_of - since).total_seconds())
         sums: dict[str, int] = {}
         for counter, shards in changes.items():
-            counts, writes = self._shards[counter], self._writes[counter]
-            per_shard: dict[str, int] = {}
-            for shard, (count, wrote) in shards.items():
+            held = self._held[counter]
+            assert held.shards is not None  # _load read them
+            writes: dict[str, int] = {}
+            for shard, value in shards.items():
+                before = held.shards.get(shard)
                 # A shard created afresh (after a fold) restarts its write counter.
-                per_shard[shard] = wrote - writes.get(shard, 0)
-                if per_shard[shard] < 0:
-                    per_shard[shard] = wrote
-                counts[shard], writes[shard] = count, wrote
-            sums[counter] = sum(counts.values())
-            state = self._scaling.get(counter)
-            if state is not None and dt_s > 0:
-                self._measure(state, per_shard, dt_s)
+                grew = value.writes - (before.writes if before else 0)
+                writes[shard] = grew if grew >= 0 else value.writes
+                held.shards[shard] = value
+            sums[counter] = held.total()
+            if held.scaling is not None and dt_s > 0:
+                self._measure(held.scaling, writes, dt_s)
         if dt_s > 0:
-            for counter, state in self._scaling.items():
-                if counter not in changes:
-                    self._measure(state, {}, dt_s)
+            for counter, held in self._held.items():
+                if counter not in changes and held.scaling is not None:
+                    self._measure(held.scaling, {}, dt_s)
         return sums
 
     def _measure(self, state: Scaling, writes: dict[str, int], dt_s: float) -> None:
@@ -349,22 +380,36 @@ class Rollup:
 
     def _plan(
         self, sums: dict[str, int], as_of: dt.datetime
-    ) -> tuple[dict[str, dict[str, Any]], list[tuple[str, int, int]]]:
+    ) -> tuple[dict[str, dict[str, Any]], list[Grow]]:
         """The counter document updates of this tick, and the grows to commit after them."""
         now = as_of.timestamp()
         updates: dict[str, dict[str, Any]] = defaultdict(dict)
-        grows: list[tuple[str, int, int]] = []
+        grows: list[Grow] = []
+        for counter in self._retry - sums.keys():
+            if counter in self._held:
+                sums[counter] = self._held[counter].total()
         for counter, total in sums.items():
-            if self._written.get(counter) is not None and self._written[counter] != total:
+            written = self._held[counter].written
+            if not INT64[0] <= total <= INT64[1]:
+                # Firestore stores 64-bit integers: this counter cannot be published (clients
+                # are kept from getting here by the bounds on increments).
+                self._report(counter, f"sum {total} is outside 64-bit integers")
+                self._retry.add(counter)
+                continue
+            if written is not None and written != total:
                 updates[counter].update({"count": total, "updated_at": as_of})
-        for counter, state in self._scaling.items():
+        for counter, held in self._held.items():
+            state = held.scaling
+            if state is None:
+                continue
             fields = updates.get(counter, {})
             if self._params.enabled:
                 decision = autoscale.decide(
                     state.num_shards, state.rate, now, state.low_since,
                     min_shards=state.min_shards, max_shards=state.max_shards, params=self._params)
                 if decision.num_shards > state.num_shards:
-                    grows.append((counter, state.num_shards, decision.num_shards))
+                    grows.append(Grow(counter=counter, old=state.num_shards,
+                                      new=decision.num_shards))
                 elif decision.num_shards < state.num_shards:
                     state.num_shards, state.shrunk_at = decision.num_shards, now
                     fields.update({"num_shards": state.num_shards, "shrunk_at": as_of,
@@ -381,6 +426,9 @@ class Rollup:
         return {counter: fields for counter, fields in updates.items() if fields}, grows
 
     def _commit(self, updates: dict[str, dict[str, Any]]) -> None:
+        """Write the counter documents, fenced by the lease, 500 to a commit. A commit that a
+        counter's own write fails (its document deleted, a value Firestore refuses) is redone a
+        counter at a time, so the bad one is skipped and reported and the others are written."""
         coll = self._db.collection(config.COUNTERS)
         items = list(updates.items())
         for start in range(0, len(items), WRITE_CHUNK):
@@ -388,162 +436,96 @@ class Rollup:
             batch = self._db.batch()
             for counter, fields in chunk:
                 batch.update(coll.document(counter), fields)
-            batch.commit()
+            try:
+                self._lease.commit(batch)
+            except COUNTER_FAULTS:
+                if len(chunk) == 1:
+                    raise
+                for counter, fields in chunk:
+                    self._isolated(counter, functools.partial(self._commit, {counter: fields}))
+                continue
+            self._usage.writes += len(chunk) + 1
             for counter, fields in chunk:
+                self._retry.discard(counter)
                 if "count" in fields:
-                    self._written[counter] = fields["count"]
+                    self._held[counter].written = fields["count"]
 
-    def _grow(self, counter: str, old: int, new: int) -> None:
+    def _isolated(self, counter: str, step: Callable[[], Any]) -> None:
+        """Run one counter's step; a fault of that counter's own is reported, not raised, and
+        its sum is published again next tick."""
+        try:
+            step()
+        except COUNTER_FAULTS as error:
+            self._report(counter, error)
+            self._retry.add(counter)
+
+    def _report(self, counter: str, error: BaseException | str) -> None:
+        problem = f"{counter}: {error}"[:PROBLEM_CHARS]
+        self._problems.append(problem)
+        log.warning("rollup skipped %s", problem)
+
+    def _grow(self, grow: Grow) -> None:
         """Create shards old..new-1 (count 0, or kept if a fold left one), then raise num_shards:
         a writer never picks a shard that does not exist."""
-        ref = self._db.collection(config.COUNTERS).document(counter)
+        ref = self._db.collection(config.COUNTERS).document(grow.counter)
         created = {"count": firestore.Increment(0), "writes": firestore.Increment(0)}
-        for start in range(old, new, WRITE_CHUNK):
+        for start in range(grow.old, grow.new, WRITE_CHUNK):
             batch = self._db.batch()
-            for n in range(start, min(new, start + WRITE_CHUNK)):
+            created_here = range(start, min(grow.new, start + WRITE_CHUNK))
+            for n in created_here:
                 batch.set(ref.collection(config.SHARDS).document(str(n)), created, merge=True)
-            batch.commit()
-        state = self._scaling[counter]
-        state.num_shards = new
-        ref.update({"num_shards": new, "above_min": state.above_min})
-        log.info("grew %s from %d to %d shards (rate %.1f/s)", counter, old, new, state.rate)
+            self._lease.commit(batch)
+            self._usage.writes += len(created_here) + 1  # and the fencing write
+        state = self._held[grow.counter].scaling
+        assert state is not None  # only counters with a document are scaled
+        batch = self._db.batch()
+        batch.update(ref, {"num_shards": grow.new, "above_min": state.above_min})
+        self._lease.commit(batch)
+        state.num_shards = grow.new
+        self._usage.writes += 2
+        log.info("grew %s from %d to %d shards (rate %.1f/s)", grow.counter, grow.old, grow.new,
+                 state.rate)
 
-    def _fold_due(self, as_of: dt.datetime) -> tuple[int, int]:
+    def _fold_due(self, as_of: dt.datetime) -> int:
         """Fold the surplus shards of counters whose shrink is older than the grace period."""
         now = as_of.timestamp()
-        folded = reads = 0
-        for counter, state in self._scaling.items():
-            if state.shrunk_at is None or now < state.shrunk_at + self._params.fold_grace_s:
+        folded = 0
+        for counter, held in self._held.items():
+            state = held.scaling
+            if state is None or state.shrunk_at is None:
                 continue
-            done, moved, read = self._fold(counter, state)
-            folded, reads = folded + moved, reads + read
-            if done:
+            if now < state.shrunk_at + self._params.fold_grace_s:
+                continue
+            ref = self._db.collection(config.COUNTERS).document(counter)
+            result = fold_surplus(self._db, ref, state.num_shards, self._rng, self._lease.commit)
+            self._usage.add(Usage(reads=result.reads, writes=result.writes))
+            for shard in result.deleted:
+                state.shard_load.pop(shard, None)
+            if held.shards is not None:
+                for shard in result.deleted:
+                    held.shards.pop(shard, None)
+                for survivor, amount in result.moved.items():
+                    before = held.shards.get(survivor, ShardValue(count=0, writes=0))
+                    held.shards[survivor] = ShardValue(count=before.count + amount,
+                                                       writes=before.writes)
+            folded += len(result.deleted)
+            if result.complete:
                 state.shrunk_at = None
-                self._db.collection(config.COUNTERS).document(counter).update(
-                    {"shrunk_at": None, "above_min": state.above_min})
+                batch = self._db.batch()
+                batch.update(ref, {"shrunk_at": None, "above_min": state.above_min})
+                self._lease.commit(batch)
+                self._usage.writes += 2
                 log.info("folded %s down to %d shards", counter, state.num_shards)
-        return folded, reads
+        return folded
 
-    def _fold(self, counter: str, state: Scaling) -> tuple[bool, int, int]:
-        """Move every shard >= num_shards into shard (n mod num_shards); see the module doc.
-
-        Returns (all folded, shards folded, documents read)."""
-        shards = self._db.collection(config.COUNTERS).document(counter).collection(config.SHARDS)
-        snapshots = list(shards.stream())
-        surplus = [s for s in snapshots if s.id.isdigit() and int(s.id) >= state.num_shards]
-        done, folded = True, 0
-        for start in range(0, len(surplus), FOLD_CHUNK):
-            chunk = surplus[start:start + FOLD_CHUNK]
-            moved: dict[str, int] = defaultdict(int)
-            batch = self._db.batch()
-            for snapshot in chunk:
-                option = self._db.write_option(last_update_time=snapshot.update_time)
-                batch.delete(snapshot.reference, option=option)
-                moved[str(int(snapshot.id) % state.num_shards)] += shard_of(snapshot)[0]
-            for survivor, amount in moved.items():
-                if amount:
-                    batch.update(shards.document(survivor), {
-                        "count": firestore.Increment(amount),
-                        "updated_at": firestore.SERVER_TIMESTAMP,
-                        "stripe": self._rng.randrange(config.STRIPES),
-                    })
-            try:
-                batch.commit()
-            except gexc.FailedPrecondition:
-                done = False  # a late increment hit one of them: fold again next tick
-                continue
-            folded += len(chunk)
-            counts, writes = self._shards.get(counter), self._writes.get(counter)
-            if counts is None or writes is None:
-                continue
-            for snapshot in chunk:
-                counts.pop(snapshot.id, None)
-                writes.pop(snapshot.id, None)
-                state.shard_load.pop(snapshot.id, None)
-            for survivor, amount in moved.items():
-                counts[survivor] = counts.get(survivor, 0) + amount
-        return done, folded, max(1, len(snapshots))
-
-    def _evict_idle(self, changes: dict[str, dict[str, Shard]]) -> None:
+    def _evict_idle(self, changes: Changes) -> None:
         self._ticks += 1
         for counter in changes:
-            self._last_changed[counter] = self._ticks
-        idle = [c for c, t in self._last_changed.items() if self._ticks - t > IDLE_TICKS_KEPT]
-        for counter in idle:
-            state = self._scaling.get(counter)
+            self._held[counter].last_changed = self._ticks
+        for counter, held in list(self._held.items()):
+            if self._ticks - held.last_changed <= IDLE_TICKS_KEPT:
+                continue
+            state = held.scaling
             if state is not None and (state.above_min or state.published_rate):
                 continue  # it still has shards to shed, or a rate to bring down to 0
-            del self._last_changed[counter]
-            self._shards.pop(counter, None)
-            self._writes.pop(counter, None)
-            self._written.pop(counter, None)
-            self._scaling.pop(counter, None)
-
-
-def new_owner() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-def run(
-    db: firestore.Client,
-    *,
-    seconds: float | None = None,
-    stop: threading.Event | None = None,
-    owner: str | None = None,
-    period_s: float = config.ROLLUP_PERIOD_S,
-    scaling: AutoscaleParams | None = None,
-) -> None:
-    """Tick every `period_s` for `seconds` (forever when None) or until `stop` is set.
-
-    A loop that finds the lease held waits for it (polling) rather than running beside it.
-    """
-    stop = stop or threading.Event()
-    lease = Lease(db, state_ref(db), owner or new_owner(), config.ROLLUP_LEASE_S)
-    deadline = None if seconds is None else time.monotonic() + seconds
-    rollup: Rollup | None = None
-    try:
-        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-            started = time.monotonic()
-            wait_s = period_s / 4
-            if rollup is None:
-                if lease.acquire():
-                    log.info("rollup lease acquired by %s", lease.owner)
-                    rollup = Rollup(db, lease, scaling)
-                    continue
-            else:
-                wait_s = period_s
-                try:
-                    stats = rollup.tick()
-                    trends = stats.trends
-                    if stats.changed_counters or (trends and (trends.changed_buckets
-                                                              or trends.expired_buckets)):
-                        log.info("tick: %s", stats)
-                except LeaseLost:
-                    log.warning("rollup lease lost; waiting to take it back")
-                    rollup.close()
-                    rollup = None
-                except gexc.GoogleAPICallError:
-                    log.exception("tick failed; it will be done again")
-            remaining = wait_s - (time.monotonic() - started)
-            if deadline is not None:
-                remaining = min(remaining, deadline - time.monotonic())
-            stop.wait(max(0.0, remaining))
-    finally:
-        if rollup is not None:
-            lease.release(rollup.watermark)
-            rollup.close()
-
-
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    db = firestore.Client(project=os.environ.get("GCLOUD_PROJECT", "demo-counters"))
-    target = os.environ.get("FIRESTORE_EMULATOR_HOST", "production Firestore")
-    log.info("rollup loop started against %s", target)
-    run(db, stop=stop)
-
-
-if __name__ == "__main__":
-    main()
+            del self._held[counter]

@@ -32,16 +32,16 @@ import time
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
+from google.cloud.firestore_v1.types import WriteResult
 
 from . import config
 from .errors import FailedPrecondition
 
-# The transforms of one number, and the field each transform result belongs to (the client
-# sends transforms sorted by field path, and results come back in that order).
+# The transforms of one number and of a reset; `_transformed` reads their results back.
 _NUMBER_WRITE = {
     "day": firestore.Increment(0),
     "epoch": firestore.Increment(0),
@@ -126,18 +126,20 @@ def _utcnow() -> dt.datetime:
 # --- Documents ----------------------------------------------------------------------------------
 
 
-def sequence_ref(db: firestore.Client, tenant: str) -> Any:
+def sequence_ref(db: firestore.Client, tenant: str) -> firestore.DocumentReference:
     return db.collection(config.SEQUENCES).document(tenant)
 
 
-def business_day_ref(db: firestore.Client, tenant: str, day: dt.date) -> Any:
-    return sequence_ref(db, tenant).collection(config.BUSINESS_DAYS).document(day.isoformat())
+def business_day_ref(db: firestore.Client, tenant: str, day: dt.date
+                     ) -> firestore.DocumentReference:
+    return db.collection(config.SEQUENCES, tenant, config.BUSINESS_DAYS).document(day.isoformat())
 
 
-def request_ref(db: firestore.Client, tenant: str, uid: str, request_id: str) -> Any:
+def request_ref(db: firestore.Client, tenant: str, uid: str, request_id: str
+                ) -> firestore.DocumentReference:
     """The record of one request_id, per tenant and user (uids may hold any character)."""
     key = hashlib.sha256(f"{tenant}\0{uid}\0{request_id}".encode()).hexdigest()
-    return sequence_ref(db, tenant).collection(config.NUMBER_REQUESTS).document(key)
+    return db.collection(config.SEQUENCES, tenant, config.NUMBER_REQUESTS).document(key)
 
 
 def _config_from(tenant: str, data: dict[str, Any]) -> SequenceConfig:
@@ -145,6 +147,13 @@ def _config_from(tenant: str, data: dict[str, Any]) -> SequenceConfig:
         raise FailedPrecondition(f"tenant: {tenant!r} has no sequence; configure_sequence first")
     return SequenceConfig(tenant=tenant, timezone=str(data["timezone"]),
                           reset_time=str(data.get("reset_time", config.DEFAULT_RESET_TIME)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Known:
+    read_at: float  # when `config` was last read or written (the cache's clock)
+    config: SequenceConfig
+    day: int  # a lower bound of the document's open day (0: none yet)
 
 
 class SequenceCache:
@@ -159,15 +168,15 @@ class SequenceCache:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl_s = ttl_s
         self._clock = clock
-        self._entries: dict[tuple[str, str], tuple[float, SequenceConfig, int]] = {}
+        self._entries: dict[tuple[str, str], _Known] = {}
         self._lock = threading.Lock()
 
     def get(self, db: firestore.Client, tenant: str) -> tuple[SequenceConfig, int]:
         """The tenant's configuration and a lower bound of its open day (0: none yet)."""
         with self._lock:
             entry = self._entries.get((db.project, tenant))
-        if entry is not None and self._clock() - entry[0] < self._ttl_s:
-            return entry[1], entry[2]
+        if entry is not None and self._clock() - entry.read_at < self._ttl_s:
+            return entry.config, entry.day
         snapshot = sequence_ref(db, tenant).get()
         data = (snapshot.to_dict() or {}) if snapshot.exists else {}
         found = _config_from(tenant, data)
@@ -182,9 +191,10 @@ class SequenceCache:
         key = (db.project, found.tenant)
         with self._lock:
             entry = self._entries.get(key)
-            best = max(day, entry[2]) if entry is not None else day
-            keep = entry is not None and entry[1] == found and not fresh
-            self._entries[key] = (entry[0] if keep and entry else self._clock(), found, best)
+            best = max(day, entry.day) if entry is not None else day
+            keep = entry is not None and entry.config == found and not fresh
+            read_at = entry.read_at if keep and entry else self._clock()
+            self._entries[key] = _Known(read_at=read_at, config=found, day=best)
         return best
 
 
@@ -231,7 +241,7 @@ def next_number(
     """Issue the tenant's next number of the business day `now` (server time) falls in."""
     found = _ready_for_today(db, tenant, now, cache)
     if request_id is None:
-        result = _write_configured(db, tenant, sequence_ref(db, tenant).update, _NUMBER_WRITE)
+        result = _write_configured(tenant, sequence_ref(db, tenant).update, _NUMBER_WRITE)
         return _ticket(db, found, result, cache)
     return _number_once(db, found, request_ref(db, tenant, uid, request_id),
                         uid=uid, request_id=request_id, cache=cache)
@@ -252,15 +262,15 @@ def reset_sequence(
     """
     found = _ready_for_today(db, tenant, now, cache)
     ref = sequence_ref(db, tenant)
-    result = _write_configured(db, tenant, ref.update, _RESET_WRITE)
-    day, epoch, issued = (value.integer_value for value in result.transform_results)
-    cache.saw(db, found, day)
-    business_day = dt.date.fromordinal(day)
+    result = _write_configured(tenant, ref.update, _RESET_WRITE)
+    after = _transformed(_RESET_WRITE, result)
+    cache.saw(db, found, after["day"])
+    business_day = dt.date.fromordinal(after["day"])
     ref.update({"resets": firestore.ArrayUnion([{
-        "business_day": business_day.isoformat(), "epoch": epoch, "issued_before": issued,
-        "at": result.update_time, "by": uid,
+        "business_day": business_day.isoformat(), "epoch": after["epoch"],
+        "issued_before": after["issued"], "at": result.update_time, "by": uid,
     }])})
-    return Reset(tenant=tenant, business_day=business_day, epoch=epoch)
+    return Reset(tenant=tenant, business_day=business_day, epoch=after["epoch"])
 
 
 # --- Internals ----------------------------------------------------------------------------------
@@ -327,8 +337,12 @@ def _closed_day(found: SequenceConfig, day: dt.date, data: dict[str, Any]) -> di
     }
 
 
-def _write_configured(db: firestore.Client, tenant: str, write: Callable[..., Any],
-                   *args: Any, **kwargs: Any) -> Any:
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _write_configured(tenant: str, write: Callable[_P, _R], *args: _P.args,
+                      **kwargs: _P.kwargs) -> _R:
     """Run one write to the tenant's document; a document deleted meanwhile is unconfigured."""
     try:
         return write(*args, **kwargs)
@@ -337,15 +351,24 @@ def _write_configured(db: firestore.Client, tenant: str, write: Callable[..., An
             f"tenant: {tenant!r} has no sequence; configure_sequence first") from error
 
 
-def _ticket(db: firestore.Client, found: SequenceConfig, result: Any,
+def _transformed(write: dict[str, Any], result: WriteResult) -> dict[str, int]:
+    """The value after `result`'s write of each field that `write` increments (the client sends
+    transforms sorted by field path, and their results come back in that order)."""
+    fields = sorted(name for name, value in write.items() if isinstance(value, firestore.Increment))
+    values = (value.integer_value for value in result.transform_results)
+    return dict(zip(fields, values, strict=True))
+
+
+def _ticket(db: firestore.Client, found: SequenceConfig, result: WriteResult,
             cache: SequenceCache) -> Ticket:
-    day, epoch, _, number = (value.integer_value for value in result.transform_results)
-    cache.saw(db, found, day)
-    return Ticket(tenant=found.tenant, number=number, business_day=dt.date.fromordinal(day),
-                  epoch=epoch)
+    after = _transformed(_NUMBER_WRITE, result)
+    cache.saw(db, found, after["day"])
+    return Ticket(tenant=found.tenant, number=after["last_number"],
+                  business_day=dt.date.fromordinal(after["day"]), epoch=after["epoch"])
 
 
-def _number_once(db: firestore.Client, found: SequenceConfig, record: Any, *, uid: str,
+def _number_once(db: firestore.Client, found: SequenceConfig,
+                 record: firestore.DocumentReference, *, uid: str,
                  request_id: str, cache: SequenceCache) -> Ticket:
     """Issue a number for a request_id at most once, or return the one it was given.
 
@@ -376,7 +399,8 @@ def _number_once(db: firestore.Client, found: SequenceConfig, record: Any, *, ui
     return ticket
 
 
-def _claim_and_issue(db: firestore.Client, found: SequenceConfig, record: Any,
+def _claim_and_issue(db: firestore.Client, found: SequenceConfig,
+                     record: firestore.DocumentReference,
                      claim: dict[str, Any], abandoned: dt.datetime | None,
                      cache: SequenceCache) -> Ticket | None:
     """Claim the record (create it, or take over the abandoned claim last updated at
@@ -388,7 +412,7 @@ def _claim_and_issue(db: firestore.Client, found: SequenceConfig, record: Any,
         batch.update(record, claim, option=db.write_option(last_update_time=abandoned))
     batch.update(sequence_ref(db, found.tenant), _NUMBER_WRITE)
     try:
-        claimed, result = _write_configured(db, found.tenant, batch.commit)
+        claimed, result = _write_configured(found.tenant, batch.commit)
     except (gexc.AlreadyExists, gexc.FailedPrecondition):
         return None
     ticket = _ticket(db, found, result, cache)

@@ -41,14 +41,15 @@ import datetime as dt
 import hashlib
 import random
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from . import config, counters
+from . import config, counters, kinds
+from .kinds import Window
 from .lease import Lease
 
 MINUTE_S = 60
@@ -58,11 +59,40 @@ COMMIT_WRITES = 499
 # Minute buckets whose document is read in one call.
 READ_CHUNK = 300
 
-TotalKey = tuple[str, str, str]  # (scope, window, tag)
+Snapshot = firestore.DocumentSnapshot[firestore.DocumentReference]
 Item = tuple[str, int]  # (tag, count)
-# One bucket write ("set", "merge" or "delete", the document, its fields) and the changes it
-# makes to window totals: they are committed together.
-Entry = tuple[str, Any, dict[str, Any] | None, dict[TotalKey, int]]
+
+
+@dataclass(frozen=True, kw_only=True, order=True)
+class TotalKey:
+    """One window total: the count of `tag` in `scope` (a region, or `global`) over `window`."""
+
+    scope: str
+    window: Window
+    tag: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BucketWrite:
+    """One write to a bucket document, as it goes into a commit."""
+
+    op: Literal["set", "merge", "delete"]  # replace the document, merge into it, or delete it
+    ref: firestore.DocumentReference
+    fields: dict[str, Any] = field(default_factory=dict)  # none for a delete
+
+    def add_to(self, batch: firestore.WriteBatch) -> None:
+        if self.op == "delete":
+            batch.delete(self.ref)
+        else:
+            batch.set(self.ref, self.fields, merge=self.op == "merge")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """A bucket write and the changes it makes to window totals: they are committed together."""
+
+    write: BucketWrite
+    deltas: dict[TotalKey, int]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +104,7 @@ class TagCount:
 @dataclass(frozen=True, kw_only=True)
 class TopTags:
     region: str
-    window: str
+    window: Window
     items: list[TagCount]
     as_of: dt.datetime
 
@@ -98,13 +128,13 @@ def minute_of(instant: dt.datetime) -> int:
     return int(instant.timestamp() // MINUTE_S)
 
 
-def bucket_of(window: str, minute: int) -> int:
+def bucket_of(window: Window, minute: int) -> int:
     """The bucket of `window` that a minute falls in."""
     bucket_s, _ = config.WINDOWS[window]
     return minute * MINUTE_S // bucket_s
 
 
-def in_window(window: str, bucket: int, now_minute: int) -> bool:
+def in_window(window: Window, bucket: int, now_minute: int) -> bool:
     """Whether a bucket of `window` still counts at `now_minute` (the current one included)."""
     _, buckets = config.WINDOWS[window]
     return bucket > bucket_of(window, now_minute) - buckets
@@ -129,18 +159,17 @@ def hour_id(region: str, hour: int, tag: str) -> str:
 
 
 def total_id(key: TotalKey) -> str:
-    scope, window, tag = key
-    return f"{scope}:{window}:{tag_key(tag)}"
+    return f"{key.scope}:{key.window}:{tag_key(key.tag)}"
 
 
-def expiry(window: str, bucket: int) -> dt.datetime:
+def expiry(window: Window, bucket: int) -> dt.datetime:
     """When the TTL policy may delete a bucket: after it left its window, plus the grace."""
     bucket_s, buckets = config.WINDOWS[window]
     seconds = (bucket + buckets) * bucket_s
     return dt.datetime.fromtimestamp(seconds, dt.UTC) + config.TREND_TTL_GRACE
 
 
-def tag_of(shards: dict[str, Any]) -> str:
+def tag_of(shards: Mapping[str, Snapshot]) -> str:
     """The tag of a bucket, from any of its shard snapshots."""
     return str(next(iter(shards.values())).get("tag"))
 
@@ -181,7 +210,7 @@ def track(
     return len(distinct) if counters.commit_once(batch) is not None else 0
 
 
-def top_tags(db: firestore.Client, region: str | None, k: int, window: str) -> TopTags:
+def top_tags(db: firestore.Client, region: str | None, k: int, window: Window) -> TopTags:
     """The first k of the list the rollup maintains: one document read."""
     scope = region or config.GLOBAL_SCOPE
     snapshot = db.collection(config.TRENDS).document(scope).get()
@@ -219,7 +248,7 @@ class Board:
 class Pending:
     """Writes of one commit, and the totals they change (written with them)."""
 
-    writes: list[tuple[str, Any, dict[str, Any] | None]] = field(default_factory=list)
+    writes: list[BucketWrite] = field(default_factory=list)
     totals: set[TotalKey] = field(default_factory=set)
 
 
@@ -241,7 +270,7 @@ class TrendRollup:
         self._thresholds = thresholds or config.TRENDING_THRESHOLDS
         self._minutes: dict[str, MinuteBucket] = {}
         self._totals: dict[TotalKey, int] = {}
-        self._boards: dict[tuple[str, str], Board] = {}
+        self._boards: dict[tuple[str, Window], Board] = {}
         self._published: dict[str, dict[str, Any]] = {}
         self._expired_through: tuple[int, int] | None = None  # (minute, hour) last checked
         self._reads = self._writes = 0
@@ -253,7 +282,8 @@ class TrendRollup:
         self._published.clear()
         self._expired_through = None
 
-    def tick(self, changes: dict[str, dict[str, Any]], as_of: dt.datetime) -> TrendStats:
+    def tick(self, changes: Mapping[str, Mapping[str, Snapshot]], as_of: dt.datetime
+             ) -> TrendStats:
         """Apply the changed minute-bucket shards (bucket id -> shard id -> snapshot, read at
         `as_of`), expire what left its window, and publish the lists that changed."""
         self._reads = self._writes = 0
@@ -262,16 +292,16 @@ class TrendRollup:
         entries: list[Entry] = []
         changed = self._changed(changes, now_minute, entries)
         expired = self._expired(now_minute, entries)
-        for *_, entry_deltas in entries:
-            for key, delta in entry_deltas.items():
+        for entry in entries:
+            for key, delta in entry.deltas.items():
                 deltas[key] += delta
         self._load_totals([key for key, delta in deltas.items() if delta])
         written = self._commit(entries)
         rebuilt = 0
         touched = {key for key, delta in deltas.items() if delta}
-        by_board: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-        for scope, window, tag in touched:
-            by_board[(scope, window)][tag] = self._totals.get((scope, window, tag), 0)
+        by_board: dict[tuple[str, Window], dict[str, int]] = defaultdict(dict)
+        for key in touched:
+            by_board[(key.scope, key.window)][key.tag] = self._totals.get(key, 0)
         for (scope, window), values in by_board.items():
             rebuilt += self._update_board(scope, window, values)
         published = self._publish({scope for scope, _ in by_board}, as_of)
@@ -281,9 +311,8 @@ class TrendRollup:
 
     # -- step 1: changed buckets --
 
-    def _changed(self, changes: dict[str, dict[str, Any]], now_minute: int,
-                 entries: list[Entry]
-                 ) -> int:
+    def _changed(self, changes: Mapping[str, Mapping[str, Snapshot]], now_minute: int,
+                 entries: list[Entry]) -> int:
         self._load_minutes([bucket for bucket in changes if bucket not in self._minutes])
         minutes = self._db.collection(config.TREND_MINUTES)
         hours = self._db.collection(config.TREND_HOURS)
@@ -296,7 +325,7 @@ class TrendRollup:
                 sample = next(iter(shards.values()))
                 minute = int(sample.get("minute"))
                 if not in_window("1h", minute, now_minute):
-                    continue  # a write that landed after its bucket expired (see README)
+                    continue  # a write that landed after its bucket expired (docs/architecture.md)
                 bucket = MinuteBucket(region=str(sample.get("region")),
                                       tag=str(sample.get("tag")), minute=minute)
                 self._minutes[bucket_id] = bucket
@@ -309,21 +338,26 @@ class TrendRollup:
                 continue
             changed += 1
             bucket.count += delta
-            entry_deltas: dict[TotalKey, int] = {}
-            for scope in (bucket.region, config.GLOBAL_SCOPE):
-                entry_deltas[(scope, "1h", bucket.tag)] = delta
-            entries.append(("set", minutes.document(bucket_id), {
-                "region": bucket.region, "tag": bucket.tag, "minute": bucket.minute,
-                "count": bucket.count, "shards": dict(bucket.shards),
-                config.EXPIRES_AT: expiry("1h", bucket.minute)}, entry_deltas))
             hour = bucket_of("24h", bucket.minute)
-            if in_window("24h", hour, now_minute):
-                for scope in (bucket.region, config.GLOBAL_SCOPE):
-                    entry_deltas[(scope, "24h", bucket.tag)] = delta
-                entries.append(("merge", hours.document(hour_id(bucket.region, hour, bucket.tag)),
-                                {"region": bucket.region, "tag": bucket.tag, "hour": hour,
-                                 "count": firestore.Increment(delta),
-                                 config.EXPIRES_AT: expiry("24h", hour)}, {}))
+            # The minute's write carries the change to both windows' totals; its hour's does not.
+            counted_in: tuple[Window, ...] = (("1h", "24h") if in_window("24h", hour, now_minute)
+                                              else ("1h",))
+            entries.append(Entry(
+                write=BucketWrite(op="set", ref=minutes.document(bucket_id), fields={
+                    "region": bucket.region, "tag": bucket.tag, "minute": bucket.minute,
+                    "count": bucket.count, "shards": dict(bucket.shards),
+                    config.EXPIRES_AT: expiry("1h", bucket.minute)}),
+                deltas={TotalKey(scope=scope, window=window, tag=bucket.tag): delta
+                        for window in counted_in
+                        for scope in (bucket.region, config.GLOBAL_SCOPE)}))
+            if "24h" in counted_in:
+                entries.append(Entry(
+                    write=BucketWrite(op="merge", ref=hours.document(
+                        hour_id(bucket.region, hour, bucket.tag)), fields={
+                            "region": bucket.region, "tag": bucket.tag, "hour": hour,
+                            "count": firestore.Increment(delta),
+                            config.EXPIRES_AT: expiry("24h", hour)}),
+                    deltas={}))
         return changed
 
     def _load_minutes(self, bucket_ids: list[str]) -> None:
@@ -341,16 +375,15 @@ class TrendRollup:
 
     # -- step 2: expiry --
 
-    def _expired(self, now_minute: int,
-                 entries: list[Entry]
-                 ) -> int:
+    def _expired(self, now_minute: int, entries: list[Entry]) -> int:
         """Subtract and delete the buckets that left their window (checked once per minute)."""
         hour = bucket_of("24h", now_minute)
         if self._expired_through == (now_minute, hour):
             return 0
         expired = 0
-        for window, collection, field_name in (("1h", config.TREND_MINUTES, "minute"),
-                                               ("24h", config.TREND_HOURS, "hour")):
+        sources: tuple[tuple[Window, str, str], ...] = (("1h", config.TREND_MINUTES, "minute"),
+                                                        ("24h", config.TREND_HOURS, "hour"))
+        for window, collection, field_name in sources:
             _, buckets = config.WINDOWS[window]
             last = bucket_of(window, now_minute) - buckets
             query = self._db.collection(collection).where(
@@ -365,9 +398,10 @@ class TrendRollup:
                     cached = self._minutes.pop(snapshot.id, None)
                     count = cached.count if cached is not None else count
                 tag = str(data["tag"])
-                entries.append(("delete", snapshot.reference, None, {
-                    (str(data["region"]), window, tag): -count,
-                    (config.GLOBAL_SCOPE, window, tag): -count}))
+                entries.append(Entry(
+                    write=BucketWrite(op="delete", ref=snapshot.reference),
+                    deltas={TotalKey(scope=str(data["region"]), window=window, tag=tag): -count,
+                            TotalKey(scope=config.GLOBAL_SCOPE, window=window, tag=tag): -count}))
                 expired += 1
         self._expired_through = (now_minute, hour)
         return expired
@@ -385,19 +419,17 @@ class TrendRollup:
                 count = int((snapshot.to_dict() or {}).get("count") or 0)
                 self._totals[by_id[snapshot.id]] = count
 
-    def _commit(
-        self, entries: list[Entry]
-    ) -> int:
+    def _commit(self, entries: list[Entry]) -> int:
         """Commit the bucket writes in order, each commit with the totals its entries changed
         (their values after those entries). Returns the number of total writes."""
         pending = Pending()
         written = 0
-        for op, ref, data, entry_deltas in entries:
+        for entry in entries:
             if len(pending.writes) + len(pending.totals) + 6 > COMMIT_WRITES:
                 written += self._flush(pending)
                 pending = Pending()
-            pending.writes.append((op, ref, data))
-            for key, delta in entry_deltas.items():
+            pending.writes.append(entry.write)
+            for key, delta in entry.deltas.items():
                 if delta:
                     self._totals[key] = self._totals.get(key, 0) + delta
                     pending.totals.add(key)
@@ -408,16 +440,12 @@ class TrendRollup:
             return 0
         coll = self._db.collection(config.TREND_TOTALS)
         batch = self._db.batch()
-        for op, ref, data in pending.writes:
-            if op == "delete":
-                batch.delete(ref)
-            else:
-                batch.set(ref, data or {}, merge=op == "merge")
+        for write in pending.writes:
+            write.add_to(batch)
         for key in sorted(pending.totals):
-            scope, window, tag = key
             ref = coll.document(total_id(key))
             if self._totals[key] > 0:
-                batch.set(ref, {"scope": scope, "window": window, "tag": tag,
+                batch.set(ref, {"scope": key.scope, "window": key.window, "tag": key.tag,
                                 "count": self._totals[key]})
             else:
                 batch.delete(ref)
@@ -428,7 +456,7 @@ class TrendRollup:
 
     # -- step 4: the lists --
 
-    def _update_board(self, scope: str, window: str, values: dict[str, int]) -> int:
+    def _update_board(self, scope: str, window: Window, values: dict[str, int]) -> int:
         """Merge changed totals into the (scope, window) list; 1 when it had to be read again."""
         board = self._boards.get((scope, window))
         if board is None:
@@ -453,7 +481,7 @@ class TrendRollup:
         board.items = ranked[:config.TOP_K]
         return 0
 
-    def _read_board(self, scope: str, window: str) -> Board:
+    def _read_board(self, scope: str, window: Window) -> Board:
         base = (self._db.collection(config.TREND_TOTALS)
                 .where(filter=FieldFilter("scope", "==", scope))
                 .where(filter=FieldFilter("window", "==", window)))
@@ -469,8 +497,8 @@ class TrendRollup:
     def _publish(self, scopes: set[str], as_of: dt.datetime) -> int:
         changed: dict[str, dict[str, Any]] = {}
         for scope in sorted(scopes):
-            windows = {}
-            for window in config.WINDOWS:
+            windows: dict[str, dict[str, Any]] = {}
+            for window in kinds.WINDOWS:
                 board = self._boards.get((scope, window))
                 if board is None:
                     board = self._read_board(scope, window)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from callables import Callables, sign_up
+from callables import PROJECT, Callables, sign_up
 from google.cloud import firestore
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
@@ -22,7 +22,6 @@ if "COUNTERS_WEB_URL" not in os.environ:
     pytest.skip("needs the stack: run through `make test`", allow_module_level=True)
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-PROJECT = os.environ.get("GCLOUD_PROJECT", "demo-counters")
 
 
 def chromium_path() -> str:

@@ -1,15 +1,17 @@
 """The web client in a real browser: likes count exactly once, live in two windows; a staff
-member takes numbers; the trends panel follows its document; errors are shown in words."""
+member takes numbers; the trends panel follows its document; errors are shown in words, once,
+until they no longer apply."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 
-from callables import Callables
+from callables import Callables, sign_up
 from google.cloud import firestore
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Page, Response, Route, expect
 
 from ..waiting import always, eventually
 from .conftest import Staff, screenshot
@@ -114,26 +116,27 @@ def test_a_like_whose_answer_is_lost_is_retried_with_its_id_and_counted_once(
     expect(page.locator("#errors li")).to_have_count(0)
 
 
-def test_staff_takes_a_number_and_sees_now_serving(
+def test_staff_takes_a_number_and_sees_the_last_number_issued(
     open_page: Callable[[str], Page], staff: Staff
 ) -> None:
-    """A staff member signs in, takes a number, and "now serving" follows every issued number."""
+    """A staff member signs in, takes a number, and "last number issued" follows every till."""
     page = open_page(f"?tenant={staff.tenant}")
     page.locator("#staff-email").fill(staff.email)
     page.locator("#staff-password").fill(staff.password)
     page.locator("#staff-sign-in").click()
     expect(page.locator("#staff-who")).to_have_text(f"Staff {staff.email} at {staff.tenant}",
                                                     timeout=SLOW_MS)
-    serving = page.locator("#now-serving")
-    expect(serving).to_have_text("0", timeout=SLOW_MS)
+    issued = page.locator("#last-issued")
+    expect(page.locator("#tenant")).to_contain_text("Last number issued")
+    expect(issued).to_have_text("0", timeout=SLOW_MS)
 
     page.locator("#take-number").click()
     expect(page.locator("#my-number")).to_have_text("1", timeout=SLOW_MS)
-    expect(serving).to_have_text("1", timeout=SLOW_MS)
+    expect(issued).to_have_text("1", timeout=SLOW_MS)
 
     # A number taken elsewhere (another till) shows up through the listener.
     Callables(staff.id_token).call("next_number", tenant=staff.tenant)
-    expect(serving).to_have_text("2", timeout=SLOW_MS)
+    expect(issued).to_have_text("2", timeout=SLOW_MS)
     expect(page.locator("#my-number")).to_have_text("1")
     expect(page.locator("#errors li")).to_have_count(0)
     screenshot(page, "tenant.png")
@@ -174,13 +177,67 @@ def test_trends_panel_follows_the_region_document(
 def test_failures_are_shown_in_words(
     open_page: Callable[[str], Page], staff: Staff, suffix: str
 ) -> None:
-    """A missing post and a wrong password are explained on the page."""
+    """A missing post and a wrong password are explained; the banner goes once sign-in works."""
     page = open_page(f"?post=missing-{suffix}&tenant={staff.tenant}")
+    errors = page.locator("#errors li")
     expect(page.locator("#like-count")).to_have_text("no such post", timeout=SLOW_MS)
     expect(page.locator("#like")).to_be_disabled()
     page.locator("#staff-email").fill(staff.email)
-    page.locator("#staff-password").fill("not-the-password")
-    page.locator("#staff-sign-in").click()
-    expect(page.locator("#errors li")).to_contain_text(
-        "Staff sign-in failed (wrong email or password)", timeout=SLOW_MS)
+    for _ in range(2):
+        page.locator("#staff-password").fill("not-the-password")
+        page.locator("#staff-sign-in").click()
+        expect(page.locator("#staff-sign-in")).to_be_enabled(timeout=SLOW_MS)
+    expect(errors).to_have_count(1)
+    expect(errors).to_contain_text("Staff sign-in failed (wrong email or password)")
     screenshot(page, "errors.png")
+
+    page.locator("#staff-password").fill(staff.password)
+    page.locator("#staff-sign-in").click()
+    expect(page.locator("#staff-who")).to_have_text(f"Staff {staff.email} at {staff.tenant}",
+                                                    timeout=SLOW_MS)
+    expect(errors).to_have_count(0)
+
+
+def test_an_account_that_is_not_staff_gets_one_banner_until_it_signs_out(
+    open_page: Callable[[str], Page], staff: Staff, suffix: str
+) -> None:
+    """Signing in without the tenant's claim is explained once, in words, until sign-out."""
+    email, password = f"visitor-{suffix}@example.test", "visitor-password"
+    sign_up(email=email, password=password)
+    page = open_page(f"?tenant={staff.tenant}")
+    errors = page.locator("#errors li")
+    page.locator("#staff-email").fill(email)
+    page.locator("#staff-password").fill(password)
+    page.locator("#staff-sign-in").click()
+    expect(page.locator("#staff-who")).to_contain_text("not staff", timeout=SLOW_MS)
+    expect(errors).to_have_count(1)
+    expect(errors).to_contain_text(f'{email} is not staff of "{staff.tenant}"')
+    expect(errors).not_to_contain_text("@ L")  # no rules evaluation trace
+    expect(page.locator("#take-number")).to_be_disabled()
+    always(lambda: errors.count() == 1, for_s=2.0)
+    screenshot(page, "not-staff.png")
+
+    page.locator("#staff-sign-out").click()
+    expect(page.locator("#staff-form")).to_be_visible(timeout=SLOW_MS)
+    expect(errors).to_have_count(0)
+
+
+def test_the_page_and_its_icon_load_without_missing_files(
+    open_page: Callable[[str], Page]
+) -> None:
+    """Nothing the page asks its server for is missing, its icon included."""
+    missing: list[str] = []
+
+    def note(response: Response) -> None:
+        if response.status >= 400 and response.url.startswith(os.environ["COUNTERS_WEB_URL"]):
+            missing.append(f"{response.status} {response.url}")
+
+    page = open_page("")
+    page.on("response", note)
+    page.reload()
+    expect(page.locator("#who")).to_have_text(re.compile("Signed in anonymously"),
+                                              timeout=SLOW_MS)
+    icon = page.locator("link[rel=icon]").get_attribute("href")
+    assert icon is not None
+    assert page.request.get(os.environ["COUNTERS_WEB_URL"] + icon.lstrip("/")).ok
+    assert missing == []

@@ -7,11 +7,12 @@ import json
 import threading
 from typing import Any
 
-import pytest
 from click.testing import CliRunner, Result
 from counters_cli import cli
 from counting import counters
 from google.cloud import firestore
+
+from ..waiting import eventually
 
 
 def run(*args: str, code: int = 0) -> Result:
@@ -112,9 +113,27 @@ def test_watch_shows_the_rollup_after_an_inc(suffix: str, db: firestore.Client) 
     assert result.stdout.splitlines()[-1].startswith("count=4 num_shards=3 updated_at=")
 
 
+def test_load_on_a_missing_counter_is_a_clean_error(suffix: str) -> None:
+    """`load` refuses a counter that does not exist before it starts."""
+    result = run("load", f"nothing-{suffix}", "--seconds", "1", code=1)
+    assert result.stderr.splitlines()[-1].startswith(
+        f"Error: counter: 'nothing-{suffix}' does not exist")
+
+
+def test_tracked_tags_show_in_top_whatever_the_region_case(suffix: str) -> None:
+    """`track` counts an event once per request id; `top` then ranks its tags in that region."""
+    region = f"cli-{suffix}"
+    assert run("top", "--region", region).stdout.startswith("nothing yet")
+    run("track", region.upper(), "#Coffee", "brunch", "coffee")
+    assert run_json("track", region, "coffee", "--request-id", f"t-{suffix}")["recorded"] == 1
+    assert run_json("track", region, "coffee", "--request-id", f"t-{suffix}")["recorded"] == 0
+    expected = [{"tag": "coffee", "count": 2}, {"tag": "brunch", "count": 1}]
+    eventually(lambda: run_json("top", "--region", region.upper())["items"] == expected)
+    assert "coffee" in run("top", "--region", region).stdout
+
+
 def test_top_lists_tags() -> None:
     """`top` answers with the region, the window and a ranked list."""
-    pytest.importorskip("counting.trends")
     found = run_json("top", "--window", "1h", "-k", "3")
     assert (found["region"], found["window"]) == ("global", "1h")
     assert len(found["items"]) <= 3

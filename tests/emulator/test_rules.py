@@ -1,4 +1,5 @@
-"""firestore.rules against the emulator: rollups are public, everything else server-only."""
+"""firestore.rules against the emulator: rollups are public, everything else server-only, and a
+denial is plain whatever claims the token lacks."""
 
 from __future__ import annotations
 
@@ -30,12 +31,14 @@ def counter(admin: Callables, suffix: str) -> str:
 def test_clients_read_rollups_only(
     who: str, plain_user: User, admin_user: User, counter: str
 ) -> None:
-    """Everyone reads counters/{id}; shards, markers and internal state stay hidden."""
+    """Everyone reads counters/{id}; shards, markers and internal state stay hidden, but for the
+    rollup's health record, which admins read."""
     token = {"signed_out": None, "user": plain_user.id_token, "admin": admin_user.id_token}[who]
     assert status("GET", f"counters/{counter}", token) == 200
     assert status("GET", f"counters/{counter}/shards/0", token) == 403
     assert status("GET", f"counters/{counter}/shards", token) == 403
-    assert status("GET", "internal/rollup", token) == 403
+    assert status("GET", "internal/rollup", token) in ((200, 404) if who == "admin" else (403,))
+    assert status("GET", "internal/rollup_usage", token) == 403
     assert status("GET", "requests", token) == 403
     assert status("GET", "trends/global", token) in (200, 404)  # readable, perhaps not yet there
     for hidden in ("trend_minutes", "trend_hours", "trend_totals"):
@@ -52,3 +55,15 @@ def test_clients_write_nothing(who: str, plain_user: User, admin_user: User, cou
     assert status("PATCH", f"counters/{counter}-forged", token, body) == 403
     assert status("DELETE", f"counters/{counter}", token) == 403
     assert status("PATCH", "trends/global", token, body) == 403
+
+
+def test_a_user_without_claims_is_denied_a_tenant_plainly(
+    plain_user: User, admin: Callables, suffix: str
+) -> None:
+    """A signed-in user with no role claims gets a plain denial, not a rules evaluation error."""
+    tenant = f"rules-{suffix}"
+    admin.call("configure_sequence", tenant=tenant, timezone="UTC")
+    reply = requests.get(f"{BASE}/sequences/{tenant}",
+                         headers={"Authorization": f"Bearer {plain_user.id_token}"}, timeout=10)
+    assert reply.status_code == 403
+    assert "undefined" not in reply.json()["error"]["message"]

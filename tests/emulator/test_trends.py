@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from callables import Callables, CallError
-from counting import config, rollup, trends
+from counting import config, kinds, rollup, trends
 from counting.lease import Lease
 from google.cloud import firestore
 
@@ -20,7 +20,7 @@ from ..waiting import eventually
 Event = tuple[dt.datetime, str, list[str]]  # (when, region, normalised distinct tags)
 
 
-def expected(events: Iterable[Event], now: dt.datetime, window: str,
+def expected(events: Iterable[Event], now: dt.datetime, window: kinds.Window,
              region: str | None = None) -> list[dict[str, Any]]:
     """Brute force: the window counts of every tag, in Top-K order, cut at TOP_K."""
     now_minute = trends.minute_of(now)
@@ -56,7 +56,7 @@ def test_top_tags_equal_a_brute_force_count(user: Callables, suffix: str) -> Non
         region = regions[n % 3]
         assert user.call("track", region=region, tags=tags)["recorded"] == len(tags)
         events.append((now, region, tags))
-    for window in config.WINDOWS:
+    for window in kinds.WINDOWS:
         for region in regions:
             want = expected(events, now, window, region)
             eventually(lambda r=region, w=window, e=want: top(user, r, w) == e)  # type: ignore[misc]
@@ -163,7 +163,7 @@ def stepper(db: firestore.Client, clock: Clock,
     return rollup.Rollup(db, lease, trends=step), lease
 
 
-def listed(db: firestore.Client, scope: str, window: str) -> list[Any]:
+def listed(db: firestore.Client, scope: str, window: kinds.Window) -> list[Any]:
     items: list[Any] = trends.top_tags(db, None if scope == "global" else scope, 100,
                                        window).items
     return [{"tag": item.tag, "count": item.count} for item in items]
@@ -182,7 +182,7 @@ def test_windows_drop_expired_buckets_and_reorder(isolated_db: firestore.Client)
 
     def check() -> None:
         for scope in ("eu", "us", "global"):
-            for window in config.WINDOWS:
+            for window in kinds.WINDOWS:
                 region = None if scope == "global" else scope
                 assert listed(isolated_db, scope, window) == expected(events, clock.now, window,
                                                                         region), (scope, window)
@@ -233,7 +233,7 @@ def test_a_full_list_refills_from_the_totals(isolated_db: firestore.Client) -> N
     for minutes in (10, 59, 60, 70):
         clock.now = start + dt.timedelta(minutes=minutes)
         step.tick()
-        for window in config.WINDOWS:
+        for window in kinds.WINDOWS:
             assert listed(isolated_db, "global", window) == expected(events, clock.now, window)
             assert listed(isolated_db, "eu", window) == expected(events, clock.now, window, "eu")
     assert len(listed(isolated_db, "global", "24h")) == config.TOP_K
@@ -294,6 +294,6 @@ def test_an_interrupted_tick_is_redone_exactly(
     successor.tick()
     scopes: list[tuple[str, str | None]] = [("eu", "eu"), ("us", "us"), ("global", None)]
     for scope, only in scopes:
-        for window in config.WINDOWS:
+        for window in kinds.WINDOWS:
             assert listed(isolated_db, scope, window) == expected(events, clock.now, window,
                                                                     only)

@@ -1,14 +1,20 @@
-"""The operator command's pure parts: target selection, percentiles, the load loop, and input
-errors caught before anything is contacted."""
+"""The operator command's pure parts: target selection, percentiles, the load loop, input
+errors caught before anything is contacted, and what it prints for the domain's answers (the
+domain replaced by fakes)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import threading
+from typing import Any
 
+import counters_cli
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from counters_cli import Target, cli, percentile, resolve_target, run_load
+from counting import counters, kinds, trends
+from counting.errors import NotFound
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -99,6 +105,9 @@ def test_load_without_rate_runs_until_the_time_is_up() -> None:
         (["seq", "configure", "org-1", "--timezone", "UTC", "--reset-time", "25:00"],
          "reset_time:"),
         (["load", "_private"], "counter:"),
+        (["top", "--region", "Not a region"], "region:"),
+        (["track", "global", "coffee"], "region:"),
+        (["track", "eu", "#"], "tags[0]:"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str) -> None:
@@ -107,3 +116,104 @@ def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str) -> 
     assert result.exit_code == 1
     assert result.stderr.startswith(f"Error: {field}")
     assert "Traceback" not in result.output and "target:" not in result.output
+
+
+# --- What the commands print, with the domain faked ----------------------------------------------
+
+AS_OF = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def domain(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
+    """Fakes for the domain calls the commands make (each records its arguments); no Firestore
+    is contacted. A `top_tags` answer is empty unless a test puts items in `calls["items"]`."""
+    calls: dict[str, list[Any]] = {"top_tags": [], "track": [], "items": [], "woke": []}
+
+    def top_tags(db: object, region: str | None, k: int, window: kinds.Window) -> trends.TopTags:
+        calls["top_tags"].append(region)
+        return trends.TopTags(region=region or "global", window=window,
+                              items=calls["items"][:k], as_of=AS_OF)
+
+    def track(db: object, region: str, tags: list[str], *, request_id: str | None,
+              uid: str) -> int:
+        calls["track"].append((region, tags, request_id))
+        return 0 if request_id == "seen" else len(tags)
+
+    def get_count(db: object, counter: str, consistency: str = "rollup") -> object:
+        raise NotFound(f"counter: {counter!r} does not exist")
+
+    monkeypatch.setattr(counters_cli, "connect", lambda target: object())
+    monkeypatch.setattr(trends, "top_tags", top_tags)
+    monkeypatch.setattr(trends, "track", track)
+    monkeypatch.setattr(counters, "get_count", get_count)
+    monkeypatch.setattr(counters_cli.Session, "wrote", lambda self: calls["woke"].append(1))
+    return calls
+
+
+def invoke(*args: str, code: int = 0) -> Result:
+    result = CliRunner().invoke(cli, list(args), env={"FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+@pytest.mark.parametrize("region", [[], ["--region", "global"], ["--region", "GLOBAL"]])
+def test_top_without_a_region_or_with_global_reads_all_regions(
+    domain: dict[str, list[Any]], region: list[str]
+) -> None:
+    """`global`, in any case, is what no --region means: the sum of all regions."""
+    invoke("top", *region)
+    assert domain["top_tags"] == [None]
+
+
+@pytest.mark.parametrize("typed", ["EU", "eu", " Eu "])
+def test_region_names_are_case_insensitive(domain: dict[str, list[Any]], typed: str) -> None:
+    """A region is read and tracked in lowercase, however it was typed."""
+    invoke("top", "--region", typed)
+    invoke("track", typed, "coffee")
+    assert domain["top_tags"] == ["eu"]
+    assert domain["track"] == [("eu", ["coffee"], None)]
+
+
+def test_top_with_no_tags_says_nothing_yet(domain: dict[str, list[Any]]) -> None:
+    """An empty list is one sentence, not an empty table."""
+    result = invoke("top", "--region", "eu", "--window", "1h")
+    assert result.stdout == "nothing yet: no tags in eu in the last 1h\n"
+
+
+def test_top_lists_tags_in_a_table(domain: dict[str, list[Any]]) -> None:
+    """Listed tags are shown ranked, with their counts."""
+    domain["items"] += [trends.TagCount(tag="coffee", count=3),
+                        trends.TagCount(tag="brunch", count=2)]
+    lines = invoke("top").stdout.splitlines()
+    assert any("1" in line and "coffee" in line and "3" in line for line in lines)
+    assert any("2" in line and "brunch" in line for line in lines)
+
+
+def test_track_counts_each_tag_once_and_says_what_it_recorded(
+    domain: dict[str, list[Any]]
+) -> None:
+    """Tags are normalised and deduplicated, and the target is announced first."""
+    result = invoke("track", "us", "#Coffee", "coffee", "Brunch", "--request-id", "r-1")
+    assert domain["track"] == [("us", ["coffee", "brunch"], "r-1")]
+    assert result.stderr.startswith("target: Firestore emulator 127.0.0.1:1")
+    assert result.stdout.startswith("us: recorded coffee, brunch")
+    assert domain["woke"] == [1]  # a sleeping rollup is woken, as the callables do
+
+
+def test_track_retried_request_records_nothing(domain: dict[str, list[Any]]) -> None:
+    """A request id that was applied already is reported as such."""
+    result = invoke("track", "us", "coffee", "--request-id", "seen")
+    assert result.stdout == "us: request seen was applied already; nothing recorded\n"
+    assert domain["woke"] == []
+
+
+@pytest.mark.parametrize("check", ["--check", "--no-check"])
+def test_load_on_a_missing_counter_is_one_clear_error(
+    domain: dict[str, list[Any]], check: str
+) -> None:
+    """No load runs against a counter that does not exist; the error says how to create it."""
+    result = invoke("load", "nothing-here", check, "--seconds", "0.1", code=1)
+    assert result.stderr.splitlines()[-1] == (
+        "Error: counter: 'nothing-here' does not exist (`counters create nothing-here` "
+        "creates it)")

@@ -10,6 +10,7 @@ EXPECTED = {
     "get_count",
     "reset_counter",
     "rollup",
+    "rolluptick",
     "configure_sequence",
     "next_number",
     "reset_sequence",

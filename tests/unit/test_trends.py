@@ -6,7 +6,7 @@ import datetime as dt
 import itertools
 
 import pytest
-from counting import config, inputs, trends
+from counting import config, inputs, kinds, trends
 from counting.errors import InvalidArgument
 from hypothesis import given
 from hypothesis import strategies as st
@@ -62,7 +62,8 @@ def test_an_event_counts_for_at_most_a_window_and_at_least_a_window_less_a_bucke
     """In a window of n buckets of b seconds, an event counts while it is younger than
     (n - 1) * b seconds and never once it is n * b seconds old."""
     now = event + dt.timedelta(seconds=age_s)
-    for window, (bucket_s, buckets) in config.WINDOWS.items():
+    for window in kinds.WINDOWS:
+        bucket_s, buckets = config.WINDOWS[window]
         bucket = trends.bucket_of(window, trends.minute_of(event))
         counted = trends.in_window(window, bucket, trends.minute_of(now))
         if age_s < (buckets - 1) * bucket_s:
@@ -84,7 +85,8 @@ def test_buckets_nest(instant: dt.datetime) -> None:
 def test_buckets_expire_by_ttl_only_after_leaving_their_window(instant: dt.datetime) -> None:
     """The TTL deadline of a bucket comes after the last instant the bucket still counts."""
     minute = trends.minute_of(instant)
-    for window, (bucket_s, buckets) in config.WINDOWS.items():
+    for window in kinds.WINDOWS:
+        bucket_s, buckets = config.WINDOWS[window]
         bucket = trends.bucket_of(window, minute)
         last_counted = dt.datetime.fromtimestamp((bucket + buckets) * bucket_s - 1, dt.UTC)
         assert trends.in_window(window, bucket, trends.minute_of(last_counted))

@@ -1,4 +1,6 @@
-// Every failure ends up here and on screen, in words: nothing is swallowed.
+// Every failure ends up here and on screen, in words: nothing is swallowed. A banner belongs to a
+// topic (the thing that failed): a new failure of the same thing replaces it, and the caller
+// clears it once that thing works again, so one mistake shows as one banner.
 
 const WORDS = {
   "functions/not-found": "not found",
@@ -18,10 +20,18 @@ const WORDS = {
   "auth/invalid-email": "that is not an email address",
 };
 
+// Firestore's denials carry the rules' evaluation trace ("false for 'get' @ L17"): for the
+// developer's console, not for the page.
+const TRACE_ONLY = new Set(["permission-denied"]);
+
 /** One sentence for the user: what failed, why, and the server's own message when it has one. */
 export function describe(what, error) {
   const code = error && error.code ? String(error.code) : "";
   const why = WORDS[code] || (code ? code.replace(/^[a-z]+\//, "").replace(/-/g, " ") : "error");
+  if (TRACE_ONLY.has(code)) {
+    console.info(`${what}: ${error.message}`);
+    return `${what} failed (${why})`;
+  }
   const message = error && error.message ? String(error.message) : String(error);
   const detail = message && message.toLowerCase() !== why && message !== code ? `: ${message}` : "";
   return `${what} failed (${why})${detail}`;
@@ -29,8 +39,9 @@ export function describe(what, error) {
 
 const list = () => document.getElementById("errors");
 
-/** Show an error until the user dismisses it. Returns the element, so callers can clear it. */
-export function showError(text) {
+/** Show an error until the user dismisses it or `clearErrors(topic)` runs; it replaces the
+ * banner of the same topic. Without a topic it is a banner of its own. */
+export function showError(text, topic = "") {
   console.error(text);
   const item = document.createElement("li");
   const words = document.createElement("span");
@@ -41,9 +52,18 @@ export function showError(text) {
   close.textContent = "dismiss";
   close.addEventListener("click", () => item.remove());
   item.append(words, " ", close);
-  list().append(item);
-  return item;
+  item.dataset.topic = topic;
+  const earlier = topic ? banners(topic) : [];
+  if (earlier.length) earlier[0].replaceWith(item);
+  else list().append(item);
 }
+
+/** Remove the banners of these topics: what they reported works again, or no longer applies. */
+export function clearErrors(...topics) {
+  for (const topic of topics) for (const item of banners(topic)) item.remove();
+}
+
+const banners = (topic) => [...list().children].filter((item) => item.dataset.topic === topic);
 
 export function reportUncaught() {
   window.addEventListener("error", (event) => showError(`Unexpected error: ${event.message}`));

@@ -97,7 +97,7 @@ export function newRequestId() {
 }
 
 /** Runs at most `limit` tasks at once, in click order, so a burst of clicks does not start a
- * Functions emulator worker per click (TOOLCHAIN.md item 6). */
+ * Functions emulator worker per click (it starts one Python worker per concurrent request). */
 export class Limiter {
   constructor(limit) {
     this.limit = limit;

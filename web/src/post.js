@@ -1,6 +1,6 @@
 // The post card: the like button and the latency-compensated count (see likes.js).
 import { doc, onSnapshot } from "firebase/firestore";
-import { describe, showError } from "./errors.js";
+import { clearErrors, describe, showError } from "./errors.js";
 import {
   incrementOnce,
   LikeCount,
@@ -11,6 +11,9 @@ import {
 } from "./likes.js";
 
 const IN_FLIGHT = 4;
+// Error banner topics: the post's document, and liking it.
+const LISTEN = "post";
+const LIKE = "like";
 
 export function startPost({ db, callable }, counter) {
   const button = document.getElementById("like");
@@ -45,6 +48,7 @@ export function startPost({ db, callable }, counter) {
   onSnapshot(
     doc(db, "counters", counter),
     (snap) => {
+      clearErrors(LISTEN);
       exists = snap.exists();
       if (!exists) {
         likes.rollup = null;
@@ -61,7 +65,7 @@ export function startPost({ db, callable }, counter) {
       button.disabled = false;
       render();
     },
-    (error) => showError(describe(`Listening to counters/${counter}`, error)),
+    (error) => showError(describe(`Listening to counters/${counter}`, error), LISTEN),
   );
 
   button.addEventListener("click", () => {
@@ -82,8 +86,9 @@ export function startPost({ db, callable }, counter) {
         // A malformed commit time throws into the catch below: shown, not hidden.
         const committed = result.applied ? rfc3339Micros(result.committed_at) : null;
         likes.onAck(requestId, 1, committed);
+        clearErrors(LIKE);
       })
-      .catch((error) => showError(describe("Like", error)))
+      .catch((error) => showError(describe("Like", error), LIKE))
       .finally(() => {
         sending -= 1;
         if (retried) retrying -= 1;

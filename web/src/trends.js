@@ -1,8 +1,12 @@
 // The trending panel: listens to trends/{region} and shows one window's top tags.
 import { doc, onSnapshot } from "firebase/firestore";
-import { describe, showError } from "./errors.js";
+import { clearErrors, describe, showError } from "./errors.js";
 
+// A region is typed in any case and read in lowercase; `global` is the sum of all regions (the
+// operator command `counters top --region` takes the same names).
 const REGION = /^[a-z0-9-]{1,64}$/;
+// The error banner topic of this panel.
+const TOPIC = "trends";
 const SHOWN = 10;
 
 /** The {items, trending} of `window` in a trends document: from `windows` when the document has
@@ -68,6 +72,7 @@ export function startTrends({ db }) {
     }
     if (wanted === region) return;
     unsubscribe();
+    clearErrors(TOPIC);
     region = wanted;
     latest = null;
     status.textContent = `Loading trends for "${region}"...`;
@@ -75,12 +80,13 @@ export function startTrends({ db }) {
     unsubscribe = onSnapshot(
       doc(db, "trends", region),
       (snap) => {
+        clearErrors(TOPIC);
         latest = snap;
         render();
       },
       (error) => {
         status.textContent = describe(`Listening to trends/${region}`, error);
-        showError(status.textContent);
+        showError(status.textContent, TOPIC);
       },
     );
   }

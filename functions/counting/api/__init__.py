@@ -1,19 +1,21 @@
 """Callable and scheduled handlers: validate, call the domain, shape the result.
 
 This package is the only one that imports `firebase_functions`. Domain errors become
-`HttpsError`s here, with the code CONTRACT.md gives each.
+`HttpsError`s here, with the code docs/api.md gives each.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from firebase_functions import https_fn
+from firebase_functions import https_fn, logger
 from google.cloud import firestore
 
+from .. import cadence
 from ..errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 
 Code = https_fn.FunctionsErrorCode
@@ -35,7 +37,7 @@ def db() -> firestore.Client:
 
 
 def client_errors(handler: Handler) -> Handler:
-    """Turn the domain's errors into the callable error codes of CONTRACT.md."""
+    """Turn the domain's errors into the callable error codes of docs/api.md."""
 
     @functools.wraps(handler)
     def wrapped(req: Request) -> dict[str, Any]:
@@ -60,6 +62,33 @@ def require_admin(req: Request) -> str:
     if claims.get("admin") is not True:
         raise PermissionDenied("this operation needs the admin claim")
     return uid
+
+
+class _CloudLogging(logging.Handler):
+    """Python's logging, as structured entries Cloud Logging reads (functions-framework
+    configures no logging, so a deployed function's `logging.info` would be dropped)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        entry: dict[str, Any] = {"severity": record.levelname, "message": self.format(record),
+                                 "logger": record.name}
+        figures = getattr(record, "figures", None)
+        if isinstance(figures, dict):
+            entry.update(figures)
+        logger.write(entry)  # type: ignore[arg-type]
+
+
+def cloud_logging(level: int) -> None:
+    """Send the domain's log records (the `counting` loggers) to Cloud Logging."""
+    domain = logging.getLogger("counting")
+    domain.setLevel(level)
+    domain.addHandler(_CloudLogging())
+    domain.propagate = False
+
+
+@functools.cache
+def waker() -> cadence.Waker:
+    """The instance's rollup waker (writers call it after each write)."""
+    return cadence.tasks_waker()
 
 
 def rfc3339(instant: dt.datetime) -> str:

@@ -6,9 +6,9 @@ from typing import Any
 
 from firebase_functions import https_fn
 
-from .. import config, counters, inputs
+from .. import counters, inputs, kinds
 from ..errors import InvalidArgument
-from . import Request, caller, client_errors, db, require_admin, rfc3339
+from . import Request, caller, client_errors, db, require_admin, rfc3339, waker
 
 
 @https_fn.on_call()
@@ -21,8 +21,8 @@ def create_counter(req: Request) -> dict[str, Any]:
         inputs.counter_id(inputs.required(data, "counter")),
         shards=inputs.shard_count(data.get("shards")),
         expected_rate=inputs.expected_rate(data.get("expected_rate")),
-        strategy=inputs.choice(data.get("strategy"), "strategy", config.STRATEGIES,
-                               config.DEFAULT_STRATEGY),
+        strategy=inputs.choice(data.get("strategy"), "strategy", kinds.STRATEGIES,
+                               kinds.DEFAULT_STRATEGY),
     )
     return {"counter": created.counter, "shards": created.shards, "created": created.created}
 
@@ -38,10 +38,14 @@ def increment(req: Request) -> dict[str, Any]:
             raise InvalidArgument("increments: give either increments or counter/by")
         batch = inputs.increments(data["increments"])
         applied = counters.increment_many(db(), batch, request_id=request_id, uid=uid)
+        if applied:
+            waker().after_write(db())
         return {"applied": applied > 0, "count": applied}
     counter = inputs.counter_id(inputs.required(data, "counter"))
     by = inputs.increment_by(data.get("by"))
     committed = counters.increment(db(), counter, by, request_id=request_id, uid=uid)
+    if committed is not None:
+        waker().after_write(db())
     if committed is None:
         return {"counter": counter, "applied": False}
     return {"counter": counter, "applied": True, "committed_at": rfc3339(committed)}
@@ -53,7 +57,7 @@ def get_count(req: Request) -> dict[str, Any]:
     caller(req)
     data = inputs.payload(req.data, {"counter", "consistency"})
     counter = inputs.counter_id(inputs.required(data, "counter"))
-    consistency = inputs.choice(data.get("consistency"), "consistency", ("rollup", "strong"),
+    consistency = inputs.choice(data.get("consistency"), "consistency", kinds.CONSISTENCIES,
                                 "rollup")
     found = counters.get_count(db(), counter, consistency)
     return {"counter": found.counter, "count": found.count, "as_of": rfc3339(found.as_of),

@@ -6,8 +6,8 @@ from typing import Any
 
 from firebase_functions import https_fn
 
-from .. import config, inputs, trends
-from . import Request, caller, client_errors, db, rfc3339
+from .. import inputs, kinds, trends
+from . import Request, caller, client_errors, db, rfc3339, waker
 
 
 @https_fn.on_call()
@@ -18,7 +18,10 @@ def track(req: Request) -> dict[str, Any]:
     region = inputs.region(inputs.required(data, "region"))
     tags = inputs.tags(inputs.required(data, "tags"))
     request_id = inputs.request_id(data.get("request_id"))
-    return {"recorded": trends.track(db(), region, tags, request_id=request_id, uid=uid)}
+    recorded = trends.track(db(), region, tags, request_id=request_id, uid=uid)
+    if recorded:
+        waker().after_write(db())
+    return {"recorded": recorded}
 
 
 @https_fn.on_call()
@@ -28,8 +31,7 @@ def top_tags(req: Request) -> dict[str, Any]:
     data = inputs.payload(req.data, {"region", "k", "window"})
     region = inputs.region(data["region"]) if "region" in data else None
     k = inputs.top_k(data.get("k"))
-    window = inputs.choice(data.get("window"), "window", tuple(config.WINDOWS),
-                           config.DEFAULT_WINDOW)
+    window = inputs.choice(data.get("window"), "window", kinds.WINDOWS, kinds.DEFAULT_WINDOW)
     top = trends.top_tags(db(), region, k, window)
     return {"region": top.region, "window": top.window, "as_of": rfc3339(top.as_of),
             "items": [{"tag": item.tag, "count": item.count} for item in top.items]}

@@ -1,0 +1,78 @@
+"""Folding: moving the surplus shards of a counter that shrank into the shards that remain.
+
+Folding never loses or doubles a count. Each surplus shard is read, then one commit deletes it,
+with a precondition on the update time it was read with, and adds the count read to a remaining
+shard (Increment, with `updated_at`). The precondition means the amount moved is exactly what the
+shard held when it disappeared: an increment that lands in between fails the commit, which moves
+nothing and is retried next tick; an increment from a writer with a stale `num_shards` that comes
+after fails NOT_FOUND, and the write path redoes it on a current shard. At every instant the
+shards that exist sum to the counter's value.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from . import config
+
+# Surplus shards folded per commit.
+FOLD_CHUNK = 200
+
+
+@dataclass(kw_only=True)
+class Folded:
+    """What one fold committed: the rollup applies the same moves to the values it remembers."""
+
+    complete: bool = True  # every surplus shard is gone (False: fold again next tick)
+    deleted: list[str] = field(default_factory=list)  # surplus shard ids
+    moved: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # survivor -> added
+    reads: int = 0
+    writes: int = 0
+
+
+def fold_surplus(
+    db: firestore.Client,
+    counter_ref: firestore.DocumentReference,
+    num_shards: int,
+    rng: random.Random,
+    commit: Callable[[firestore.WriteBatch], Any],
+) -> Folded:
+    """Move every shard >= num_shards into shard (n mod num_shards); `commit` is the rollup's
+    fenced commit (it raises FailedPrecondition for a shard's precondition, LeaseLost when the
+    lease is gone)."""
+    shards = counter_ref.collection(config.SHARDS)
+    snapshots = list(shards.stream())
+    surplus = [s for s in snapshots if s.id.isdigit() and int(s.id) >= num_shards]
+    result = Folded(reads=max(1, len(snapshots)))
+    for start in range(0, len(surplus), FOLD_CHUNK):
+        chunk = surplus[start:start + FOLD_CHUNK]
+        moved: dict[str, int] = defaultdict(int)
+        batch = db.batch()
+        for snapshot in chunk:
+            option = db.write_option(last_update_time=snapshot.update_time)
+            batch.delete(snapshot.reference, option=option)
+            moved[str(int(snapshot.id) % num_shards)] += int(snapshot.get("count") or 0)
+        for survivor, amount in moved.items():
+            if amount:
+                batch.update(shards.document(survivor), {
+                    "count": firestore.Increment(amount),
+                    "updated_at": firestore.SERVER_TIMESTAMP,
+                    "stripe": rng.randrange(config.STRIPES),
+                })
+        try:
+            commit(batch)
+        except gexc.FailedPrecondition:
+            result.complete = False  # a late increment hit one of them: fold again next tick
+            continue
+        result.writes += len(chunk) + sum(1 for amount in moved.values() if amount) + 1
+        result.deleted += [snapshot.id for snapshot in chunk]
+        for survivor, amount in moved.items():
+            result.moved[survivor] += amount
+    return result

@@ -1,0 +1,231 @@
+"""The rollup's cadence: handovers, duplicate deliveries, a holder that dies, sleep and wake-up.
+
+In-process invocations of `cadence.serve` on a project of their own (isolated_db), with short
+timings, stand for the deployed functions; the last test goes through the stack's real
+triggers (the increment callable wakes `rolluptick` through the Cloud Tasks emulator).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+from callables import Callables
+from counting import cadence, config, counters, rollup
+from counting.lease import Lease
+from google.cloud import firestore
+
+from tests.waiting import eventually
+
+FAST = cadence.Cadence(period_s=0.2, lease_s=3.0, run_s=2.0, lead_s=1.0, extend_s=1.0,
+                       idle_s=1.0, drain_s=0.6, handover_wait_s=1.5, poll_s=0.05)
+
+
+def rollup_count(db: firestore.Client, counter: str) -> int:
+    return int(counters.counter_ref(db, counter).get().get("count") or 0)
+
+
+def strong(db: firestore.Client, counter: str) -> int:
+    return counters.get_count(db, counter, "strong").count
+
+
+def lease_state(db: firestore.Client) -> dict[str, Any]:
+    return rollup.state_ref(db).get().to_dict() or {}
+
+
+class Chain:
+    """Invocations that enqueue their successors as threads (the task queue's stand-in)."""
+
+    def __init__(self, db: firestore.Client, copies: int = 1) -> None:
+        self.db = db
+        self.copies = copies  # deliveries of each successor: 2 is a duplicate delivery
+        self.runs: list[cadence.Invocation] = []
+        self.publishes: list[float] = []
+        self.threads: list[threading.Thread] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def successor(self) -> None:
+        for _ in range(self.copies):
+            self.start(woken=True)
+
+    def start(self, *, woken: bool) -> None:
+        thread = threading.Thread(target=self.invoke, args=(woken,))
+        with self.lock:
+            self.threads.append(thread)
+        thread.start()
+
+    def invoke(self, woken: bool) -> None:
+        successor = None if self.stop.is_set() else self.successor
+        run = cadence.serve(self.db, successor=successor, woken=woken, cadence=FAST,
+                            stop=self.stop, on_tick=self.on_tick)
+        with self.lock:
+            self.runs.append(run)
+
+    def on_tick(self, stats: rollup.TickStats) -> None:
+        if stats.written:
+            with self.lock:
+                self.publishes.append(time.monotonic())
+
+    def finish(self) -> None:
+        self.stop.set()
+        while True:
+            with self.lock:
+                pending = [t for t in self.threads if t.is_alive()]
+            if not pending:
+                return
+            for thread in pending:
+                thread.join(timeout=30)
+
+
+def write_for(db: firestore.Client, counter: str, seconds: float) -> int:
+    """Increment `counter` about 20 times a second for `seconds`; returns the total added."""
+    configs = counters.ConfigCache()
+    total, stop_at = 0, time.monotonic() + seconds
+    while time.monotonic() < stop_at:
+        counters.increment(db, counter, 1, configs=configs)
+        total += 1
+        time.sleep(0.05)
+    return total
+
+
+def test_handovers_keep_publishing_and_stay_exact(isolated_db: firestore.Client) -> None:
+    """A chain of invocations under steady writes publishes without a long gap and sums
+    exactly across several handovers."""
+    counters.create_counter(isolated_db, "steady", shards=4)
+    chain = Chain(isolated_db)
+    chain.start(woken=True)
+    total = write_for(isolated_db, "steady", 7.0)
+    eventually(lambda: rollup_count(isolated_db, "steady") == total, timeout_s=10)
+    chain.finish()
+    handed = [run for run in chain.runs if run.outcome == cadence.Outcome.HANDED_OVER]
+    assert len(handed) >= 2
+    gaps = [b - a for a, b in itertools.pairwise(chain.publishes)]
+    assert max(gaps) < 1.5  # a handover costs about one poll, not a run
+    assert strong(isolated_db, "steady") == total
+
+
+def test_duplicate_deliveries_do_no_double_work(isolated_db: firestore.Client) -> None:
+    """Every successor delivered twice: one copy takes the lease, the other returns at once."""
+    counters.create_counter(isolated_db, "twice", shards=4)
+    chain = Chain(isolated_db, copies=2)
+    chain.start(woken=True)
+    total = write_for(isolated_db, "twice", 5.0)
+    eventually(lambda: rollup_count(isolated_db, "twice") == total, timeout_s=10)
+    chain.finish()
+    busy = [run for run in chain.runs if run.outcome == cadence.Outcome.BUSY]
+    worked = [run for run in chain.runs if run.ticks]
+    assert busy and all(run.ticks == 0 for run in busy)
+    assert len(worked) <= len(chain.runs) - len(busy)
+    assert strong(isolated_db, "twice") == rollup_count(isolated_db, "twice") == total
+
+
+def test_a_redelivery_takes_over_from_a_holder_that_died(
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder that dies mid-tick (never releasing) is replaced once its lease expires, and the
+    sums come out exact."""
+    names = [f"c{n}" for n in range(4)]
+    for name in names:
+        counters.create_counter(isolated_db, name, shards=2)
+    for name in names:
+        counters.increment(isolated_db, name, 5, configs=counters.ConfigCache())
+    real_commit = rollup.Rollup._commit
+
+    def dies_half_way(self: rollup.Rollup, updates: dict[str, dict[str, Any]]) -> None:
+        real_commit(self, dict(list(updates.items())[:2]))
+        raise SystemExit("killed mid-tick")
+
+    monkeypatch.setattr(rollup.Rollup, "_commit", dies_half_way)
+    monkeypatch.setattr(Lease, "release", lambda self, watermark: None)  # a dead one releases
+    with pytest.raises(SystemExit):
+        cadence.serve(isolated_db, successor=None, woken=True, cadence=FAST)
+    monkeypatch.undo()
+    assert lease_state(isolated_db)["owner"] is not None  # still "held" by the dead one
+    for name in names:
+        counters.increment(isolated_db, name, 1, configs=counters.ConfigCache())
+    began = time.monotonic()
+    run = cadence.serve(isolated_db, successor=None, woken=True, cadence=FAST)
+    assert run.ticks and run.waited_s <= FAST.lease_s + 1.0
+    assert time.monotonic() - began < FAST.lease_s + FAST.run_s + 3.0
+    assert [rollup_count(isolated_db, name) for name in names] == [6] * 4
+
+
+def test_idle_rollup_sleeps_and_a_scheduled_run_only_does_housekeeping(
+    isolated_db: firestore.Client,
+) -> None:
+    """With no writes the holder marks the lease asleep and releases it; a scheduled invocation
+    then ticks once and sleeps again, and one that finds writes stays awake."""
+    counters.create_counter(isolated_db, "quiet", shards=2)
+    first = cadence.serve(isolated_db, successor=None, woken=True, cadence=FAST)
+    assert first.outcome == cadence.Outcome.ASLEEP
+    state = lease_state(isolated_db)
+    assert state["awake"] is False and state["owner"] is None
+    housekeeping = cadence.serve(isolated_db, successor=None, woken=False, cadence=FAST)
+    assert (housekeeping.outcome, housekeeping.ticks) == (cadence.Outcome.ASLEEP, 1)
+    counters.increment(isolated_db, "quiet", 3, configs=counters.ConfigCache())
+    found = cadence.serve(isolated_db, successor=None, woken=False, cadence=FAST)
+    assert found.ticks > 1 and rollup_count(isolated_db, "quiet") == 3
+
+
+def test_a_writer_wakes_a_sleeping_rollup_once(isolated_db: firestore.Client) -> None:
+    """After a write, the waker enqueues a wake-up when the lease says asleep, and not again
+    for a while; it enqueues nothing while the rollup is awake."""
+    counters.create_counter(isolated_db, "woken", shards=2)
+    woken: list[int] = []
+    waker = cadence.Waker(lambda: woken.append(1))
+    assert waker.after_write(isolated_db)  # no lease document yet: nobody ticks
+    assert not waker.after_write(isolated_db)
+    stop = threading.Event()
+    holder = threading.Thread(target=cadence.serve, args=(isolated_db,), kwargs={
+        "successor": None, "woken": True, "cadence": cadence.in_process(0.2), "stop": stop})
+    holder.start()
+    eventually(lambda: lease_state(isolated_db).get("owner"))
+    awake = cadence.Waker(lambda: woken.append(2))
+    assert not awake.after_write(isolated_db)
+    stop.set()
+    holder.join(timeout=30)
+    assert woken == [1]
+
+
+def test_the_first_increment_after_sleep_reaches_the_rollup(
+    admin: Callables, db: firestore.Client, suffix: str
+) -> None:
+    """Through the stack's triggers: once the rollup sleeps, an increment wakes it and reaches
+    counters/{id} within seconds."""
+    counter = f"wake-{suffix}"
+    admin.call("create_counter", counter=counter, shards=2)
+    idle = config.ROLLUP_IDLE_S + config.ROLLUP_DRAIN_S
+    eventually(lambda: lease_state(db).get("awake") is False, timeout_s=idle + 30)
+    began = time.monotonic()
+    admin.call("increment", counter=counter, by=7)
+    eventually(lambda: rollup_count(db, counter) == 7, timeout_s=10, every_s=0.05)
+    assert time.monotonic() - began < 10
+    assert os.environ.get("CLOUD_TASKS_EMULATOR_HOST")
+
+
+def test_the_lease_reports_the_rollups_health(isolated_db: firestore.Client) -> None:
+    """While a holder ticks, health shows it awake with its tick figures; once it stops
+    renewing, health says it is stale."""
+    counters.create_counter(isolated_db, "watched", shards=2)
+    assert cadence.health(isolated_db).stale == "the rollup never ran"
+    stop = threading.Event()
+    holder = threading.Thread(target=cadence.serve, args=(isolated_db,), kwargs={
+        "successor": None, "woken": True, "cadence": cadence.in_process(0.2), "stop": stop})
+    holder.start()
+    counters.increment(isolated_db, "watched", 1, configs=counters.ConfigCache())
+    found = eventually(lambda: (lambda h: h if h.tick_s is not None else None)(
+        cadence.health(isolated_db)))
+    assert found.awake and found.stale is None and found.holder and found.lag_s is not None
+    stop.set()
+    holder.join(timeout=30)
+    state = rollup.state_ref(isolated_db)
+    state.update({"renewed_at": firestore.SERVER_TIMESTAMP})  # then nobody renews it
+    assert cadence.health(isolated_db).stale is None
+    state.update({"renewed_at": dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)})
+    assert "no tick for" in (cadence.health(isolated_db).stale or "")

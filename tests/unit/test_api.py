@@ -1,0 +1,168 @@
+"""The callable handlers in-process: error codes, who may call, and bad input rejected before
+any Firestore access (the handlers' Firestore client fails the test if it is asked for)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import flask
+import pytest
+from counting import api
+from counting.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from firebase_functions import https_fn
+
+Code = https_fn.FunctionsErrorCode
+Handler = Callable[[api.Request], dict[str, Any]]
+
+USER = https_fn.AuthData(uid="user-1", token={"firebase": {"sign_in_provider": "password"}})
+ANONYMOUS = https_fn.AuthData(uid="anon-1", token={"firebase": {"sign_in_provider": "anonymous"}})
+ADMIN = https_fn.AuthData(uid="admin-1", token={"admin": True})
+
+
+def request(data: Any = None, auth: https_fn.AuthData | None = USER) -> api.Request:
+    return https_fn.CallableRequest(data=data, raw_request=flask.Request({}), auth=auth)
+
+
+def handlers(name: str) -> ModuleType:
+    """A module of callables, imported when a test runs rather than when tests are collected: the
+    SDK reads the global options as it decorates a callable, and the manifest test needs main.py
+    to have set them first."""
+    return importlib.import_module(f"counting.api.{name}")
+
+
+def handler(name: str) -> Handler:
+    """What the deployed callable `module.function` runs once the SDK has checked the request:
+    the handler inside `client_errors` (asserted to be the innermost decorator)."""
+    module, function = name.split(".")
+    layers = [getattr(handlers(module), function)]
+    while hasattr(layers[-1], "__wrapped__"):
+        layers.append(layers[-1].__wrapped__)
+    inner: Handler = layers[-2]
+    assert inner.__code__ is api.client_errors(layers[-1]).__code__
+    return inner
+
+
+def raising(error: Exception) -> Handler:
+    def failing(req: api.Request) -> dict[str, Any]:
+        raise error
+
+    return api.client_errors(failing)
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (InvalidArgument("counter: required"), Code.INVALID_ARGUMENT),
+    (NotFound("counter: 'c' does not exist"), Code.NOT_FOUND),
+    (FailedPrecondition("tenant: 't' has no sequence"), Code.FAILED_PRECONDITION),
+    (PermissionDenied("this operation needs the admin claim"), Code.PERMISSION_DENIED),
+])
+def test_each_domain_error_becomes_its_code_with_its_message(error: Exception, code: Code) -> None:
+    """A domain error reaches the client as an HttpsError with its code and message."""
+    with pytest.raises(https_fn.HttpsError) as raised:
+        raising(error)(request())
+    assert raised.value.code == code
+    assert raised.value.message == str(error)
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), ValueError("int too big to convert"),
+                                   https_fn.HttpsError(Code.UNAVAILABLE, "later")])
+def test_other_exceptions_pass_through_unchanged(error: Exception) -> None:
+    """An error that is not the domain's is left for the SDK (which reports INTERNAL)."""
+    with pytest.raises(type(error)) as raised:
+        raising(error)(request())
+    assert raised.value is error
+
+
+@pytest.mark.parametrize("auth", [None, https_fn.AuthData(uid="", token={}),
+                                  https_fn.AuthData(uid=None, token={})])
+def test_a_caller_without_a_signed_in_user_is_unauthenticated(
+    auth: https_fn.AuthData | None
+) -> None:
+    """No ID token, or one without a uid, is UNAUTHENTICATED for users and admins alike."""
+    for check in (api.caller, api.require_admin):
+        with pytest.raises(https_fn.HttpsError) as raised:
+            check(request(auth=auth))
+        assert raised.value.code == Code.UNAUTHENTICATED
+
+
+def test_an_anonymous_user_counts_as_signed_in() -> None:
+    """An anonymous account's uid and claims are the caller's."""
+    uid, claims = api.caller(request(auth=ANONYMOUS))
+    assert uid == "anon-1"
+    assert claims["firebase"]["sign_in_provider"] == "anonymous"
+
+
+def test_an_admin_claim_of_true_makes_an_admin() -> None:
+    """require_admin returns the admin's uid."""
+    assert api.require_admin(request(auth=ADMIN)) == "admin-1"
+
+
+@pytest.mark.parametrize("claims", [{}, {"admin": False}, {"admin": "true"}, {"admin": 1},
+                                    {"admin": [True]}])
+def test_only_an_admin_claim_of_exactly_true_makes_an_admin(claims: dict[str, Any]) -> None:
+    """Any other admin claim, or none, is PERMISSION_DENIED (through client_errors)."""
+    auth = https_fn.AuthData(uid="user-1", token=claims)
+    with pytest.raises(https_fn.HttpsError) as raised:
+        api.client_errors(lambda req: {"uid": api.require_admin(req)})(request(auth=auth))
+    assert raised.value.code == Code.PERMISSION_DENIED
+
+
+class Unreachable:
+    """A Firestore client that fails the test when anything is asked of it."""
+
+    def __getattr__(self, name: str) -> Any:
+        pytest.fail(f"the handler used Firestore ({name}) before rejecting its input")
+
+
+@pytest.fixture
+def no_firestore(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every handler module's Firestore client (`db`, bound when it imports it) is Unreachable."""
+    for name in ("counters", "sequences", "trends"):
+        monkeypatch.setattr(handlers(name), "db", Unreachable)
+
+
+@pytest.mark.parametrize(("function", "auth", "data", "field"), [
+    ("counters.create_counter", ADMIN, "likes", "data"),
+    ("counters.create_counter", ADMIN, {"counter": "likes", "colour": "red"}, "colour"),
+    ("counters.create_counter", ADMIN, {"counter": ""}, "counter"),
+    ("counters.create_counter", ADMIN, {"counter": "likes", "shards": 0}, "shards"),
+    ("counters.create_counter", ADMIN, {"counter": "likes", "expected_rate": -1},
+     "expected_rate"),
+    ("counters.create_counter", ADMIN, {"counter": "likes", "strategy": "fastest"}, "strategy"),
+    ("counters.increment", USER, {}, "counter"),
+    ("counters.increment", USER, {"counter": "likes", "by": 1.5}, "by"),
+    ("counters.increment", USER, {"counter": "likes", "request_id": "a b"}, "request_id"),
+    ("counters.increment", USER, {"increments": []}, "increments"),
+    ("counters.increment", USER, {"counter": "likes", "increments": [{"counter": "a"}]},
+     "increments"),
+    ("counters.increment", USER, {"increments": [{"counter": "a", "by": True}]},
+     "increments[0].by"),
+    ("counters.get_count", USER, {"counter": "likes", "consistency": "eventual"},
+     "consistency"),
+    ("counters.reset_counter", ADMIN, {"counter": "_likes"}, "counter"),
+    ("sequences.configure_sequence", ADMIN, {"tenant": "shop"}, "timezone"),
+    ("sequences.configure_sequence", ADMIN, {"tenant": "shop", "timezone": "Mars/Olympus"},
+     "timezone"),
+    ("sequences.configure_sequence", ADMIN,
+     {"tenant": "shop", "timezone": "Europe/Paris", "reset_time": "24:00"}, "reset_time"),
+    ("sequences.next_number", USER, {"tenant": ""}, "tenant"),
+    ("sequences.next_number", USER, {"tenant": "shop", "request_id": "a/b"}, "request_id"),
+    ("sequences.reset_sequence", USER, {"tenant": 7}, "tenant"),
+    ("trends.track", USER, {"region": "global", "tags": ["a"]}, "region"),
+    ("trends.track", USER, {"region": "eu", "tags": []}, "tags"),
+    ("trends.track", USER, {"region": "eu", "tags": ["#"]}, "tags[0]"),
+    ("trends.top_tags", USER, {"region": "EU"}, "region"),
+    ("trends.top_tags", USER, {"k": 0}, "k"),
+    ("trends.top_tags", USER, {"window": "7d"}, "window"),
+])
+@pytest.mark.usefixtures("no_firestore")
+def test_bad_input_is_invalid_argument_before_any_firestore_access(
+    function: str, auth: https_fn.AuthData, data: Any, field: str
+) -> None:
+    """Malformed data is INVALID_ARGUMENT naming the field, and nothing is read or written."""
+    with pytest.raises(https_fn.HttpsError) as raised:
+        handler(function)(request(data, auth))
+    assert raised.value.code == Code.INVALID_ARGUMENT
+    assert raised.value.message.startswith(f"{field}:"), raised.value.message

@@ -1,0 +1,59 @@
+"""The deploy manifest: every function's runtime options are the ones chosen on purpose
+(functions/main.py and counting/api/rollup.py give the reasons)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import main
+import pytest
+import yaml
+from counting import config
+from firebase_functions.private import serving
+
+CALLABLE = {"cpu": 1, "availableMemoryMb": 512, "concurrency": 80, "timeoutSeconds": 60,
+            "minInstances": 0, "maxInstances": 100}
+ROLLUP = {"cpu": 1, "availableMemoryMb": 1024, "timeoutSeconds": config.ROLLUP_TIMEOUT_S,
+          "minInstances": 0}
+EXPECTED = {
+    "rollup": {**ROLLUP, "concurrency": 1, "maxInstances": 1},
+    "rolluptick": {**ROLLUP, "concurrency": 2, "maxInstances": 2},
+}
+
+
+def endpoints() -> dict[str, Any]:
+    manifest = yaml.safe_load(serving.functions_as_yaml(
+        {name: getattr(main, name) for name in main.__all__}))
+    endpoints: dict[str, Any] = manifest["endpoints"]
+    return endpoints
+
+
+@pytest.mark.parametrize("name", main.__all__)
+def test_each_function_deploys_with_its_chosen_options(name: str) -> None:
+    """cpu, memory, concurrency, timeout and instance bounds are pinned per function."""
+    endpoint = endpoints()[name]
+    expected = EXPECTED.get(name, CALLABLE)
+    assert {key: endpoint.get(key) for key in expected} == expected
+    assert endpoint["region"] == [config.REGION]
+
+
+def test_no_function_falls_back_to_first_generation_cpu() -> None:
+    """set_global_options would default cpu to gcf_gen1 (1/6 vCPU, one request at a time)."""
+    assert all(endpoint.get("cpu") != "gcf_gen1" for endpoint in endpoints().values())
+
+
+def test_callables_serve_many_requests_per_instance() -> None:
+    """Every client-facing callable serves at least 80 requests at once per instance."""
+    callables = {n: e for n, e in endpoints().items() if "callableTrigger" in e}
+    assert len(callables) == len(main.__all__) - 2
+    assert all(e["concurrency"] >= 80 for e in callables.values())
+
+
+def test_rollup_triggers() -> None:
+    """Scheduled every minute without retries; the task queue overlaps at most two dispatches."""
+    found = endpoints()
+    assert found["rollup"]["scheduleTrigger"]["schedule"] == "every 1 minutes"
+    assert found["rollup"]["scheduleTrigger"]["retryConfig"]["retryCount"] == 0
+    queue = found["rolluptick"]["taskQueueTrigger"]
+    assert queue["rateLimits"]["maxConcurrentDispatches"] == 2
+    assert queue["retryConfig"]["minBackoffSeconds"] == 1
