@@ -25,6 +25,7 @@ from typing import Any
 
 import cost_model
 from callables import Callables, sign_up
+from counter_bench import lag_figures, percentile
 from counting import cadence, config, rollup
 from google.cloud import firestore
 
@@ -35,11 +36,6 @@ IDLE_S = float(os.environ.get("CADENCE_IDLE_S", 600))
 WAKE_TRIALS = 4
 # Between the later trials: asleep, then this long more (a scheduler minute may come between).
 SHORT_SLEEP_S = (15.0, 45.0, 75.0)
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 class Watch:
@@ -131,22 +127,20 @@ def steady(admin: Callables, counter: str, watch: Watch) -> dict[str, Any]:
         shown = watch.shown(i, acked)
         if shown is not None:
             lags.append((acked - began, shown - acked))
-    # A publish gap counts only while the rollup had something to publish: an increment was
-    # acknowledged since the previous publish (a pause of the load generator is not a gap).
-    # From the rollup's first publish on (the counter starts at 0; before that it was waking).
-    publishes = [t for t, count in watch.counts if count > 0 and began <= t <= stop_at + 5]
-    gaps = [(b - a, a - began) for a, b in itertools.pairwise(publishes)
-            if any(a < acked < b for acked in acks)]
+    # A publish gap counts only while the rollup had something to publish: an increment
+    # acknowledged in it that the previous publish did not show yet (a pause of the load
+    # generator is not a gap). From the rollup's first publish on (the counter starts at 0;
+    # before that the rollup was waking up).
+    publishes = [(t, count) for t, count in watch.counts if count > 0
+                 and began <= t <= stop_at + 5]
+    gaps = [(b - a, a - began) for (a, shown), (b, _) in itertools.pairwise(publishes)
+            if any(a < acked < b for acked in acks[shown:])]
     pauses = [b - a for a, b in itertools.pairwise(acks)]
     handovers = [t - began for t, _ in watch.owners if began < t <= stop_at]
-    values = [lag for _, lag in lags]
     return {
         "increments": len(acks),
         "achieved_rate": len(acks) / STEADY_S,
-        "lag_p50_s": percentile(values, 50),
-        "lag_p99_s": percentile(values, 99),
-        "lag_max_s": max(values),
-        "unseen": len(acks) - len(lags),
+        **lag_figures([lag for _, lag in lags], len(acks)),
         "max_publish_gap_s": max(gap for gap, _ in gaps),
         "max_load_pause_s": max(pauses),
         # The longest gaps and when they began (seconds into the run), to set beside handovers.

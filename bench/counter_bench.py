@@ -38,6 +38,12 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+def lag_figures(lags: list[float], acknowledged: int) -> dict[str, Any]:
+    """p50, p99 and max of the lags, and how many acknowledged increments were never seen."""
+    return {"lag_p50_s": percentile(lags, 50), "lag_p99_s": percentile(lags, 99),
+            "lag_max_s": max(lags), "unseen": acknowledged - len(lags)}
+
+
 def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4) -> dict[str, Any]:
     """From increment acknowledged (callable) to the rollup listener showing it.
 
@@ -86,10 +92,7 @@ def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4) -> 
     return {
         "increments": len(acks),
         "achieved_rate": len(acks) / seconds,
-        "lag_p50_s": percentile(lags, 50),
-        "lag_p99_s": percentile(lags, 99),
-        "lag_max_s": max(lags),
-        "unseen": len(acks) - len(lags),
+        **lag_figures(lags, len(acks)),
         "lags_s": lags,
     }
 

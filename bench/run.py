@@ -18,6 +18,7 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "
                 str(Path(__file__).parent.parent / "tools")]
 
 import cadence_bench  # noqa: E402
+import chaos_bench  # noqa: E402
 import counter_bench  # noqa: E402
 import matplotlib  # noqa: E402
 import sequence_bench  # noqa: E402
@@ -126,6 +127,21 @@ def plot_cadence(results: dict[str, Any]) -> None:
     fig.savefig(RESULTS / "cadence.png", dpi=100)
 
 
+def plot_chaos(results: dict[str, Any]) -> None:
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    ax.plot([t for t, _ in results["backlog"]], [n for _, n in results["backlog"]], linewidth=1)
+    for fault in results["fault_log"]:
+        ax.axvspan(fault["at_s"], max(fault["ended_s"], fault["at_s"] + 1), alpha=0.2,
+                   color="red")
+        ax.annotate(f"{fault['kind']}\nrecovered {fault['recovery_s']:.1f} s",
+                    (fault["at_s"], 0), xytext=(2, 40), textcoords="offset points", fontsize=8)
+    ax.set(title=f"Chaos: acknowledged increments not yet in the rollup "
+                 f"(lost {results['lost']}, doubled {results['doubled']})",
+           xlabel="seconds into the run", ylabel="increments")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "chaos.png", dpi=100)
+
+
 Bench = Callable[[], dict[str, Any]]
 
 
@@ -169,19 +185,30 @@ def trends() -> None:
                          ("tick_cost", trend_bench.tick_cost)], plot_trends)
 
 
-def cadence() -> None:
-    print("== cadence", flush=True)
-    figures = cadence_bench.run()
-    kept = {key: value for key, value in figures.items() if key != "lags"}
+def run_flat(group: str, bench: Bench, plot: Callable[[dict[str, Any]], None],
+             series: str) -> None:
+    """One bench whose figures are the group's JSON (flat, with the keys the docs name); the
+    long `series` is plotted, not saved."""
+    print(f"== {group}", flush=True)
+    figures = bench()
+    kept = {key: value for key, value in figures.items() if key != series}
     print(json.dumps(kept, indent=2), flush=True)
-    save("cadence", kept)
-    plot_cadence(figures)
-    print(f"saved cadence.json and cadence.png under {RESULTS}")
+    save(group, kept)
+    plot(figures)
+    print(f"saved {group}.json and {group}.png under {RESULTS}")
+
+
+def cadence() -> None:
+    run_flat("cadence", cadence_bench.run, plot_cadence, "lags")
+
+
+def chaos() -> None:
+    run_flat("chaos", chaos_bench.run, plot_chaos, "backlog")
 
 
 GROUPS: dict[str, Callable[[], None]] = {
-    "cadence": cadence, "counters": counters, "autoscale": autoscale, "sequences": sequences,
-    "trends": trends}
+    "cadence": cadence, "chaos": chaos, "counters": counters, "autoscale": autoscale,
+    "sequences": sequences, "trends": trends}
 
 
 def main(argv: list[str]) -> int:

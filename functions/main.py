@@ -29,7 +29,13 @@ options.set_global_options(
 initialize_app()
 
 from counting.api import cloud_logging  # noqa: E402
-from counting.api.counters import create_counter, get_count, increment, reset_counter  # noqa: E402
+from counting.api.counters import (  # noqa: E402
+    configure_counter,
+    create_counter,
+    get_count,
+    increment,
+    reset_counter,
+)
 from counting.api.rollup import rollup, rolluptick  # noqa: E402
 from counting.api.sequences import configure_sequence, next_number, reset_sequence  # noqa: E402
 from counting.api.trends import top_tags, track  # noqa: E402
@@ -37,6 +43,7 @@ from counting.api.trends import top_tags, track  # noqa: E402
 cloud_logging(logging.INFO)
 
 __all__ = [
+    "configure_counter",
     "configure_sequence",
     "create_counter",
     "get_count",

@@ -46,7 +46,7 @@ from google.cloud import firestore
 
 from . import config
 from .autoscale import AutoscaleParams
-from .lease import Lease, LeaseLost, LeaseView
+from .lease import EPOCH, Lease, LeaseLost, LeaseView
 from .rollup import Rollup, TickStats, state_ref
 from .usage import Usage
 
@@ -137,9 +137,8 @@ def serve(
     lease = Lease(db, state_ref(db), owner or new_owner(), timing.lease_s)
     run = Invocation(owner=lease.owner)
     try:
-        if _take(lease, timing, run, stop):
-            found = lease.found
-            awake = woken or (found is not None and found.awake)
+        if _take(lease, timing, run, stop, woken):
+            awake = lease.awake
             log.info("rollup lease taken by %s after %.2f s (%s)", lease.owner, run.waited_s,
                      "awake" if awake else "housekeeping")
             _hold(db, lease, awake, successor, timing, scaling, run, stop, on_tick)
@@ -151,7 +150,8 @@ def serve(
     return run
 
 
-def _take(lease: Lease, timing: Cadence, run: Invocation, stop: threading.Event) -> bool:
+def _take(lease: Lease, timing: Cadence, run: Invocation, stop: threading.Event,
+          woken: bool) -> bool:
     """Acquire the lease, waiting for it when its holder is about to let it go (a handover, a
     sleep) or has stopped renewing it (dead or stalled: the lease expires within its TTL). A
     holder seen renewing that is not about to let go keeps it: give up."""
@@ -159,7 +159,7 @@ def _take(lease: Lease, timing: Cadence, run: Invocation, stop: threading.Event)
     deadline = waited_from + timing.handover_wait_s + timing.lease_s
     watched: tuple[str | None, dt.datetime | None] | None = None
     while True:
-        acquired = lease.acquire()
+        acquired = lease.acquire(wake=woken)
         run.usage.reads += 1
         if acquired:
             run.usage.writes += 1
@@ -202,7 +202,11 @@ def _hold(
     rollup = Rollup(db, lease, scaling)
     health = Health(lease)
     last_change = began
-    drain_until = None if awake else began  # asleep: one housekeeping tick
+    # Asleep, the holder ends once a tick read at least drain_s after the first renewal that
+    # told writers so (its instant, `marked`): any write it did not see was made by a writer
+    # whose cached view of the lease said asleep, and woke the rollup. A housekeeping holder
+    # took a lease that already said asleep: one tick.
+    marked: dt.datetime | None = None if awake else EPOCH
     lease.awake = awake
     try:
         while True:
@@ -228,14 +232,16 @@ def _hold(
                     last_change = time.monotonic()
                     if not lease.awake:
                         log.info("rollup awake again: writes arrived")
-                    lease.awake, drain_until = True, None
+                    lease.awake, marked = True, None
+                elif not lease.awake:
+                    marked = marked or stats.as_of  # this tick's renewal said asleep
+                    if stats.as_of - marked >= dt.timedelta(seconds=timing.drain_s):
+                        run.outcome = Outcome.ASLEEP
+                        return
             now = time.monotonic()
             if lease.awake and now - last_change >= timing.idle_s:
                 log.info("rollup going to sleep: no writes for %.0f s", now - last_change)
-                lease.awake, drain_until = False, now + timing.drain_s
-            if not lease.awake and drain_until is not None and now >= drain_until:
-                run.outcome = Outcome.ASLEEP
-                return
+                lease.awake = False  # the next renewal tells writers
             if lease.awake and successor is not None and not run.successors \
                     and now >= ends - timing.lead_s:
                 try:
@@ -243,8 +249,9 @@ def _hold(
                     run.successors += 1
                 except Exception:
                     log.exception("could not enqueue the rollup's successor; retrying")
-            if now >= ends and (run.successors or successor is None
-                                or now >= ends + timing.extend_s):
+            # Draining (asleep) goes on to its end, past `ends` if need be: a few seconds.
+            if lease.awake and now >= ends and (run.successors or successor is None
+                                                or now >= ends + timing.extend_s):
                 run.outcome = Outcome.HANDED_OVER
                 return
             if stop.wait(max(0.0, timing.period_s - (time.monotonic() - tick_began))):

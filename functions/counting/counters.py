@@ -17,15 +17,16 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from . import autoscale, config, kinds
-from .errors import NotFound
+from .errors import InvalidArgument, NotFound, ResourceExhausted
 from .kinds import Consistency, Strategy
+from .policy import Policy
 
 T = TypeVar("T")
 
@@ -38,6 +39,7 @@ class CounterConfig:
     num_shards: int
     strategy: Strategy
     shard_load: tuple[float, ...] = ()  # writes/s per shard, published by the rollup
+    policy: Policy = field(default_factory=Policy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +47,7 @@ class Created:
     counter: str
     shards: int
     created: bool
+    policy: Policy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +57,7 @@ class Count:
     as_of: dt.datetime
     consistency: Consistency
     documents_read: int
+    mine: bool | None = None  # on a `unique` counter: whether it counts the caller
 
 
 def shards_for(expected_rate: float | None) -> int:
@@ -68,6 +72,19 @@ def counter_ref(db: firestore.Client, counter: str) -> firestore.DocumentReferen
 
 def shard_ref(db: firestore.Client, counter: str, shard: int) -> firestore.DocumentReference:
     return db.collection(config.COUNTERS, counter, config.SHARDS).document(str(shard))
+
+
+def user_key(uid: str) -> str:
+    """A document id for a user (uids may hold characters an id cannot)."""
+    return hashlib.sha256(uid.encode()).hexdigest()[:32]
+
+
+def voter_ref(db: firestore.Client, counter: str, uid: str) -> firestore.DocumentReference:
+    return db.collection(config.COUNTERS, counter, config.VOTERS).document(user_key(uid))
+
+
+def paced_ref(db: firestore.Client, counter: str, uid: str) -> firestore.DocumentReference:
+    return db.collection(config.COUNTERS, counter, config.PACED).document(user_key(uid))
 
 
 def shard_write(by: int, rng: random.Random) -> dict[str, Any]:
@@ -116,6 +133,7 @@ class ConfigCache:
             # A name this version does not know picks shards as the default does.
             strategy=kinds.member(data.get("strategy"), kinds.STRATEGIES) or kinds.DEFAULT_STRATEGY,
             shard_load=tuple(float(x) for x in data.get("shard_load") or ()),
+            policy=Policy.from_document(data.get("policy")),
         )
         with self._lock:
             self._entries[counter] = _Cached(read_at=now, config=found)
@@ -198,6 +216,7 @@ def create_counter(
     shards: int | None = None,
     expected_rate: float | None = None,
     strategy: Strategy = kinds.DEFAULT_STRATEGY,
+    policy: Policy | None = None,
 ) -> Created:
     """Create the counter and all its shards in one commit; an existing counter is left as is.
 
@@ -217,6 +236,7 @@ def create_counter(
             "min_shards": min_shards,
             "max_shards": max_shards,
             "above_min": num_shards > min_shards,
+            "policy": (policy or Policy()).to_document(),
             "created_at": firestore.SERVER_TIMESTAMP,
             "updated_at": firestore.SERVER_TIMESTAMP,
         },
@@ -227,8 +247,18 @@ def create_counter(
         batch.commit()
     except gexc.AlreadyExists:
         existing = counter_ref(db, counter).get().to_dict() or {}
-        return Created(counter=counter, shards=int(existing["num_shards"]), created=False)
-    return Created(counter=counter, shards=num_shards, created=True)
+        return Created(counter=counter, shards=int(existing["num_shards"]), created=False,
+                       policy=Policy.from_document(existing.get("policy")))
+    return Created(counter=counter, shards=num_shards, created=True, policy=policy or Policy())
+
+
+def configure_counter(db: firestore.Client, counter: str, policy: Policy) -> Policy:
+    """Replace a counter's write policy; every instance applies it within CONFIG_CACHE_TTL_S."""
+    try:
+        counter_ref(db, counter).update({"policy": policy.to_document()})
+    except gexc.NotFound:
+        raise NotFound(f"counter: {counter!r} does not exist") from None
+    return policy
 
 
 def increment(
@@ -238,25 +268,81 @@ def increment(
     *,
     request_id: str | None = None,
     uid: str = "",
+    admin: bool = True,
     configs: ConfigCache = _CONFIGS,
     picker: ShardPicker = _PICKER,
 ) -> dt.datetime | None:
-    """Add `by` to one shard. Returns the commit time, which a client compares with the rollup's
-    `updated_at` to tell whether the rollup includes this increment; None when `request_id` was
-    already applied for this user."""
+    """Add `by` to one shard, as the counter's write policy allows this caller (`admin`: the
+    operator CLI and tests act as admins). Returns the commit time, which a client compares with
+    the rollup's `updated_at` to tell whether the rollup includes this increment; None when
+    `request_id` was already applied for this user, or a `unique` counter already counts (or
+    does not count) them."""
 
     def attempt() -> dt.datetime | None:
         target = configs.get(db, counter)
+        policy = target.policy
+        policy.check(by, admin=admin, counter=counter)
         ref = shard_ref(db, counter, picker.pick(target))
-        if request_id is None:
+        if request_id is None and not policy.unique and (admin or not policy.min_interval_s):
             committed: dt.datetime = ref.update(shard_write(by, picker.rng)).update_time
             return committed
         batch = db.batch()
-        batch.create(*request_marker(db, uid, request_id, counters=[counter]))
+        if request_id is not None:
+            batch.create(*request_marker(db, uid, request_id, counters=[counter]))
+        if policy.unique:
+            voter = voter_ref(db, counter, uid)
+            if by > 0:
+                batch.create(voter, {"uid": uid, "at": firestore.SERVER_TIMESTAMP})
+            else:
+                batch.delete(voter, option=db.write_option(exists=True))
+        if policy.min_interval_s and not admin:
+            pace(db, batch, counter, uid, policy.min_interval_s)
         batch.update(ref, shard_write(by, picker.rng))
-        return commit_once(batch)
+        try:
+            results = batch.commit()
+        except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
+            raise_unless_no_op(db, error, counter, by, policy, uid=uid, request_id=request_id)
+            return None
+        committed = results[-1].update_time  # the shard's (a deleted marker's result has none)
+        return committed
 
     return with_fresh_config(attempt, configs, [counter])
+
+
+def pace(db: firestore.Client, batch: firestore.WriteBatch, counter: str, uid: str,
+         interval_s: int) -> None:
+    """Add the rewrite of the caller's pacing marker to `batch`, with a precondition on the
+    version read now; too soon since the last applied write: RESOURCE_EXHAUSTED."""
+    ref = paced_ref(db, counter, uid)
+    snapshot = ref.get()
+    fields = {"uid": uid, "at": firestore.SERVER_TIMESTAMP,
+              config.EXPIRES_AT: dt.datetime.now(dt.UTC) + dt.timedelta(seconds=interval_s)
+              + config.REQUEST_MARKER_TTL}
+    if not snapshot.exists:
+        batch.create(ref, fields)
+        return
+    wait = snapshot.update_time + dt.timedelta(seconds=interval_s) - snapshot.read_time
+    if wait > dt.timedelta(0):
+        raise ResourceExhausted(f"counter: {counter!r} takes one increment per user every "
+                                f"{interval_s} s; retry in {wait.total_seconds():.0f} s")
+    batch.update(ref, fields, option=db.write_option(last_update_time=snapshot.update_time))
+
+
+def raise_unless_no_op(db: firestore.Client, error: Exception, counter: str, by: int,
+                       policy: Policy, *, uid: str, request_id: str | None) -> None:
+    """Why a commit with markers failed, told by the markers (read only on this rare path):
+    returns for a no-op (a retried request; a `unique` counter already counting, or not
+    counting, the user); raises RESOURCE_EXHAUSTED for a racing paced write, and the error
+    itself otherwise (a shard folded away: NOT_FOUND, which the caller retries)."""
+    if request_id is not None and request_marker(
+            db, uid, request_id, counters=[])[0].get().exists:
+        return
+    if policy.unique and voter_ref(db, counter, uid).get().exists == (by > 0):
+        return
+    if policy.min_interval_s and isinstance(error, gexc.AlreadyExists | gexc.FailedPrecondition):
+        raise ResourceExhausted(f"counter: {counter!r} takes one increment per user every "
+                                f"{policy.min_interval_s} s") from None
+    raise error
 
 
 def with_fresh_config(
@@ -279,10 +365,13 @@ def increment_many(
     *,
     request_id: str | None = None,
     uid: str = "",
+    admin: bool = True,
     configs: ConfigCache = _CONFIGS,
     picker: ShardPicker = _PICKER,
 ) -> int:
-    """Apply a batch atomically (one shard write per distinct counter); 0 when already applied."""
+    """Apply a batch atomically (one shard write per distinct counter); 0 when already applied.
+    Each counter's summed `by` must pass its policy as one increment would; a counter whose
+    policy keeps per-user markers (`unique`, `min_interval_s`) cannot be in a batch."""
     items = list(increments)
     totals: dict[str, int] = {}
     for counter, by in items:
@@ -290,6 +379,11 @@ def increment_many(
 
     def attempt() -> int:
         targets = [configs.get(db, counter) for counter in totals]  # NotFound before any write
+        for target in targets:
+            if target.policy.limits_batches:
+                raise InvalidArgument(f"increments: {target.counter!r} counts each user once or "
+                                      "paces them: increment it on its own")
+            target.policy.check(totals[target.counter], admin=admin, counter=target.counter)
         batch = db.batch()
         if request_id is not None:
             batch.create(*request_marker(db, uid, request_id, counters=sorted(totals)))
@@ -325,22 +419,37 @@ def commit_once(batch: firestore.WriteBatch) -> dt.datetime | None:
     return committed
 
 
-def get_count(db: firestore.Client, counter: str, consistency: Consistency = "rollup") -> Count:
-    """The rollup (one document read) or the strong value (all shards, one consistent read)."""
+def get_count(db: firestore.Client, counter: str, consistency: Consistency = "rollup",
+              uid: str | None = None) -> Count:
+    """The rollup (one document read) or the strong value (all shards, one consistent read);
+    with `uid`, on a `unique` counter, whether it counts that user (one more read; the strong
+    value then reads the counter's document too)."""
     if consistency == "strong":
         snapshots = list(counter_ref(db, counter).collection(config.SHARDS).stream())
         if not snapshots:
             raise NotFound(f"counter: {counter!r} does not exist")
         total = sum(int((s.to_dict() or {}).get("count", 0)) for s in snapshots)
+        mine = None if uid is None else counted(db, counter, uid)
         return Count(counter=counter, count=total, as_of=snapshots[0].read_time,
-                     consistency=consistency, documents_read=len(snapshots))
+                     consistency=consistency, documents_read=len(snapshots), mine=mine)
     snapshot = counter_ref(db, counter).get()
     if not snapshot.exists:
         raise NotFound(f"counter: {counter!r} does not exist")
     data = snapshot.to_dict() or {}
+    mine = None
+    if uid is not None and Policy.from_document(data.get("policy")).unique:
+        mine = voter_ref(db, counter, uid).get().exists
     return Count(counter=counter, count=int(data.get("count", 0)),
                  as_of=data.get("updated_at") or snapshot.update_time, consistency=consistency,
-                 documents_read=1)
+                 documents_read=1, mine=mine)
+
+
+def counted(db: firestore.Client, counter: str, uid: str) -> bool | None:
+    """On a `unique` counter, whether it counts the user; None on any other counter."""
+    data = counter_ref(db, counter).get().to_dict() or {}
+    if not Policy.from_document(data.get("policy")).unique:
+        return None
+    return voter_ref(db, counter, uid).get().exists
 
 
 def reset_counter(db: firestore.Client, counter: str) -> None:

@@ -21,3 +21,7 @@ class FailedPrecondition(CounterError):
 
 class PermissionDenied(CounterError):
     """The caller lacks the role the operation needs."""
+
+
+class ResourceExhausted(CounterError):
+    """A rate limit: the caller must wait before this succeeds."""

@@ -2,7 +2,7 @@
 
 Folding never loses or doubles a count. Each surplus shard is read, then one commit deletes it,
 with a precondition on the update time it was read with, and adds the count read to a remaining
-shard (Increment, with `updated_at`). The precondition means the amount moved is exactly what the
+shard (Increment). The precondition means the amount moved is exactly what the
 shard held when it disappeared: an increment that lands in between fails the commit, which moves
 nothing and is retried next tick; an increment from a writer with a stale `num_shards` that comes
 after fails NOT_FOUND, and the write path redoes it on a current shard. At every instant the
@@ -11,7 +11,6 @@ shards that exist sum to the counter's value.
 
 from __future__ import annotations
 
-import random
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +40,6 @@ def fold_surplus(
     db: firestore.Client,
     counter_ref: firestore.DocumentReference,
     num_shards: int,
-    rng: random.Random,
     commit: Callable[[firestore.WriteBatch], Any],
 ) -> Folded:
     """Move every shard >= num_shards into shard (n mod num_shards); `commit` is the rollup's
@@ -61,11 +59,10 @@ def fold_surplus(
             moved[str(int(snapshot.id) % num_shards)] += int(snapshot.get("count") or 0)
         for survivor, amount in moved.items():
             if amount:
-                batch.update(shards.document(survivor), {
-                    "count": firestore.Increment(amount),
-                    "updated_at": firestore.SERVER_TIMESTAMP,
-                    "stripe": rng.randrange(config.STRIPES),
-                })
+                # No `updated_at`: the change query finds client writes only, so a fold done by
+                # a sleeping rollup's housekeeping does not wake it. The sum of the shards is
+                # unchanged, and the holder applies the move to the values it remembers.
+                batch.update(shards.document(survivor), {"count": firestore.Increment(amount)})
         try:
             commit(batch)
         except gexc.FailedPrecondition:

@@ -117,6 +117,13 @@ def increments(value: object) -> list[tuple[str, int]]:
         item = payload(item, {"counter", "by"}, where=f"{field}.")
         counter = counter_id(required(item, "counter", where=f"{field}."), f"{field}.counter")
         batch.append((counter, increment_by(item.get("by"), f"{field}.by")))
+    sums: dict[str, int] = {}
+    for counter, by in batch:
+        sums[counter] = sums.get(counter, 0) + by
+        if abs(sums[counter]) > config.MAX_ABS_BY:
+            # One shard write carries a counter's sum: the same bound as a single increment.
+            raise InvalidArgument(f"increments: the by values for {counter!r} sum beyond "
+                                  f"±{config.MAX_ABS_BY:,}")
     return batch
 
 
@@ -173,16 +180,24 @@ def region(value: object, field: str = "region") -> str:
     return value
 
 
+# What `tag` reads before normalising: room for a leading '#', spaces and decomposed characters.
+MAX_TAG_INPUT_CHARS = 4 * config.MAX_TAG_CHARS
+
+
 def tag(value: object, field: str = "tag") -> str:
     """A tag as it is counted: trimmed, one leading `#` stripped, case-folded (NFC first, so
     composed and decomposed spellings are one tag)."""
-    if not isinstance(value, str) or not 1 <= len(value) <= config.MAX_TAG_CHARS:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_TAG_INPUT_CHARS:
         raise InvalidArgument(f"{field}: must be a string of 1..{config.MAX_TAG_CHARS} characters "
                               f"(got {_show(value)})")
     text = unicodedata.normalize("NFC", value).strip()
     text = text.removeprefix("#").casefold().strip()
     if not text:
         raise InvalidArgument(f"{field}: is empty once trimmed and stripped of its '#'")
+    if len(text) > config.MAX_TAG_CHARS:
+        # Checked on the stored form: case folding can lengthen a tag ("ß" -> "ss").
+        raise InvalidArgument(f"{field}: must be at most {config.MAX_TAG_CHARS} characters once "
+                              f"normalised (got {len(text)})")
     if not text.isprintable():
         raise InvalidArgument(f"{field}: must not contain control characters")
     return text

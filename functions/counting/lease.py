@@ -76,13 +76,15 @@ class Lease:
         """Read the lease document (one read)."""
         return LeaseView.of(self._ref.get(), self._ttl)
 
-    def acquire(self) -> bool:
+    def acquire(self, *, wake: bool = True) -> bool:
         """Take the lease when it is free, expired or already ours; False when someone holds it.
-        `found` keeps what the read saw (the previous holder's state)."""
+        `found` keeps what the read saw (the previous holder's state). The lease stays asleep
+        unless `wake`: a housekeeping holder must not tell writers it is awake."""
         snapshot = self._ref.get()
         found = self.found = LeaseView.of(snapshot, self._ttl)
         if found.live and found.owner != self.owner:
             return False
+        self.awake = wake or found.awake
         fields = {"owner": self.owner, "renewed_at": firestore.SERVER_TIMESTAMP,
                   **self._state()}
         try:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-import random
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -233,7 +233,6 @@ class Rollup:
         self._problems: list[str] = []  # of the tick under way
         self._ticks = 0
         self._usage = Usage()  # of the tick under way
-        self._rng = random.Random()
         self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="rollup")
 
     def close(self) -> None:
@@ -250,6 +249,8 @@ class Rollup:
         self._problems = []
         since = self.watermark
         as_of = to_micros(self._lease.renew(since))
+        if config.READ_SETTLE_S:
+            time.sleep(config.READ_SETTLE_S)  # the emulator's stand-in for a safe read time
         changes, trend_changes = self._changed_shards(since, as_of)
         try:
             watched: list[str] = []
@@ -497,7 +498,7 @@ class Rollup:
             if now < state.shrunk_at + self._params.fold_grace_s:
                 continue
             ref = self._db.collection(config.COUNTERS).document(counter)
-            result = fold_surplus(self._db, ref, state.num_shards, self._rng, self._lease.commit)
+            result = fold_surplus(self._db, ref, state.num_shards, self._lease.commit)
             self._usage.add(Usage(reads=result.reads, writes=result.writes))
             for shard in result.deleted:
                 state.shard_load.pop(shard, None)

@@ -19,12 +19,14 @@ shards with the same query that finds changed counter shards, read at the tick's
    count and per-shard values), the hour document (Increment) and the window totals of its tag
    in the region and in `global`.
 2. Buckets that left their window (minute <= now - 60, hour <= now - 24) are read with one query
-   each, subtracted from the totals of their tags, and deleted.
+   each, subtracted from the totals of their tags, and deleted, at most EXPIRE_CHUNK per window
+   and tick (the rest on the next ticks), so a large expiry never holds up the counters.
 3. Totals are absolute values (`trend_totals/{scope}:{window}:{tag key}`, deleted at 0), read on
    first use and then kept in memory. Every commit holds whole bucket changes together with the
    totals that include them, and is fenced by the lease (`Lease.commit`), so a tick that dies
    half-way is redone exactly from the bucket documents, and a stalled holder cannot write.
-4. Each (scope, window) keeps its exact top TOP_K and its trending set in memory. A change is
+4. Each (scope, window) keeps its exact top TOP_K in memory; `trending` is the part of it at or
+   above the window's threshold (at most TOP_K tags, the highest). A change is
    merged into the list; only when a listed tag fell below the old last place (counts fall when
    buckets expire) can a tag outside the list be the new k-th, and the list is read again with
    one query (<= TOP_K reads). A new lease holder reads each list once when it first needs it.
@@ -56,6 +58,8 @@ MINUTE_S = 60
 HOUR_MINUTES = 60
 # Writes per commit, leaving room for the fencing write.
 COMMIT_WRITES = 499
+# Buckets expired per window and tick: a larger backlog is spread over the next ticks.
+EXPIRE_CHUNK = 1000
 # Minute buckets whose document is read in one call.
 READ_CHUNK = 300
 
@@ -238,10 +242,9 @@ class MinuteBucket:
 
 @dataclass(kw_only=True)
 class Board:
-    """One (scope, window): its exact top TOP_K and the tags at or above the threshold."""
+    """One (scope, window): its exact top TOP_K."""
 
     items: list[Item]
-    trending: set[str]
 
 
 @dataclass(kw_only=True)
@@ -250,6 +253,23 @@ class Pending:
 
     writes: list[BucketWrite] = field(default_factory=list)
     totals: set[TotalKey] = field(default_factory=set)
+
+
+def trends_document(lists: Mapping[Window, list[Item]], thresholds: Mapping[str, int]
+                    ) -> dict[str, Any]:
+    """`trends/{scope}` (without `updated_at`): per window its top TOP_K and, of those, the tags
+    at or above the window's threshold (so `trending` holds at most TOP_K tags, the highest);
+    the 24 h window again at the top level. Bounded whatever clients send: 2 x 100 tags of at
+    most 100 characters, each listed at most twice per window, three times for 24 h."""
+    windows = {
+        window: {
+            "items": [{"tag": tag, "count": count} for tag, count in items[:config.TOP_K]],
+            "trending": sorted(tag for tag, count in items[:config.TOP_K]
+                               if count >= thresholds[window]),
+        }
+        for window, items in lists.items()
+    }
+    return {"window": config.DEFAULT_WINDOW, **windows[kinds.DEFAULT_WINDOW], "windows": windows}
 
 
 class TrendRollup:
@@ -383,12 +403,14 @@ class TrendRollup:
         expired = 0
         sources: tuple[tuple[Window, str, str], ...] = (("1h", config.TREND_MINUTES, "minute"),
                                                         ("24h", config.TREND_HOURS, "hour"))
+        complete = True
         for window, collection, field_name in sources:
             _, buckets = config.WINDOWS[window]
             last = bucket_of(window, now_minute) - buckets
             query = self._db.collection(collection).where(
-                filter=FieldFilter(field_name, "<=", last))
+                filter=FieldFilter(field_name, "<=", last)).limit(EXPIRE_CHUNK)
             snapshots = list(query.stream())
+            complete = complete and len(snapshots) < EXPIRE_CHUNK
             self._reads += max(1, len(snapshots))
             for snapshot in sorted(snapshots, key=lambda s: str(s.get("tag"))):
                 data = snapshot.to_dict() or {}
@@ -403,7 +425,8 @@ class TrendRollup:
                     deltas={TotalKey(scope=str(data["region"]), window=window, tag=tag): -count,
                             TotalKey(scope=config.GLOBAL_SCOPE, window=window, tag=tag): -count}))
                 expired += 1
-        self._expired_through = (now_minute, hour)
+        if complete:  # else the next tick takes the next chunk
+            self._expired_through = (now_minute, hour)
         return expired
 
     # -- step 3: totals, committed with the bucket changes they include --
@@ -462,12 +485,6 @@ class TrendRollup:
         if board is None:
             self._boards[(scope, window)] = self._read_board(scope, window)
             return 1
-        threshold = self._thresholds[window]
-        for tag, count in values.items():
-            if count >= threshold:
-                board.trending.add(tag)
-            else:
-                board.trending.discard(tag)
         full = len(board.items) >= config.TOP_K
         old_last = rank(board.items[-1]) if full else None
         merged = dict(board.items)
@@ -487,28 +504,22 @@ class TrendRollup:
                 .where(filter=FieldFilter("window", "==", window)))
         top = base.order_by("count", direction=firestore.Query.DESCENDING).order_by("tag")
         items = [(str(s.get("tag")), int(s.get("count"))) for s in top.limit(config.TOP_K).stream()]
-        hot = base.where(filter=FieldFilter("count", ">=", self._thresholds[window]))
-        trending = {str(s.get("tag")) for s in hot.select(["tag"]).stream()}
-        self._reads += max(1, len(items)) + max(1, len(trending))
-        return Board(items=items, trending=trending)
+        self._reads += max(1, len(items))
+        return Board(items=items)
 
     # -- step 5: the documents clients read --
 
     def _publish(self, scopes: set[str], as_of: dt.datetime) -> int:
         changed: dict[str, dict[str, Any]] = {}
         for scope in sorted(scopes):
-            windows: dict[str, dict[str, Any]] = {}
+            lists: dict[Window, list[Item]] = {}
             for window in kinds.WINDOWS:
                 board = self._boards.get((scope, window))
                 if board is None:
                     board = self._read_board(scope, window)
                     self._boards[(scope, window)] = board
-                windows[window] = {
-                    "items": [{"tag": tag, "count": count} for tag, count in board.items],
-                    "trending": sorted(board.trending),
-                }
-            content = {"window": config.DEFAULT_WINDOW, **windows[config.DEFAULT_WINDOW],
-                       "windows": windows}
+                lists[window] = board.items
+            content = trends_document(lists, self._thresholds)
             if self._published.get(scope) != content:
                 changed[scope] = content
         if not changed:

@@ -7,6 +7,7 @@ triggers (the increment callable wakes `rolluptick` through the Cloud Tasks emul
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import os
@@ -22,8 +23,13 @@ from google.cloud import firestore
 
 from tests.waiting import eventually
 
-FAST = cadence.Cadence(period_s=0.2, lease_s=3.0, run_s=2.0, lead_s=1.0, extend_s=1.0,
-                       idle_s=1.0, drain_s=0.6, handover_wait_s=1.5, poll_s=0.05)
+FAST = cadence.Cadence(period_s=0.25, lease_s=5.0, run_s=3.0, lead_s=1.5, extend_s=1.0,
+                       idle_s=1.0, drain_s=0.6, handover_wait_s=2.5, poll_s=0.1)
+
+
+# For the chains: these writers do not wake the rollup (no Waker), so it must not fall asleep
+# when a busy machine pauses them for a second.
+AWAKE = dataclasses.replace(FAST, idle_s=60.0)
 
 
 def rollup_count(db: firestore.Client, counter: str) -> int:
@@ -41,8 +47,10 @@ def lease_state(db: firestore.Client) -> dict[str, Any]:
 class Chain:
     """Invocations that enqueue their successors as threads (the task queue's stand-in)."""
 
-    def __init__(self, db: firestore.Client, copies: int = 1) -> None:
+    def __init__(self, db: firestore.Client, copies: int = 1,
+                 timing: cadence.Cadence = FAST) -> None:
         self.db = db
+        self.timing = timing
         self.copies = copies  # deliveries of each successor: 2 is a duplicate delivery
         self.runs: list[cadence.Invocation] = []
         self.publishes: list[float] = []
@@ -62,7 +70,7 @@ class Chain:
 
     def invoke(self, woken: bool) -> None:
         successor = None if self.stop.is_set() else self.successor
-        run = cadence.serve(self.db, successor=successor, woken=woken, cadence=FAST,
+        run = cadence.serve(self.db, successor=successor, woken=woken, cadence=self.timing,
                             stop=self.stop, on_tick=self.on_tick)
         with self.lock:
             self.runs.append(run)
@@ -71,6 +79,12 @@ class Chain:
         if stats.written:
             with self.lock:
                 self.publishes.append(time.monotonic())
+
+    def __enter__(self) -> Chain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()  # a failed test leaves no invocation running into the next one
 
     def finish(self) -> None:
         self.stop.set()
@@ -98,11 +112,10 @@ def test_handovers_keep_publishing_and_stay_exact(isolated_db: firestore.Client)
     """A chain of invocations under steady writes publishes without a long gap and sums
     exactly across several handovers."""
     counters.create_counter(isolated_db, "steady", shards=4)
-    chain = Chain(isolated_db)
-    chain.start(woken=True)
-    total = write_for(isolated_db, "steady", 7.0)
-    eventually(lambda: rollup_count(isolated_db, "steady") == total, timeout_s=10)
-    chain.finish()
+    with Chain(isolated_db, timing=AWAKE) as chain:
+        chain.start(woken=True)
+        total = write_for(isolated_db, "steady", 10.0)
+        eventually(lambda: rollup_count(isolated_db, "steady") == total, timeout_s=20)
     handed = [run for run in chain.runs if run.outcome == cadence.Outcome.HANDED_OVER]
     assert len(handed) >= 2
     gaps = [b - a for a, b in itertools.pairwise(chain.publishes)]
@@ -113,11 +126,10 @@ def test_handovers_keep_publishing_and_stay_exact(isolated_db: firestore.Client)
 def test_duplicate_deliveries_do_no_double_work(isolated_db: firestore.Client) -> None:
     """Every successor delivered twice: one copy takes the lease, the other returns at once."""
     counters.create_counter(isolated_db, "twice", shards=4)
-    chain = Chain(isolated_db, copies=2)
-    chain.start(woken=True)
-    total = write_for(isolated_db, "twice", 5.0)
-    eventually(lambda: rollup_count(isolated_db, "twice") == total, timeout_s=10)
-    chain.finish()
+    with Chain(isolated_db, copies=2, timing=AWAKE) as chain:
+        chain.start(woken=True)
+        total = write_for(isolated_db, "twice", 7.0)
+        eventually(lambda: rollup_count(isolated_db, "twice") == total, timeout_s=20)
     busy = [run for run in chain.runs if run.outcome == cadence.Outcome.BUSY]
     worked = [run for run in chain.runs if run.ticks]
     assert busy and all(run.ticks == 0 for run in busy)
@@ -157,7 +169,7 @@ def test_a_redelivery_takes_over_from_a_holder_that_died(
 
 
 def test_idle_rollup_sleeps_and_a_scheduled_run_only_does_housekeeping(
-    isolated_db: firestore.Client,
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With no writes the holder marks the lease asleep and releases it; a scheduled invocation
     then ticks once and sleeps again, and one that finds writes stays awake."""
@@ -166,8 +178,18 @@ def test_idle_rollup_sleeps_and_a_scheduled_run_only_does_housekeeping(
     assert first.outcome == cadence.Outcome.ASLEEP
     state = lease_state(isolated_db)
     assert state["awake"] is False and state["owner"] is None
+    seen: list[object] = []
+    real_tick = rollup.Rollup.tick
+
+    def tick_seen_by_writers(self: rollup.Rollup) -> rollup.TickStats:
+        seen.append(lease_state(isolated_db)["awake"])  # what a writer reads before the tick
+        return real_tick(self)
+
+    monkeypatch.setattr(rollup.Rollup, "tick", tick_seen_by_writers)
     housekeeping = cadence.serve(isolated_db, successor=None, woken=False, cadence=FAST)
+    monkeypatch.undo()
     assert (housekeeping.outcome, housekeeping.ticks) == (cadence.Outcome.ASLEEP, 1)
+    assert seen == [False]  # writers meanwhile are told it sleeps, and wake it
     counters.increment(isolated_db, "quiet", 3, configs=counters.ConfigCache())
     found = cadence.serve(isolated_db, successor=None, woken=False, cadence=FAST)
     assert found.ticks > 1 and rollup_count(isolated_db, "quiet") == 3

@@ -67,3 +67,16 @@ def test_a_user_without_claims_is_denied_a_tenant_plainly(
                          headers={"Authorization": f"Bearer {plain_user.id_token}"}, timeout=10)
     assert reply.status_code == 403
     assert "undefined" not in reply.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("who", ["signed_out", "user", "admin"])
+def test_only_admins_list_counters_trends_and_sequences(
+    who: str, plain_user: User, admin_user: User, counter: str
+) -> None:
+    """Nobody but an admin enumerates counter ids, regions or tenants; one document stays
+    readable."""
+    token = {"signed_out": None, "user": plain_user.id_token, "admin": admin_user.id_token}[who]
+    expected = 200 if who == "admin" else 403
+    for collection in ("counters", "trends", "sequences"):
+        assert status("GET", collection, token) == expected, collection
+    assert status("GET", f"counters/{counter}", token) == 200

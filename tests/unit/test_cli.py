@@ -13,7 +13,7 @@ import counters_cli
 import pytest
 from click.testing import CliRunner, Result
 from counters_cli import Target, cli, percentile, resolve_target, run_load
-from counting import counters, kinds, trends
+from counting import cadence, counters, kinds, trends
 from counting.errors import NotFound
 from hypothesis import given
 from hypothesis import strategies as st
@@ -217,3 +217,19 @@ def test_load_on_a_missing_counter_is_one_clear_error(
     assert result.stderr.splitlines()[-1] == (
         "Error: counter: 'nothing-here' does not exist (`counters create nothing-here` "
         "creates it)")
+
+
+@pytest.mark.parametrize("stale", [None, "awake, but no tick for 40 s"])
+def test_status_exits_non_zero_when_the_rollup_is_stale(
+    domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch, stale: str | None
+) -> None:
+    """`status` prints the rollup's health and fails, saying why, when it looks stuck."""
+    found = cadence.RollupHealth(holder="h-1-x", awake=True, last_tick_at=AS_OF,
+                                 last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0, holder_since=AS_OF,
+                                 errors=["2026-01-01T00:00:00Z big: sum outside 64-bit"],
+                                 stale=stale)
+    monkeypatch.setattr(cadence, "health", lambda db: found)
+    result = invoke("status", code=1 if stale else 0)
+    assert "big: sum outside 64-bit" in result.stdout
+    if stale:
+        assert result.stderr.splitlines()[-1] == f"Error: the rollup is stale: {stale}"

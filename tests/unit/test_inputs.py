@@ -93,3 +93,12 @@ def test_bad_batches_name_the_item(bad: Any, field: str) -> None:
 def test_batch_by_defaults_to_one() -> None:
     """An item without `by` adds one."""
     assert inputs.increments([{"counter": "a"}]) == [("a", 1)]
+
+
+def test_a_batch_bounds_each_counters_sum() -> None:
+    """The by values one counter gets in a batch sum to at most a single increment's bound."""
+    half = config.MAX_ABS_BY // 2 + 1
+    with pytest.raises(InvalidArgument, match="sum beyond"):
+        inputs.increments([{"counter": "a", "by": half}, {"counter": "a", "by": half}])
+    assert len(inputs.increments([{"counter": "a", "by": half}, {"counter": "b", "by": half},
+                                  {"counter": "a", "by": -half}])) == 3

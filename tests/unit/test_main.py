@@ -5,6 +5,7 @@ from __future__ import annotations
 import main
 
 EXPECTED = {
+    "configure_counter",
     "create_counter",
     "increment",
     "get_count",

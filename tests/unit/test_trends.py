@@ -98,3 +98,36 @@ def test_rank_orders_count_desc_then_tag_asc(items: list[tuple[str, int]]) -> No
     ranked = sorted(items, key=trends.rank)
     for (tag_a, count_a), (tag_b, count_b) in itertools.pairwise(ranked):
         assert count_a > count_b or (count_a == count_b and tag_a <= tag_b)
+
+
+def test_tag_length_is_checked_on_the_stored_form() -> None:
+    """A '#' and spaces do not count; a tag that case folding lengthens past 100 is refused."""
+    assert inputs.tag("#" + "a" * config.MAX_TAG_CHARS + "  ") == "a" * config.MAX_TAG_CHARS
+    with pytest.raises(InvalidArgument, match="once normalised"):
+        inputs.tag("ß" * 60)  # folds to 120 characters
+    with pytest.raises(InvalidArgument):
+        inputs.tag("a" * (inputs.MAX_TAG_INPUT_CHARS + 1))
+
+
+def firestore_size(value: object) -> int:
+    """Firestore's storage size of a value (string: UTF-8 bytes + 1, integer: 8, map: field
+    names + 1 plus values), as its document size limit counts it."""
+    if isinstance(value, str):
+        return len(value.encode()) + 1
+    if isinstance(value, bool | int | float) or value is None:
+        return 8
+    if isinstance(value, list):
+        return sum(firestore_size(item) for item in value)
+    assert isinstance(value, dict)
+    return sum(len(str(k).encode()) + 1 + firestore_size(v) for k, v in value.items())
+
+
+def test_a_trends_document_stays_far_below_one_mib() -> None:
+    """Whatever clients send, trends/{scope} holds at most 100 tags of 100 four-byte characters
+    per window, each in `items` and `trending` (24 h twice): under 1/4 of Firestore's 1 MiB."""
+    widest = [(f"{n:03d}" + "\U0001f600" * (config.MAX_TAG_CHARS - 3), 2**63 - 1)
+              for n in range(5 * config.TOP_K)]  # more tags than listed, all trending
+    lists: dict[kinds.Window, list[tuple[str, int]]] = {w: widest for w in kinds.WINDOWS}
+    document = trends.trends_document(lists, {w: 0 for w in kinds.WINDOWS})
+    assert all(len(document["windows"][w]["trending"]) == config.TOP_K for w in kinds.WINDOWS)
+    assert firestore_size(document) < 1024 * 1024 // 4

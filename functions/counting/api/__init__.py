@@ -16,7 +16,13 @@ from firebase_functions import https_fn, logger
 from google.cloud import firestore
 
 from .. import cadence
-from ..errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from ..errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
 
 Code = https_fn.FunctionsErrorCode
 Request = https_fn.CallableRequest[Any]
@@ -27,6 +33,7 @@ _CODES: list[tuple[type[Exception], https_fn.FunctionsErrorCode]] = [
     (NotFound, Code.NOT_FOUND),
     (FailedPrecondition, Code.FAILED_PRECONDITION),
     (PermissionDenied, Code.PERMISSION_DENIED),
+    (ResourceExhausted, Code.RESOURCE_EXHAUSTED),
 ]
 
 
@@ -57,9 +64,13 @@ def caller(req: Request) -> tuple[str, dict[str, Any]]:
     return req.auth.uid, dict(req.auth.token or {})
 
 
+def is_admin(claims: dict[str, Any]) -> bool:
+    return claims.get("admin") is True
+
+
 def require_admin(req: Request) -> str:
     uid, claims = caller(req)
-    if claims.get("admin") is not True:
+    if not is_admin(claims):
         raise PermissionDenied("this operation needs the admin claim")
     return uid
 
@@ -69,8 +80,11 @@ class _CloudLogging(logging.Handler):
     configures no logging, so a deployed function's `logging.info` would be dropped)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        entry: dict[str, Any] = {"severity": record.levelname, "message": self.format(record),
-                                 "logger": record.name}
+        entry: dict[str, Any] = {
+            "severity": record.levelname, "message": self.format(record), "logger": record.name,
+            # When it happened (Cloud Logging's receive time can lag; local logs have none).
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(),
+        }
         figures = getattr(record, "figures", None)
         if isinstance(figures, dict):
             entry.update(figures)

@@ -1,4 +1,5 @@
-"""Callables for sharded counters: create_counter, increment, get_count, reset_counter."""
+"""Callables for sharded counters: create_counter, configure_counter, increment, get_count,
+reset_counter."""
 
 from __future__ import annotations
 
@@ -6,16 +7,16 @@ from typing import Any
 
 from firebase_functions import https_fn
 
-from .. import counters, inputs, kinds
-from ..errors import InvalidArgument
-from . import Request, caller, client_errors, db, require_admin, rfc3339, waker
+from .. import counters, inputs, kinds, policy
+from ..errors import InvalidArgument, PermissionDenied
+from . import Request, caller, client_errors, db, is_admin, require_admin, rfc3339, waker
 
 
 @https_fn.on_call()
 @client_errors
 def create_counter(req: Request) -> dict[str, Any]:
     require_admin(req)
-    data = inputs.payload(req.data, {"counter", "shards", "expected_rate", "strategy"})
+    data = inputs.payload(req.data, {"counter", "shards", "expected_rate", "strategy", "policy"})
     created = counters.create_counter(
         db(),
         inputs.counter_id(inputs.required(data, "counter")),
@@ -23,27 +24,43 @@ def create_counter(req: Request) -> dict[str, Any]:
         expected_rate=inputs.expected_rate(data.get("expected_rate")),
         strategy=inputs.choice(data.get("strategy"), "strategy", kinds.STRATEGIES,
                                kinds.DEFAULT_STRATEGY),
+        policy=policy.parse(data["policy"]) if "policy" in data else None,
     )
-    return {"counter": created.counter, "shards": created.shards, "created": created.created}
+    return {"counter": created.counter, "shards": created.shards, "created": created.created,
+            "policy": created.policy.to_document()}
+
+
+@https_fn.on_call()
+@client_errors
+def configure_counter(req: Request) -> dict[str, Any]:
+    require_admin(req)
+    data = inputs.payload(req.data, {"counter", "policy"})
+    counter = inputs.counter_id(inputs.required(data, "counter"))
+    chosen = policy.parse(inputs.required(data, "policy"))
+    return {"counter": counter,
+            "policy": counters.configure_counter(db(), counter, chosen).to_document()}
 
 
 @https_fn.on_call()
 @client_errors
 def increment(req: Request) -> dict[str, Any]:
-    uid, _ = caller(req)
+    uid, claims = caller(req)
+    admin = is_admin(claims)
     data = inputs.payload(req.data, {"counter", "by", "request_id", "increments"})
     request_id = inputs.request_id(data.get("request_id"))
     if "increments" in data:
         if "counter" in data or "by" in data:
             raise InvalidArgument("increments: give either increments or counter/by")
         batch = inputs.increments(data["increments"])
-        applied = counters.increment_many(db(), batch, request_id=request_id, uid=uid)
+        applied = counters.increment_many(db(), batch, request_id=request_id, uid=uid,
+                                          admin=admin)
         if applied:
             waker().after_write(db())
         return {"applied": applied > 0, "count": applied}
     counter = inputs.counter_id(inputs.required(data, "counter"))
     by = inputs.increment_by(data.get("by"))
-    committed = counters.increment(db(), counter, by, request_id=request_id, uid=uid)
+    committed = counters.increment(db(), counter, by, request_id=request_id, uid=uid,
+                                   admin=admin)
     if committed is not None:
         waker().after_write(db())
     if committed is None:
@@ -54,14 +71,20 @@ def increment(req: Request) -> dict[str, Any]:
 @https_fn.on_call()
 @client_errors
 def get_count(req: Request) -> dict[str, Any]:
-    caller(req)
+    uid, claims = caller(req)
     data = inputs.payload(req.data, {"counter", "consistency"})
     counter = inputs.counter_id(inputs.required(data, "counter"))
     consistency = inputs.choice(data.get("consistency"), "consistency", kinds.CONSISTENCIES,
                                 "rollup")
-    found = counters.get_count(db(), counter, consistency)
-    return {"counter": found.counter, "count": found.count, "as_of": rfc3339(found.as_of),
-            "consistency": found.consistency}
+    if consistency == "strong" and not is_admin(claims):
+        # It reads every shard: up to 1,000 reads a call.
+        raise PermissionDenied("consistency: strong reads are for admins")
+    found = counters.get_count(db(), counter, consistency, uid=uid)
+    result = {"counter": found.counter, "count": found.count, "as_of": rfc3339(found.as_of),
+              "consistency": found.consistency}
+    if found.mine is not None:
+        result["mine"] = found.mine
+    return result
 
 
 @https_fn.on_call()

@@ -1,0 +1,52 @@
+"""tools/stack.py's process handling, with real processes: nothing it started may outlive it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import stack
+
+
+def wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not stack.alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_stopping_a_group_stops_descendants_in_sessions_of_their_own() -> None:
+    """A grandchild started with setsid (as firebase starts its JVM and workers) is stopped too."""
+    script = ("import subprocess, time; subprocess.Popen(['setsid', 'sleep', '300']); "
+              "time.sleep(300)")
+    parent = stack.start_group([sys.executable, "-c", script], {}, None)
+    deadline = time.monotonic() + 10
+    while not (found := stack.descendants(parent.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert found
+    stack.stop_group(parent, grace_s=2.0)
+    assert all(wait_gone(pid) for pid in found | {parent.pid})
+
+
+def test_a_dead_runners_leftovers_are_stopped_by_the_next_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Processes noted by a runner that was killed outright are stopped; a pid now used by
+    another command is left alone."""
+    monkeypatch.setattr(stack, "PIDS", tmp_path / "stack.pids")
+    left = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    other = subprocess.Popen(["sleep", "301"], start_new_session=True)
+    stack.remember([left])
+    with stack.PIDS.open("a") as noted:
+        noted.write(f"{other.pid} some other command\n")
+    stack.reap_leftovers()
+    assert wait_gone(left.pid)
+    left.wait()
+    assert stack.alive(other.pid) and not stack.PIDS.exists()
+    other.kill()
+    other.wait()
