@@ -296,7 +296,14 @@ def increment(
             else:
                 batch.delete(voter, option=db.write_option(exists=True))
         if policy.min_interval_s and not admin:
-            pace(db, batch, counter, uid, policy.min_interval_s)
+            try:
+                pace(db, batch, counter, uid, policy.min_interval_s)
+            except ResourceExhausted:
+                # A retry of a request that was applied (its answer lost) is not too soon.
+                if request_id is not None and request_marker(
+                        db, uid, request_id, counters=[])[0].get().exists:
+                    return None
+                raise
         batch.update(ref, shard_write(by, picker.rng))
         try:
             results = batch.commit()

@@ -126,7 +126,9 @@ class Lease:
         if self._update_time is None:
             raise LeaseLost("not held")
         option = self._db.write_option(last_update_time=self._update_time)
-        batch.update(self._ref, {"fenced_at": firestore.SERVER_TIMESTAMP}, option=option)
+        # A commit renews too: a long tick that commits keeps its lease.
+        batch.update(self._ref, {"fenced_at": firestore.SERVER_TIMESTAMP,
+                                 "renewed_at": firestore.SERVER_TIMESTAMP}, option=option)
         try:
             results: list[Any] = batch.commit()
         except (gexc.FailedPrecondition, gexc.NotFound) as error:
@@ -144,8 +146,9 @@ class Lease:
             return
         option = self._db.write_option(last_update_time=self._update_time)
         fields = {"owner": None, "watermark": watermark, **self._state()}
-        # Someone who took it already has nothing to be handed back.
-        with contextlib.suppress(gexc.FailedPrecondition, gexc.NotFound):
+        # Someone who took it already has nothing to be handed back; any other failure leaves
+        # it to expire (the next holder waits the TTL).
+        with contextlib.suppress(Exception):
             self._ref.update(fields, option=option)
         self._update_time = None
 

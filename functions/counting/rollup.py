@@ -41,7 +41,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -65,8 +64,10 @@ log = logging.getLogger(__name__)
 # has shards to shed).
 IDLE_TICKS_KEPT = 120
 WRITE_CHUNK = 499  # a commit holds 500 writes, the lease's fencing write included
-# Counters read whole (first met by this holder) are read this many at a time.
+# Counters read whole (first met by this holder) are read this many at a time, and at most
+# FIRST_LOADS_PER_TICK per tick (a tick reading 200 counters of 10 shards stays near a second).
 READ_THREADS = 8
+FIRST_LOADS_PER_TICK = 200
 # A rate sample never spans more than this (the first tick after a long pause).
 MAX_SAMPLE_S = 60.0
 # What one counter's own write can fail with, whatever the others do: its document was deleted,
@@ -230,6 +231,10 @@ class Rollup:
         self.watermark = lease.watermark
         self._held: dict[str, Held] = {}
         self._retry: set[str] = set()  # counters whose sum could not be published: again
+        self._deferred: set[str] = set()  # changed, not read yet (see _spread_first_loads)
+        # The `since` of the earliest tick that dropped a counter still deferred: the watermark
+        # persisted for a successor goes no further, so it finds that counter changed too.
+        self._deferred_since: dt.datetime | None = None
         self._problems: list[str] = []  # of the tick under way
         self._ticks = 0
         self._usage = Usage()  # of the tick under way
@@ -239,24 +244,34 @@ class Rollup:
         self._pool.shutdown(wait=False)
 
     def forget(self) -> None:
-        """Drop what this holder remembers; the next ticks read the changed counters whole."""
+        """Drop what this holder remembers; the next ticks read the changed counters whole.
+        Counters still owed a publish are read whole again too."""
         self._held.clear()
+        self._deferred |= self._retry
+        self._retry.clear()
         self._trends.forget()
+
+    @property
+    def durable_watermark(self) -> dt.datetime:
+        """The watermark a successor may start from: everything before it is published."""
+        if self._deferred_since is None:
+            return self.watermark
+        return min(self.watermark, self._deferred_since)
 
     def tick(self) -> TickStats:
         started = dt.datetime.now(dt.UTC)
         self._usage = usage = Usage(writes=1)  # the lease renewal
         self._problems = []
         since = self.watermark
-        as_of = to_micros(self._lease.renew(since))
-        if config.READ_SETTLE_S:
-            time.sleep(config.READ_SETTLE_S)  # the emulator's stand-in for a safe read time
-        changes, trend_changes = self._changed_shards(since, as_of)
+        as_of = to_micros(self._lease.renew(self.durable_watermark))
+        changes, trend_changes = self._changed_shards(
+            since - dt.timedelta(seconds=config.READ_OVERLAP_S), as_of)
         try:
             watched: list[str] = []
             if self._params.enabled and self._ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
                 watched = self._above_min(as_of)
-            self._load(list(changes), watched, as_of)
+            catch_up = self._spread_first_loads(changes, since)
+            self._load([*changes, *catch_up], watched, as_of)
             sums = self._apply(changes, since, as_of)
             updates, grows = self._plan(sums, as_of)
             self._commit(updates)
@@ -269,6 +284,8 @@ class Rollup:
             self.forget()
             raise
         self.watermark = as_of
+        if not self._deferred:
+            self._deferred_since = None
         self._evict_idle(changes)
         return TickStats(
             as_of=as_of,
@@ -283,6 +300,23 @@ class Rollup:
             trends=trends,
             problems=tuple(self._problems),
         )
+
+    def _spread_first_loads(self, changes: Changes, since: dt.datetime) -> list[str]:
+        """Bound the counters read whole in one tick (a new holder meeting thousands at once
+        would otherwise hold up every counter's publish). Changed counters past the budget are
+        dropped from this tick and remembered; later ticks read them whole at their own instant,
+        which includes what was dropped, and publish them. Returns those read now for that."""
+        unread = [c for c in changes if c not in self._held or self._held[c].shards is None]
+        for counter in unread[FIRST_LOADS_PER_TICK:]:
+            del changes[counter]
+            self._deferred.add(counter)
+            if self._deferred_since is None:
+                self._deferred_since = since
+        room = FIRST_LOADS_PER_TICK - min(len(unread), FIRST_LOADS_PER_TICK)
+        catch_up = sorted(self._deferred - changes.keys())[:room]
+        self._deferred -= {*catch_up, *changes}
+        self._retry.update(catch_up)  # published from the values read whole
+        return catch_up
 
     def _changed_shards(
         self, since: dt.datetime, as_of: dt.datetime
@@ -467,8 +501,18 @@ class Rollup:
 
     def _grow(self, grow: Grow) -> None:
         """Create shards old..new-1 (count 0, or kept if a fold left one), then raise num_shards:
-        a writer never picks a shard that does not exist."""
+        a writer never picks a shard that does not exist. The bounds are read afresh first (one
+        read; grows are rare): an operator may have pinned the counter since this holder met it."""
         ref = self._db.collection(config.COUNTERS).document(grow.counter)
+        state = self._held[grow.counter].scaling
+        assert state is not None  # only counters with a document are scaled
+        bounds = ref.get(field_paths=["min_shards", "max_shards"]).to_dict() or {}
+        self._usage.reads += 1
+        state.min_shards = int(bounds.get("min_shards") or state.min_shards)
+        state.max_shards = int(bounds.get("max_shards") or state.max_shards)
+        grow = Grow(counter=grow.counter, old=grow.old, new=min(grow.new, state.max_shards))
+        if grow.new <= grow.old:
+            return
         created = {"count": firestore.Increment(0), "writes": firestore.Increment(0)}
         for start in range(grow.old, grow.new, WRITE_CHUNK):
             batch = self._db.batch()
@@ -477,8 +521,6 @@ class Rollup:
                 batch.set(ref.collection(config.SHARDS).document(str(n)), created, merge=True)
             self._lease.commit(batch)
             self._usage.writes += len(created_here) + 1  # and the fencing write
-        state = self._held[grow.counter].scaling
-        assert state is not None  # only counters with a document are scaled
         batch = self._db.batch()
         batch.update(ref, {"num_shards": grow.new, "above_min": state.above_min})
         self._lease.commit(batch)

@@ -235,3 +235,23 @@ def test_a_counter_that_cannot_be_published_does_not_stop_the_others(
     again = step.tick()
     assert rollup_count(isolated_db, "fine") == 6
     assert any(p.startswith("big: ") for p in again.problems)  # reported while it lasts
+
+
+def test_first_loads_are_spread_and_survive_a_handover(
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder meeting more counters than it reads whole in a tick publishes them over the next
+    ticks; one that hands over first leaves a watermark from which its successor finds them."""
+    monkeypatch.setattr(rollup, "FIRST_LOADS_PER_TICK", 2)
+    names = [f"many-{n}" for n in range(5)]
+    for name in names:
+        counters.create_counter(isolated_db, name, shards=2)
+        add(isolated_db, name, 3)
+    first = rollup.Rollup(isolated_db, lease_for(isolated_db, "first"))
+    assert first.tick().changed_counters == 2
+    assert sum(rollup_count(isolated_db, name) == 3 for name in names) == 2
+    first._lease.release(first.durable_watermark)  # hands over with three still owed
+    successor = rollup.Rollup(isolated_db, lease_for(isolated_db, "successor"))
+    for _ in range(3):
+        successor.tick()
+    assert [rollup_count(isolated_db, name) for name in names] == [3] * 5
