@@ -339,13 +339,13 @@ def start_stack(
 def stop_all(procs: list[subprocess.Popen[bytes]], *, persist: bool = False) -> None:
     """Stop the processes, firebase last. With `persist`, firebase alone gets SIGINT first and
     time to export (TERMing its group would kill the emulators it exports from)."""
-    PIDS.unlink(missing_ok=True)
     for proc in reversed(procs):
         # Known before an export, which lets firebase exit and its children lose their parent.
         started = descendants(proc.pid)
         if persist and proc is procs[0]:
             wait_for_export(proc)
         stop_group(proc, also=started)
+    PIDS.unlink(missing_ok=True)  # only once everything noted in it is stopped
 
 
 def wait_for_export(firebase: subprocess.Popen[bytes]) -> None:
@@ -446,7 +446,7 @@ def exec_command(command: str) -> int:
             try:
                 return child.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                remember(procs)  # function workers start as requests come
+                remember([*procs, child])  # function workers start as requests come
     finally:
         if "child" in locals():
             stop_group(child)
