@@ -13,6 +13,12 @@ INTERNAL = "internal"  # server-only state: the rollup lease and watermark
 ROLLUP_STATE_DOC = "rollup"
 EXPIRES_AT = "expires_at"
 
+# Callable request bodies (counting.api.body_problem): the largest valid one, a 500-increment
+# batch, is under 100 KB and 4 levels deep; the longest valid integer has 10 digits.
+MAX_BODY_BYTES = 256 * 1024
+MAX_JSON_DEPTH = 32
+MAX_JSON_DIGITS = 20
+
 # Counter limits (docs/api.md).
 MIN_SHARDS = 1
 MAX_SHARDS = 1000

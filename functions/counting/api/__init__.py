@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from firebase_functions import https_fn, logger
+import flask
+from firebase_functions import https_fn, logger, params
 from google.cloud import firestore
 
-from .. import cadence
+from .. import cadence, config
 from ..errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -55,6 +58,86 @@ def client_errors(handler: Handler) -> Handler:
             raise https_fn.HttpsError(code, str(error)) from error
 
     return wrapped  # type: ignore[return-value]
+
+
+# Every callable verifies the caller's App Check token in production. functions/.env.local, which
+# only the emulators read, turns it off locally: there is no App Check emulator (docs/deploy.md).
+ENFORCE_APP_CHECK = params.BoolParam(
+    "ENFORCE_APP_CHECK", default=True,
+    description="Reject callable requests without a valid App Check token.")
+
+
+def client_callable(handler: Callable[[Request], dict[str, Any]]) -> Callable[..., Any]:
+    """A callable function: the request body checked (`body_problem`), App Check enforced as
+    ENFORCE_APP_CHECK says when the module is loaded, the domain's errors mapped to codes."""
+    # The SDK types the result as the handler it wraps; it is a Flask view.
+    endpoint: Callable[[flask.Request], Any] = https_fn.on_call(  # type: ignore[assignment]
+        enforce_app_check=ENFORCE_APP_CHECK.value)(client_errors(handler))
+
+    @functools.wraps(endpoint)
+    def guarded(request: flask.Request) -> Any:
+        problem = body_problem(request) if request.method == "POST" else None
+        if problem is None:
+            return endpoint(request)
+        # The SDK's own error shape, with the CORS header it would add, so a browser reads it.
+        body = {"error": {"status": "INVALID_ARGUMENT", "message": problem}}
+        return flask.Response(json.dumps(body), status=400, mimetype="application/json",
+                              headers={"Access-Control-Allow-Origin": "*"})
+
+    return guarded
+
+
+def _integer(text: str) -> int:
+    if len(text.lstrip("-")) > config.MAX_JSON_DIGITS:
+        raise ValueError(f"an integer of more than {config.MAX_JSON_DIGITS} digits")
+    return int(text)
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is out of a double's range")
+    return number
+
+
+def _constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def body_problem(request: flask.Request) -> str | None:
+    """Why a callable's request body is not one the SDK can take safely, or None.
+
+    The SDK answers INTERNAL for a body it cannot parse (truncated JSON, nesting deeper than
+    Python's recursion limit, an integer over Python's 4,300-digit limit, a top level that is not
+    an object), so this check runs in front of it and answers INVALID_ARGUMENT instead, for those
+    and for bodies past the bounds of config (size, nesting, digits, NaN and infinities)."""
+    if (request.content_length or 0) > config.MAX_BODY_BYTES:
+        return f"body: larger than {config.MAX_BODY_BYTES} bytes"
+    raw = request.get_data(cache=True)
+    if len(raw) > config.MAX_BODY_BYTES:
+        return f"body: larger than {config.MAX_BODY_BYTES} bytes"
+    try:
+        body = json.loads(raw, parse_int=_integer, parse_float=_finite, parse_constant=_constant)
+    except RecursionError:
+        return f"body: nested deeper than {config.MAX_JSON_DEPTH} levels"
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return f"body: not valid JSON ({error})"
+    if not isinstance(body, dict) or set(body) != {"data"}:
+        return 'body: must be an object with the one field "data"'
+    if _depth(body) > config.MAX_JSON_DEPTH:
+        return f"body: nested deeper than {config.MAX_JSON_DEPTH} levels"
+    return None
+
+
+def _depth(value: object) -> int:
+    deepest, level = 0, [(value, 1)]
+    while level:
+        item, depth = level.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item if isinstance(
+            item, list) else ()
+        level.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def caller(req: Request) -> tuple[str, dict[str, Any]]:

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from firebase_functions import https_fn
-
 from .. import counters, inputs, kinds, policy
 from ..errors import InvalidArgument, PermissionDenied
-from . import Request, caller, client_errors, db, is_admin, require_admin, rfc3339, waker
+from . import Request, caller, client_callable, db, is_admin, require_admin, rfc3339, waker
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def create_counter(req: Request) -> dict[str, Any]:
     require_admin(req)
     data = inputs.payload(req.data, {"counter", "shards", "expected_rate", "strategy", "policy"})
@@ -30,8 +27,7 @@ def create_counter(req: Request) -> dict[str, Any]:
             "policy": created.policy.to_document()}
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def configure_counter(req: Request) -> dict[str, Any]:
     require_admin(req)
     data = inputs.payload(req.data, {"counter", "policy"})
@@ -41,8 +37,7 @@ def configure_counter(req: Request) -> dict[str, Any]:
             "policy": counters.configure_counter(db(), counter, chosen).to_document()}
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def increment(req: Request) -> dict[str, Any]:
     uid, claims = caller(req)
     admin = is_admin(claims)
@@ -68,8 +63,7 @@ def increment(req: Request) -> dict[str, Any]:
     return {"counter": counter, "applied": True, "committed_at": rfc3339(committed)}
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def get_count(req: Request) -> dict[str, Any]:
     uid, claims = caller(req)
     data = inputs.payload(req.data, {"counter", "consistency"})
@@ -87,8 +81,7 @@ def get_count(req: Request) -> dict[str, Any]:
     return result
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def reset_counter(req: Request) -> dict[str, Any]:
     require_admin(req)
     data = inputs.payload(req.data, {"counter"})

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from firebase_functions import https_fn
-
 from .. import inputs, sequences
 from ..errors import PermissionDenied
-from . import Request, caller, client_errors, db, require_admin
+from . import Request, caller, client_callable, db, require_admin
 
 
 def require_member(req: Request, tenant: str) -> str:
@@ -21,8 +19,7 @@ def require_member(req: Request, tenant: str) -> str:
     return uid
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def configure_sequence(req: Request) -> dict[str, Any]:
     require_admin(req)
     data = inputs.payload(req.data, {"tenant", "timezone", "reset_time"})
@@ -36,8 +33,7 @@ def configure_sequence(req: Request) -> dict[str, Any]:
             "reset_time": configured.reset_time}
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def next_number(req: Request) -> dict[str, Any]:
     caller(req)
     data = inputs.payload(req.data, {"tenant", "request_id"})
@@ -49,8 +45,7 @@ def next_number(req: Request) -> dict[str, Any]:
             "business_day": ticket.business_day.isoformat()}
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def reset_sequence(req: Request) -> dict[str, Any]:
     caller(req)
     data = inputs.payload(req.data, {"tenant"})

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from firebase_functions import https_fn
-
 from .. import inputs, kinds, trends
-from . import Request, caller, client_errors, db, rfc3339, waker
+from . import Request, caller, client_callable, db, rfc3339, waker
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def track(req: Request) -> dict[str, Any]:
     uid, _ = caller(req)
     data = inputs.payload(req.data, {"region", "tags", "request_id"})
@@ -24,8 +21,7 @@ def track(req: Request) -> dict[str, Any]:
     return {"recorded": recorded}
 
 
-@https_fn.on_call()
-@client_errors
+@client_callable
 def top_tags(req: Request) -> dict[str, Any]:
     caller(req)
     data = inputs.payload(req.data, {"region", "k", "window"})
