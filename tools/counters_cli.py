@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+import firebase_admin
 from counting import cadence, config, counters, inputs, kinds, sequences, trends
 from counting.errors import CounterError, NotFound
+from firebase_admin import auth as firebase_auth
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
@@ -33,6 +35,8 @@ from rich.table import Table
 
 DEFAULT_PROJECT = "demo-counters"
 DEFAULT_EMULATOR_HOST = "127.0.0.1:8080"
+DEFAULT_AUTH_EMULATOR_HOST = "127.0.0.1:9099"
+CLI_APP = "counters-cli"  # the firebase_admin app the claims commands use
 # Request ids are scoped to a user (the callables use the caller's uid); the CLI's own requests
 # are those of this uid, so they never collide with a client's.
 CLI_UID = "operator-cli"
@@ -116,14 +120,14 @@ def connect(target: Target) -> firestore.Client:
         ) from None
 
 
-def _check_reachable(host_port: str) -> None:
+def _check_reachable(host_port: str, emulator: str = "Firestore") -> None:
     """Fail at once rather than after the client's minute of retries when nothing listens."""
     host, _, port = host_port.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
     except (OSError, ValueError):
         raise click.ClickException(
-            f"no Firestore emulator at {host_port}: start the stack with `make dev`"
+            f"no {emulator} emulator at {host_port}: start the stack with `make dev`"
         ) from None
 
 
@@ -515,6 +519,123 @@ def seq_reset(session: Session, tenant: str, yes: bool, as_json: bool) -> None:
     else:
         session.out.print(f"{done.tenant}: numbering restarts at 1 "
                           f"(business day {done.business_day.isoformat()})")
+
+
+# --- claims -------------------------------------------------------------------------------------
+
+
+def auth_client(session: Session) -> firebase_auth.Client:
+    """Firebase Auth of the session's project: the Auth emulator when the target is an emulator
+    (FIREBASE_AUTH_EMULATOR_HOST, default firebase.json's), else production with Application
+    Default Credentials."""
+    session.db()  # announces the target
+    if session.production:
+        os.environ.pop("FIREBASE_AUTH_EMULATOR_HOST", None)
+    else:
+        host = os.environ.get("FIREBASE_AUTH_EMULATOR_HOST") or DEFAULT_AUTH_EMULATOR_HOST
+        _check_reachable(host, "Auth")
+        os.environ["FIREBASE_AUTH_EMULATOR_HOST"] = host
+    try:
+        app = firebase_admin.get_app(CLI_APP)
+    except ValueError:
+        app = firebase_admin.initialize_app(options={"projectId": session.target.project},
+                                            name=CLI_APP)
+    return firebase_auth.Client(app)
+
+
+def find_user(auth: firebase_auth.Client, who: str) -> firebase_auth.UserRecord:
+    """A user by email (anything with an @) or by uid."""
+    try:
+        return auth.get_user_by_email(who) if "@" in who else auth.get_user(who)
+    except firebase_auth.UserNotFoundError:
+        raise click.ClickException(f"no user {who!r} in Firebase Auth") from None
+
+
+def changed_claims(claims: Mapping[str, Any], *, grant: bool, admin: bool,
+                   tenant: str | None) -> dict[str, Any]:
+    """`claims` with the admin role or one tenant granted or revoked; other claims are kept."""
+    result = dict(claims)
+    if admin:
+        if grant:
+            result["admin"] = True
+        else:
+            result.pop("admin", None)
+    if tenant is not None:
+        tenants = [t for t in result.get("tenants") or [] if t != tenant]
+        if grant:
+            tenants.append(tenant)
+        if tenants:
+            result["tenants"] = tenants
+        else:
+            result.pop("tenants", None)
+    return result
+
+
+@cli.group(cls=_Group)
+def claims() -> None:
+    """Roles in Firebase Auth custom claims: admin, and the tenants a user works for."""
+
+
+def _role_options(command: Callable[..., None]) -> Callable[..., None]:
+    command = click.argument("user")(command)
+    command = click.option("--tenant", metavar="T", help="A tenant the user works for.")(command)
+    return click.option("--admin", is_flag=True, help="The administrator role.")(command)
+
+
+def _change_claims(session: Session, user: str, *, grant: bool, admin: bool,
+                   tenant: str | None, as_json: bool) -> None:
+    if admin == (tenant is not None):
+        raise click.UsageError("give --admin or --tenant T")
+    if tenant is not None:
+        tenant = inputs.tenant_id(tenant)
+    auth = auth_client(session)
+    record = find_user(auth, user)
+    updated = changed_claims(record.custom_claims or {}, grant=grant, admin=admin, tenant=tenant)
+    try:
+        auth.set_custom_user_claims(record.uid, updated or None)
+    except ValueError as error:  # e.g. the claims would pass Firebase's 1,000-byte limit
+        raise click.ClickException(str(error)) from None
+    _show_claims(session, record.uid, updated, as_json)
+    if not as_json:
+        session.err.print("The user's next ID token carries them (within an hour, or at once "
+                          "after signing in again or a forced token refresh).")
+
+
+def _show_claims(session: Session, uid: str, found: Mapping[str, Any], as_json: bool) -> None:
+    if as_json:
+        _print_json(session, {"uid": uid, "claims": dict(found)})
+    else:
+        session.out.print(f"{uid}: {json.dumps(dict(found), sort_keys=True)}")
+
+
+@claims.command("grant")
+@_role_options
+@json_option
+@pass_session
+def claims_grant(session: Session, user: str, admin: bool, tenant: str | None,
+                 as_json: bool) -> None:
+    """Give USER (a uid or an email) the admin role or a tenant."""
+    _change_claims(session, user, grant=True, admin=admin, tenant=tenant, as_json=as_json)
+
+
+@claims.command("revoke")
+@_role_options
+@json_option
+@pass_session
+def claims_revoke(session: Session, user: str, admin: bool, tenant: str | None,
+                  as_json: bool) -> None:
+    """Take the admin role or a tenant from USER (a uid or an email)."""
+    _change_claims(session, user, grant=False, admin=admin, tenant=tenant, as_json=as_json)
+
+
+@claims.command("show")
+@click.argument("user")
+@json_option
+@pass_session
+def claims_show(session: Session, user: str, as_json: bool) -> None:
+    """Print USER's custom claims."""
+    record = find_user(auth_client(session), user)
+    _show_claims(session, record.uid, record.custom_claims or {}, as_json)
 
 
 # --- load ---------------------------------------------------------------------------------------

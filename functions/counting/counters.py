@@ -29,6 +29,7 @@ from .kinds import Consistency, Strategy
 from .policy import Policy
 
 T = TypeVar("T")
+RESET_PAGE = 400  # marker deletes per commit in reset_counter
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -460,7 +461,9 @@ def counted(db: firestore.Client, counter: str, uid: str) -> bool | None:
 
 
 def reset_counter(db: firestore.Client, counter: str) -> None:
-    """Zero every shard and the rollup in one commit."""
+    """Zero every shard and the rollup in one commit, then forget who a `unique` counter counts
+    and when a `min_interval_s` counter last counted each user (pages of RESET_PAGE deletes: a
+    like or view racing the reset may be counted in the new period as well as the old)."""
     ref = counter_ref(db, counter)
     if not ref.get().exists:
         raise NotFound(f"counter: {counter!r} does not exist")
@@ -471,3 +474,12 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
                           "stripe": rng.randrange(config.STRIPES)}, merge=True)
     batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
     batch.commit()
+    for markers in (config.VOTERS, config.PACED):
+        deletes = db.batch()
+        for marker in ref.collection(markers).list_documents(page_size=RESET_PAGE):
+            deletes.delete(marker)
+            if len(deletes) == RESET_PAGE:
+                deletes.commit()
+                deletes = db.batch()
+        if len(deletes):
+            deletes.commit()

@@ -7,6 +7,8 @@ import json
 import threading
 from typing import Any
 
+import pytest
+from callables import Callables, CallError, sign_up
 from click.testing import CliRunner, Result
 from counters_cli import cli
 from counting import counters
@@ -139,3 +141,30 @@ def test_top_lists_tags() -> None:
     assert len(found["items"]) <= 3
     counts = [item["count"] for item in found["items"]]
     assert counts == sorted(counts, reverse=True)
+
+
+def test_claims_grant_and_revoke_roles_that_the_callables_honour(suffix: str) -> None:
+    """`claims grant/revoke` change a user's custom claims in the Auth emulator, found by email
+    or uid; the user's next ID token carries them and the callables act on them."""
+    email = f"claims-{suffix}@example.test"
+    person = sign_up(email=email, password="secret-pass")
+    counter = f"cli-claims-{suffix}"
+    assert run_json("claims", "grant", "--admin", email) == {
+        "uid": person.uid, "claims": {"admin": True}}
+    admin = Callables(sign_up(email=email, password="secret-pass").id_token)
+    assert admin.call("create_counter", counter=counter)["created"]
+    granted = run_json("claims", "grant", "--tenant", f"shop-{suffix}", person.uid)
+    assert granted["claims"] == {"admin": True, "tenants": [f"shop-{suffix}"]}
+    assert run_json("claims", "revoke", "--admin", email)["claims"] == {
+        "tenants": [f"shop-{suffix}"]}
+    demoted = Callables(sign_up(email=email, password="secret-pass").id_token)
+    with pytest.raises(CallError) as refused:
+        demoted.call("reset_counter", counter=counter)
+    assert refused.value.status == "PERMISSION_DENIED"
+    assert run_json("claims", "show", email)["claims"] == {"tenants": [f"shop-{suffix}"]}
+
+
+def test_claims_of_an_unknown_user_is_a_clean_error(suffix: str) -> None:
+    result = run("claims", "grant", "--admin", f"nobody-{suffix}@example.test", code=1)
+    assert result.stderr.splitlines()[-1].startswith("Error: no user ")
+    run("claims", "grant", "--admin", "--tenant", "t", "someone", code=2)

@@ -111,6 +111,26 @@ def test_ten_racing_views_of_one_user_in_one_interval_apply_once(
     assert strong(admin, counter) == 4
 
 
+def test_a_reset_forgets_who_was_counted_and_when(admin: Callables, suffix: str) -> None:
+    """After reset_counter a unique counter counts nobody (an un-like cannot take it below zero,
+    a like counts again) and a paced counter lets every user in at once."""
+    likes, views = f"reset-likes-{suffix}", f"reset-views-{suffix}"
+    admin.call("create_counter", counter=likes, shards=2, policy={"unique": True})
+    admin.call("create_counter", counter=views, shards=2, policy={"min_interval_s": 600})
+    fan = Callables(sign_up().id_token)
+    assert fan.call("increment", counter=likes)["applied"]
+    assert fan.call("increment", counter=views)["applied"]
+    for counter in (likes, views):
+        admin.call("reset_counter", counter=counter)
+    assert fan.call("get_count", counter=likes)["mine"] is False
+    assert not fan.call("increment", counter=likes, by=-1)["applied"]
+    assert strong(admin, likes) == 0
+    assert fan.call("increment", counter=likes)["applied"]
+    assert strong(admin, likes) == 1
+    assert fan.call("increment", counter=views)["applied"]
+    assert strong(admin, views) == 1
+
+
 def test_batches_follow_each_counters_policy(
     admin: Callables, user: Callables, suffix: str
 ) -> None:

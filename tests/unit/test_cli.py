@@ -233,3 +233,17 @@ def test_status_exits_non_zero_when_the_rollup_is_stale(
     assert "big: sum outside 64-bit" in result.stdout
     if stale:
         assert result.stderr.splitlines()[-1] == f"Error: the rollup is stale: {stale}"
+
+
+@pytest.mark.parametrize(("before", "grant", "admin", "tenant", "after"), [
+    ({}, True, True, None, {"admin": True}),
+    ({"admin": True, "plan": "pro"}, False, True, None, {"plan": "pro"}),
+    ({"tenants": ["a"]}, True, False, "b", {"tenants": ["a", "b"]}),
+    ({"tenants": ["a"]}, True, False, "a", {"tenants": ["a"]}),
+    ({"tenants": ["a"], "admin": True}, False, False, "a", {"admin": True}),
+    ({}, False, False, "a", {}),
+])
+def test_claims_change_one_role_and_keep_the_rest(
+    before: dict[str, Any], grant: bool, admin: bool, tenant: str | None, after: dict[str, Any]
+) -> None:
+    assert counters_cli.changed_claims(before, grant=grant, admin=admin, tenant=tenant) == after
