@@ -13,12 +13,13 @@ WEB_SOURCES := web/index.html web/vite.config.js $(wildcard web/src/* web/public
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup web chromium dev exec test lint unit runtime-check emulator browser bench clean clean-data
+.PHONY: help setup web chromium dev exec test lint unit runtime-check emulator browser bench deploy clean clean-data
 help:
 	@echo "make dev            run the stack and the web client with demo data (kept between runs); Ctrl-C stops"
 	@echo "make test           everything CI runs: lint, unit, runtime-check, emulator, browser"
 	@echo "make exec CMD='...' run CMD with the stack up and its variables exported, then stop the stack"
 	@echo "make bench          run the benchmarks against the stack; results under bench/results/"
+	@echo "make deploy PROJECT=id  checks, then rules and indexes, functions, hosting (docs/deploy.md)"
 	@echo "make lint           ruff and mypy (strict)"
 	@echo "make unit           unit tests: no emulator, no network"
 	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
@@ -98,6 +99,10 @@ bench: setup $(WEB)
 	# Redis INCR is the baseline bench/sequence_bench.py compares ticket numbers with.
 	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 	$(STACK) exec '$(PY) bench/run.py'
+
+# Preflight checks, then rules and indexes before functions before hosting (tools/deploy.py).
+deploy: setup
+	$(PY) tools/deploy.py --project "$(PROJECT)"
 
 clean:
 	rm -rf .emulators .mypy_cache .ruff_cache .pytest_cache web/dist tests/artifacts

@@ -1,0 +1,25 @@
+"""`make deploy`'s plan (tools/deploy.py): what it refuses, and the order of its steps."""
+
+from __future__ import annotations
+
+import deploy
+import pytest
+from click.testing import CliRunner
+
+
+@pytest.mark.parametrize(("project", "why"), [
+    ("", "name the project"), ("demo-counters", "emulator-only")])
+def test_no_deploy_without_a_real_project(project: str, why: str) -> None:
+    result = CliRunner().invoke(deploy.main, ["--project", project, "--dry-run"])
+    assert result.exit_code == 2
+    assert why in result.output
+
+
+def test_rules_and_indexes_go_first_then_functions_then_hosting() -> None:
+    result = CliRunner().invoke(deploy.main, ["--project", "my-app", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    steps = [line.split() for line in result.output.splitlines()]
+    assert [step[step.index("--only") + 1] for step in steps] == [
+        "firestore", "functions", "hosting"]
+    assert all(step[step.index("--project") + 1] == "my-app" for step in steps)
+
