@@ -21,6 +21,7 @@ import cadence_bench  # noqa: E402
 import chaos_bench  # noqa: E402
 import counter_bench  # noqa: E402
 import matplotlib  # noqa: E402
+import policy_bench  # noqa: E402
 import sequence_bench  # noqa: E402
 import trend_bench  # noqa: E402
 
@@ -206,9 +207,34 @@ def chaos() -> None:
     run_flat("chaos", chaos_bench.run, plot_chaos, "backlog")
 
 
+def plot_policies(results: dict[str, Any]) -> None:
+    fig, (rate, latency) = plt.subplots(1, 2, figsize=(10, 4))
+    kinds = list(policy_bench.POLICIES)
+    rate.bar(kinds, [results[kind]["increments_per_s"] for kind in kinds])
+    rate.set(title=f"increment through the callable, {results['clients']} clients",
+             ylabel="applied increments/s")
+    for offset, key in ((-0.2, "p50_ms"), (0.2, "p99_ms")):
+        latency.bar([i + offset for i in range(len(kinds))],
+                    [results[kind][key] for kind in kinds], width=0.4, label=key[:3])
+    latency.set_xticks(range(len(kinds)), kinds)
+    latency.set(title="latency", ylabel="ms")
+    latency.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "policies.png", dpi=100)
+
+
+def policies() -> None:
+    print("== policies", flush=True)
+    figures = policy_bench.run()
+    print(json.dumps(figures, indent=2), flush=True)
+    save("policies", figures)
+    plot_policies(figures)
+    print(f"saved policies.json and policies.png under {RESULTS}")
+
+
 GROUPS: dict[str, Callable[[], None]] = {
     "cadence": cadence, "chaos": chaos, "counters": counters, "autoscale": autoscale,
-    "sequences": sequences, "trends": trends}
+    "sequences": sequences, "trends": trends, "policies": policies}
 
 
 def main(argv: list[str]) -> int:

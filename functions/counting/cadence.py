@@ -330,23 +330,38 @@ class Waker:
         self._woken_at = -float("inf")
 
     def after_write(self, db: firestore.Client) -> bool:
-        """Returns True when this call enqueued a wake-up."""
+        """Returns True when this call enqueued a wake-up.
+
+        One call at a time reads the lease, outside the lock: the others count that read as a
+        fresh answer of "awake", so a slow Firestore holds up no write. That is safe because the
+        reader wakes the rollup if it finds it asleep, and the rollup keeps ticking for
+        SLEEP_DRAIN_S (more than WAKE_CACHE_TTL_S) after it marks itself asleep: a write made
+        within WAKE_CACHE_TTL_S of the start of a read that found it awake is in a tick."""
         with self._lock:
             now = self._clock()
             if now - self._woken_at < config.WAKE_RETRY_S:
                 return False
-            if now - self._checked_at >= config.WAKE_CACHE_TTL_S:
-                try:
-                    view = LeaseView.of(state_ref(db).get(),
-                                        dt.timedelta(seconds=config.ROLLUP_LEASE_S))
-                except Exception as error:  # never fail the write that came before
-                    log.warning("could not read the rollup's lease: %r", error)
-                    return False
-                self._checked_at = now
-                self._asleep = asleep(view)
-            if not self._asleep:
+            read = now - self._checked_at >= config.WAKE_CACHE_TTL_S
+            if read:
+                self._checked_at, self._asleep = now, False  # the others wait on this read
+            elif not self._asleep:
                 return False
-            self._woken_at, self._checked_at = now, -float("inf")
+            else:
+                self._woken_at, self._checked_at = now, -float("inf")
+        if read:
+            try:
+                view = LeaseView.of(state_ref(db).get(),
+                                    dt.timedelta(seconds=config.ROLLUP_LEASE_S))
+            except Exception as error:  # never fail the write that came before
+                log.warning("could not read the rollup's lease: %r", error)
+                with self._lock:
+                    self._checked_at = -float("inf")
+                return False
+            with self._lock:
+                self._asleep = asleep(view)
+                if not self._asleep or now - self._woken_at < config.WAKE_RETRY_S:
+                    return False
+                self._woken_at, self._checked_at = now, -float("inf")
         try:
             self._enqueue()
         except Exception as error:

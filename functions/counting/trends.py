@@ -527,7 +527,10 @@ class TrendRollup:
         batch = self._db.batch()
         coll = self._db.collection(config.TRENDS)
         for scope, content in changed.items():
-            batch.set(coll.document(scope), {**content, "updated_at": as_of})
+            if scope != config.GLOBAL_SCOPE and not content["items"]:
+                batch.delete(coll.document(scope))  # a region without events in 24 h goes
+            else:
+                batch.set(coll.document(scope), {**content, "updated_at": as_of})
         self._lease.commit(batch)
         self._published.update(changed)
         self._writes += len(changed) + 1

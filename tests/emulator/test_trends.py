@@ -209,6 +209,8 @@ def test_windows_drop_expired_buckets_and_reorder(isolated_db: firestore.Client)
     step.tick()
     check()
     assert listed(isolated_db, "global", "24h") == []
+    published = isolated_db.collection(config.TRENDS)
+    assert [doc.id for doc in published.stream()] == ["global"]  # regions without events go
     for collection in (config.TREND_MINUTES, config.TREND_HOURS, config.TREND_TOTALS):
         assert list(isolated_db.collection(collection).stream()) == []
 

@@ -13,6 +13,7 @@ import pytest
 from counting import api
 from counting.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from firebase_functions import https_fn
+from google.api_core import exceptions as gexc
 
 Code = https_fn.FunctionsErrorCode
 Handler = Callable[[api.Request], dict[str, Any]]
@@ -166,3 +167,21 @@ def test_bad_input_is_invalid_argument_before_any_firestore_access(
         handler(function)(request(data, auth))
     assert raised.value.code == Code.INVALID_ARGUMENT
     assert raised.value.message.startswith(f"{field}:"), raised.value.message
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (gexc.NotFound("shard gone"), Code.ABORTED),
+    (gexc.AlreadyExists("marker"), Code.ABORTED),
+    (gexc.FailedPrecondition("precondition"), Code.ABORTED),
+    (gexc.ServiceUnavailable("down"), Code.UNAVAILABLE),
+    (gexc.RetryError("gave up", RuntimeError("x")), Code.UNAVAILABLE),
+])
+def test_firestore_races_and_outages_are_retryable_codes_not_internal(
+    error: Exception, code: Code
+) -> None:
+    """A Firestore error escaping the domain (a race a retry resolves, or an outage) reaches the
+    client as ABORTED or UNAVAILABLE, codes its retry loop knows, and not as INTERNAL."""
+    with pytest.raises(https_fn.HttpsError) as raised:
+        raising(error)(request())
+    assert raised.value.code == code
+    assert "retry" in raised.value.message

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import flask
 from firebase_functions import https_fn, logger, params
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from .. import cadence, config
@@ -30,6 +31,7 @@ from ..errors import (
 Code = https_fn.FunctionsErrorCode
 Request = https_fn.CallableRequest[Any]
 Handler = TypeVar("Handler", bound=Callable[[Request], dict[str, Any]])
+log = logging.getLogger(__name__)
 
 _CODES: list[tuple[type[Exception], https_fn.FunctionsErrorCode]] = [
     (InvalidArgument, Code.INVALID_ARGUMENT),
@@ -46,8 +48,20 @@ def db() -> firestore.Client:
     return firestore.Client()
 
 
+# Firestore errors that escape the domain only in races a retry resolves (a shard folded twice
+# in a row, a marker created and deleted between a failed commit and the read that explains it),
+# and an overloaded or unreachable Firestore. A client retries both, with the same request_id.
+_RETRYABLE: list[tuple[tuple[type[Exception], ...], https_fn.FunctionsErrorCode, str]] = [
+    ((gexc.Aborted, gexc.AlreadyExists, gexc.Conflict, gexc.FailedPrecondition, gexc.NotFound),
+     Code.ABORTED, "a concurrent change got in the way: retry (with the same request_id)"),
+    ((gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.TooManyRequests, gexc.RetryError),
+     Code.UNAVAILABLE, "Firestore is unavailable or overloaded: retry later"),
+]
+
+
 def client_errors(handler: Handler) -> Handler:
-    """Turn the domain's errors into the callable error codes of docs/api.md."""
+    """Turn the domain's errors into the callable error codes of docs/api.md, and Firestore's
+    transient ones into ABORTED or UNAVAILABLE (the SDK would answer INTERNAL)."""
 
     @functools.wraps(handler)
     def wrapped(req: Request) -> dict[str, Any]:
@@ -56,6 +70,11 @@ def client_errors(handler: Handler) -> Handler:
         except tuple(error for error, _ in _CODES) as error:
             code = next(code for kind, code in _CODES if isinstance(error, kind))
             raise https_fn.HttpsError(code, str(error)) from error
+        except tuple(kind for kinds, _, _ in _RETRYABLE for kind in kinds) as error:
+            code, message = next((code, message) for kinds, code, message in _RETRYABLE
+                                 if isinstance(error, kinds))
+            log.warning("%s: %r", message, error)
+            raise https_fn.HttpsError(code, message) from error
 
     return wrapped  # type: ignore[return-value]
 
