@@ -30,6 +30,7 @@ from .policy import Policy
 
 T = TypeVar("T")
 RESET_PAGE = 400  # marker deletes per commit in reset_counter
+PACING_ATTEMPTS = 3  # a blind create of the pacing marker, then rewrites of the version read
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,73 +285,73 @@ def increment(
         policy = target.policy
         policy.check(by, admin=admin, counter=counter)
         ref = shard_ref(db, counter, picker.pick(target))
-        if request_id is None and not policy.unique and (admin or not policy.min_interval_s):
+        paced = bool(policy.min_interval_s) and not admin
+        if request_id is None and not policy.unique and not paced:
             committed: dt.datetime = ref.update(shard_write(by, picker.rng)).update_time
             return committed
-        batch = db.batch()
-        if request_id is not None:
-            batch.create(*request_marker(db, uid, request_id, counters=[counter]))
-        if policy.unique:
-            voter = voter_ref(db, counter, uid)
-            if by > 0:
-                batch.create(voter, {"uid": uid, "at": firestore.SERVER_TIMESTAMP})
-            else:
-                batch.delete(voter, option=db.write_option(exists=True))
-        if policy.min_interval_s and not admin:
+        # The pacing marker is created blind (a user's first write in a while: one round trip),
+        # and read only once that failed because it exists, for its rewrite's precondition.
+        pacing: firestore.DocumentSnapshot[Any] | None = None
+        for _ in range(PACING_ATTEMPTS):
+            batch = db.batch()
+            if request_id is not None:
+                batch.create(*request_marker(db, uid, request_id, counters=[counter]))
+            if policy.unique:
+                voter = voter_ref(db, counter, uid)
+                if by > 0:
+                    batch.create(voter, {"uid": uid, "at": firestore.SERVER_TIMESTAMP})
+                else:
+                    batch.delete(voter, option=db.write_option(exists=True))
+            if paced:
+                pace(db, batch, counter, uid, policy.min_interval_s, pacing)
+            batch.update(ref, shard_write(by, picker.rng))
             try:
-                pace(db, batch, counter, uid, policy.min_interval_s)
-            except ResourceExhausted:
-                # A retry of a request that was applied (its answer lost) is not too soon.
-                if request_id is not None and request_marker(
-                        db, uid, request_id, counters=[])[0].get().exists:
+                results = batch.commit()
+            except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
+                if is_no_op(db, counter, by, policy, uid=uid, request_id=request_id):
                     return None
-                raise
-        batch.update(ref, shard_write(by, picker.rng))
-        try:
-            results = batch.commit()
-        except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
-            raise_unless_no_op(db, error, counter, by, policy, uid=uid, request_id=request_id)
-            return None
-        committed = results[-1].update_time  # the shard's (a deleted marker's result has none)
-        return committed
+                if not paced or isinstance(error, gexc.NotFound):
+                    raise  # a shard folded away: with_fresh_config writes once more
+                # The pacing marker exists, or changed since it was read: read it (again).
+                found = paced_ref(db, counter, uid).get()
+                pacing = found if found.exists else None
+                continue
+            committed = results[-1].update_time  # the shard's (a deleted marker's has none)
+            return committed
+        raise ResourceExhausted(f"counter: {counter!r} takes one increment per user every "
+                                f"{policy.min_interval_s} s")
 
     return with_fresh_config(attempt, configs, [counter])
 
 
 def pace(db: firestore.Client, batch: firestore.WriteBatch, counter: str, uid: str,
-         interval_s: int) -> None:
-    """Add the rewrite of the caller's pacing marker to `batch`, with a precondition on the
-    version read now; too soon since the last applied write: RESOURCE_EXHAUSTED."""
+         interval_s: int, found: firestore.DocumentSnapshot[Any] | None) -> None:
+    """Add the caller's pacing marker to `batch`: created when `found` is None (it fails if the
+    marker exists), else rewritten with a precondition on the version `found` read; too soon
+    since the last applied write: RESOURCE_EXHAUSTED."""
     ref = paced_ref(db, counter, uid)
-    snapshot = ref.get()
     fields = {"uid": uid, "at": firestore.SERVER_TIMESTAMP,
               config.EXPIRES_AT: dt.datetime.now(dt.UTC) + dt.timedelta(seconds=interval_s)
               + config.REQUEST_MARKER_TTL}
-    if not snapshot.exists:
+    if found is None:
         batch.create(ref, fields)
         return
-    wait = snapshot.update_time + dt.timedelta(seconds=interval_s) - snapshot.read_time
+    wait = found.update_time + dt.timedelta(seconds=interval_s) - found.read_time
     if wait > dt.timedelta(0):
         raise ResourceExhausted(f"counter: {counter!r} takes one increment per user every "
                                 f"{interval_s} s; retry in {wait.total_seconds():.0f} s")
-    batch.update(ref, fields, option=db.write_option(last_update_time=snapshot.update_time))
+    batch.update(ref, fields, option=db.write_option(last_update_time=found.update_time))
 
 
-def raise_unless_no_op(db: firestore.Client, error: Exception, counter: str, by: int,
-                       policy: Policy, *, uid: str, request_id: str | None) -> None:
-    """Why a commit with markers failed, told by the markers (read only on this rare path):
-    returns for a no-op (a retried request; a `unique` counter already counting, or not
-    counting, the user); raises RESOURCE_EXHAUSTED for a racing paced write, and the error
-    itself otherwise (a shard folded away: NOT_FOUND, which the caller retries)."""
+def is_no_op(db: firestore.Client, counter: str, by: int, policy: Policy, *, uid: str,
+             request_id: str | None) -> bool:
+    """Whether a commit with markers failed because it had nothing to do, told by the markers
+    (read only on this rare path): a retried request, or a `unique` counter already counting
+    (or not counting) the user."""
     if request_id is not None and request_marker(
             db, uid, request_id, counters=[])[0].get().exists:
-        return
-    if policy.unique and voter_ref(db, counter, uid).get().exists == (by > 0):
-        return
-    if policy.min_interval_s and isinstance(error, gexc.AlreadyExists | gexc.FailedPrecondition):
-        raise ResourceExhausted(f"counter: {counter!r} takes one increment per user every "
-                                f"{policy.min_interval_s} s") from None
-    raise error
+        return True
+    return policy.unique and voter_ref(db, counter, uid).get().exists == (by > 0)
 
 
 def with_fresh_config(
