@@ -138,10 +138,9 @@ def serve(
     run = Invocation(owner=lease.owner)
     try:
         if _take(lease, timing, run, stop, woken):
-            awake = lease.awake
             log.info("rollup lease taken by %s after %.2f s (%s)", lease.owner, run.waited_s,
-                     "awake" if awake else "housekeeping")
-            _hold(db, lease, awake, successor, timing, scaling, run, stop, on_tick)
+                     "awake" if lease.awake else "housekeeping")
+            _hold(db, lease, successor, timing, scaling, run, stop, on_tick)
     finally:
         run.seconds = time.monotonic() - started
         _record(db, run)
@@ -187,7 +186,6 @@ def _lets_go_soon(view: LeaseView, timing: Cadence) -> bool:
 def _hold(
     db: firestore.Client,
     lease: Lease,
-    awake: bool,
     successor: Callable[[], None] | None,
     timing: Cadence,
     scaling: AutoscaleParams | None,
@@ -206,8 +204,7 @@ def _hold(
     # told writers so (its instant, `marked`): any write it did not see was made by a writer
     # whose cached view of the lease said asleep, and woke the rollup. A housekeeping holder
     # took a lease that already said asleep: one tick.
-    marked: dt.datetime | None = None if awake else EPOCH
-    lease.awake = awake
+    marked: dt.datetime | None = None if lease.awake else EPOCH
     try:
         while True:
             tick_began = time.monotonic()

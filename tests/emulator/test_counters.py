@@ -199,6 +199,23 @@ def test_bad_input_is_invalid_argument_and_writes_nothing(
     assert error_of(admin, "get_count", counter=new).status == "NOT_FOUND"
 
 
+@pytest.mark.parametrize("body", [
+    b'{"data": {"counter": "x"', b'{"data": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+    b'{"data": {"counter": "x", "by": ' + b"9" * 5000 + b"}}", b'"data"',
+], ids=["truncated", "deep", "digits", "not an object"])
+def test_a_bad_body_is_invalid_argument_through_the_emulator(admin: Callables, body: bytes
+                                                             ) -> None:
+    """Bodies the SDK would answer INTERNAL get INVALID_ARGUMENT from the deployed entry point,
+    with the CORS header a browser needs to read it."""
+    reply = admin.session.post(f"{admin.base_url}/increment", data=body, timeout=60,
+                               headers={"Content-Type": "application/json",
+                                        "Authorization": f"Bearer {admin.token}",
+                                        "Origin": "http://127.0.0.1:5000"})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert reply.headers["Access-Control-Allow-Origin"] in ("*", "http://127.0.0.1:5000")
+
+
 def test_unknown_counter_is_not_found(user: Callables, admin: Callables, suffix: str) -> None:
     """Every operation on a counter that does not exist answers NOT_FOUND."""
     ghost = f"ghost-{suffix}"
