@@ -331,9 +331,10 @@ class Waker:
 
         One call at a time reads the lease, outside the lock: the others count that read as a
         fresh answer of "awake", so a slow Firestore holds up no write. That is safe because the
-        reader wakes the rollup if it finds it asleep, and the rollup keeps ticking for
-        SLEEP_DRAIN_S (more than WAKE_CACHE_TTL_S) after it marks itself asleep: a write made
-        within WAKE_CACHE_TTL_S of the start of a read that found it awake is in a tick."""
+        reader wakes the rollup if it finds it asleep or cannot tell (the read failed), and the
+        rollup keeps ticking for ROLLUP_DRAIN_S (more than WAKE_CACHE_TTL_S) after it marks
+        itself asleep: a write made within WAKE_CACHE_TTL_S of the start of a read that found
+        it awake is in a tick."""
         with self._lock:
             now = self._clock()
             if now - self._woken_at < config.WAKE_RETRY_S:
@@ -350,12 +351,10 @@ class Waker:
                 view = LeaseView.of(state_ref(db).get(),
                                     dt.timedelta(seconds=config.ROLLUP_LEASE_S))
             except Exception as error:  # never fail the write that came before
-                log.warning("could not read the rollup's lease: %r", error)
-                with self._lock:
-                    self._checked_at = -float("inf")
-                return False
+                log.warning("could not read the rollup's lease (waking it anyway): %r", error)
+                view = None
             with self._lock:
-                self._asleep = asleep(view)
+                self._asleep = view is None or asleep(view)
                 if not self._asleep or now - self._woken_at < config.WAKE_RETRY_S:
                     return False
                 self._woken_at, self._checked_at = now, -float("inf")

@@ -24,12 +24,11 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from . import autoscale, config, kinds
-from .errors import InvalidArgument, NotFound, ResourceExhausted
+from .errors import Aborted, InvalidArgument, NotFound, ResourceExhausted
 from .kinds import Consistency, Strategy
 from .policy import Policy
 
 T = TypeVar("T")
-RESET_PAGE = 400  # marker deletes per commit in reset_counter
 PACING_ATTEMPTS = 3  # a blind create of the pacing marker, then rewrites of the version read
 
 
@@ -303,23 +302,32 @@ def increment(
                 else:
                     batch.delete(voter, option=db.write_option(exists=True))
             if paced:
-                pace(db, batch, counter, uid, policy.min_interval_s, pacing)
+                try:
+                    pace(db, batch, counter, uid, policy.min_interval_s, pacing)
+                except ResourceExhausted:
+                    # The marker may be this request's own, applied by an earlier delivery.
+                    if is_no_op(db, counter, by, policy, uid=uid, request_id=request_id):
+                        return None
+                    raise
             batch.update(ref, shard_write(by, picker.rng))
             try:
                 results = batch.commit()
             except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
                 if is_no_op(db, counter, by, policy, uid=uid, request_id=request_id):
                     return None
-                if not paced or isinstance(error, gexc.NotFound):
+                if isinstance(error, gexc.NotFound):
                     raise  # a shard folded away: with_fresh_config writes once more
+                if not paced:
+                    raise Aborted(f"counter: {counter!r}: a concurrent request of this user got "
+                                  "in the way; retry") from error
                 # The pacing marker exists, or changed since it was read: read it (again).
                 found = paced_ref(db, counter, uid).get()
                 pacing = found if found.exists else None
                 continue
             committed = results[-1].update_time  # the shard's (a deleted marker's has none)
             return committed
-        raise ResourceExhausted(f"counter: {counter!r} takes one increment per user every "
-                                f"{policy.min_interval_s} s")
+        raise Aborted(f"counter: {counter!r}: concurrent requests of this user got in the way; "
+                      "retry")
 
     return with_fresh_config(attempt, configs, [counter])
 
@@ -359,13 +367,16 @@ def with_fresh_config(
 ) -> T:
     """Run a shard write; if it hit a shard that a shrink has since folded away (NOT_FOUND: the
     cached num_shards was stale), refresh the configuration and write once more. A failed commit
-    wrote nothing, so the retry cannot count twice."""
+    wrote nothing, so the retry cannot count twice. Folded away again: ABORTED (retry)."""
     try:
         return attempt()
     except gexc.NotFound:
         for counter in counters:
             configs.forget(counter)
+    try:
         return attempt()
+    except gexc.NotFound as error:
+        raise Aborted("a shard this write chose was folded away twice in a row; retry") from error
 
 
 def increment_many(
@@ -463,8 +474,9 @@ def counted(db: firestore.Client, counter: str, uid: str) -> bool | None:
 
 def reset_counter(db: firestore.Client, counter: str) -> None:
     """Zero every shard and the rollup in one commit, then forget who a `unique` counter counts
-    and when a `min_interval_s` counter last counted each user (pages of RESET_PAGE deletes: a
-    like or view racing the reset may be counted in the new period as well as the old)."""
+    and when a `min_interval_s` counter last counted each user. Not atomic with the zeroing: a
+    like that lands in between counts after the reset, yet its marker goes, so the user may like
+    once more; an un-like in between takes the count to -1 (docs/api.md, reset_counter)."""
     ref = counter_ref(db, counter)
     if not ref.get().exists:
         raise NotFound(f"counter: {counter!r} does not exist")
@@ -476,11 +488,4 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
     batch.commit()
     for markers in (config.VOTERS, config.PACED):
-        deletes = db.batch()
-        for marker in ref.collection(markers).list_documents(page_size=RESET_PAGE):
-            deletes.delete(marker)
-            if len(deletes) == RESET_PAGE:
-                deletes.commit()
-                deletes = db.batch()
-        if len(deletes):
-            deletes.commit()
+        db.recursive_delete(ref.collection(markers))

@@ -25,3 +25,8 @@ class PermissionDenied(CounterError):
 
 class ResourceExhausted(CounterError):
     """A rate limit: the caller must wait before this succeeds."""
+
+
+class Aborted(CounterError):
+    """A race with the rollup or another request of the same user; nothing was written and a
+    retry (with the same request_id) succeeds."""

@@ -3,6 +3,7 @@ and who may read strongly, under racing requests of one user."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -109,6 +110,23 @@ def test_ten_racing_views_of_one_user_in_one_interval_apply_once(
     admin.call("increment", counter=counter)
     admin.call("increment", counter=counter)
     assert strong(admin, counter) == 4
+
+
+def test_retries_of_an_applied_paced_request_are_no_ops_not_too_soon(
+    admin: Callables, suffix: str
+) -> None:
+    """Racing deliveries of one request_id to a paced counter apply once and answer
+    `applied: false`, both for a first visit (the marker created) and for a returning user (the
+    marker rewritten)."""
+    counter = f"paced-retries-{suffix}"
+    admin.call("create_counter", counter=counter, shards=2, policy={"min_interval_s": 1})
+    viewer = Callables(sign_up().id_token)
+    first = race(viewer, 6, "increment", counter=counter, request_id=f"first-{suffix}")
+    assert sorted(first) == ["applied"] + ["noop"] * 5
+    time.sleep(1.1)  # past the interval: the next visit rewrites the marker
+    again = race(viewer, 6, "increment", counter=counter, request_id=f"again-{suffix}")
+    assert sorted(again) == ["applied"] + ["noop"] * 5
+    assert strong(admin, counter) == 2
 
 
 def test_a_reset_forgets_who_was_counted_and_when(admin: Callables, suffix: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import flask
 import pytest
 from counting import api
-from counting.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from counting.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from firebase_functions import https_fn
 from google.api_core import exceptions as gexc
 
@@ -58,6 +58,7 @@ def raising(error: Exception) -> Handler:
     (NotFound("counter: 'c' does not exist"), Code.NOT_FOUND),
     (FailedPrecondition("tenant: 't' has no sequence"), Code.FAILED_PRECONDITION),
     (PermissionDenied("this operation needs the admin claim"), Code.PERMISSION_DENIED),
+    (Aborted("counter: 'c': a concurrent request got in the way; retry"), Code.ABORTED),
 ])
 def test_each_domain_error_becomes_its_code_with_its_message(error: Exception, code: Code) -> None:
     """A domain error reaches the client as an HttpsError with its code and message."""
@@ -68,7 +69,8 @@ def test_each_domain_error_becomes_its_code_with_its_message(error: Exception, c
 
 
 @pytest.mark.parametrize("error", [RuntimeError("boom"), ValueError("int too big to convert"),
-                                   https_fn.HttpsError(Code.UNAVAILABLE, "later")])
+                                   https_fn.HttpsError(Code.UNAVAILABLE, "later"),
+                                   gexc.FailedPrecondition("the query requires an index")])  # type: ignore[no-untyped-call]
 def test_other_exceptions_pass_through_unchanged(error: Exception) -> None:
     """An error that is not the domain's is left for the SDK (which reports INTERNAL)."""
     with pytest.raises(type(error)) as raised:
@@ -170,17 +172,17 @@ def test_bad_input_is_invalid_argument_before_any_firestore_access(
 
 
 @pytest.mark.parametrize(("kind", "code"), [
-    (gexc.NotFound, Code.ABORTED),
-    (gexc.AlreadyExists, Code.ABORTED),
-    (gexc.FailedPrecondition, Code.ABORTED),
+    (gexc.Aborted, Code.ABORTED),
     (gexc.ServiceUnavailable, Code.UNAVAILABLE),
+    (gexc.DeadlineExceeded, Code.UNAVAILABLE),
     (gexc.RetryError, Code.UNAVAILABLE),
 ])
-def test_firestore_races_and_outages_are_retryable_codes_not_internal(
+def test_firestore_contention_and_outages_are_retryable_codes_not_internal(
     kind: type[Exception], code: Code
 ) -> None:
-    """A Firestore error escaping the domain (a race a retry resolves, or an outage) reaches the
-    client as ABORTED or UNAVAILABLE, codes its retry loop knows, and not as INTERNAL."""
+    """A transient Firestore error (contention, an outage) reaches the client as ABORTED or
+    UNAVAILABLE, codes its retry loop knows, and not as INTERNAL; any other Firestore error
+    (a missing index, say) stays INTERNAL, as a retry would not fix it."""
     error = kind("Firestore said no", None)
     with pytest.raises(https_fn.HttpsError) as raised:
         raising(error)(request())

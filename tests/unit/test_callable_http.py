@@ -158,10 +158,22 @@ def test_app_check_off_lets_a_request_without_a_token_through(lenient: ModuleTyp
 
 
 def test_app_check_is_on_for_a_deploy_and_off_for_the_emulators() -> None:
-    """The parameter defaults to enforcing; functions/.env.local, which only the Functions
-    emulator reads (a deploy leaves *.local files behind), turns it off."""
+    """A deploy reads functions/.env (and .env.<project>): enforcing; the Functions emulator
+    reads functions/.env.local last: off."""
     assert api.ENFORCE_APP_CHECK.default is True
-    local = (ROOT / "functions/.env.local").read_text().splitlines()
-    assert "ENFORCE_APP_CHECK=false" in local
-    ignored = json.loads((ROOT / "firebase.json").read_text())["functions"][0]["ignore"]
-    assert "*.local" in ignored
+    assert "ENFORCE_APP_CHECK=true" in (ROOT / "functions/.env").read_text().splitlines()
+    assert "ENFORCE_APP_CHECK=false" in (ROOT / "functions/.env.local").read_text().splitlines()
+
+
+@pytest.mark.parametrize(("value", "enforced"), [
+    (None, True), ("true", True), ("1", True), ("yes", True), ("TRUE", True), ("garbage", True),
+    ("false", False), ("False", False), ("0", False), ("no", False)])
+def test_app_check_fails_closed(value: str | None, enforced: bool,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only an explicit false turns App Check off (the deploy CLI reads "1" and "yes" as true,
+    the SDK's BoolParam anything but "true" as false)."""
+    if value is None:
+        monkeypatch.delenv("ENFORCE_APP_CHECK", raising=False)
+    else:
+        monkeypatch.setenv("ENFORCE_APP_CHECK", value)
+    assert api.app_check_enforced() is enforced

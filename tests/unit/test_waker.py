@@ -84,14 +84,19 @@ def test_a_sleeping_rollup_is_woken_once_by_the_reader() -> None:
     assert woken == [1, 1] and lease.reads == 2
 
 
-def test_a_failed_read_is_retried_by_the_next_write() -> None:
+def test_a_failed_read_wakes_the_rollup_as_it_cannot_tell() -> None:
+    """The writes that counted on the failed read are covered: the reader wakes the rollup."""
     class Failing(LeaseDocument):
         def get(self) -> Snapshot:
             self.reads += 1
             raise OSError("unavailable")
 
+    woken: list[int] = []
     lease = Failing(awake=True)
-    waker = cadence.Waker(lambda: None, clock=Clock())
-    assert waker.after_write(lease) is False  # type: ignore[arg-type]
-    assert waker.after_write(lease) is False  # type: ignore[arg-type]
-    assert lease.reads == 2
+    clock = Clock()
+    waker = cadence.Waker(lambda: woken.append(1), clock=clock)
+    assert waker.after_write(lease) is True  # type: ignore[arg-type]
+    assert waker.after_write(lease) is False  # type: ignore[arg-type]  # within WAKE_RETRY_S
+    clock.now += config.WAKE_RETRY_S
+    assert waker.after_write(lease) is True  # type: ignore[arg-type]
+    assert woken == [1, 1] and lease.reads == 2

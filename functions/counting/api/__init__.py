@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import math
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from google.cloud import firestore
 
 from .. import cadence, config
 from ..errors import (
+    Aborted,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -39,6 +41,7 @@ _CODES: list[tuple[type[Exception], https_fn.FunctionsErrorCode]] = [
     (FailedPrecondition, Code.FAILED_PRECONDITION),
     (PermissionDenied, Code.PERMISSION_DENIED),
     (ResourceExhausted, Code.RESOURCE_EXHAUSTED),
+    (Aborted, Code.ABORTED),
 ]
 
 
@@ -48,12 +51,10 @@ def db() -> firestore.Client:
     return firestore.Client()
 
 
-# Firestore errors that escape the domain only in races a retry resolves (a shard folded twice
-# in a row, a marker created and deleted between a failed commit and the read that explains it),
-# and an overloaded or unreachable Firestore. A client retries both, with the same request_id.
+# Firestore errors that are transient by nature (contention, overload, an outage) reach the
+# client as codes its retry loop knows, rather than INTERNAL; any other stays INTERNAL.
 _RETRYABLE: list[tuple[tuple[type[Exception], ...], https_fn.FunctionsErrorCode, str]] = [
-    ((gexc.Aborted, gexc.AlreadyExists, gexc.Conflict, gexc.FailedPrecondition, gexc.NotFound),
-     Code.ABORTED, "a concurrent change got in the way: retry (with the same request_id)"),
+    ((gexc.Aborted,), Code.ABORTED, "a concurrent change got in the way: retry"),
     ((gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.TooManyRequests, gexc.RetryError),
      Code.UNAVAILABLE, "Firestore is unavailable or overloaded: retry later"),
 ]
@@ -79,11 +80,19 @@ def client_errors(handler: Handler) -> Handler:
     return wrapped  # type: ignore[return-value]
 
 
-# Every callable verifies the caller's App Check token in production. functions/.env.local, which
-# only the emulators read, turns it off locally: there is no App Check emulator (docs/deploy.md).
+# Every callable verifies the caller's App Check token in production. functions/.env says true
+# (a deploy without a terminal needs a value); functions/.env.local, which only the emulators
+# read, turns it off locally: there is no App Check emulator (docs/deploy.md).
 ENFORCE_APP_CHECK = params.BoolParam(
     "ENFORCE_APP_CHECK", default=True,
     description="Reject callable requests without a valid App Check token.")
+
+
+def app_check_enforced() -> bool:
+    """ENFORCE_APP_CHECK, failing closed: only an explicit false turns App Check off (the SDK's
+    BoolParam reads anything but "true" as false, while the CLI takes "1" or "yes" for true)."""
+    value = os.environ.get(ENFORCE_APP_CHECK.name, "true").strip().lower()
+    return value not in ("false", "0", "no", "n")
 
 
 def client_callable(handler: Callable[[Request], dict[str, Any]]) -> Callable[..., Any]:
@@ -91,7 +100,7 @@ def client_callable(handler: Callable[[Request], dict[str, Any]]) -> Callable[..
     ENFORCE_APP_CHECK says when the module is loaded, the domain's errors mapped to codes."""
     # The SDK types the result as the handler it wraps; it is a Flask view.
     endpoint: Callable[[flask.Request], Any] = https_fn.on_call(  # type: ignore[assignment]
-        enforce_app_check=ENFORCE_APP_CHECK.value)(client_errors(handler))
+        enforce_app_check=app_check_enforced())(client_errors(handler))
 
     @functools.wraps(endpoint)
     def guarded(request: flask.Request) -> Any:
