@@ -571,71 +571,37 @@ def changed_claims(claims: Mapping[str, Any], *, grant: bool, admin: bool,
     return result
 
 
-@cli.group(cls=_Group)
-def claims() -> None:
-    """Roles in Firebase Auth custom claims: admin, and the tenants a user works for."""
-
-
-def _role_options(command: Callable[..., None]) -> Callable[..., None]:
-    command = click.argument("user")(command)
-    command = click.option("--tenant", metavar="T", help="A tenant the user works for.")(command)
-    return click.option("--admin", is_flag=True, help="The administrator role.")(command)
-
-
-def _change_claims(session: Session, user: str, *, grant: bool, admin: bool,
-                   tenant: str | None, as_json: bool) -> None:
-    if admin == (tenant is not None):
-        raise click.UsageError("give --admin or --tenant T")
+@cli.command()
+@click.argument("action", type=click.Choice(["grant", "revoke", "show"]))
+@click.argument("user")
+@click.option("--admin", is_flag=True, help="The administrator role.")
+@click.option("--tenant", metavar="T", help="A tenant the user works for.")
+@json_option
+@pass_session
+def claims(session: Session, action: str, user: str, admin: bool, tenant: str | None,
+           as_json: bool) -> None:
+    """Roles in Firebase Auth custom claims: grant or revoke USER (a uid or an email) the admin
+    role (--admin) or one tenant (--tenant T); show prints USER's claims."""
+    if action != "show" and admin == (tenant is not None):
+        raise click.UsageError(f"{action} takes --admin or --tenant T")
     if tenant is not None:
         tenant = inputs.tenant_id(tenant)
     auth = auth_client(session)
     record = find_user(auth, user)
-    updated = changed_claims(record.custom_claims or {}, grant=grant, admin=admin, tenant=tenant)
-    try:
-        auth.set_custom_user_claims(record.uid, updated or None)
-    except ValueError as error:  # e.g. the claims would pass Firebase's 1,000-byte limit
-        raise click.ClickException(str(error)) from None
-    _show_claims(session, record.uid, updated, as_json)
-    if not as_json:
-        session.err.print("The user's next ID token carries them (within an hour, or at once "
-                          "after signing in again or a forced token refresh).")
-
-
-def _show_claims(session: Session, uid: str, found: Mapping[str, Any], as_json: bool) -> None:
+    found = record.custom_claims or {}
+    if action != "show":
+        found = changed_claims(found, grant=action == "grant", admin=admin, tenant=tenant)
+        try:
+            auth.set_custom_user_claims(record.uid, found or None)
+        except ValueError as error:  # e.g. the claims would pass Firebase's 1,000-byte limit
+            raise click.ClickException(str(error)) from None
     if as_json:
-        _print_json(session, {"uid": uid, "claims": dict(found)})
-    else:
-        session.out.print(f"{uid}: {json.dumps(dict(found), sort_keys=True)}")
-
-
-@claims.command("grant")
-@_role_options
-@json_option
-@pass_session
-def claims_grant(session: Session, user: str, admin: bool, tenant: str | None,
-                 as_json: bool) -> None:
-    """Give USER (a uid or an email) the admin role or a tenant."""
-    _change_claims(session, user, grant=True, admin=admin, tenant=tenant, as_json=as_json)
-
-
-@claims.command("revoke")
-@_role_options
-@json_option
-@pass_session
-def claims_revoke(session: Session, user: str, admin: bool, tenant: str | None,
-                  as_json: bool) -> None:
-    """Take the admin role or a tenant from USER (a uid or an email)."""
-    _change_claims(session, user, grant=False, admin=admin, tenant=tenant, as_json=as_json)
-
-
-@claims.command("show")
-@click.argument("user")
-@json_option
-@pass_session
-def claims_show(session: Session, user: str, as_json: bool) -> None:
-    """Print USER's custom claims."""
-    record = find_user(auth_client(session), user)
-    _show_claims(session, record.uid, record.custom_claims or {}, as_json)
+        _print_json(session, {"uid": record.uid, "claims": dict(found)})
+        return
+    session.out.print(f"{record.uid}: {json.dumps(dict(found), sort_keys=True)}")
+    if action != "show":
+        session.err.print("The user's next ID token carries them (within an hour, or at once "
+                          "after signing in again).")
 
 
 # --- load ---------------------------------------------------------------------------------------
