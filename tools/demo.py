@@ -1,9 +1,11 @@
 """The demo data `make dev` seeds, so that a fresh stack's web page has something to show.
 
-`seed(project)` creates, when missing: the demo post's counter, a configured demo tenant with its
-staff account, and a few trending-tag events in two regions. It runs against the emulators named
-by the environment (FIRESTORE_EMULATOR_HOST, FIREBASE_AUTH_EMULATOR_HOST) and calls the domain
-directly, with Admin privileges, as the rollup does. Running it again adds nothing that is there.
+`seed(project)` creates, when missing: the demo post's counters (claps, a `unique` likes counter and
+a rate-limited views counter), a configured demo tenant with its staff account, an admin account
+for the operations dashboard, and a few trending-tag events in two regions. It runs against the
+emulators named by the environment (FIRESTORE_EMULATOR_HOST, FIREBASE_AUTH_EMULATOR_HOST) and calls
+the domain directly, with Admin privileges, as the rollup does. Running it again adds nothing that
+is there.
 """
 
 from __future__ import annotations
@@ -12,10 +14,19 @@ import datetime as dt
 
 from callables import sign_up
 from counting import cadence, counters, sequences, trends
+from counting.policy import Policy
 from google.cloud import firestore
 
-# What the web client shows by default (web/src/main.js names the same post, tenant and account).
-DEMO_COUNTER = "demo-post"
+# What the web client shows by default (web/src/main.js names the same post, tenant and account;
+# web/src/post.js derives the likes and views counters' ids from the post's).
+DEMO_COUNTER = "demo-post"  # claps: each tap +1 (the default policy)
+DEMO_POST_COUNTERS: dict[str, Policy] = {
+    DEMO_COUNTER: Policy(),
+    f"likes:{DEMO_COUNTER}": Policy(unique=True),
+    f"views:{DEMO_COUNTER}": Policy(min_interval_s=60),
+}
+# The operations dashboard's demo account (web/src/ops.js fills it in on the emulator build).
+DEMO_ADMIN = ("admin@demo.test", "demo-password")
 DEMO_TENANT = "demo-diner"
 DEMO_TIMEZONE = "Europe/Paris"
 DEMO_RESET_TIME = "04:00"
@@ -34,12 +45,15 @@ DEMO_UID = "demo-seed"
 def seed(project: str) -> None:
     """Create whatever of the demo data is missing in `project`."""
     db = firestore.Client(project=project)
-    counters.create_counter(db, DEMO_COUNTER)  # leaves an existing counter as it is
+    for counter, policy in DEMO_POST_COUNTERS.items():
+        counters.create_counter(db, counter, policy=policy)  # leaves an existing one as it is
     if not sequences.sequence_ref(db, DEMO_TENANT).get().exists:
         sequences.configure_sequence(db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
                                      reset_time=DEMO_RESET_TIME)
     email, password = DEMO_STAFF
     sign_up({"tenants": [DEMO_TENANT]}, email=email, password=password, project=project)
+    email, password = DEMO_ADMIN
+    sign_up({"admin": True}, email=email, password=password, project=project)
     if seed_trends(db):
         cadence.tasks_waker().after_write(db)  # the rollup may be asleep
 

@@ -385,8 +385,10 @@ def dev() -> int:
         stop_all(procs, persist=True)
         raise
     email, password = demo.DEMO_STAFF
+    admin_email, admin_password = demo.DEMO_ADMIN
     print(f"Stack is up (project {PROJECT}):\n{describe()}\n"
           f"  Demo staff account  {email} / {password} (tenant {demo.DEMO_TENANT})\n"
+          f"  Demo admin account  {admin_email} / {admin_password} ({web_url()}ops.html)\n"
           f"  Data kept in        {DEV_DATA} (make clean-data wipes it)\n"
           f"Open {web_url()}  -  Ctrl-C stops everything.", flush=True)
     stopping = False

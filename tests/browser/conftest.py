@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from callables import PROJECT, Callables, sign_up
 from google.cloud import firestore
-from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
 if "COUNTERS_WEB_URL" not in os.environ:
     pytest.skip("needs the stack: run through `make test`", allow_module_level=True)
@@ -44,23 +44,55 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
     launched.close()
 
 
+# The phone the phone tests emulate (viewport, touch, user agent).
+PHONE = "Pixel 7"
+
+
 @pytest.fixture
-def open_page(browser: Browser) -> Iterator[Callable[[str], Page]]:
-    """Open the web client (with these query parameters) in a fresh browser context: a window
-    with its own storage, so its own anonymous user. Browser console errors are printed."""
+def new_context(
+    browser: Browser, playwright: Playwright
+) -> Iterator[Callable[..., BrowserContext]]:
+    """A fresh browser context (its own storage, so its own anonymous user): a desktop window,
+    or a phone (Playwright's device descriptor) with `phone=True`."""
     contexts = []
 
-    def opener(query: str) -> Page:
-        context = browser.new_context(viewport={"width": 1200, "height": 800})
+    def make(*, phone: bool = False) -> BrowserContext:
+        if phone:
+            device = {key: value for key, value in playwright.devices[PHONE].items()
+                      if key != "default_browser_type"}
+            context = browser.new_context(**device)
+        else:
+            context = browser.new_context(viewport={"width": 1200, "height": 800})
         contexts.append(context)
-        page = context.new_page()
-        page.on("console", lambda message: print(f"[browser {message.type}] {message.text}"))
-        page.goto(os.environ["COUNTERS_WEB_URL"] + query)
-        return page
+        return context
 
-    yield opener
+    yield make
     for context in contexts:
         context.close()
+
+
+def open_in(context: BrowserContext, path: str) -> Page:
+    """Open the web client's `path` (a query, or a page such as ops.html) in `context`; browser
+    console messages are printed."""
+    page = context.new_page()
+    page.on("console", lambda message: print(f"[browser {message.type}] {message.text}"))
+    page.goto(os.environ["COUNTERS_WEB_URL"] + path)
+    return page
+
+
+@pytest.fixture
+def open_page(new_context: Callable[..., BrowserContext]) -> Callable[[str], Page]:
+    """Open the web client (with these query parameters) in a fresh desktop context."""
+    return lambda query: open_in(new_context(), query)
+
+
+def create_post(admin: Callables, post: str, shards: int = 2) -> None:
+    """The counters of post `post`, as the page names them: claps (the post's id, the default
+    policy), likes (`unique`) and views (one per user a minute)."""
+    admin.call("create_counter", counter=post, shards=shards)
+    admin.call("create_counter", counter=f"likes:{post}", shards=shards, policy={"unique": True})
+    admin.call("create_counter", counter=f"views:{post}", shards=shards,
+               policy={"min_interval_s": 60})
 
 
 def screenshot(page: Page, name: str) -> None:

@@ -1,6 +1,6 @@
-"""The web client in a real browser: likes count exactly once, live in two windows; a staff
-member takes numbers; the trends panel follows its document; errors are shown in words, once,
-until they no longer apply."""
+"""The web client in a real browser: claps count exactly once, live in two windows; a like is a
+toggle counted once per user; a view counts once a minute; a staff member takes numbers; the
+trends panel follows its document; errors are shown in words, once, until they no longer apply."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from google.cloud import firestore
 from playwright.sync_api import Page, Response, Route, expect
 
 from ..waiting import always, eventually
-from .conftest import Staff, screenshot
+from .conftest import Staff, create_post, screenshot
 
 CLICKS = 20
 # The rollup refreshes about once a second: watch the display for a few of its periods.
@@ -23,58 +23,88 @@ SETTLED_S = 4.0
 SLOW_MS = 60_000
 
 RECORD_SHOWN = """() => {
-  const el = document.getElementById("like-count");
+  const el = document.getElementById("clap-count");
   window.shown = [];
   new MutationObserver(() => window.shown.push(el.textContent))
     .observe(el, {childList: true, characterData: true, subtree: true});
 }"""
 
 
-def shown_count(page: Page) -> int:
-    expect(page.locator("#like-count")).to_have_text(re.compile(r"^\d+$"), timeout=SLOW_MS)
-    return int(page.locator("#like-count").inner_text())
+def shown_count(page: Page, output: str = "#clap-count") -> int:
+    expect(page.locator(output)).to_have_text(re.compile(r"^\d+$"), timeout=SLOW_MS)
+    return int(page.locator(output).inner_text())
 
 
-def test_twenty_quick_likes_count_exactly_twenty_in_two_windows(
+def test_twenty_quick_claps_count_exactly_twenty_in_two_windows(
     open_page: Callable[[str], Page], admin: Callables, db: firestore.Client, suffix: str
 ) -> None:
     """Twenty quick clicks show +20, never more, before and after the rollup catches up."""
     counter = f"web-{suffix}"
-    admin.call("create_counter", counter=counter, shards=4)
+    create_post(admin, counter, shards=4)
     page = open_page(f"?post={counter}")
-    like, count = page.locator("#like"), page.locator("#like-count")
+    clap, count = page.locator("#clap"), page.locator("#clap-count")
     expect(page.locator("#who")).to_have_text(re.compile("Signed in anonymously"),
                                               timeout=SLOW_MS)
-    expect(like).to_be_enabled(timeout=SLOW_MS)
+    expect(clap).to_be_enabled(timeout=SLOW_MS)
     initial = shown_count(page)
     target = initial + CLICKS
     page.evaluate(RECORD_SHOWN)
 
     for _ in range(CLICKS):
-        like.click()
+        clap.click()
 
     expect(count).to_have_text(str(target), timeout=SLOW_MS)
     eventually(lambda: db.document(f"counters/{counter}").get().get("count") == target)
-    # The page's listener has the caught-up rollup and no acknowledged like left outside it.
+    # The page's listener has the caught-up rollup and no acknowledged clap left outside it.
     expect(count).to_have_attribute("data-rollup", str(target), timeout=SLOW_MS)
     expect(count).to_have_attribute("data-unconfirmed", "0")
-    expect(count).to_have_attribute("data-sending", "0")
+    expect(count).to_have_attribute("data-pending", "0")
     always(lambda: count.inner_text() == str(target), for_s=SETTLED_S)
     shown = [int(text) for text in page.evaluate("window.shown")]
     assert shown, "the display never changed"
     assert max(shown) == target, f"the display went above +{CLICKS}: {shown}"
     assert shown == sorted(shown), f"the display went backwards: {shown}"
     expect(page.locator("#errors li")).to_have_count(0)
-    screenshot(page, "likes.png")
+    screenshot(page, "claps.png")
 
     other = open_page(f"?post={counter}")
-    expect(other.locator("#like-count")).to_have_text(str(target), timeout=SLOW_MS)
-    expect(other.locator("#like")).to_be_enabled()
-    other.locator("#like").click()
-    # Each window sees the other's like through its listener.
+    expect(other.locator("#clap-count")).to_have_text(str(target), timeout=SLOW_MS)
+    expect(other.locator("#clap")).to_be_enabled()
+    other.locator("#clap").click()
+    # Each window sees the other's clap through its listener.
     expect(count).to_have_text(str(target + 1), timeout=SLOW_MS)
-    expect(other.locator("#like-count")).to_have_text(str(target + 1), timeout=SLOW_MS)
-    screenshot(other, "likes-second-window.png")
+    expect(other.locator("#clap-count")).to_have_text(str(target + 1), timeout=SLOW_MS)
+    screenshot(other, "claps-second-window.png")
+
+
+def test_a_like_is_a_toggle_counted_once_per_user_and_a_view_once_a_minute(
+    open_page: Callable[[str], Page], admin: Callables, db: firestore.Client, suffix: str
+) -> None:
+    """Like, unlike, like again: the unique counter ends at 1 and the page says "Liked" after a
+    reload; the reload's view is refused as too soon, in words, not as an error."""
+    post = f"web-{suffix}"
+    create_post(admin, post)
+    page = open_page(f"?post={post}")
+    like, likes = page.locator("#like"), page.locator("#like-count")
+    expect(like).to_be_enabled(timeout=SLOW_MS)
+    expect(like).to_have_attribute("aria-pressed", "false")
+    expect(page.locator("#views-detail")).to_have_text("yours counted", timeout=SLOW_MS)
+    for pressed, total in (("true", 1), ("false", 0), ("true", 1)):
+        like.click()
+        expect(like).to_have_attribute("aria-pressed", pressed)
+        expect(likes).to_have_text(str(total), timeout=SLOW_MS)
+    expect(likes).to_have_attribute("data-pending", "0", timeout=SLOW_MS)
+    eventually(lambda: db.document(f"counters/likes:{post}").get().get("count") == 1)
+    expect(page.locator("#views-count")).to_have_text("1", timeout=SLOW_MS)
+
+    page.reload()
+    expect(like).to_have_attribute("aria-pressed", "true", timeout=SLOW_MS)
+    expect(like).to_have_text("\u2665 Liked")
+    expect(page.locator("#views-detail")).to_have_text(
+        "yours was counted recently (one view per user every 60 s)", timeout=SLOW_MS)
+    always(lambda: page.locator("#views-count").inner_text() == "1", for_s=2.0)
+    expect(likes).to_have_text("1")
+    expect(page.locator("#errors li")).to_have_count(0)
 
 
 def test_a_like_whose_answer_is_lost_is_retried_with_its_id_and_counted_once(
@@ -82,19 +112,20 @@ def test_a_like_whose_answer_is_lost_is_retried_with_its_id_and_counted_once(
 ) -> None:
     """The increment lands but its answer is lost: the retry reuses the id and adds nothing."""
     counter = f"web-{suffix}"
-    admin.call("create_counter", counter=counter, shards=2)
+    create_post(admin, counter)
     page = open_page(f"?post={counter}")
-    count = page.locator("#like-count")
-    expect(page.locator("#like")).to_be_enabled(timeout=SLOW_MS)
+    count = page.locator("#clap-count")
+    expect(page.locator("#clap")).to_be_enabled(timeout=SLOW_MS)
     initial = shown_count(page)
     request_ids: list[str] = []
     answers: list[dict[str, object]] = []
 
     def lose_first_answer(route: Route) -> None:
-        if route.request.method != "POST":
+        data = json.loads(route.request.post_data or "{}").get("data", {})
+        if route.request.method != "POST" or data.get("counter") != counter:
             route.continue_()
             return
-        request_ids.append(json.loads(route.request.post_data or "{}")["data"]["request_id"])
+        request_ids.append(data["request_id"])
         if len(request_ids) == 1:
             route.fetch()  # the increment reaches the functions and is applied...
             route.abort("connectionreset")  # ...but the browser never sees the answer
@@ -104,10 +135,10 @@ def test_a_like_whose_answer_is_lost_is_retried_with_its_id_and_counted_once(
             route.fulfill(response=answer)
 
     page.route("**/us-central1/increment", lose_first_answer)
-    page.locator("#like").click()
+    page.locator("#clap").click()
 
     expect(count).to_have_attribute("data-rollup", str(initial + 1), timeout=SLOW_MS)
-    expect(count).to_have_attribute("data-sending", "0", timeout=SLOW_MS)
+    expect(count).to_have_attribute("data-pending", "0", timeout=SLOW_MS)
     assert len(request_ids) == 2, request_ids
     assert request_ids[0] == request_ids[1], "the retry used a new request_id"
     assert answers == [{"counter": counter, "applied": False}], "the first call did not land"
@@ -148,6 +179,8 @@ def test_trends_panel_follows_the_region_document(
     """The panel lists a region's top tags per window, and says so when there are none."""
     region = f"web-{suffix}"
     page = open_page("")
+    expect(page.locator("#who")).to_have_text(re.compile("Signed in anonymously"),
+                                              timeout=SLOW_MS)
     status, items = page.locator("#trends-status"), page.locator("#trend-items li")
     page.locator("#region").fill(region)
     page.locator("#region").press("Enter")
@@ -180,7 +213,8 @@ def test_failures_are_shown_in_words(
     """A missing post and a wrong password are explained; the banner goes once sign-in works."""
     page = open_page(f"?post=missing-{suffix}&tenant={staff.tenant}")
     errors = page.locator("#errors li")
-    expect(page.locator("#like-count")).to_have_text("no such post", timeout=SLOW_MS)
+    expect(page.locator("#clap-count")).to_have_text("no such post", timeout=SLOW_MS)
+    expect(page.locator("#clap")).to_be_disabled()
     expect(page.locator("#like")).to_be_disabled()
     page.locator("#staff-email").fill(staff.email)
     for _ in range(2):

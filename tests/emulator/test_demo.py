@@ -7,7 +7,7 @@ import os
 
 import demo
 from callables import Callables, sign_up
-from counting import counters, trends
+from counting import trends
 from google.cloud import firestore
 
 from ..waiting import always, eventually
@@ -24,10 +24,15 @@ def demo_lists(db: firestore.Client) -> dict[str, list[tuple[str, int]]]:
 
 
 def test_seeding_twice_gives_the_demo_once(db: firestore.Client) -> None:
-    """The demo post, a staff account of the demo tenant and ranked demo tags exist, once."""
+    """The demo post's counters with their policies, a staff account of the demo tenant, an admin
+    account and ranked demo tags exist, once."""
     project = os.environ["GCLOUD_PROJECT"]
     demo.seed(project)
-    assert counters.get_count(db, demo.DEMO_COUNTER).counter == demo.DEMO_COUNTER
+    for counter, policy in demo.DEMO_POST_COUNTERS.items():
+        assert db.document(f"counters/{counter}").get().get("policy") == policy.to_document()
+    email, password = demo.DEMO_ADMIN
+    admin = Callables(sign_up(email=email, password=password).id_token)
+    assert admin.call("get_count", counter=demo.DEMO_COUNTER, consistency="strong")["count"] == 0
     email, password = demo.DEMO_STAFF
     staff = Callables(sign_up(email=email, password=password).id_token)
     assert staff.call("next_number", tenant=demo.DEMO_TENANT)["number"] >= 1

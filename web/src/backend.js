@@ -1,30 +1,72 @@
-// The Firebase apps this page uses, connected to the local Emulator Suite: its hosts, ports and
-// project id come from firebase.json and .firebaserc, put into the bundle by vite.config.js.
-// The like card and the trends panel use the default app (an anonymous user); the tenant screen
-// uses an app of its own, so signing in as staff never changes the identity that like retries
-// run under (request ids are scoped to the user who sent them).
+// The Firebase apps the pages use. The config is the one Hosting serves at
+// /__/firebase/init.json (the Hosting emulator serves the `demo-counters` one), unless the build
+// names one in VITE_FIREBASE_CONFIG. Only the emulator build (`vite build --mode emulator`, what
+// `make web` runs) connects to the local emulators: vite.config.js puts their addresses in
+// __EMULATORS__, which is null in a production build, so none of them is in that bundle.
+// Each app initialises App Check first: the debug provider locally (the emulators check no
+// token), reCAPTCHA Enterprise in production with the site key VITE_RECAPTCHA_SITE_KEY.
 import { initializeApp } from "firebase/app";
+import { CustomProvider, initializeAppCheck, ReCaptchaEnterpriseProvider } from "firebase/app-check";
 import { connectAuthEmulator, getAuth } from "firebase/auth";
-import { connectFirestoreEmulator, getFirestore } from "firebase/firestore";
-import { connectFunctionsEmulator, getFunctions, httpsCallable } from "firebase/functions";
+import {
+  connectFirestoreEmulator,
+  getFirestore,
+  initializeFirestore,
+  persistentLocalCache,
+  persistentMultipleTabManager,
+} from "firebase/firestore";
+import { connectFunctionsEmulator, getFunctions } from "firebase/functions";
 
-// vite.config.js replaces __STACK__ with {project, emulators: {auth, firestore, functions}}.
-const { project: PROJECT, emulators: EMULATORS } = __STACK__;
-// The functions' region (functions/main.py); firebase.json does not name it.
+// The functions' region (functions/main.py); the config does not name it.
 const REGION = "us-central1";
+const EMULATORS = __EMULATORS__;
+export const LOCAL = EMULATORS !== null;
 
-// A `demo-` project is offline by design: the emulators accept any API key.
-const CONFIG = { apiKey: "demo-key", projectId: PROJECT, authDomain: `${PROJECT}.firebaseapp.com` };
+/** The web app's Firebase config: from the build when it has one, else from Hosting. */
+export async function loadConfig() {
+  const built = import.meta.env.VITE_FIREBASE_CONFIG;
+  if (built) return JSON.parse(built);
+  const reply = await fetch("/__/firebase/init.json");
+  if (!reply.ok) throw new Error(`/__/firebase/init.json answered ${reply.status}`);
+  return reply.json();
+}
 
-export function connect(name) {
-  const app = name ? initializeApp(CONFIG, name) : initializeApp(CONFIG);
+function startAppCheck(app) {
+  if (LOCAL) {
+    // Debug mode: the SDK sends a debug token instead of asking the provider, whose getToken is
+    // then never called. A token from the environment lets a local build reach a real project.
+    self.FIREBASE_APPCHECK_DEBUG_TOKEN = import.meta.env.VITE_APPCHECK_DEBUG_TOKEN || true;
+    const provider = new CustomProvider({
+      getToken: () => Promise.reject(new Error("App Check runs in debug mode locally")),
+    });
+    initializeAppCheck(app, { provider, isTokenAutoRefreshEnabled: false });
+    return;
+  }
+  const siteKey = import.meta.env.VITE_RECAPTCHA_SITE_KEY;
+  if (!siteKey) {
+    console.warn("No VITE_RECAPTCHA_SITE_KEY at build time: App Check is off, and callables " +
+      "that enforce it will refuse this app.");
+    return;
+  }
+  initializeAppCheck(app, { provider: new ReCaptchaEnterpriseProvider(siteKey), isTokenAutoRefreshEnabled: true });
+}
+
+/** A Firebase app (the default one, or a named one) with Auth, Firestore and Functions.
+ * `offline`: Firestore keeps what it read on the device (IndexedDB), so that a page loaded
+ * offline still shows the last counts it saw. */
+export function connect(config, { name, offline = false } = {}) {
+  const app = name ? initializeApp(config, name) : initializeApp(config);
+  startAppCheck(app);
   const auth = getAuth(app);
-  const { auth: authAt, firestore: firestoreAt, functions: functionsAt } = EMULATORS;
-  connectAuthEmulator(auth, `http://${authAt.host}:${authAt.port}`, { disableWarnings: true });
-  const db = getFirestore(app);
-  connectFirestoreEmulator(db, firestoreAt.host, firestoreAt.port);
+  const db = offline
+    ? initializeFirestore(app, { localCache: persistentLocalCache({ tabManager: persistentMultipleTabManager() }) })
+    : getFirestore(app);
   const functions = getFunctions(app, REGION);
-  connectFunctionsEmulator(functions, functionsAt.host, functionsAt.port);
-  const callable = (fn) => httpsCallable(functions, fn);
-  return { app, auth, db, callable };
+  if (LOCAL) {
+    const { auth: authAt, firestore: firestoreAt, functions: functionsAt } = EMULATORS;
+    connectAuthEmulator(auth, `http://${authAt.host}:${authAt.port}`, { disableWarnings: true });
+    connectFirestoreEmulator(db, firestoreAt.host, firestoreAt.port);
+    connectFunctionsEmulator(functions, functionsAt.host, functionsAt.port);
+  }
+  return { app, auth, db, functions };
 }

@@ -1,99 +1,160 @@
-// The post card: the like button and the latency-compensated count (see likes.js).
-import { doc, onSnapshot } from "firebase/firestore";
+// The post card: a like toggle (a `unique` counter: one like per user, `mine` from get_count),
+// claps (each tap +1, queued offline) and views (a `min_interval_s` counter the page counts once
+// per load). Counting, queueing and reconciliation live in counters-client.js; this file draws.
 import { clearErrors, describe, showError } from "./errors.js";
-import {
-  incrementOnce,
-  LikeCount,
-  Limiter,
-  newRequestId,
-  rfc3339Micros,
-  timestampMicros,
-} from "./likes.js";
+import { newRequestId, TRANSIENT, withRetries } from "./counters-client.js";
 
-const IN_FLIGHT = 4;
-// Error banner topics: the post's document, and liking it.
+// Error banner topics: the post's documents; tapping.
 const LISTEN = "post";
-const LIKE = "like";
+const TAP = "tap";
 
-export function startPost({ db, callable }, counter) {
-  const button = document.getElementById("like");
-  const output = document.getElementById("like-count");
-  const detail = document.getElementById("like-detail");
-  document.getElementById("post-id").textContent = counter;
+/** The counters of post `post`: claps is the post's own counter (what `?post=` names). */
+export const postCounters = (post) => ({ claps: post, likes: `likes:${post}`, views: `views:${post}` });
 
-  const likes = new LikeCount();
-  const limiter = new Limiter(IN_FLIGHT);
-  const increment = callable("increment");
-  let sending = 0;
-  let retrying = 0;
-  let retryReason = "";
-  let exists = false;
+export function startPost(client, transport, post) {
+  const names = postCounters(post);
+  document.getElementById("post-id").textContent = post;
+  const network = document.getElementById("network");
 
-  function render() {
-    const shown = likes.displayed;
-    output.textContent = shown === null ? "..." : String(shown);
-    output.dataset.rollup = likes.rollup ? String(likes.rollup.count) : "";
-    output.dataset.unconfirmed = String(likes.unconfirmed);
-    output.dataset.sending = String(sending);
-    const parts = [];
-    if (likes.rollup) {
-      parts.push(`${likes.rollup.count} counted by the rollup`);
-      if (likes.unconfirmed) parts.push(`+ ${likes.unconfirmed} of yours it has not counted yet`);
-    }
-    if (sending) parts.push(`${sending} sending`);
-    if (retrying) parts.push(`${retrying} retrying after: ${retryReason}`);
-    detail.textContent = parts.join(", ");
+  function renderNetwork() {
+    const queued = client.queued().length;
+    network.hidden = navigator.onLine && queued === 0;
+    network.textContent = navigator.onLine
+      ? `Sending ${queued} tap${queued === 1 ? "" : "s"}...`
+      : `Offline: ${queued} tap${queued === 1 ? "" : "s"} waiting on this device.`;
   }
 
-  onSnapshot(
-    doc(db, "counters", counter),
-    (snap) => {
-      clearErrors(LISTEN);
-      exists = snap.exists();
-      if (!exists) {
-        likes.rollup = null;
-        output.textContent = "no such post";
-        output.classList.add("missing");
-        detail.textContent = `Counter "${counter}" does not exist: an admin creates it with create_counter (make dev seeds demo-post).`;
-        button.disabled = true;
-        return;
-      }
-      const data = snap.data();
-      const asOf = data.updated_at ? timestampMicros(data.updated_at) : 0n;
-      output.classList.remove("missing");
-      likes.onRollup(Number(data.count ?? 0), asOf);
-      button.disabled = false;
-      render();
-    },
-    (error) => showError(describe(`Listening to counters/${counter}`, error), LISTEN),
-  );
+  startClaps(client, names.claps, renderNetwork);
+  const { refreshMine, answered } = startLike(client, transport, names.likes, renderNetwork);
+  const countView = startViews(client, transport, names.views);
+  client.onAnswered = (tap, answer) => {
+    if (tap.counter === names.likes) answered(tap, answer);
+  };
+  client.onRejected = (tap, error) => {
+    showError(describe(`Counting your tap on ${tap.counter}`, error), TAP);
+    if (tap.ordered) refreshMine();
+  };
+  client.onTransientError = renderNetwork;
+  addEventListener("online", () => {
+    renderNetwork();
+    void client.flush().then(renderNetwork);
+  });
+  addEventListener("offline", renderNetwork);
+  // Once signed in: what needs the user (mine, this view, sending the queued taps).
+  return () => {
+    void refreshMine();
+    countView();
+    void client.flush().then(renderNetwork);
+  };
+}
 
+function show(output, state, missing) {
+  output.classList.toggle("missing", !state.exists);
+  output.textContent = !state.exists ? missing : state.shown === null ? "..." : String(state.shown);
+  output.dataset.rollup = state.rollup === null ? "" : String(state.rollup);
+  output.dataset.unconfirmed = String(state.unconfirmed);
+  output.dataset.pending = String(state.pending);
+}
+
+function startClaps(client, counter, renderNetwork) {
+  const button = document.getElementById("clap");
+  const output = document.getElementById("clap-count");
+  const detail = document.getElementById("clap-detail");
+  client.watch(counter, (state) => {
+    clearErrors(LISTEN);
+    show(output, state, "no such post");
+    button.disabled = !state.exists;
+    const parts = [];
+    if (!state.exists) {
+      parts.push(`Counter "${counter}" does not exist: an admin creates it with create_counter (make dev seeds demo-post).`);
+    } else if (state.rollup !== null) {
+      parts.push(`${state.rollup} counted by the rollup`);
+      if (state.unconfirmed) parts.push(`+ ${state.unconfirmed} of yours it has not counted yet`);
+      if (state.pending) parts.push(`+ ${state.pending} pending`);
+    }
+    detail.textContent = parts.join(", ");
+    renderNetwork();
+  }, (error) => showError(describe(`Listening to counters/${counter}`, error), LISTEN));
   button.addEventListener("click", () => {
-    const requestId = newRequestId();
-    sending += 1;
-    render();
-    let retried = false;
-    limiter
-      .run(() =>
-        incrementOnce(increment, counter, requestId, (attempt, error) => {
-          if (!retried) retrying += 1;
-          retried = true;
-          retryReason = describe(`attempt ${attempt}`, error);
-          render();
-        }),
-      )
-      .then((result) => {
-        // A malformed commit time throws into the catch below: shown, not hidden.
-        const committed = result.applied ? rfc3339Micros(result.committed_at) : null;
-        likes.onAck(requestId, 1, committed);
-        clearErrors(LIKE);
-      })
-      .catch((error) => showError(describe("Like", error), LIKE))
-      .finally(() => {
-        sending -= 1;
-        if (retried) retrying -= 1;
-        render();
-      });
+    client.tap(counter).then(() => clearErrors(TAP), (error) => showError(describe("Clap", error), TAP));
   });
 }
 
+function startLike(client, transport, counter, renderNetwork) {
+  const button = document.getElementById("like");
+  const output = document.getElementById("like-count");
+  // Whether the server counts this user, from get_count; null until it answered. What the button
+  // shows is that, unless a toggle is still queued: then the last one says what it will be.
+  let serverMine = null;
+  const mine = () => {
+    const queued = client.queued(counter);
+    return queued.length ? queued[queued.length - 1].by > 0 : serverMine;
+  };
+  function render(state = client.state(counter)) {
+    show(output, state, "no likes here");
+    const liked = mine();
+    button.disabled = !state.exists || liked === null;
+    button.setAttribute("aria-pressed", String(Boolean(liked)));
+    button.textContent = liked ? "\u2665 Liked" : "\u2661 Like";
+  }
+  client.watch(counter, (state) => {
+    render(state);
+    renderNetwork();
+  }, (error) => showError(describe(`Listening to counters/${counter}`, error), LISTEN));
+
+  async function refreshMine() {
+    try {
+      const answer = await withRetries(() => transport.getCount({ counter }));
+      if (typeof answer.mine === "boolean") serverMine = answer.mine;
+    } catch (error) {
+      // Offline (or a missing likes counter) is not an error: the button waits for the network.
+      if (error?.code !== "functions/not-found" && !TRANSIENT.has(error?.code)) {
+        showError(describe("Reading your like", error), TAP);
+      }
+    }
+    render();
+  }
+  button.addEventListener("click", () => {
+    const by = mine() ? -1 : 1;
+    client.tap(counter, { by, ordered: true }).then(
+      () => { clearErrors(TAP); render(); },
+      (error) => showError(describe("Like", error), TAP),
+    );
+  });
+  // Offline, get_count fails and the button stays disabled until the network is back.
+  addEventListener("online", () => { if (serverMine === null) void refreshMine(); });
+  function answered(tap, answer) {
+    // Applied: the server now counts this user or not, as the toggle said. Not applied: it was
+    // so already (another tab, a stale `mine`): ask it.
+    if (answer.applied) serverMine = tap.by > 0;
+    else void refreshMine();
+    render();
+  }
+  return { refreshMine, answered };
+}
+
+/** Count this page load as a view. Views are rate limited per user (`min_interval_s`), so a
+ * reload within the interval is refused (RESOURCE_EXHAUSTED): that is said, not shown as an error. */
+function startViews(client, transport, counter) {
+  const output = document.getElementById("views-count");
+  const detail = document.getElementById("views-detail");
+  let outcome = "";
+  function render(state = client.state(counter)) {
+    output.textContent = !state.exists ? "no" : state.shown === null ? "..." : String(state.shown);
+    const every = state.data?.policy?.min_interval_s;
+    detail.textContent = outcome === "too soon"
+      ? `yours was counted recently (one view per user${every ? ` every ${every} s` : ""})`
+      : outcome;
+  }
+  client.watch(counter, render);
+  const requestId = newRequestId("view");
+  const retryable = new Set(["functions/internal", "functions/unavailable", "functions/deadline-exceeded"]);
+  return () => withRetries(() => transport.increment({ counter, by: 1, request_id: requestId }), { transient: retryable })
+    .then(() => { outcome = "yours counted"; })
+    .catch((error) => {
+      if (error?.code === "functions/resource-exhausted") outcome = "too soon";
+      else if (error?.code === "functions/not-found") outcome = "this post counts no views";
+      else outcome = describe("Counting your view", error);
+    })
+    .finally(() => render());
+}

@@ -1,0 +1,58 @@
+// The service worker: the app shell loads offline. It answers only same-origin GETs of the app
+// itself; every Firebase call (Auth, Firestore, Functions: other origins, and Hosting's reserved
+// /__/ paths except the config) goes to the network untouched, so it never serves a stale count
+// and never stands between the SDK and the emulators.
+const CACHE = "counters-shell-v1";
+// What the page needs besides the bundle, which install() reads from index.html.
+const SHELL = ["/", "/manifest.webmanifest", "/favicon.svg", "/icon-192.png", "/icon-512.png",
+  "/__/firebase/init.json"];
+
+self.addEventListener("install", (event) => {
+  event.waitUntil((async () => {
+    const cache = await caches.open(CACHE);
+    await cache.addAll(SHELL);
+    // The bundle's hashed files, as index.html names them (scripts, styles, preloads).
+    const html = await (await cache.match("/")).text();
+    const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]);
+    await cache.addAll([...new Set(assets)]);
+    await self.skipWaiting();
+  })());
+});
+
+self.addEventListener("activate", (event) => {
+  event.waitUntil((async () => {
+    for (const name of await caches.keys()) if (name !== CACHE) await caches.delete(name);
+    await self.clients.claim();
+  })());
+});
+
+self.addEventListener("fetch", (event) => {
+  const url = new URL(event.request.url);
+  if (event.request.method !== "GET" || url.origin !== self.location.origin) return;
+  if (url.pathname.startsWith("/__/") && url.pathname !== "/__/firebase/init.json") return;
+  // Hashed file names never change content: the cache first. Anything else: the network first,
+  // so that a new deploy shows at once, and the cached copy when offline.
+  event.respondWith(url.pathname.startsWith("/assets/") ? cacheFirst(event.request) : networkFirst(event.request));
+});
+
+async function cacheFirst(request) {
+  const cached = await caches.match(request);
+  if (cached) return cached;
+  const response = await fetch(request);
+  if (response.ok) await (await caches.open(CACHE)).put(request, response.clone());
+  return response;
+}
+
+async function networkFirst(request) {
+  try {
+    const response = await fetch(request);
+    // A page is kept under its path alone: /?post=a offline is / with its own query.
+    const key = request.mode === "navigate" ? new URL(request.url).pathname : request;
+    if (response.ok) await (await caches.open(CACHE)).put(key, response.clone());
+    return response;
+  } catch (error) {
+    const cached = await caches.match(request, { ignoreSearch: request.mode === "navigate" });
+    if (cached) return cached;
+    throw error;
+  }
+}

@@ -1,0 +1,255 @@
+// The operations dashboard (ops.html), for admins: every counter with its live count and a plot
+// of its write rate and shard count, its policy and strategy; the rollup's health from its lease
+// document; the trends of every region. Listing collections and reading internal/rollup are for
+// admins only (firestore.rules): anyone else sees the refusal. It runs on a Firebase app of its
+// own, so signing in here never replaces the app page's anonymous user.
+import { onAuthStateChanged, signInWithEmailAndPassword, signOut } from "firebase/auth";
+import { collection, doc, onSnapshot } from "firebase/firestore";
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+import { connect, LOCAL, loadConfig } from "./backend.js";
+import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
+
+const WINDOW_S = 5 * 60;
+const SAMPLE_MS = 1000;
+// Plots beyond this many counters would cost more than they show: the busiest ones get them.
+const PLOTTED = 24;
+// The demo admin tools/demo.py seeds in the emulator.
+const DEMO_ADMIN = { email: "admin@demo.test", password: "demo-password" };
+const SIGN_IN = "sign-in";
+const COUNTERS = "counters";
+const HEALTH = "health";
+const TRENDS = "trends";
+
+reportUncaught();
+const { auth, db } = connect(await loadConfig(), { name: "ops" });
+const $ = (id) => document.getElementById(id);
+$("window-minutes").textContent = String(WINDOW_S / 60);
+if (LOCAL) {
+  $("admin-email").value = DEMO_ADMIN.email;
+  $("admin-password").value = DEMO_ADMIN.password;
+}
+
+$("admin-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  $("admin-sign-in").disabled = true;
+  try {
+    await signInWithEmailAndPassword(auth, $("admin-email").value.trim(), $("admin-password").value);
+  } catch (error) {
+    showError(describe("Sign-in", error), SIGN_IN);
+  } finally {
+    $("admin-sign-in").disabled = false;
+  }
+});
+$("admin-sign-out").addEventListener("click", () => {
+  signOut(auth).catch((error) => showError(describe("Sign-out", error), SIGN_IN));
+});
+
+let stop = () => {};
+onAuthStateChanged(auth, (user) => {
+  stop();
+  stop = () => {};
+  clearErrors(SIGN_IN, COUNTERS, HEALTH, TRENDS);
+  $("admin-form").hidden = Boolean(user);
+  $("dashboard").hidden = !user;
+  $("who").textContent = user ? `Signed in as ${user.email ?? user.uid}` : "Signed out";
+  // Whatever the account's claims, the reads are made: the rules decide, and their refusal shows.
+  if (user) stop = startDashboard();
+});
+
+function startDashboard() {
+  const series = new Map(); // counter id -> {data, xs, rate, shards, card, plot}
+  const stops = [
+    watchCounters(series),
+    watchHealth(),
+    watchTrends(),
+  ];
+  const timer = setInterval(() => sample(series), SAMPLE_MS);
+  return () => {
+    clearInterval(timer);
+    for (const end of stops) end();
+    $("counters").replaceChildren();
+    $("regions").replaceChildren();
+    $("health-plot").replaceChildren();
+  };
+}
+
+function watchCounters(series) {
+  return onSnapshot(collection(db, "counters"), (snap) => {
+    clearErrors(COUNTERS);
+    $("counter-total").textContent = `(${snap.size})`;
+    const seen = new Set();
+    for (const found of snap.docs) {
+      seen.add(found.id);
+      let entry = series.get(found.id);
+      if (!entry) {
+        entry = { xs: [], rate: [], shards: [], card: counterCard(found.id), plot: null };
+        series.set(found.id, entry);
+      }
+      entry.data = found.data();
+      renderCounter(entry);
+    }
+    for (const [id, entry] of series) {
+      if (seen.has(id)) continue;
+      entry.plot?.destroy();
+      entry.card.remove();
+      series.delete(id);
+    }
+    const cards = [...series.keys()].sort().map((id) => series.get(id).card);
+    $("counters").replaceChildren(...cards);
+    sample(series);
+  }, (error) => showError(describe("Listing counters", error), COUNTERS));
+}
+
+function counterCard(id) {
+  const card = document.createElement("article");
+  card.className = "counter";
+  card.dataset.counter = id;
+  card.innerHTML = `<h3></h3><dl class="facts">
+    <dt>count</dt><dd class="count"></dd><dt>shards</dt><dd class="shards"></dd>
+    <dt>writes/s</dt><dd class="rate"></dd><dt>strategy</dt><dd class="strategy"></dd>
+    <dt>policy</dt><dd class="policy"></dd></dl><div class="plot"></div>`;
+  card.querySelector("h3").textContent = id;
+  return card;
+}
+
+function renderCounter({ card, data }) {
+  const set = (name, text) => { card.querySelector(`.${name}`).textContent = text; };
+  set("count", String(data.count ?? 0));
+  set("shards", String(data.num_shards ?? "?"));
+  set("rate", Number(data.rate ?? 0).toFixed(2));
+  set("strategy", data.strategy ?? "random");
+  set("policy", policyText(data.policy));
+}
+
+/** A policy in a few words; absent fields are the defaults (CONTRACT: write policy). */
+function policyText(policy = {}) {
+  const words = [];
+  if (policy.writers === "admins") words.push("admins only");
+  if (policy.unique) words.push("unique per user");
+  if (policy.min_interval_s) words.push(`once per ${policy.min_interval_s} s per user`);
+  const [low, high] = policy.by ?? [1, 1];
+  if (!policy.unique && !(low === 1 && high === 1)) words.push(`by ${low}..${high}`);
+  return words.length ? words.join(", ") : "default (+1 by users)";
+}
+
+/** One sample of every counter's rate and shards; plots for the busiest ones. */
+function sample(series) {
+  const now = Date.now() / 1000;
+  const busiest = [...series.entries()]
+    .sort(([, a], [, b]) => Number(b.data.rate ?? 0) - Number(a.data.rate ?? 0))
+    .slice(0, PLOTTED).map(([id]) => id);
+  for (const [id, entry] of series) {
+    const last = entry.xs.length ? entry.xs[entry.xs.length - 1] : 0;
+    if (now - last >= SAMPLE_MS / 2000) {
+      entry.xs.push(now);
+      entry.rate.push(Number(entry.data.rate ?? 0));
+      entry.shards.push(Number(entry.data.num_shards ?? 0));
+    }
+    while (entry.xs.length && entry.xs[0] < now - WINDOW_S) {
+      entry.xs.shift();
+      entry.rate.shift();
+      entry.shards.shift();
+    }
+    const box = entry.card.querySelector(".plot");
+    // What the plot shows, for tests and for reading without eyes.
+    box.dataset.maxRate = String(Math.max(0, ...entry.rate));
+    box.dataset.shards = entry.shards.join(" ");
+    if (busiest.includes(id)) {
+      const data = [entry.xs, entry.rate, entry.shards];
+      if (entry.plot) entry.plot.setData(data);
+      else entry.plot = new uPlot(plotOptions(box, "writes/s", "shards"), data, box);
+    } else if (entry.plot) {
+      entry.plot.destroy();
+      entry.plot = null;
+    }
+  }
+}
+
+function plotOptions(box, left, right) {
+  return {
+    width: Math.max(240, box.clientWidth || 320),
+    height: 140,
+    legend: { show: true },
+    scales: { x: { time: true }, right: { range: (u, min, max) => [0, Math.max(1, max)] } },
+    series: [
+      {},
+      { label: left, stroke: "#c62452", width: 2 },
+      { label: right, stroke: "#2458c6", width: 2, scale: "right", paths: uPlot.paths.stepped({ align: 1 }) },
+    ],
+    axes: [{}, { size: 40 }, { side: 1, scale: "right", grid: { show: false }, size: 40 }],
+  };
+}
+
+function watchHealth() {
+  const xs = [];
+  const tick = [];
+  const lag = [];
+  let plot = null;
+  let lastRenewed = null;
+  return onSnapshot(doc(db, "internal", "rollup"), (snap) => {
+    clearErrors(HEALTH);
+    const data = snap.data() ?? {};
+    const renewed = data.renewed_at ? data.renewed_at.toDate() : null;
+    const facts = [
+      ["last tick", renewed ? renewed.toLocaleTimeString() : "never"],
+      ["holder", data.owner ? `${data.owner} since ${data.holder_since?.toDate().toLocaleTimeString() ?? "?"}` : "none (released)"],
+      ["state", data.awake === false ? "asleep (no writes lately)" : "awake"],
+      ["tick duration", data.tick_s === undefined ? "?" : `${data.tick_s} s`],
+      ["lag", data.lag_s === undefined ? "?" : `${data.lag_s} s`],
+    ];
+    $("health-facts").replaceChildren(...facts.flatMap(([name, value]) => {
+      const dt = document.createElement("dt");
+      dt.textContent = name;
+      const dd = document.createElement("dd");
+      dd.textContent = value;
+      dd.dataset.fact = name;
+      return [dt, dd];
+    }));
+    const errors = data.errors ?? [];
+    $("health-errors").replaceChildren(...(errors.length ? errors : ["no recent errors"]).map((text) => {
+      const item = document.createElement("li");
+      item.textContent = text;
+      return item;
+    }));
+    if (renewed && renewed.getTime() !== lastRenewed && data.tick_s !== undefined) {
+      lastRenewed = renewed.getTime();
+      xs.push(lastRenewed / 1000);
+      tick.push(Number(data.tick_s));
+      lag.push(Number(data.lag_s ?? 0));
+      while (xs.length && xs[0] < xs[xs.length - 1] - WINDOW_S) {
+        xs.shift();
+        tick.shift();
+        lag.shift();
+      }
+      const box = $("health-plot");
+      if (plot) plot.setData([xs, tick, lag]);
+      else plot = new uPlot(plotOptions(box, "tick s", "lag s"), [xs, tick, lag], box);
+    }
+  }, (error) => showError(describe("Reading the rollup's health", error), HEALTH));
+}
+
+function watchTrends() {
+  return onSnapshot(collection(db, "trends"), (snap) => {
+    clearErrors(TRENDS);
+    const regions = snap.docs.map((found) => {
+      const data = found.data();
+      const box = document.createElement("article");
+      box.className = "region";
+      box.dataset.region = found.id;
+      const title = document.createElement("h3");
+      title.textContent = found.id;
+      box.append(title);
+      for (const window of ["1h", "24h"]) {
+        const shown = data.windows?.[window] ?? (data.window === window ? data : null);
+        const line = document.createElement("p");
+        const items = (shown?.items ?? []).slice(0, 5).map(({ tag, count }) => `#${tag} ${count}`);
+        line.textContent = `${window}: ${items.length ? items.join(", ") : "nothing"}`;
+        box.append(line);
+      }
+      return box;
+    });
+    $("regions").replaceChildren(...(regions.length ? regions : [Object.assign(document.createElement("p"),
+      { className: "muted", textContent: "No region has trends yet." })]));
+  }, (error) => showError(describe("Listing trends", error), TRENDS));
+}
