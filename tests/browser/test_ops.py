@@ -66,6 +66,8 @@ def test_an_admin_sees_the_rate_rise_and_the_shards_grow_under_load(
         assert shards == sorted(shards), f"the shard count went down under load: {shards}"
         expect(page.locator('[data-fact="last tick"]')).not_to_have_text("never")
         expect(page.locator("#errors li")).to_have_count(0)
+        page.locator("#counter-filter").fill(counter)
+        expect(page.locator("article.counter")).to_have_count(1)
         screenshot(page, "ops.png")
         if os.environ.get("COUNTERS_DOCS_SCREENSHOTS"):
             page.set_viewport_size({"width": 1200, "height": 900})

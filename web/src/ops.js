@@ -65,8 +65,11 @@ function startDashboard() {
     watchTrends(),
   ];
   const timer = setInterval(() => sample(series), SAMPLE_MS);
+  const filter = () => showCards(series);
+  $("counter-filter").addEventListener("input", filter);
   return () => {
     clearInterval(timer);
+    $("counter-filter").removeEventListener("input", filter);
     for (const end of stops) end();
     $("counters").replaceChildren();
     $("regions").replaceChildren();
@@ -95,10 +98,16 @@ function watchCounters(series) {
       entry.card.remove();
       series.delete(id);
     }
-    const cards = [...series.keys()].sort().map((id) => series.get(id).card);
-    $("counters").replaceChildren(...cards);
+    showCards(series);
     sample(series);
   }, (error) => showError(describe("Listing counters", error), COUNTERS));
+}
+
+/** The cards of the counters whose id contains the filter's text, by id. */
+function showCards(series) {
+  const wanted = $("counter-filter").value.trim();
+  const ids = [...series.keys()].filter((id) => id.includes(wanted)).sort();
+  $("counters").replaceChildren(...ids.map((id) => series.get(id).card));
 }
 
 function counterCard(id) {
@@ -177,7 +186,7 @@ function plotOptions(box, left, right) {
       { label: left, stroke: "#c62452", width: 2 },
       { label: right, stroke: "#2458c6", width: 2, scale: "right", paths: uPlot.paths.stepped({ align: 1 }) },
     ],
-    axes: [{}, { size: 40 }, { side: 1, scale: "right", grid: { show: false }, size: 40 }],
+    axes: [{}, { size: 50 }, { side: 1, scale: "right", grid: { show: false }, size: 50 }],
   };
 }
 
