@@ -12,9 +12,7 @@ self.addEventListener("install", (event) => {
     const cache = await caches.open(CACHE);
     await cache.addAll(SHELL);
     // The bundle's hashed files, as index.html names them (scripts, styles, preloads).
-    const html = await (await cache.match("/")).text();
-    const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]);
-    await cache.addAll([...new Set(assets)]);
+    await cache.addAll([...assetsOf(await (await cache.match("/")).text())]);
     await self.skipWaiting();
   })());
 });
@@ -46,13 +44,40 @@ async function cacheFirst(request) {
 async function networkFirst(request) {
   try {
     const response = await fetch(request);
-    // A page is kept under its path alone: /?post=a offline is / with its own query.
-    const key = request.mode === "navigate" ? new URL(request.url).pathname : request;
-    if (response.ok) await (await caches.open(CACHE)).put(key, response.clone());
+    if (!response.ok) return response;
+    const cache = await caches.open(CACHE);
+    if (request.mode !== "navigate") {
+      await cache.put(request, response.clone());
+      return response;
+    }
+    // A page is kept under its path alone: /?post=a offline is / with its own query. A new page
+    // may name new hashed files: those no cached page names are an earlier deploy's.
+    await cache.put(new URL(request.url).pathname, response.clone());
+    await forgetUnnamedAssets(cache);
     return response;
   } catch (error) {
     const cached = await caches.match(request, { ignoreSearch: request.mode === "navigate" });
     if (cached) return cached;
     throw error;
+  }
+}
+
+/** The bundle's hashed files a page names (scripts, styles, preloads). */
+function assetsOf(html) {
+  return new Set([...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]));
+}
+
+async function forgetUnnamedAssets(cache) {
+  const keys = await cache.keys();
+  const named = new Set();
+  for (const key of keys) {
+    const response = await cache.match(key);
+    if (response.headers.get("content-type")?.startsWith("text/html")) {
+      for (const asset of assetsOf(await response.text())) named.add(asset);
+    }
+  }
+  for (const key of keys) {
+    const path = new URL(key.url).pathname;
+    if (path.startsWith("/assets/") && !named.has(path)) await cache.delete(key);
   }
 }
