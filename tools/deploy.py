@@ -7,7 +7,8 @@
 
 The preflight stops before anything is deployed when: the project is missing or an emulator-only
 `demo-` one, the Firebase CLI has no login, the project has no web app (Hosting's
-`/__/firebase/init.json` would be empty), or the local checks (lint, unit, runtime-check) fail.
+`/__/firebase/init.json` would be empty), or the local checks (lint, unit, webunit with its
+check that a production bundle names no emulator, runtime-check) fail.
 `--dry-run` prints the steps without running them. docs/deploy.md walks through the first deploy.
 """
 
@@ -63,7 +64,7 @@ def preflight(project: str, run: Callable[[Sequence[str]], None]) -> None:
         raise click.ClickException(
             f"{project} has no web app: add one (console, Project settings, Your apps) so that "
             "Hosting serves its configuration at /__/firebase/init.json")
-    run(["make", "lint", "unit", "runtime-check"])
+    run(["make", "lint", "unit", "webunit", "runtime-check"])
 
 
 @click.command()

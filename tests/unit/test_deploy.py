@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import deploy
 import pytest
 from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("project", "why"), [
@@ -23,3 +28,13 @@ def test_rules_and_indexes_go_first_then_functions_then_hosting() -> None:
         "firestore", "functions", "hosting"]
     assert all(step[step.index("--project") + 1] == "my-app" for step in steps)
 
+
+
+def test_hosting_builds_the_web_client_itself() -> None:
+    """A fresh clone deploys hosting without a separate step: the predeploy builds web/dist for
+    production (`npm run build`), installing the web dependencies if they are missing."""
+    hosting = json.loads((ROOT / "firebase.json").read_text())["hosting"]
+    assert hosting["public"] == "web/dist"
+    assert hosting["predeploy"][-1] == "npm run build"
+    scripts = json.loads((ROOT / "package.json").read_text())["scripts"]
+    assert "--mode" not in scripts["build"]  # the production mode, which names no emulator
