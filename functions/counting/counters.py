@@ -429,6 +429,14 @@ def request_marker(
     return db.collection(config.REQUESTS).document(key), fields
 
 
+def applied_at(db: firestore.Client, uid: str, request_id: str) -> dt.datetime | None:
+    """When this user's request was applied (its marker was created in the same commit as the
+    shard write, so its create time is that commit's), or None if it was not (or has expired)."""
+    snapshot = request_marker(db, uid, request_id, counters=[])[0].get()
+    created: dt.datetime | None = snapshot.create_time if snapshot.exists else None
+    return created
+
+
 def commit_once(batch: firestore.WriteBatch) -> dt.datetime | None:
     """Commit a batch that creates a marker: its commit time, or None when the marker exists."""
     try:

@@ -60,6 +60,8 @@ def test_retried_request_id_counts_once(user: Callables, admin: Callables, suffi
     first = user.call("increment", counter=counter, by=5, request_id=f"r-{suffix}")
     again = user.call("increment", counter=counter, by=5, request_id=f"r-{suffix}")
     assert (first["applied"], again["applied"]) == (True, False)
+    assert again["committed_at"] == first["committed_at"]  # the retry learns when it applied
+    assert "committed_at" not in user.call("get_count", counter=counter)
 
     rid = f"storm-{suffix}"
     with ThreadPoolExecutor(8) as pool:
@@ -67,6 +69,7 @@ def test_retried_request_id_counts_once(user: Callables, admin: Callables, suffi
             lambda _: Callables(user.token).call("increment", counter=counter, request_id=rid),
             range(8)))
     assert sorted(r["applied"] for r in results) == [False] * 7 + [True]
+    assert len({r["committed_at"] for r in results}) == 1
     assert count(admin, counter) == 6
     eventually(lambda: count(admin, counter, "rollup") == 6)
 

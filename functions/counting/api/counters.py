@@ -58,9 +58,13 @@ def increment(req: Request) -> dict[str, Any]:
                                    admin=admin)
     if committed is not None:
         waker().after_write(db())
-    if committed is None:
+        return {"counter": counter, "applied": True, "committed_at": rfc3339(committed)}
+    # A retry of a request that was applied: when that was, so that a client whose answer was
+    # lost can still tell whether the rollup includes it.
+    first = None if request_id is None else counters.applied_at(db(), uid, request_id)
+    if first is None:
         return {"counter": counter, "applied": False}
-    return {"counter": counter, "applied": True, "committed_at": rfc3339(committed)}
+    return {"counter": counter, "applied": False, "committed_at": rfc3339(first)}
 
 
 @client_callable
