@@ -4,7 +4,8 @@
 // `make web` runs) connects to the local emulators: vite.config.js puts their addresses in
 // __EMULATORS__, which is null in a production build, so none of them is in that bundle.
 // Each app initialises App Check first: the debug provider locally (the emulators check no
-// token), reCAPTCHA Enterprise in production with the site key VITE_RECAPTCHA_SITE_KEY.
+// token), reCAPTCHA Enterprise in production with the site key VITE_RECAPTCHA_SITE_KEY (once
+// the browser is online).
 import { initializeApp } from "firebase/app";
 import { CustomProvider, initializeAppCheck, ReCaptchaEnterpriseProvider } from "firebase/app-check";
 import { connectAuthEmulator, getAuth } from "firebase/auth";
@@ -48,7 +49,13 @@ function startAppCheck(app) {
       "that enforce it will refuse this app.");
     return;
   }
-  initializeAppCheck(app, { provider: new ReCaptchaEnterpriseProvider(siteKey), isTokenAutoRefreshEnabled: true });
+  // Offline, the reCAPTCHA script cannot load and the SDK would wait for a token forever: start
+  // App Check once online. Functions and Firestore pick it up whenever it starts; until then a
+  // callable goes without a token (refused UNAUTHENTICATED, and the tap stays queued).
+  const start = () =>
+    initializeAppCheck(app, { provider: new ReCaptchaEnterpriseProvider(siteKey), isTokenAutoRefreshEnabled: true });
+  if (navigator.onLine) start();
+  else addEventListener("online", start, { once: true });
 }
 
 /** A Firebase app (the default one, or a named one) with Auth, Firestore and Functions.
