@@ -9,11 +9,18 @@
 //   The rollup is exact as of its `updated_at`, so an acknowledged tap is in it iff its
 //   `committed_at` <= `updated_at`. Instants are compared as BigInt microseconds: JS Dates only
 //   have milliseconds, and two commits a few microseconds apart must not be confused. An
-//   `applied: false` answer (a retry of a request that had landed, or a no-op toggle of a
-//   `unique` counter) has no commit time: the rollup counts it or there is nothing to count.
-//   Acknowledged taps stay in the store until the rollup includes them, so the count stays
-//   right across a reload too.
+//   `applied: false` answer to a retry of a request that had landed carries the first
+//   application's `committed_at`: the tap stays acknowledged-unconfirmed like an applied one. One
+//   without it (a no-op toggle of a `unique` counter) has nothing to count and is dropped.
+//   Acknowledged taps stay in the store until the rollup includes them (or for `ackedTtlMs`), so
+//   the count stays right across a reload too.
 // - Taps on a `unique` counter (a toggle: +1 then -1) are sent one at a time, in order.
+// - The server scopes request ids per user and remembers them for 24 h. A tap records the user
+//   it was first sent as: once attempted, it is only ever sent as that user, and not after
+//   `markerTtlMs` (the server may have forgotten it: a re-send could count twice). Such a tap is
+//   dropped and reported through onRejected instead. A tap never sent is safe at any age.
+// - Every transport call is bounded by `timeoutMs` (App Check or Auth waiting forever for a token
+//   must not stall the queue): a timeout is a transient failure, retried with the same id.
 //
 // Firestore and Functions come in through `firebaseTransport`, so the logic is tested without them.
 
@@ -25,6 +32,11 @@
  * @property {boolean} ordered sent only after the counter's earlier taps were answered
  * @property {number} seq the order taps were made in
  * @property {string | null} committedAt RFC 3339, once the server applied it; null while queued
+ * @property {string | null} uid the user it is (or will be) sent as; fixed once attempted
+ * @property {boolean} attempted whether it was ever sent (the server may have applied it)
+ * @property {number | null} firstSentAt ms since the epoch of its first send (device clock)
+ * @property {number} failedRounds flushes whose retries all failed transiently
+ * @property {number | null} ackedAt ms since the epoch when the server acknowledged it
  *
  * @typedef {object} Rollup
  * @property {number} count
@@ -51,16 +63,34 @@
  */
 
 // Codes a retry with the same request_id may fix: network failures surface as `internal`
-// (the SDK maps "no HTTP response" to it), overload as `unavailable`/`resource-exhausted`.
-// Retrying is safe for all of them because the request_id makes the increment exactly-once.
+// (the SDK maps "no HTTP response" to it), overload as `unavailable`, a timeout (ours or the
+// SDK's) as `deadline-exceeded`. Retrying is safe for all of them because the request_id makes
+// the increment exactly-once. Not `resource-exhausted`: the server's write policy (a
+// `min_interval_s` counter's "too soon") answers it, and a retry is refused the same way.
 export const TRANSIENT = new Set([
   "functions/internal",
   "functions/unavailable",
   "functions/deadline-exceeded",
-  "functions/resource-exhausted",
   "functions/aborted",
   "functions/unknown",
 ]);
+
+// The SDK sends a callable without its ID token or App Check token when getting one failed; the
+// server then answers UNAUTHENTICATED without counting. The tap waits for the next flush.
+const NOT_SIGNED_IN = "functions/unauthenticated";
+
+/** An error with a `code`, as the SDK's are. @param {string} code @param {string} message */
+const coded = (code, message) => Object.assign(new Error(message), { code });
+
+/** `promise`, or a `functions/deadline-exceeded` failure after `ms` (a transient code).
+ * @template T @param {Promise<T>} promise @param {number} ms @returns {Promise<T>} */
+export function withTimeout(promise, ms) {
+  let timer;
+  const timeout = new Promise((resolve, reject) => {
+    timer = setTimeout(() => reject(coded("functions/deadline-exceeded", `no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
 
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})$/;
 
@@ -157,7 +187,8 @@ export class TapStore {
 
   #run(mode, operation) {
     return new Promise((resolve, reject) => {
-      const transaction = this.db.transaction(STORE, mode);
+      // Strict: a tap is on disk, not only in the OS's buffers, once put() resolves.
+      const transaction = this.db.transaction(STORE, mode, { durability: "strict" });
       const request = operation(transaction.objectStore(STORE));
       // Resolved once committed (durable), not when the request succeeds.
       transaction.oncomplete = () => resolve(request.result);
@@ -167,27 +198,41 @@ export class TapStore {
   }
 }
 
+const HOUR_MS = 3600_000;
+
 /** Counts taps exactly once and tells what to show for each counter it watches. */
 export class CountersClient {
   /**
    * @param {object} options
    * @param {Transport} options.transport
    * @param {TapStore} options.store
+   * @param {() => string | null} options.user the signed-in user's uid, null when signed out:
+   *   nothing is sent then; call flush() once signed in (and after a user change)
    * @param {() => boolean} [options.online] whether sending may succeed (navigator.onLine);
    *   call flush() when it becomes true
    * @param {number} [options.inFlight] at most this many increments at once
    * @param {(tap: Tap, answer: IncrementAnswer) => void} [options.onAnswered] the server answered
-   * @param {(tap: Tap, error: any) => void} [options.onRejected] the server refused a tap for
-   *   good (e.g. PERMISSION_DENIED): it is dropped from the queue
+   * @param {(tap: Tap, error: any) => void} [options.onRejected] a tap is dropped from the queue
+   *   uncounted or maybe counted: the server refused it for good (e.g. PERMISSION_DENIED,
+   *   RESOURCE_EXHAUSTED), or `counters/user-changed`, `counters/expired`, `counters/gave-up`
    * @param {(error: any) => void} [options.onTransientError] a send failed; it will be retried
    * @param {number} [options.retryLaterMs] when a tap's retries are exhausted online, the next
    *   flush starts this much later
+   * @param {number} [options.timeoutMs] a transport call not answered by then is a transient failure
+   * @param {number} [options.markerTtlMs] an attempted tap older than this is not sent again
+   *   (the server remembers request ids for 24 h)
+   * @param {number} [options.maxFailedRounds] a tap whose retries ran out this many times is dropped
+   * @param {number} [options.ackedTtlMs] acknowledged taps are forgotten after this long, watched or not
+   * @param {() => number} [options.now] the clock (ms since the epoch)
    * @param {(ms: number) => Promise<void>} [options.wait] how retries wait (tests pass their own)
    */
-  constructor({ transport, store, online = () => true, inFlight = 4, onAnswered = () => {},
-    onRejected = () => {}, onTransientError = () => {}, retryLaterMs = 15000, wait = sleep }) {
-    Object.assign(this, { transport, store, online, inFlight, onAnswered, onRejected,
-      onTransientError, retryLaterMs, wait });
+  constructor({ transport, store, user, online = () => true, inFlight = 4, onAnswered = () => {},
+    onRejected = () => {}, onTransientError = () => {}, retryLaterMs = 15000, timeoutMs = 30000,
+    markerTtlMs = 23 * HOUR_MS, maxFailedRounds = 40, ackedTtlMs = HOUR_MS, now = Date.now,
+    wait = sleep }) {
+    if (typeof user !== "function") throw new TypeError("CountersClient needs user(): request ids are per user");
+    Object.assign(this, { transport, store, user, online, inFlight, onAnswered, onRejected,
+      onTransientError, retryLaterMs, timeoutMs, markerTtlMs, maxFailedRounds, ackedTtlMs, now, wait });
     /** @type {Map<string, Tap>} every tap not yet in the rollup, by request_id */
     this.taps = new Map();
     /** @type {Set<string>} request_ids being sent */
@@ -207,6 +252,10 @@ export class CountersClient {
       this.taps.set(tap.id, tap);
       this.seq = Math.max(this.seq, tap.seq + 1);
     }
+    for (const tap of [...this.taps.values()]) {
+      if (this.#expired(tap)) await this.#drop(tap, coded("counters/expired", "sent more than a day ago and never answered"));
+    }
+    this.#pruneOld();
     for (const counter of this.counters.keys()) this.#changed(counter);
     return this.flush();
   }
@@ -265,16 +314,24 @@ export class CountersClient {
 
   /**
    * Count one tap: stored durably first, then sent (now when online, else at the next flush).
-   * Resolves once the tap is stored, not once it is sent.
+   * Resolves once the tap is stored, not once it is sent. The tap is in queued() at once, so
+   * that a toggle's next `by` (computed from queued()) sees it even before the write commits.
    * @param {string} counter
    * @param {{by?: number, ordered?: boolean}} [options] ordered: a toggle, sent in order
    * @returns {Promise<Tap>}
    */
   async tap(counter, { by = 1, ordered = false } = {}) {
     /** @type {Tap} */
-    const tap = { id: newRequestId(), counter, by, ordered, seq: this.seq++, committedAt: null };
-    await this.store.put(tap);
+    const tap = { id: newRequestId(), counter, by, ordered, seq: this.seq++, committedAt: null,
+      uid: this.user(), attempted: false, firstSentAt: null, failedRounds: 0, ackedAt: null };
     this.taps.set(tap.id, tap);
+    try {
+      await this.store.put(tap);
+    } catch (error) {
+      this.taps.delete(tap.id);
+      this.#changed(counter);
+      throw error;
+    }
     this.#changed(counter);
     void this.flush();
     return tap;
@@ -289,7 +346,7 @@ export class CountersClient {
   }
 
   /** Send what is queued. Resolves once nothing more can be sent now: everything answered, or
-   * offline, or a tap's retries exhausted (it stays queued; a later flush sends it). */
+   * offline or signed out, or a tap's retries exhausted (it stays queued; a later flush sends it). */
   flush() {
     if (this.flushing) {
       this.again = true;
@@ -302,18 +359,22 @@ export class CountersClient {
         this.again = false;
         stalled = await this.#sendAll();
       } while (this.again);
-      if (stalled && this.online()) this.later = setTimeout(() => void this.flush(), this.retryLaterMs);
+      if (stalled && this.#canSend()) this.later = setTimeout(() => void this.flush(), this.retryLaterMs);
     })().finally(() => {
       this.flushing = null;
     });
     return this.flushing;
   }
 
+  #canSend() {
+    return this.online() && this.user() !== null;
+  }
+
   /** @returns {Promise<boolean>} whether a tap stayed queued after its retries */
   async #sendAll() {
     const running = new Set();
     let stalled = false;
-    while (this.online() && !stalled) {
+    while (this.#canSend() && !stalled) {
       const next = this.#eligible();
       if (next.length === 0 && running.size === 0) break;
       for (const tap of next) {
@@ -345,16 +406,40 @@ export class CountersClient {
     return out;
   }
 
-  /** Send one tap. Returns false when it stays queued (retries exhausted). */
+  /** An attempted tap the server may have forgotten: sent again, it could count twice. */
+  #expired(tap) {
+    return tap.committedAt === null && tap.attempted && tap.firstSentAt !== null &&
+      this.now() - tap.firstSentAt > this.markerTtlMs;
+  }
+
+  /** Send one tap. Returns false when it stays queued (retries exhausted, or not signed in). */
   async #send(tap) {
     try {
+      const uid = this.user();
+      if (tap.attempted && tap.uid !== uid) {
+        await this.#drop(tap, coded("counters/user-changed", "made by another user, who may have been counted for it"));
+        return true;
+      }
+      if (this.#expired(tap)) {
+        await this.#drop(tap, coded("counters/expired", "sent more than a day ago and never answered"));
+        return true;
+      }
+      if (!tap.attempted) {
+        // Recorded before the first send: from then on the server may have applied it as `uid`.
+        tap = { ...tap, uid, attempted: true, firstSentAt: this.now() };
+        this.taps.set(tap.id, tap);
+        await this.store.put(tap);
+      }
+      const sent = tap;
       const answer = await withRetries(
-        () => this.transport.increment({ counter: tap.counter, by: tap.by, request_id: tap.id }),
+        () => withTimeout(this.transport.increment({ counter: sent.counter, by: sent.by, request_id: sent.id }),
+          this.timeoutMs),
         { onRetry: (attempt, error) => this.onTransientError(error), wait: this.wait },
       );
-      if (answer.applied) {
+      // A retry of a request that had landed answers applied: false with its first commit time.
+      if (answer.applied || answer.committed_at !== undefined) {
         rfc3339Micros(answer.committed_at ?? ""); // a missing or malformed time fails loudly
-        const acked = { ...tap, committedAt: answer.committed_at };
+        const acked = { ...tap, committedAt: answer.committed_at, ackedAt: this.now() };
         await this.store.put(acked);
         this.taps.set(tap.id, acked);
         this.#prune(tap.counter);
@@ -365,17 +450,33 @@ export class CountersClient {
       this.#changed(tap.counter);
       return true;
     } catch (error) {
-      if (TRANSIENT.has(error?.code)) {
+      if (error?.code === NOT_SIGNED_IN) {
         this.onTransientError(error);
         return false;
       }
-      await this.#forget(tap);
-      this.#changed(tap.counter);
-      this.onRejected(tap, error);
+      if (TRANSIENT.has(error?.code)) {
+        this.onTransientError(error);
+        const failed = { ...tap, failedRounds: (tap.failedRounds ?? 0) + 1 };
+        if (failed.failedRounds < this.maxFailedRounds) {
+          this.taps.set(tap.id, failed);
+          await this.store.put(failed);
+          return false;
+        }
+        await this.#drop(failed, coded("counters/gave-up", `still failing after ${failed.failedRounds} rounds of retries: ${error.message}`));
+        return true;
+      }
+      await this.#drop(tap, error);
       return true;
     } finally {
       this.sending.delete(tap.id);
     }
+  }
+
+  /** Drop a tap from the queue and report why. */
+  async #drop(tap, error) {
+    await this.#forget(tap);
+    this.#changed(tap.counter);
+    this.onRejected(tap, error);
   }
 
   async #forget(tap) {
@@ -383,12 +484,24 @@ export class CountersClient {
     this.taps.delete(tap.id);
   }
 
-  /** Drop the acknowledged taps the rollup now includes. */
+  /** Drop the acknowledged taps the rollup now includes, and those acknowledged long ago. */
   #prune(counter) {
+    this.#pruneOld();
     const rollup = this.counters.get(counter)?.rollup;
     if (!rollup) return;
     for (const tap of [...this.taps.values()]) {
       if (tap.counter === counter && tap.committedAt !== null && rfc3339Micros(tap.committedAt) <= rollup.asOf) {
+        this.taps.delete(tap.id);
+        void this.store.delete(tap.id);
+      }
+    }
+  }
+
+  /** Acknowledged taps of counters nobody watches would stay forever: the rollup has long
+   * included those acknowledged `ackedTtlMs` ago. */
+  #pruneOld() {
+    for (const tap of [...this.taps.values()]) {
+      if (tap.committedAt !== null && this.now() - (tap.ackedAt ?? 0) > this.ackedTtlMs) {
         this.taps.delete(tap.id);
         void this.store.delete(tap.id);
       }

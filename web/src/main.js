@@ -3,19 +3,20 @@
 import { onAuthStateChanged, signInAnonymously } from "firebase/auth";
 import { doc, onSnapshot } from "firebase/firestore";
 import { httpsCallable } from "firebase/functions";
-import { connect, loadConfig } from "./backend.js";
+import { connect, LOCAL, loadConfig } from "./backend.js";
 import { CountersClient, firebaseTransport, TapStore } from "./counters-client.js";
 import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
 import { startPost } from "./post.js";
 import { startTenant } from "./tenant.js";
 import { startTrends } from "./trends.js";
 
-// What `make dev` seeds (tools/demo.py); the demo staff account only exists in the emulator.
+// What `make dev` seeds (tools/demo.py). The demo staff account only exists in the emulator:
+// only the local build fills it in, so a deployed page never shows a password.
 const DEMO = {
   post: "demo-post",
   tenant: "demo-diner",
-  email: "staff@demo-diner.test",
-  password: "demo-password",
+  email: LOCAL ? "staff@demo-diner.test" : "",
+  password: LOCAL ? "demo-password" : "",
 };
 // The error banner topic of the anonymous sign-in.
 const VISITOR = "visitor";
@@ -39,38 +40,50 @@ startTenant({ ...staff, callable: callable(staff) }, {
 });
 
 const transport = firebaseTransport(visitor, { doc, onSnapshot }, { httpsCallable });
-let signedIn = false;
+// Taps are sent while the browser is online and someone is signed in, as that user: the client
+// keeps a tap it already sent for the user it was sent as (request ids are per user).
 const client = new CountersClient({
   transport,
   store: await TapStore.open(),
-  online: () => navigator.onLine && signedIn,
+  online: () => navigator.onLine,
+  user: () => visitor.auth.currentUser?.uid ?? null,
 });
-const signedInNow = startPost(client, transport, params.get("post") || DEMO.post);
+const userChanged = startPost(client, transport, params.get("post") || DEMO.post);
 // Taps an earlier visit left show at once; they are sent once signed in.
 await client.start();
 
 const who = document.getElementById("who");
+let uid = null;
 onAuthStateChanged(visitor.auth, (user) => {
   if (user) clearErrors(VISITOR);
   who.textContent = user ? `Signed in anonymously as ${user.uid}` : "Signed out";
   who.dataset.uid = user ? user.uid : "";
-  // Queued taps are sent as the user who made them (Auth keeps it on the device).
-  if (user && !signedIn) {
-    signedIn = true;
-    signedInNow();
+  if (!user) {
+    // Signed out (or the session was lost): the page always needs a visitor.
+    uid = null;
+    signIn();
+    return;
+  }
+  if (user.uid !== uid) {
+    uid = user.uid;
+    userChanged();
   }
 });
 
+let signingIn = false;
 function signIn() {
-  if (visitor.auth.currentUser) return;
+  if (visitor.auth.currentUser || signingIn) return;
+  signingIn = true;
   signInAnonymously(visitor.auth).catch((error) => {
     who.textContent = "Not signed in";
     showError(describe("Anonymous sign-in", error), VISITOR);
+  }).finally(() => {
+    signingIn = false;
   });
 }
 await visitor.auth.authStateReady();
 signIn();
-// A first visit made offline signs in once the network is back.
+// A first visit made offline (or a failed sign-in) signs in once the network is back.
 addEventListener("online", signIn);
 
 /** The service worker makes the page load offline (web/public/sw.js); the emulator build

@@ -2,11 +2,13 @@
 // claps (each tap +1, queued offline) and views (a `min_interval_s` counter the page counts once
 // per load). Counting, queueing and reconciliation live in counters-client.js; this file draws.
 import { clearErrors, describe, showError } from "./errors.js";
-import { newRequestId, TRANSIENT, withRetries } from "./counters-client.js";
+import { newRequestId, TRANSIENT, withRetries, withTimeout } from "./counters-client.js";
 
 // Error banner topics: the post's documents; tapping.
 const LISTEN = "post";
 const TAP = "tap";
+// A callable still waiting for a token (App Check offline) must not hang the page.
+const CALL_TIMEOUT_MS = 30000;
 
 /** The counters of post `post`: claps is the post's own counter (what `?post=` names). */
 export const postCounters = (post) => ({ claps: post, likes: `likes:${post}`, views: `views:${post}` });
@@ -40,10 +42,15 @@ export function startPost(client, transport, post) {
     void client.flush().then(renderNetwork);
   });
   addEventListener("offline", renderNetwork);
-  // Once signed in: what needs the user (mine, this view, sending the queued taps).
+  // Once signed in, and again whenever the user changes: what needs the user (mine, this
+  // page load's view once, sending the queued taps).
+  let viewCounted = false;
   return () => {
-    void refreshMine();
-    countView();
+    void refreshMine({ forget: true });
+    if (!viewCounted) {
+      viewCounted = true;
+      countView();
+    }
     void client.flush().then(renderNetwork);
   };
 }
@@ -102,9 +109,14 @@ function startLike(client, transport, counter, renderNetwork) {
     renderNetwork();
   }, (error) => showError(describe(`Listening to counters/${counter}`, error), LISTEN));
 
-  async function refreshMine() {
+  /** forget: the user changed, what the server said of the previous one no longer holds. */
+  async function refreshMine({ forget = false } = {}) {
+    if (forget) {
+      serverMine = null;
+      render();
+    }
     try {
-      const answer = await withRetries(() => transport.getCount({ counter }));
+      const answer = await withRetries(() => withTimeout(transport.getCount({ counter }), CALL_TIMEOUT_MS));
       if (typeof answer.mine === "boolean") serverMine = answer.mine;
     } catch (error) {
       // Offline (or a missing likes counter) is not an error: the button waits for the network.
@@ -124,9 +136,10 @@ function startLike(client, transport, counter, renderNetwork) {
   // Offline, get_count fails and the button stays disabled until the network is back.
   addEventListener("online", () => { if (serverMine === null) void refreshMine(); });
   function answered(tap, answer) {
-    // Applied: the server now counts this user or not, as the toggle said. Not applied: it was
-    // so already (another tab, a stale `mine`): ask it.
-    if (answer.applied) serverMine = tap.by > 0;
+    // Applied (now, or earlier when a retry answers the first commit time): the server counts
+    // this user or not, as the toggle said. Not applied: it was so already (another tab, a
+    // stale `mine`): ask it.
+    if (answer.applied || answer.committed_at !== undefined) serverMine = tap.by > 0;
     else void refreshMine();
     render();
   }
@@ -149,7 +162,8 @@ function startViews(client, transport, counter) {
   client.watch(counter, render);
   const requestId = newRequestId("view");
   const retryable = new Set(["functions/internal", "functions/unavailable", "functions/deadline-exceeded"]);
-  return () => withRetries(() => transport.increment({ counter, by: 1, request_id: requestId }), { transient: retryable })
+  return () => withRetries(() => withTimeout(transport.increment({ counter, by: 1, request_id: requestId }),
+    CALL_TIMEOUT_MS), { transient: retryable })
     .then(() => { outcome = "yours counted"; })
     .catch((error) => {
       if (error?.code === "functions/resource-exhausted") outcome = "too soon";

@@ -34,8 +34,10 @@ async function bundle(mode) {
     .join("\n");
 }
 
-test("the production bundle names no emulator or local address", async () => {
-  expect(localAddresses(await bundle("production"))).toEqual([]);
+test("the production bundle names no emulator or local address, nor the demo accounts", async () => {
+  const text = await bundle("production");
+  expect(localAddresses(text)).toEqual([]);
+  expect(text).not.toMatch(/demo-password|@demo-diner\.test|admin@demo\.test/);
 }, 120_000);
 
 test("the emulator bundle names the emulators", async () => {

@@ -4,12 +4,16 @@ import { IDBFactory } from "fake-indexeddb";
 import { beforeEach, describe, expect, test } from "vitest";
 import { CountersClient, rfc3339Micros, TapStore, timestampMicros } from "../src/counters-client.js";
 
-/** A server with the contract's semantics: request ids applied once, commit times in
- * microseconds, a rollup published when the test says so. */
+/** A server with the contract's semantics: request ids applied once per user (`uid`, the
+ * signed-in user), a retry answered with the first commit time, commit times in microseconds,
+ * a rollup published when the test says so. */
 class FakeServer {
   constructor() {
     this.counts = new Map();
-    this.applied = new Set();
+    this.applied = new Map();
+    this.uid = "u1";
+    this.loseAnswers = 0;
+    this.hangNext = false;
     this.micros = 1_700_000_000_000_000n;
     this.calls = [];
     this.listeners = new Map();
@@ -22,22 +26,28 @@ class FakeServer {
   transport() {
     return {
       increment: async (data) => {
-        this.calls.push(data);
+        this.calls.push({ ...data, uid: this.uid });
+        if (this.hangNext) {
+          this.hangNext = false;
+          return new Promise(() => {});
+        }
         this.inFlight += 1;
         this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
         await Promise.resolve();
         this.inFlight -= 1;
         if (this.refuse) throw Object.assign(new Error("no"), { code: this.refuse });
         if (!this.online) throw Object.assign(new Error("offline"), { code: "functions/internal" });
-        let answer = { applied: false };
-        if (!this.applied.has(data.request_id)) {
-          this.applied.add(data.request_id);
+        const key = `${this.uid}/${data.request_id}`;
+        let answer = { applied: false, committed_at: this.applied.get(key) };
+        if (!this.applied.has(key)) {
           this.counts.set(data.counter, (this.counts.get(data.counter) ?? 0) + data.by);
           this.micros += 7n;
           answer = { applied: true, committed_at: isoMicros(this.micros) };
+          this.applied.set(key, answer.committed_at);
         }
-        if (this.loseNextAnswer) {
+        if (this.loseNextAnswer || this.loseAnswers > 0) {
           this.loseNextAnswer = false;
+          this.loseAnswers -= 1;
           throw Object.assign(new Error("connection reset"), { code: "functions/internal" });
         }
         return answer;
@@ -78,7 +88,7 @@ beforeEach(() => {
 async function load(options = {}) {
   const store = await TapStore.open("test", factory);
   const client = new CountersClient({ transport: server.transport(), store, online: () => server.online,
-    wait: noWait, retryLaterMs: 60_000, ...options });
+    user: () => server.uid, wait: noWait, retryLaterMs: 60_000, ...options });
   return client;
 }
 
@@ -155,10 +165,12 @@ describe("CountersClient", () => {
     expect(server.calls).toHaveLength(2);
     expect(server.calls[0].request_id).toBe(server.calls[1].request_id);
     expect(server.counts.get("c")).toBe(1);
-    // The retry answered applied: false (no commit time): the rollup counts it, the client does not.
-    expect(state()).toMatchObject({ rollup: 0, pending: 0, unconfirmed: 0, shown: 0 });
+    // The retry answered applied: false with the first commit time: shown until the rollup has it.
+    expect(client.taps.get(server.calls[0].request_id).committedAt).toBe(server.applied.get(`u1/${server.calls[0].request_id}`));
+    expect(state()).toMatchObject({ rollup: 0, pending: 0, unconfirmed: 1, shown: 1 });
     server.publish("c");
-    expect(state().shown).toBe(1);
+    expect(state()).toMatchObject({ rollup: 1, pending: 0, unconfirmed: 0, shown: 1 });
+    expect(await client.store.all()).toEqual([]);
   });
 
   test("a rollup between two commits counts the first only once", async () => {
@@ -180,7 +192,8 @@ describe("CountersClient", () => {
     await client.tap("c");
     await client.flush();
     expect(client.queued("c")).toHaveLength(1);
-    expect(errors.length).toBeGreaterThan(0);
+    // Once per failed call, the last one included.
+    expect(errors).toHaveLength(server.calls.length);
     server.refuse = null;
     await client.flush();
     expect(client.queued("c")).toHaveLength(0);
@@ -207,8 +220,10 @@ describe("CountersClient", () => {
     for (let i = 0; i < 8; i += 1) await client.tap("claps");
     server.online = true;
     const likesInFlight = [];
+    let maxSending = 0;
     const increment = server.transport().increment;
     client.transport.increment = async (data) => {
+      maxSending = Math.max(maxSending, client.sending.size);
       if (data.counter === "likes") {
         likesInFlight.push([...client.sending].filter((id) => client.taps.get(id).counter === "likes").length);
       }
@@ -219,8 +234,158 @@ describe("CountersClient", () => {
     expect(server.counts.get("likes")).toBe(1);
     expect(server.counts.get("claps")).toBe(8);
     expect(likesInFlight).toEqual([1, 1, 1, 1, 1]);
-    expect(server.maxInFlight).toBeGreaterThan(1);
+    expect(maxSending).toBeGreaterThan(1);
+    expect(maxSending).toBeLessThanOrEqual(4);
     expect(server.maxInFlight).toBeLessThanOrEqual(4);
+  });
+
+  test("a tap refused as not signed in stays queued and is sent later", async () => {
+    const rejected = [];
+    const client = await load({ onRejected: (tap, error) => rejected.push(error.code) });
+    server.refuse = "functions/unauthenticated";
+    await client.tap("c");
+    await client.flush();
+    expect(client.queued("c")).toHaveLength(1);
+    expect(rejected).toEqual([]);
+    server.refuse = null;
+    await client.flush();
+    expect(client.queued("c")).toHaveLength(0);
+    expect(server.counts.get("c")).toBe(1);
+  });
+
+  test("nothing is sent while signed out", async () => {
+    const client = await load();
+    server.uid = null;
+    await client.tap("c");
+    await client.flush();
+    expect(server.calls).toEqual([]);
+    server.uid = "u1";
+    await client.flush();
+    expect(server.calls.map((call) => call.uid)).toEqual(["u1"]);
+  });
+
+  test("after a user change an attempted tap of the old user is dropped, a never-sent one is sent", async () => {
+    const rejected = [];
+    const client = await load({ onRejected: (tap, error) => rejected.push([tap.id, error.code]) });
+    server.loseAnswers = 1000; // the tap lands as u1, but no answer ever comes back
+    const landed = await client.tap("c");
+    await client.flush();
+    expect(server.counts.get("c")).toBe(1);
+    server.online = false;
+    const offline = await client.tap("c");
+    server.loseAnswers = 0;
+    server.uid = "u2";
+    server.online = true;
+    await client.flush();
+    expect(rejected).toEqual([[landed.id, "counters/user-changed"]]);
+    expect(server.calls.filter((call) => call.uid === "u2").map((call) => call.request_id)).toEqual([offline.id]);
+    expect(server.counts.get("c")).toBe(2);
+    expect(client.queued()).toEqual([]);
+  });
+
+  test("RESOURCE_EXHAUSTED (a policy's too soon) is not retried: the tap is dropped and reported", async () => {
+    const rejected = [];
+    const client = await load({ onRejected: (tap, error) => rejected.push(error.code) });
+    server.refuse = "functions/resource-exhausted";
+    await client.tap("views");
+    await client.flush();
+    expect(server.calls).toHaveLength(1);
+    expect(rejected).toEqual(["functions/resource-exhausted"]);
+    expect(await client.store.all()).toEqual([]);
+  });
+
+  test("a transport call that never answers times out and is retried with the same id", async () => {
+    const errors = [];
+    const client = await load({ timeoutMs: 5, onTransientError: (error) => errors.push(error.code) });
+    server.hangNext = true;
+    await client.tap("c");
+    await client.flush();
+    expect(errors).toEqual(["functions/deadline-exceeded"]);
+    expect(server.calls).toHaveLength(2);
+    expect(server.calls[0].request_id).toBe(server.calls[1].request_id);
+    expect(server.counts.get("c")).toBe(1);
+    expect(client.queued()).toEqual([]);
+  });
+
+  test("two quick toggles alternate +1 and -1", async () => {
+    const client = await load();
+    // What the Like button does: the next toggle undoes the last queued one.
+    const next = () => {
+      const queued = client.queued("likes");
+      return queued.length && queued[queued.length - 1].by > 0 ? -1 : 1;
+    };
+    const first = client.tap("likes", { by: next(), ordered: true });
+    const second = client.tap("likes", { by: next(), ordered: true });
+    await Promise.all([first, second]);
+    await client.flush();
+    expect(server.calls.map((call) => call.by)).toEqual([1, -1]);
+    expect(server.counts.get("likes")).toBe(0);
+  });
+
+  test("a tap whose store write fails is not kept", async () => {
+    const client = await load();
+    const state = shown(client, "c");
+    client.store.put = () => Promise.reject(new Error("quota"));
+    await expect(client.tap("c")).rejects.toThrow("quota");
+    expect(client.queued()).toEqual([]);
+    expect(state().pending).toBe(0);
+  });
+
+  test("an attempted tap older than the server's memory of its id is dropped; a never-sent one is sent", async () => {
+    let now = 0;
+    const rejected = [];
+    const options = { now: () => now, onRejected: (tap, error) => rejected.push([tap.id, error.code]) };
+    const first = await load(options);
+    server.loseAnswers = 1000;
+    const attempted = await first.tap("c");
+    await first.flush();
+    server.online = false;
+    const never = await first.tap("c");
+    first.store.close();
+
+    now = 24 * 3600_000;
+    server.loseAnswers = 0;
+    server.online = true;
+    const calls = server.calls.length;
+    const second = await load(options);
+    await second.start();
+    expect(rejected).toEqual([[attempted.id, "counters/expired"]]);
+    expect(server.calls.slice(calls).map((call) => call.request_id)).toEqual([never.id]);
+  });
+
+  test("a tap failing on every flush is given up and reported, and no longer blocks later toggles", async () => {
+    const rejected = [];
+    const client = await load({ maxFailedRounds: 2, onRejected: (tap, error) => rejected.push([tap.by, error.code]) });
+    server.refuse = "functions/internal";
+    await client.tap("likes", { by: 1, ordered: true });
+    await client.flush();
+    server.refuse = null;
+    server.online = false;
+    await client.tap("likes", { by: -1, ordered: true });
+    server.online = true;
+    server.refuse = "functions/internal";
+    const original = client.transport.increment;
+    client.transport.increment = (data) => {
+      if (data.by === -1) server.refuse = null;
+      return original(data);
+    };
+    await client.flush();
+    expect(rejected).toEqual([[1, "counters/gave-up"]]);
+    expect(server.counts.get("likes")).toBe(-1);
+    expect(client.queued()).toEqual([]);
+  });
+
+  test("acknowledged taps of a counter nobody watches are forgotten after a while", async () => {
+    let now = 0;
+    const first = await load({ now: () => now });
+    await first.tap("unwatched");
+    await first.flush();
+    expect(await first.store.all()).toHaveLength(1);
+    first.store.close();
+    now = 2 * 3600_000;
+    const second = await load({ now: () => now });
+    await second.start();
+    expect(await second.store.all()).toEqual([]);
   });
 
   test("a counter that does not exist says so", async () => {
