@@ -38,3 +38,15 @@ def test_hosting_builds_the_web_client_itself() -> None:
     assert hosting["predeploy"][-1] == "npm run build"
     scripts = json.loads((ROOT / "package.json").read_text())["scripts"]
     assert "--mode" not in scripts["build"]  # the production mode, which names no emulator
+
+
+def test_hosting_revalidates_pages_and_keeps_hashed_assets_forever() -> None:
+    """Pages and the service worker are revalidated on every load, so that a deploy shows at
+    once; the bundle's hashed files never change and are cached for a year."""
+    hosting = json.loads((ROOT / "firebase.json").read_text())["hosting"]
+    cache_control = {
+        rule["source"]: {h["key"]: h["value"] for h in rule["headers"]}["Cache-Control"]
+        for rule in hosting["headers"]}
+    assert cache_control == {
+        "/": "no-cache", "/index.html": "no-cache", "/ops.html": "no-cache", "/sw.js": "no-cache",
+        "/assets/**": "public, max-age=31536000, immutable"}

@@ -3,6 +3,9 @@
 // /__/ paths except the config) goes to the network untouched, so it never serves a stale count
 // and never stands between the SDK and the emulators.
 const CACHE = "counters-shell-v1";
+// A network that neither answers nor fails (a weak signal, a captive portal) must not keep the
+// page blank: after this long the cached copy answers, if there is one.
+const NETWORK_TIMEOUT_MS = 3000;
 // What the page needs besides the bundle, which install() reads from index.html.
 const SHELL = ["/", "/manifest.webmanifest", "/favicon.svg", "/icon-192.png", "/icon-512.png",
   "/__/firebase/init.json"];
@@ -29,8 +32,8 @@ self.addEventListener("fetch", (event) => {
   if (event.request.method !== "GET" || url.origin !== self.location.origin) return;
   if (url.pathname.startsWith("/__/") && url.pathname !== "/__/firebase/init.json") return;
   // Hashed file names never change content: the cache first. Anything else: the network first,
-  // so that a new deploy shows at once, and the cached copy when offline.
-  event.respondWith(url.pathname.startsWith("/assets/") ? cacheFirst(event.request) : networkFirst(event.request));
+  // so that a new deploy shows at once, and the cached copy when offline or slow.
+  event.respondWith(url.pathname.startsWith("/assets/") ? cacheFirst(event.request) : networkFirst(event));
 });
 
 async function cacheFirst(request) {
@@ -41,9 +44,11 @@ async function cacheFirst(request) {
   return response;
 }
 
-async function networkFirst(request) {
-  try {
-    const response = await fetch(request);
+/** The network's answer (kept in the cache), or the cached copy when the network fails or has
+ * not answered within NETWORK_TIMEOUT_MS; without a cached copy, the network's answer however late. */
+async function networkFirst(event) {
+  const { request } = event;
+  const fromNetwork = fetch(request).then(async (response) => {
     if (!response.ok) return response;
     const cache = await caches.open(CACHE);
     if (request.mode !== "navigate") {
@@ -51,15 +56,26 @@ async function networkFirst(request) {
       return response;
     }
     // A page is kept under its path alone: /?post=a offline is / with its own query. A new page
-    // may name new hashed files: those no cached page names are an earlier deploy's.
+    // may name new hashed files: those no cached page names are an earlier deploy's, dropped
+    // after the page is answered.
     await cache.put(new URL(request.url).pathname, response.clone());
-    await forgetUnnamedAssets(cache);
+    event.waitUntil(forgetUnnamedAssets(cache));
     return response;
-  } catch (error) {
-    const cached = await caches.match(request, { ignoreSearch: request.mode === "navigate" });
-    if (cached) return cached;
-    throw error;
+  });
+  // The cache write may outlive the answer (a timeout answered from the cache first).
+  event.waitUntil(fromNetwork.catch(() => {}));
+  let timer;
+  const slow = new Promise((resolve) => { timer = setTimeout(resolve, NETWORK_TIMEOUT_MS); });
+  try {
+    const first = await Promise.race([fromNetwork, slow.then(() => null)]);
+    if (first) return first;
+  } catch {
+    // Failed: the cached copy below, else the failure.
+  } finally {
+    clearTimeout(timer);
   }
+  const cached = await caches.match(request, { ignoreSearch: request.mode === "navigate" });
+  return cached ?? fromNetwork;
 }
 
 /** The bundle's hashed files a page names (scripts, styles, preloads). */
