@@ -142,7 +142,7 @@ def test_a_like_whose_answer_is_lost_is_retried_with_its_id_and_counted_once(
     assert len(request_ids) == 2, request_ids
     assert request_ids[0] == request_ids[1], "the retry used a new request_id"
     # The retry was not applied again, and says when the first call was.
-    assert [(answer["counter"], answer["applied"]) for answer in answers] == [(counter, False)], answers
+    assert [(a["counter"], a["applied"]) for a in answers] == [(counter, False)], answers
     assert "committed_at" in answers[0], "the first call did not land"
     assert db.document(f"counters/{counter}").get().get("count") == initial + 1
     always(lambda: count.inner_text() == str(initial + 1), for_s=SETTLED_S)
