@@ -237,6 +237,8 @@ export class CountersClient {
     this.taps = new Map();
     /** @type {Set<string>} request_ids being sent */
     this.sending = new Set();
+    /** @type {Set<string>} request_ids whose first write is not committed yet: not sent before */
+    this.storing = new Set();
     /** @type {Map<string, {rollup: Rollup | null, exists: boolean, data: any,
      *   listeners: Set<Function>, errorListeners: Set<Function>, stop: () => void}>} */
     this.counters = new Map();
@@ -325,12 +327,14 @@ export class CountersClient {
     const tap = { id: newRequestId(), counter, by, ordered, seq: this.seq++, committedAt: null,
       uid: this.user(), attempted: false, firstSentAt: null, failedRounds: 0, ackedAt: null };
     this.taps.set(tap.id, tap);
+    this.storing.add(tap.id);
     try {
       await this.store.put(tap);
     } catch (error) {
       this.taps.delete(tap.id);
-      this.#changed(counter);
       throw error;
+    } finally {
+      this.storing.delete(tap.id);
     }
     this.#changed(counter);
     void this.flush();
@@ -399,7 +403,7 @@ export class CountersClient {
       if (this.sending.size >= this.inFlight) break;
       const waits = tap.ordered && earlier.has(tap.counter);
       earlier.add(tap.counter);
-      if (this.sending.has(tap.id) || waits) continue;
+      if (this.sending.has(tap.id) || this.storing.has(tap.id) || waits) continue;
       this.sending.add(tap.id);
       out.push(tap);
     }
