@@ -7,7 +7,8 @@ otherwise default to the first generation's 1/6 vCPU and one request per instanc
 request), 512 MiB for the clients plus 80 requests' payloads, 60 s (a callable does at most a few
 Firestore calls; a stuck one fails instead of holding an instance), no minimum instance (idle
 costs nothing; the first call after a long idle pays a cold start) and at most 100 instances (a
-cap on what a flood of clients can cost). The rollup's functions set their own
+cap on what a flood of clients can cost). The collection counters' document triggers take them
+too (counting/api/collections.py). The rollup's functions set their own
 (counting/api/rollup.py). tests/unit/test_manifest.py pins them all.
 """
 
@@ -29,6 +30,7 @@ options.set_global_options(
 initialize_app()
 
 from counting.api import cloud_logging  # noqa: E402
+from counting.api.collections import TRIGGERS  # noqa: E402
 from counting.api.counters import (  # noqa: E402
     configure_counter,
     create_counter,
@@ -41,6 +43,9 @@ from counting.api.sequences import configure_sequence, next_number, reset_sequen
 from counting.api.trends import top_tags, track  # noqa: E402
 
 cloud_logging(logging.INFO)
+# The collection counters' Firestore triggers (count_orders, count_posts_comments), one per path
+# pattern of counting/declarations.py: generated, so that adding a counter is adding a declaration.
+globals().update(TRIGGERS)
 
 __all__ = [
     "configure_counter",
@@ -55,4 +60,5 @@ __all__ = [
     "rolluptick",
     "top_tags",
     "track",
+    *TRIGGERS,
 ]

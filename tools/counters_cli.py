@@ -22,7 +22,17 @@ from typing import Any
 
 import click
 import firebase_admin
-from counting import cadence, config, counters, inputs, kinds, sequences, trends
+from counting import (
+    cadence,
+    collections,
+    config,
+    counters,
+    declarations,
+    inputs,
+    kinds,
+    sequences,
+    trends,
+)
 from counting.errors import CounterError, NotFound
 from firebase_admin import auth as firebase_auth
 from google.api_core import exceptions as gexc
@@ -193,6 +203,7 @@ def create(session: Session, counter: str, shards: int | None, expected_rate: fl
     if shards is not None and expected_rate is not None:
         raise click.UsageError("give --shards or --expected-rate, not both")
     counter = inputs.counter_id(counter)
+    declarations.check_plain(counter)
     shards = inputs.shard_count(shards)
     expected_rate = inputs.expected_rate(expected_rate)
     chosen = inputs.choice(strategy, "strategy", kinds.STRATEGIES, kinds.DEFAULT_STRATEGY)
@@ -452,6 +463,39 @@ def top(session: Session, region: str | None, k: int | None, window: str | None,
     for rank, item in enumerate(ranking.items, 1):
         table.add_row(str(rank), item.tag, str(item.count))
     session.out.print(table)
+
+
+# --- collection counters ------------------------------------------------------------------------
+
+
+@cli.command("backfill")
+@click.argument("declaration")
+@json_option
+@pass_session
+def backfill_cmd(session: Session, declaration: str, as_json: bool) -> None:
+    """Count the documents DECLARATION's counters do not count yet (those written before it was
+    declared, or whose event was lost). Safe while documents change, and to run again: a
+    document is never counted twice."""
+    watch = declarations.watch_of(declaration)
+    names = None if declaration == watch.function_name else [declaration]
+    counting = collections.Counting(session.db(), watch)
+
+    def progress(done: collections.Backfilled) -> None:
+        if not as_json:
+            session.err.print(f"{done.documents} documents read, {done.counted} counted")
+
+    done = collections.backfill(counting, names, progress)
+    if done.deltas:
+        session.wrote()
+    if as_json:
+        _print_json(session, {"declarations": names or [d.name for d in watch.declarations],
+                              "documents": done.documents, "counted": done.counted,
+                              "deltas": done.deltas})
+        return
+    session.out.print(f"{watch.documents}: {done.documents} documents read, {done.counted} "
+                      f"counted now (the others were counted already)")
+    for counter, delta in sorted(done.deltas.items()):
+        session.out.print(f"  {counter}: {delta:+d}")
 
 
 # --- seq ----------------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
 `seed(project)` creates, when missing: the demo post's counters (claps, a `unique` likes counter and
 a rate-limited views counter), a configured demo tenant with its staff account, an admin account
-for the operations dashboard, and a few trending-tag events in two regions. It runs against the
-emulators named by the environment (FIRESTORE_EMULATOR_HOST, FIREBASE_AUTH_EMULATOR_HOST) and calls
-the domain directly, with Admin privileges, as the rollup does. Running it again adds nothing that
-is there.
+for the operations dashboard, a few trending-tag events in two regions, and the documents the
+demo collection counters count (comments on the demo post, orders). It runs against the emulators
+named by the environment (FIRESTORE_EMULATOR_HOST, FIREBASE_AUTH_EMULATOR_HOST) and calls the
+domain directly, with Admin privileges, as the rollup does. Running it again adds nothing that is
+there.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import datetime as dt
 
 from callables import sign_up
-from counting import cadence, counters, sequences, trends
+from counting import cadence, collections, counters, declarations, sequences, trends
 from counting.policy import Policy
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 # What the web client shows by default (web/src/main.js names the same post, tenant and account;
@@ -40,6 +42,10 @@ DEMO_TRENDS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 # The events' request ids are scoped to this user, like any caller's.
 DEMO_UID = "demo-seed"
+# Documents the collection counters count (counting/declarations.py): comments:demo-post,
+# orders:{status} and revenue:{status}.
+DEMO_COMMENTS = ("First!", "Nice post.", "Counting documents, exactly once?")
+DEMO_ORDERS = (("paid", 1200), ("paid", 450), ("shipped", 3000), ("pending", 800))
 
 
 def seed(project: str) -> None:
@@ -56,6 +62,32 @@ def seed(project: str) -> None:
     sign_up({"admin": True}, email=email, password=password, project=project)
     if seed_trends(db):
         cadence.tasks_waker().after_write(db)  # the rollup may be asleep
+    seed_documents(db)
+    # The triggers count what was just created; a backfill counts anything they missed (written
+    # before the Functions emulator was ready) and nothing twice.
+    for watch in declarations.WATCHES:
+        if collections.backfill(collections.Counting(db, watch)).deltas:
+            cadence.tasks_waker().after_write(db)
+
+
+def seed_documents(db: firestore.Client) -> int:
+    """Create the demo comments and orders that are missing. Returns how many it created."""
+    wanted: list[tuple[firestore.DocumentReference, dict[str, object]]] = []
+    comments = db.collection("posts", DEMO_COUNTER, "comments")
+    for number, text in enumerate(DEMO_COMMENTS, 1):
+        wanted.append((comments.document(f"demo-{number}"), {
+            "author": DEMO_UID, "text": text, "created_at": firestore.SERVER_TIMESTAMP}))
+    for number, (status, amount) in enumerate(DEMO_ORDERS, 1):
+        wanted.append((db.collection("orders").document(f"demo-{number}"),
+                       {"status": status, "amount": amount}))
+    created = 0
+    for ref, fields in wanted:
+        try:
+            ref.create(fields)
+        except gexc.AlreadyExists:
+            continue
+        created += 1
+    return created
 
 
 def seed_trends(db: firestore.Client, now: dt.datetime | None = None) -> bool:

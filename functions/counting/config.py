@@ -20,6 +20,7 @@ MAX_JSON_DEPTH = 32
 MAX_JSON_DIGITS = 20
 
 # Counter limits (docs/api.md).
+MAX_COUNTER_ID = 128  # characters
 MIN_SHARDS = 1
 MAX_SHARDS = 1000
 MAX_ABS_BY = 1_000_000_000
@@ -171,3 +172,23 @@ TREND_SHARDS = 64
 # Buckets are deleted by the rollup when they leave their window; the TTL policy on EXPIRES_AT
 # is the backstop, this long after that (the rollup must have subtracted them by then).
 TREND_TTL_GRACE = dt.timedelta(days=1)
+
+# ---------------------------------------------------------------------------------------------
+# Collection counters: counters kept by Firestore document triggers (issue 15).
+# ---------------------------------------------------------------------------------------------
+# counted_docs/{hash of the document path}: what the collection counters count for one watched
+# document, and the version of it they reflect (counting.collections).
+COUNTED_DOCS = "counted_docs"
+# A deleted document's record is kept this long and then expired by the TTL policy on
+# EXPIRES_AT: longer than Cloud Functions retries an event (7 days), so a late redelivery of an
+# event older than the deletion still finds it and counts nothing.
+COUNTED_TOMBSTONE_TTL = dt.timedelta(days=8)
+# A collection counter is created by the first event that needs it, sized for this rate
+# (writes/s: 2 shards); the rollup grows it with its load like any counter.
+COLLECTION_EXPECTED_RATE = 1.0
+# Applying one document state is a compare-and-set on its record; two writers of one document
+# race rarely (a document takes about one write a second), so this many lost races means trouble.
+COLLECTION_APPLY_ATTEMPTS = 20
+# Backfill reads watched documents this many at a time and applies them on this many threads.
+BACKFILL_PAGE = 300
+BACKFILL_THREADS = 8

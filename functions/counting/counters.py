@@ -24,12 +24,14 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from . import autoscale, config, kinds
-from .errors import Aborted, InvalidArgument, NotFound, ResourceExhausted
+from .errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from .kinds import Consistency, Strategy
 from .policy import Policy
 
 T = TypeVar("T")
 PACING_ATTEMPTS = 3  # a blind create of the pacing marker, then rewrites of the version read
+# On a collection counter's document: the name of the declaration that maintains it.
+COLLECTION_FIELD = "collection"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +43,15 @@ class CounterConfig:
     strategy: Strategy
     shard_load: tuple[float, ...] = ()  # writes/s per shard, published by the rollup
     policy: Policy = field(default_factory=Policy)
+    collection: str | None = None  # the declaration that maintains it (counting.collections)
+
+    def check_writable(self) -> None:
+        """Clients and operators write plain counters only: a collection counter changes with
+        the documents it counts, and a write of its own would be undone by nothing."""
+        if self.collection is not None:
+            raise FailedPrecondition(
+                f"counter: {self.counter!r} is a collection counter (declaration "
+                f"{self.collection!r}): it changes only with the documents it counts")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +146,7 @@ class ConfigCache:
             strategy=kinds.member(data.get("strategy"), kinds.STRATEGIES) or kinds.DEFAULT_STRATEGY,
             shard_load=tuple(float(x) for x in data.get("shard_load") or ()),
             policy=Policy.from_document(data.get("policy")),
+            collection=data.get(COLLECTION_FIELD),
         )
         with self._lock:
             self._entries[counter] = _Cached(read_at=now, config=found)
@@ -210,6 +222,15 @@ _CONFIGS = ConfigCache()
 _PICKER = ShardPicker()
 
 
+def default_configs() -> ConfigCache:
+    """The instance's configuration cache, which every write path shares."""
+    return _CONFIGS
+
+
+def default_picker() -> ShardPicker:
+    return _PICKER
+
+
 def create_counter(
     db: firestore.Client,
     counter: str,
@@ -218,11 +239,14 @@ def create_counter(
     expected_rate: float | None = None,
     strategy: Strategy = kinds.DEFAULT_STRATEGY,
     policy: Policy | None = None,
+    collection: str | None = None,
 ) -> Created:
-    """Create the counter and all its shards in one commit; an existing counter is left as is.
+    """Create the counter and all its shards in one commit; an existing counter is left as is
+    (so of two racing creators, one creates and the other finds it).
 
     Autoscaling starts from this size and keeps it within `min_shards`..`max_shards` (defaults
     from config.py; the fields can be changed server-side, min == max pins the count).
+    `collection` names the declaration that maintains a collection counter.
     """
     num_shards = shards if shards is not None else shards_for(expected_rate)
     min_shards, max_shards = config.DEFAULT_MIN_SHARDS, config.DEFAULT_MAX_SHARDS
@@ -240,6 +264,7 @@ def create_counter(
             "policy": (policy or Policy()).to_document(),
             "created_at": firestore.SERVER_TIMESTAMP,
             "updated_at": firestore.SERVER_TIMESTAMP,
+            **({} if collection is None else {COLLECTION_FIELD: collection}),
         },
     )
     for n in range(num_shards):
@@ -281,6 +306,7 @@ def increment(
 
     def attempt() -> dt.datetime | None:
         target = configs.get(db, counter)
+        target.check_writable()
         policy = target.policy
         policy.check(by, admin=admin, counter=counter)
         ref = shard_ref(db, counter, picker.pick(target))
@@ -400,6 +426,7 @@ def increment_many(
     def attempt() -> int:
         targets = [configs.get(db, counter) for counter in totals]  # NotFound before any write
         for target in targets:
+            target.check_writable()
             if target.policy.limits_batches:
                 raise InvalidArgument(f"increments: {target.counter!r} counts each user once or "
                                       "paces them: increment it on its own")
@@ -486,8 +513,13 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     like that lands in between counts after the reset, yet its marker goes, so the user may like
     once more; an un-like in between takes the count to -1 (docs/api.md, reset_counter)."""
     ref = counter_ref(db, counter)
-    if not ref.get().exists:
+    snapshot = ref.get()
+    if not snapshot.exists:
         raise NotFound(f"counter: {counter!r} does not exist")
+    collection = (snapshot.to_dict() or {}).get(COLLECTION_FIELD)
+    if collection is not None:
+        raise FailedPrecondition(f"counter: {counter!r} is a collection counter (declaration "
+                                 f"{collection!r}): it counts documents, it cannot be reset")
     rng = random.Random()
     batch = db.batch()
     for shard in ref.collection(config.SHARDS).list_documents():

@@ -17,6 +17,8 @@ EXPECTED = {
     "reset_sequence",
     "track",
     "top_tags",
+    "count_orders",
+    "count_posts_comments",
 }
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import main
 import pytest
 import yaml
-from counting import config
+from counting import config, declarations
 from firebase_functions.private import serving
 
 CALLABLE = {"cpu": 1, "availableMemoryMb": 512, "concurrency": 80, "timeoutSeconds": 60,
@@ -45,7 +45,7 @@ def test_no_function_falls_back_to_first_generation_cpu() -> None:
 def test_callables_serve_many_requests_per_instance() -> None:
     """Every client-facing callable serves at least 80 requests at once per instance."""
     callables = {n: e for n, e in endpoints().items() if "callableTrigger" in e}
-    assert len(callables) == len(main.__all__) - 2
+    assert len(callables) == len(main.__all__) - 2 - len(declarations.WATCHES)
     assert all(e["concurrency"] >= 80 for e in callables.values())
 
 
@@ -57,3 +57,15 @@ def test_rollup_triggers() -> None:
     queue = found["rolluptick"]["taskQueueTrigger"]
     assert queue["rateLimits"]["maxConcurrentDispatches"] == 2
     assert queue["retryConfig"]["minBackoffSeconds"] == 1
+
+
+def test_collection_triggers_watch_the_declared_documents() -> None:
+    """One written-document trigger per declared path pattern, on the default database."""
+    found = endpoints()
+    for watch in declarations.WATCHES:
+        trigger = found[watch.function_name]["eventTrigger"]
+        assert trigger["eventType"] == "google.cloud.firestore.document.v1.written"
+        assert trigger["eventFilterPathPatterns"] == {"document": watch.documents}
+        assert trigger["eventFilters"]["database"] == "(default)"
+    assert {w.function_name for w in declarations.WATCHES} == {"count_orders",
+                                                               "count_posts_comments"}

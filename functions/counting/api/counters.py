@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import counters, inputs, kinds, policy
+from .. import counters, declarations, inputs, kinds, policy
 from ..errors import InvalidArgument, PermissionDenied
 from . import Request, caller, client_callable, db, is_admin, require_admin, rfc3339, waker
 
@@ -14,9 +14,11 @@ from . import Request, caller, client_callable, db, is_admin, require_admin, rfc
 def create_counter(req: Request) -> dict[str, Any]:
     require_admin(req)
     data = inputs.payload(req.data, {"counter", "shards", "expected_rate", "strategy", "policy"})
+    counter = inputs.counter_id(inputs.required(data, "counter"))
+    declarations.check_plain(counter)
     created = counters.create_counter(
         db(),
-        inputs.counter_id(inputs.required(data, "counter")),
+        counter,
         shards=inputs.shard_count(data.get("shards")),
         expected_rate=inputs.expected_rate(data.get("expected_rate")),
         strategy=inputs.choice(data.get("strategy"), "strategy", kinds.STRATEGIES,

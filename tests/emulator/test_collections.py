@@ -1,0 +1,315 @@
+"""Collection counters through the real Firestore triggers of the Functions emulator: creates,
+deletes, updates and moves, odd ids, redelivered events, and a backfill under concurrent writes.
+
+Each test counts in counters of its own (a unique status or post id), in the stack's project,
+where the triggers and the rollup run.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import os
+import random
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+from callables import Callables, CallError
+from counting import collections, declarations
+from google.cloud import firestore
+from google.events.cloud import firestore as events
+from google.protobuf import timestamp_pb2
+
+from ..waiting import eventually
+
+COMMENTS, ORDERS, REVENUE = declarations.DECLARATIONS
+ORDERS_WATCH = declarations.watch_of("orders")
+COMMENTS_WATCH = declarations.watch_of("comments")
+# A trigger's event reaches the rollup within seconds; the first event also starts a worker.
+PUBLISHED_S = 60.0
+
+
+def rollup(db: firestore.Client, counter: str) -> int | None:
+    """The published count (counters/{id}.count), None while the counter does not exist."""
+    snapshot = db.collection("counters").document(counter).get()
+    return int((snapshot.to_dict() or {})["count"]) if snapshot.exists else None
+
+
+def strong(db: firestore.Client, counter: str) -> int:
+    """The exact sum of the counter's shards."""
+    shards = db.collection("counters", counter, "shards").stream()
+    return sum(int((s.to_dict() or {}).get("count", 0)) for s in shards)
+
+
+def settled(db: firestore.Client, expected: dict[str, int]) -> bool:
+    """Every counter publishes its expected value (and its shards sum to it)."""
+    return all(rollup(db, c) == n for c, n in expected.items()) and all(
+        strong(db, c) == n for c, n in expected.items())
+
+
+def wait_for(db: firestore.Client, expected: dict[str, int]) -> None:
+    eventually(lambda: settled(db, expected), timeout_s=PUBLISHED_S, every_s=0.2)
+
+
+def expected_of(db: firestore.Client, refs: list[firestore.DocumentReference],
+                declared: list[collections.Declaration]) -> dict[str, int]:
+    """What the declarations count for these documents as they are now."""
+    totals: dict[str, int] = {}
+    for snapshot in db.get_all(refs):
+        data = snapshot.to_dict() if snapshot.exists else None
+        params = collections.match(declared[0].documents, snapshot.reference.path)
+        assert params is not None
+        for declaration in declared:
+            for counter, amount in declaration.amounts(params, data).items():
+                totals[counter] = totals.get(counter, 0) + amount
+    return totals
+
+
+def test_orders_are_counted_and_summed_through_creates_updates_moves_and_deletes(
+    db: firestore.Client, suffix: str,
+) -> None:
+    """Every change is reflected exactly: a status change moves the count and the sum, an amount
+    change moves the sum, a deletion or a non-string status takes the order out."""
+    paid, shipped = f"paid-{suffix}", f"shipped-{suffix}"
+    orders = [db.collection("orders").document(f"{suffix}-{n}") for n in range(4)]
+    orders[0].set({"status": paid, "amount": 100})
+    orders[1].set({"status": paid, "amount": 20})
+    orders[2].set({"status": shipped, "amount": 5})
+    wait_for(db, {f"orders:{paid}": 2, f"revenue:{paid}": 120,
+                  f"orders:{shipped}": 1, f"revenue:{shipped}": 5})
+
+    orders[0].update({"status": shipped})  # a move
+    orders[1].update({"amount": 25})  # a sum change
+    orders[2].update({"note": "gift"})  # counts the same
+    orders[3].set({"status": paid, "amount": 1.5})  # counted, not summed
+    wait_for(db, {f"orders:{paid}": 2, f"revenue:{paid}": 25,
+                  f"orders:{shipped}": 2, f"revenue:{shipped}": 105})
+
+    orders[0].delete()
+    orders[1].update({"status": 42})  # no longer a string: counted nowhere
+    orders[3].update({"amount": True})  # a bool is not an amount
+    wait_for(db, {f"orders:{paid}": 1, f"revenue:{paid}": 0,
+                  f"orders:{shipped}": 1, f"revenue:{shipped}": 5})
+
+
+def test_comments_count_per_post_with_odd_ids(db: firestore.Client, suffix: str) -> None:
+    """Post ids with spaces, dots, colons and unicode, and a very long one, map to valid ids;
+    comments come and go."""
+    posts = [f"my post.été:{suffix}", f"{suffix}-" + "x" * 300]
+    counters = [COMMENTS.counter_id(post) for post in posts]
+    assert counters[0] == f"comments:my.20post.2E.C3.A9t.C3.A9.3A{suffix}"
+    assert len(counters[1]) == 128 and ".." in counters[1]
+    comments = [db.collection("posts", post, "comments") for post in posts]
+    for n in range(3):
+        for collection in comments:
+            collection.document(f"c{n}").set({"author": "someone", "text": f"comment {n}"})
+    wait_for(db, {counters[0]: 3, counters[1]: 3})
+    comments[0].document("c1").delete()
+    comments[1].document("c3").set({"author": "someone", "text": "one more"})
+    wait_for(db, {counters[0]: 2, counters[1]: 4})
+
+
+def test_odd_statuses_get_their_own_counters(db: firestore.Client, suffix: str) -> None:
+    """A unicode status and a 400-character one count in counters of their own."""
+    odd = [f"État {suffix}", f"{suffix}" + "é/" * 200]
+    for n, status in enumerate(odd):
+        db.collection("orders").document(f"{suffix}-odd-{n}").set({"status": status, "amount": 3})
+    wait_for(db, {ORDERS.counter_id(s): 1 for s in odd} | {REVENUE.counter_id(s): 3 for s in odd})
+
+
+def test_collection_counters_refuse_direct_writes(
+    db: firestore.Client, admin: Callables, suffix: str
+) -> None:
+    """increment, a batch increment and reset_counter answer FAILED_PRECONDITION; creating a
+    counter with a declared id too."""
+    status = f"paid-{suffix}"
+    db.collection("orders").document(suffix).set({"status": status, "amount": 1})
+    counter = f"orders:{status}"
+    wait_for(db, {counter: 1})
+    calls: list[dict[str, Any]] = [
+        {"name": "increment", "counter": counter},
+        {"name": "increment", "increments": [{"counter": counter, "by": 1}]},
+        {"name": "reset_counter", "counter": counter},
+        {"name": "create_counter", "counter": f"comments:new-{suffix}"},
+    ]
+    for call in calls:
+        with pytest.raises(CallError) as caught:
+            admin.call(**call)
+        assert caught.value.status == "FAILED_PRECONDITION", call
+    assert strong(db, counter) == 1
+
+
+# --- Redelivery: events POSTed to the Functions emulator as the Firestore emulator sends them ---
+
+
+def timestamp(version: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=version // 10**9, nanos=version % 10**9)
+
+
+def document(path: str, fields: dict[str, Any], version: int) -> events.Document:
+    values = {name: events.Value(string_value=value) if isinstance(value, str)
+              else events.Value(integer_value=value) for name, value in fields.items()}
+    return events.Document(
+        name=f"projects/{os.environ['GCLOUD_PROJECT']}/databases/(default)/documents/{path}",
+        fields=values, create_time=timestamp(version), update_time=timestamp(version))
+
+
+def deliver(event_id: str, path: str, before: tuple[dict[str, Any], int] | None,
+            after: tuple[dict[str, Any], int] | None, function: str = "count_orders") -> None:
+    """Deliver one document-written event to the trigger, as the Firestore emulator does (a
+    binary-mode CloudEvent with a base64 protobuf body); returns once the handler has run."""
+    data = events.DocumentEventData(
+        value=document(path, *after) if after else None,
+        old_value=document(path, *before) if before else None)
+    project = os.environ["GCLOUD_PROJECT"]
+    origin = urlsplit(os.environ["COUNTERS_FUNCTIONS_URL"])
+    headers = {
+        "Content-Type": "application/protobuf",
+        "ce-specversion": "1.0", "ce-id": event_id,
+        "ce-type": "google.cloud.firestore.document.v1.written",
+        "ce-source": f"//firestore.googleapis.com/projects/{project}/databases/(default)",
+        "ce-subject": f"documents/{path}",
+        "ce-time": dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z"),
+        "ce-location": "us-central1", "ce-project": project, "ce-namespace": "(default)",
+        "ce-database": "(default)", "ce-document": path,
+    }
+    reply = requests.post(
+        f"{origin.scheme}://{origin.netloc}/functions/projects/{project}/triggers/"
+        f"us-central1-{function}-0",  # the emulator names event triggers with a -0
+        data=base64.b64encode(events.DocumentEventData.serialize(data)), headers=headers,
+        timeout=60)
+    assert reply.status_code == 200, reply.text
+
+
+def record(db: firestore.Client, path: str) -> dict[str, Any]:
+    snapshot = collections.record_ref(db, path).get()
+    assert snapshot.exists
+    return snapshot.to_dict() or {}
+
+
+def test_an_event_delivered_twice_counts_once(db: firestore.Client, suffix: str) -> None:
+    """The same event delivered again (with its id) counts nothing more, as does one delivered
+    after a newer event of its document."""
+    status = f"paid-{suffix}"
+    counters = {f"orders:{status}": 1, f"revenue:{status}": 7}
+    phantom = f"orders/{suffix}-phantom"  # delivered directly: no document write behind it
+    for _ in range(3):
+        deliver(f"e-{suffix}", phantom, None, ({"status": status, "amount": 7}, 10**18))
+        assert {c: strong(db, c) for c in counters} == counters
+
+    ref = db.collection("orders").document(suffix)
+    ref.set({"status": status, "amount": 7})
+    doubled = {c: 2 * n for c, n in counters.items()}
+    wait_for(db, doubled)
+    created = ref.get()
+    version = collections.nanos(created.update_time)
+    first_event = record(db, ref.path)["event"]
+    deliver(first_event, ref.path, None, ({"status": status, "amount": 7}, version))
+    assert {c: strong(db, c) for c in counters} == doubled
+
+    moved = f"shipped-{suffix}"
+    ref.update({"status": moved})
+    wait_for(db, counters | {f"orders:{moved}": 1, f"revenue:{moved}": 7})
+    # The creation again, now older than the document's state: nothing.
+    deliver(first_event, ref.path, None, ({"status": status, "amount": 7}, version))
+    deliver(f"other-{suffix}", ref.path, None, ({"status": status, "amount": 7}, version))
+    assert {c: strong(db, c) for c in [*counters, f"orders:{moved}"]} == {
+        **counters, f"orders:{moved}": 1}
+
+
+# --- Backfill -----------------------------------------------------------------------------------
+
+
+def switch_triggers(on: bool) -> None:
+    """The Emulator Hub's switch of the Functions emulator's background triggers: while they
+    are off, documents written are as documents written before their counters were declared."""
+    hub = os.environ.get("FIREBASE_EMULATOR_HUB", "127.0.0.1:4400")
+    path = "enableBackgroundTriggers" if on else "disableBackgroundTriggers"
+    requests.put(f"http://{hub}/functions/{path}", timeout=60).raise_for_status()
+
+
+@contextlib.contextmanager
+def triggers_off(db: firestore.Client, suffix: str) -> Iterator[None]:
+    """Triggers off for the block; back on (and seen to count again) after it."""
+    switch_triggers(False)
+    try:
+        yield
+    finally:
+        switch_triggers(True)
+    probe = f"probe-{suffix}"
+    db.collection("orders").document(f"{suffix}-probe").set({"status": probe, "amount": 1})
+    wait_for(db, {f"orders:{probe}": 1})
+
+
+def test_backfill_counts_old_documents_once_while_documents_change(
+    db: firestore.Client, suffix: str,
+) -> None:
+    """Documents written with no trigger running are counted by the backfill; documents
+    created, deleted, moved and re-summed while it runs (before and after it reads them) are
+    counted exactly once; a second backfill counts nothing."""
+    statuses = [f"a-{suffix}", f"b-{suffix}", f"c-{suffix}"]
+    rng = random.Random(suffix)
+    refs = [db.collection("orders").document(f"{suffix}-{n:03d}") for n in range(240)]
+    post = f"bf-{suffix}"
+    with triggers_off(db, suffix):
+        batch = db.batch()
+        for ref in refs:
+            batch.set(ref, {"status": rng.choice(statuses[:2]), "amount": rng.randrange(100)})
+        for n in range(30):
+            batch.set(db.collection("posts", post, "comments").document(f"c{n}"),
+                      {"author": "someone", "text": "old"})
+        batch.commit()
+    assert all(rollup(db, c) is None for c in expected_of(db, refs, [ORDERS, REVENUE]))
+
+    done = threading.Event()
+    written: list[firestore.DocumentReference] = []
+
+    def change(rng: random.Random) -> None:
+        ref = rng.choice(refs)
+        kind = rng.randrange(4)
+        if kind == 0:
+            ref.delete()
+        elif kind == 1:  # a move, or a re-creation
+            ref.set({"status": rng.choice(statuses), "amount": rng.randrange(100)})
+        elif kind == 2:  # a new amount, if it still exists
+            ref.set({"amount": rng.randrange(100)}, merge=True) if ref.get().exists else None
+        else:
+            new = db.collection("orders").document(f"{suffix}-new-{uuid.uuid4().hex[:6]}")
+            new.set({"status": rng.choice(statuses), "amount": rng.randrange(100)})
+            written.append(new)
+
+    def writer() -> None:
+        own = random.Random(rng.random())
+        while not done.is_set():
+            change(own)
+
+    pages: list[int] = []
+
+    def progress(so_far: collections.Backfilled) -> None:
+        # Between pages: change documents read already and documents not read yet.
+        pages.append(so_far.documents)
+        for _ in range(20):
+            change(rng)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        collections.backfill(collections.Counting(db, ORDERS_WATCH), progress=progress, page=50)
+    finally:
+        done.set()
+        thread.join()
+    assert len(pages) >= 4  # the writes interleaved with several pages
+    expected = expected_of(db, refs + written, [ORDERS, REVENUE])
+    wait_for(db, expected)
+
+    again = collections.backfill(collections.Counting(db, ORDERS_WATCH))
+    assert not {c for c in again.deltas if c.endswith(suffix)}
+    comments = collections.backfill(collections.Counting(db, COMMENTS_WATCH))
+    assert comments.deltas.get(COMMENTS.counter_id(post)) == 30
+    wait_for(db, expected | {COMMENTS.counter_id(post): 30})
