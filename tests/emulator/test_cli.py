@@ -168,3 +168,24 @@ def test_claims_of_an_unknown_user_is_a_clean_error(suffix: str) -> None:
     result = run("claims", "grant", "--admin", f"nobody-{suffix}@example.test", code=1)
     assert result.stderr.splitlines()[-1].startswith("Error: no user ")
     run("claims", "grant", "--admin", "--tenant", "t", "someone", code=2)
+
+
+def test_backfill_counts_documents_once_and_refuses_direct_writes(
+    db: firestore.Client, suffix: str
+) -> None:
+    """`backfill orders` reads every order and counts none twice (the trigger counted them);
+    `inc` and `reset` on a collection counter, and an unknown declaration, are clean errors."""
+    status = f"cli-{suffix}"
+    db.collection("orders").document(f"cli-{suffix}").set({"status": status, "amount": 3})
+    counter = f"orders:{status}"
+    eventually(lambda: counters.get_count(db, counter, "strong").count == 1
+               if db.collection("counters").document(counter).get().exists else False,
+               timeout_s=60.0)
+    found = run_json("backfill", "orders")
+    assert found["declarations"] == ["orders"] and found["documents"] >= 1
+    assert counter not in found["deltas"]
+    assert "documents read" in run("backfill", "count_orders").stdout
+    assert "collection counter" in run("inc", counter, code=1).stderr
+    assert "collection counter" in run("reset", counter, code=1).stderr
+    assert "no declaration 'nope'" in run("backfill", "nope", code=1).stderr
+    assert counters.get_count(db, counter, "strong").count == 1

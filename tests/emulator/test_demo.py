@@ -43,3 +43,19 @@ def test_seeding_twice_gives_the_demo_once(db: firestore.Client) -> None:
     demo.seed(project)
     always(lambda: demo_lists(db) == expected, for_s=3.0)
     eventually(lambda: trends.top_tags(db, None, 1, "24h").items, timeout_s=PUBLISHED_S)
+
+
+def test_seeded_comments_and_orders_are_counted_once(db: firestore.Client) -> None:
+    """The demo post's comments and the demo orders are counted, once however often the demo
+    is seeded."""
+    project = os.environ["GCLOUD_PROJECT"]
+    demo.seed(project)
+    demo.seed(project)
+    expected = {f"comments:{demo.DEMO_COUNTER}": len(demo.DEMO_COMMENTS), "orders:paid": 2,
+                "revenue:paid": 1650, "orders:shipped": 1, "revenue:shipped": 3000}
+
+    def published() -> dict[str, int | None]:
+        found = {c: db.collection("counters").document(c).get() for c in expected}
+        return {c: s.get("count") if s.exists else None for c, s in found.items()}
+
+    eventually(lambda: published() == expected, timeout_s=PUBLISHED_S)

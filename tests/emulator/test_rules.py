@@ -1,5 +1,6 @@
-"""firestore.rules against the emulator: rollups are public, everything else server-only, and a
-denial is plain whatever claims the token lacks."""
+"""firestore.rules against the emulator: rollups are public, everything else server-only but the
+demo collections that collection counters count, and a denial is plain whatever claims the token
+lacks."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def test_clients_read_rollups_only(
     assert status("GET", "internal/rollup", token) in ((200, 404) if who == "admin" else (403,))
     assert status("GET", "internal/rollup_usage", token) == 403
     assert status("GET", "requests", token) == 403
+    assert status("GET", "counted_docs", token) == 403
     assert status("GET", "trends/global", token) in (200, 404)  # readable, perhaps not yet there
     for hidden in ("trend_minutes", "trend_hours", "trend_totals"):
         assert status("GET", hidden, token) == 403
@@ -80,3 +82,60 @@ def test_only_admins_list_counters_trends_and_sequences(
     for collection in ("counters", "trends", "sequences"):
         assert status("GET", collection, token) == expected, collection
     assert status("GET", f"counters/{counter}", token) == 200
+
+
+def fields(**values: object) -> dict[str, object]:
+    """A REST document body: strings, integers and booleans."""
+    def value(v: object) -> dict[str, object]:
+        if isinstance(v, bool):
+            return {"booleanValue": v}
+        if isinstance(v, int):
+            return {"integerValue": str(v)}
+        return {"stringValue": v}
+
+    return {"fields": {name: value(v) for name, v in values.items()}}
+
+
+def test_users_create_and_delete_their_own_comments_only(
+    plain_user: User, admin_user: User, suffix: str
+) -> None:
+    """A signed-in user creates a small comment as its author and deletes it; nobody forges an
+    author, adds fields, edits, or deletes another's comment; signed out, nothing."""
+    me, other = plain_user, admin_user
+    comments = f"posts/rules-{suffix}/comments"
+
+    def create(comment: str, token: str | None, **values: object) -> int:
+        return status("POST", f"{comments}?documentId={comment}", token, fields(**values))
+
+    assert create("mine", me.id_token, author=me.uid, text="hello") == 200
+    assert status("GET", f"{comments}/mine", None) == 200  # comments are public
+    assert create("theirs", other.id_token, author=other.uid, text="hi") == 200
+    assert create("forged", me.id_token, author=other.uid, text="as someone else") == 403
+    assert create("anon", None, author=me.uid, text="signed out") == 403
+    assert create("extra", me.id_token, author=me.uid, text="x", likes=1000) == 403
+    assert create("long", me.id_token, author=me.uid, text="x" * 1001) == 403
+    assert create("empty", me.id_token, author=me.uid, text="") == 403
+    assert create("typed", me.id_token, author=me.uid, text=5) == 403
+    assert create("x" * 129, me.id_token, author=me.uid, text="long id") == 403
+    assert status("PATCH", f"{comments}/mine", me.id_token,
+                  fields(author=me.uid, text="edited")) == 403
+    assert status("DELETE", f"{comments}/theirs", me.id_token) == 403
+    assert status("DELETE", f"{comments}/mine", None) == 403
+    assert status("DELETE", f"{comments}/mine", me.id_token) == 200
+
+
+def test_only_admins_read_and_write_orders(
+    plain_user: User, admin_user: User, suffix: str
+) -> None:
+    """Orders are staff data: a user neither reads nor writes them; an admin writes well-formed
+    ones."""
+    order = f"orders?documentId=rules-{suffix}"
+    valid = fields(status=f"paid-{suffix}", amount=250)
+    assert status("POST", order, plain_user.id_token, valid) == 403
+    assert status("POST", order, admin_user.id_token,
+                  fields(status=f"paid-{suffix}", amount="250")) == 403
+    assert status("POST", order, admin_user.id_token, valid) == 200
+    assert status("GET", f"orders/rules-{suffix}", plain_user.id_token) == 403
+    assert status("GET", f"orders/rules-{suffix}", admin_user.id_token) == 200
+    assert status("DELETE", f"orders/rules-{suffix}", plain_user.id_token) == 403
+    assert status("DELETE", f"orders/rules-{suffix}", admin_user.id_token) == 200

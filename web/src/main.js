@@ -4,6 +4,7 @@ import { onAuthStateChanged, signInAnonymously } from "firebase/auth";
 import { doc, onSnapshot } from "firebase/firestore";
 import { httpsCallable } from "firebase/functions";
 import { connect, LOCAL, loadConfig } from "./backend.js";
+import { startComments } from "./comments.js";
 import { CountersClient, firebaseTransport, TapStore } from "./counters-client.js";
 import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
 import { startPost } from "./post.js";
@@ -33,6 +34,7 @@ const callable = (app) => (name) => httpsCallable(app.functions, name);
 
 // The panels that need no visitor first: a form filled early is already theirs.
 startTrends(visitor);
+startComments(visitor, params.get("post") || DEMO.post);
 startTenant({ ...staff, callable: callable(staff) }, {
   tenant: params.get("tenant") || DEMO.tenant,
   email: params.get("tenant") ? "" : DEMO.email,
