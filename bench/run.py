@@ -19,6 +19,7 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "
 
 import cadence_bench  # noqa: E402
 import chaos_bench  # noqa: E402
+import collection_bench  # noqa: E402
 import counter_bench  # noqa: E402
 import matplotlib  # noqa: E402
 import policy_bench  # noqa: E402
@@ -143,6 +144,26 @@ def plot_chaos(results: dict[str, Any]) -> None:
     fig.savefig(RESULTS / "chaos.png", dpi=100)
 
 
+def plot_collections(results: dict[str, Any]) -> None:
+    fig, axes = plt.subplots(len(results), 2, figsize=(14, 4.5 * len(results)), squeeze=False)
+    for (lag, over), run in zip(axes, results.values(), strict=True):
+        series = run["series"]
+        lag.hist([total for _, total, _ in series], bins=40)
+        lag.axvline(run["lag_p99_s"], color="red", linestyle="--", label="p99")
+        lag.set(title=f"Comment commit -> counters/{{id}} published ({run['documents']:,} "
+                      f"documents at {run['achieved_rate']:.0f}/s)",
+                xlabel="seconds", ylabel="documents")
+        lag.legend()
+        over.scatter([t for t, _, _ in series], [total for _, total, _ in series], s=2,
+                     label="commit -> published")
+        over.scatter([t for t, _, _ in series], [trig for _, _, trig in series], s=2,
+                     label="commit -> trigger applied")
+        over.set(title="Lag over the run", xlabel="seconds into the run", ylabel="seconds")
+        over.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "collections.png", dpi=100)
+
+
 Bench = Callable[[], dict[str, Any]]
 
 
@@ -232,9 +253,16 @@ def policies() -> None:
     print(f"saved policies.json and policies.png under {RESULTS}")
 
 
+def collections() -> None:
+    run_group("collections", [
+        ("offered_300_per_s", lambda: collection_bench.run(collection_bench.RATE)),
+        ("offered_60_per_s", lambda: collection_bench.run(collection_bench.SUSTAINED_RATE)),
+    ], plot_collections)
+
+
 GROUPS: dict[str, Callable[[], None]] = {
-    "cadence": cadence, "chaos": chaos, "counters": counters, "autoscale": autoscale,
-    "sequences": sequences, "trends": trends, "policies": policies}
+    "cadence": cadence, "chaos": chaos, "collections": collections, "counters": counters,
+    "autoscale": autoscale, "sequences": sequences, "trends": trends, "policies": policies}
 
 
 def main(argv: list[str]) -> int:
