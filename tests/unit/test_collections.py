@@ -4,15 +4,19 @@ record's plan for an observed state (order, redelivery, moves, deletions)."""
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import random
 from typing import Any, cast
 
 import pytest
+from cloudevents.http import CloudEvent
 from counting import collections, declarations, inputs
 from counting.collections import Declaration, Entry, Observed, escape, plan, unescape
 from counting.counters import CounterConfig
 from counting.errors import FailedPrecondition, InvalidArgument
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
+from google.cloud import firestore
+from google.events.cloud import firestore as events
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -262,3 +266,34 @@ def test_collection_counters_refuse_direct_writes() -> None:
     with pytest.raises(FailedPrecondition, match="collection counter"):
         CounterConfig(counter="orders:paid", num_shards=1, strategy="random",
                       collection="orders").check_writable()
+
+
+def snapshot(data: dict[str, Any], version: int) -> Any:
+    at = dt.datetime.fromtimestamp(version / 1e9, dt.UTC)
+    return firestore.DocumentSnapshot(None, data, True, at, at, at)  # no reference needed
+
+
+def test_an_event_leads_to_its_after_state_or_a_deletion_after_its_before() -> None:
+    """A write's state is its after (at its update time); a deletion is versioned by the state
+    it deleted, so it sorts after it."""
+    before = snapshot({"status": "paid"}, 1_000_000_000)
+    after = snapshot({"status": "shipped"}, 2_000_000_000)
+    written = Observed.of_change(ORDER, before, after)
+    assert (written.data, written.version) == ({"status": "shipped"}, 2_000_000_000)
+    deleted = Observed.of_change(ORDER, after, None)
+    assert deleted.data is None and deleted.key > written.key
+    with pytest.raises(ValueError, match="neither"):
+        Observed.of_change(ORDER, None, None)
+
+
+def test_the_trigger_takes_the_document_path_from_the_payload() -> None:
+    """An id with non-ASCII characters arrives Latin-1-garbled in the `document` header; the
+    payload's resource name is exact and wins."""
+    api = importlib.import_module("counting.api.collections")  # after main.py's global options
+    path = "posts/été/comments/c1"
+    name = f"projects/demo-unit/databases/(default)/documents/{path}"
+    payload = events.DocumentEventData(value=events.Document(name=name))
+    raw = CloudEvent({"type": "t", "source": "s", "document": path.encode().decode("latin-1")},
+                     events.DocumentEventData.serialize(payload))
+    api.exact_document(raw)
+    assert raw["document"] == path
