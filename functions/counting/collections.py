@@ -318,7 +318,7 @@ def read_entries(snapshot: firestore.DocumentSnapshot[Any]) -> Entries:
 class Applied:
     """What applying one observed state did."""
 
-    deltas: dict[str, int] = field(default_factory=dict)  # empty: nothing newer to apply
+    deltas: dict[str, int] = field(default_factory=dict)  # the counters it moved
     committed_at: dt.datetime | None = None  # None: nothing was written
     attempts: int = 1
 
