@@ -15,13 +15,16 @@ import random
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import requests
 from callables import Callables, CallError
-from counting import collections, declarations
+from counting import collections, counters, declarations
+from counting.counters import ShardPicker
+from counting.errors import FailedPrecondition
 from google.cloud import firestore
 from google.events.cloud import firestore as events
 from google.protobuf import timestamp_pb2
@@ -102,17 +105,17 @@ def test_comments_count_per_post_with_odd_ids(db: firestore.Client, suffix: str)
     """Post ids with spaces, dots, colons and unicode, and a very long one, map to valid ids;
     comments come and go."""
     posts = [f"my post.été:{suffix}", f"{suffix}-" + "x" * 300]
-    counters = [COMMENTS.counter_id(post) for post in posts]
-    assert counters[0] == f"comments:my.20post.2E.C3.A9t.C3.A9.3A{suffix}"
-    assert len(counters[1]) == 128 and ".." in counters[1]
+    ids = [COMMENTS.counter_id(post) for post in posts]
+    assert ids[0] == f"comments:my.20post.2E.C3.A9t.C3.A9.3A{suffix}"
+    assert len(ids[1]) == 128 and ".." in ids[1]
     comments = [db.collection("posts", post, "comments") for post in posts]
     for n in range(3):
         for collection in comments:
             collection.document(f"c{n}").set({"author": "someone", "text": f"comment {n}"})
-    wait_for(db, {counters[0]: 3, counters[1]: 3})
+    wait_for(db, {ids[0]: 3, ids[1]: 3})
     comments[0].document("c1").delete()
     comments[1].document("c3").set({"author": "someone", "text": "one more"})
-    wait_for(db, {counters[0]: 2, counters[1]: 4})
+    wait_for(db, {ids[0]: 2, ids[1]: 4})
 
 
 def test_odd_statuses_get_their_own_counters(db: firestore.Client, suffix: str) -> None:
@@ -201,30 +204,30 @@ def test_an_event_delivered_twice_counts_once(db: firestore.Client, suffix: str)
     """The same event delivered again (with its id) counts nothing more, as does one delivered
     after a newer event of its document."""
     status = f"paid-{suffix}"
-    counters = {f"orders:{status}": 1, f"revenue:{status}": 7}
+    once = {f"orders:{status}": 1, f"revenue:{status}": 7}
     phantom = f"orders/{suffix}-phantom"  # delivered directly: no document write behind it
     for _ in range(3):
         deliver(f"e-{suffix}", phantom, None, ({"status": status, "amount": 7}, 10**18))
-        assert {c: strong(db, c) for c in counters} == counters
+        assert {c: strong(db, c) for c in once} == once
 
     ref = db.collection("orders").document(suffix)
     ref.set({"status": status, "amount": 7})
-    doubled = {c: 2 * n for c, n in counters.items()}
+    doubled = {c: 2 * n for c, n in once.items()}
     wait_for(db, doubled)
     created = ref.get()
     version = collections.nanos(created.update_time)
     first_event = record(db, ref.path)["event"]
     deliver(first_event, ref.path, None, ({"status": status, "amount": 7}, version))
-    assert {c: strong(db, c) for c in counters} == doubled
+    assert {c: strong(db, c) for c in once} == doubled
 
     moved = f"shipped-{suffix}"
     ref.update({"status": moved})
-    wait_for(db, counters | {f"orders:{moved}": 1, f"revenue:{moved}": 7})
+    wait_for(db, once | {f"orders:{moved}": 1, f"revenue:{moved}": 7})
     # The creation again, now older than the document's state: nothing.
     deliver(first_event, ref.path, None, ({"status": status, "amount": 7}, version))
     deliver(f"other-{suffix}", ref.path, None, ({"status": status, "amount": 7}, version))
-    assert {c: strong(db, c) for c in [*counters, f"orders:{moved}"]} == {
-        **counters, f"orders:{moved}": 1}
+    assert {c: strong(db, c) for c in [*once, f"orders:{moved}"]} == {
+        **once, f"orders:{moved}": 1}
 
 
 # --- Backfill -----------------------------------------------------------------------------------
@@ -317,3 +320,61 @@ def test_backfill_counts_old_documents_once_while_documents_change(
     comments = collections.backfill(collections.Counting(db, COMMENTS_WATCH))
     assert comments.deltas.get(COMMENTS.counter_id(post)) == 30
     wait_for(db, expected | {COMMENTS.counter_id(post): 30})
+
+
+# --- The apply step in-process, on a project of its own (no trigger, no rollup there) -----------
+
+
+def test_racing_first_events_create_a_counter_once_and_count_each(
+    isolated_db: firestore.Client,
+) -> None:
+    """16 instances (each with its own configuration cache) apply the first comments of a post
+    at once: one creates the counter, the others find it, every comment counts."""
+    def instance(n: int) -> collections.Applied:
+        counting = collections.Counting(isolated_db, COMMENTS_WATCH,
+                                        configs=counters.ConfigCache(), picker=ShardPicker())
+        return counting.apply(collections.Observed(
+            path=f"posts/p/comments/c{n}", data={"text": "hi"}, version=1_000 + n), event=f"e{n}")
+
+    with ThreadPoolExecutor(16) as pool:
+        applied = list(pool.map(instance, range(16)))
+    assert all(a.deltas == {"comments:p": 1} for a in applied)
+    assert strong(isolated_db, "comments:p") == 16
+    data = isolated_db.collection("counters").document("comments:p").get().to_dict() or {}
+    assert data["collection"] == "comments"
+
+
+def test_racing_states_of_one_document_end_at_the_newest(isolated_db: firestore.Client) -> None:
+    """Thirty states of one order, applied at once in any order and some twice: the counters
+    hold what the newest state counts."""
+    rng = random.Random(7)
+    states = [collections.Observed(path="orders/o", version=v, data=None if v % 7 == 0 else {
+        "status": rng.choice(["a", "b", "c"]), "amount": rng.randrange(50)}) for v in range(1, 31)]
+    delivered = states + rng.sample(states, 10)
+    rng.shuffle(delivered)
+
+    def deliver_one(observed: collections.Observed) -> collections.Applied:
+        return collections.Counting(isolated_db, ORDERS_WATCH).apply(observed, event="e")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(deliver_one, delivered))
+    last = states[-1].data
+    expected = {**ORDERS.amounts({}, last), **REVENUE.amounts({}, last)}
+    for status in "abc":
+        for counter in (f"orders:{status}", f"revenue:{status}"):
+            exists = isolated_db.collection("counters").document(counter).get().exists
+            assert (strong(isolated_db, counter) if exists else 0) == expected.get(counter, 0)
+
+
+def test_a_hand_made_counter_under_a_declared_id_is_not_counted_into(
+    isolated_db: firestore.Client,
+) -> None:
+    """A plain counter created with a declared id before the declaration: the event is refused
+    and nothing is written."""
+    counters.create_counter(isolated_db, "orders:legacy", shards=1)
+    counting = collections.Counting(isolated_db, ORDERS_WATCH, configs=counters.ConfigCache())
+    with pytest.raises(FailedPrecondition, match="not maintained by declaration"):
+        counting.apply(collections.Observed(path="orders/o", data={"status": "legacy"},
+                                            version=1), event="e")
+    assert strong(isolated_db, "orders:legacy") == 0
+    assert not collections.record_ref(isolated_db, "orders/o").get().exists
