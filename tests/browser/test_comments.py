@@ -30,7 +30,7 @@ def test_the_comment_count_follows_comments_live_in_two_windows(
 ) -> None:
     """Three comments from one window, one from the server, one deleted: both windows show
     each count as it is published, and no error."""
-    post = f"web {suffix}"
+    post = f"web-{suffix}"  # also a valid counter id: the post card counts its likes
     page, other = open_page(f"?post={post}"), open_page(f"?post={post}")
     count, seen = page.locator("#comment-count"), other.locator("#comment-count")
     signed_in(page)
