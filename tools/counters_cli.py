@@ -474,8 +474,8 @@ def top(session: Session, region: str | None, k: int | None, window: str | None,
 @pass_session
 def backfill_cmd(session: Session, declaration: str, as_json: bool) -> None:
     """Count the documents DECLARATION's counters do not count yet (those written before it was
-    declared, or whose event was lost). Safe while documents change, and to run again: a
-    document is never counted twice."""
+    declared, or whose event was lost), and uncount deleted ones whose event was lost. Safe
+    while documents change, and to run again: a document is never counted twice."""
     watch = declarations.watch_of(declaration)
     names = None if declaration == watch.function_name else [declaration]
     counting = collections.Counting(session.db(), watch)
@@ -490,12 +490,18 @@ def backfill_cmd(session: Session, declaration: str, as_json: bool) -> None:
     if as_json:
         _print_json(session, {"declarations": names or [d.name for d in watch.declarations],
                               "documents": done.documents, "counted": done.counted,
-                              "deltas": done.deltas})
-        return
-    session.out.print(f"{watch.documents}: {done.documents} documents read, {done.counted} "
-                      f"counted now (the others were counted already)")
-    for counter, delta in sorted(done.deltas.items()):
-        session.out.print(f"  {counter}: {delta:+d}")
+                              "removed": done.removed, "deltas": done.deltas,
+                              "failed": done.failed})
+    else:
+        session.out.print(f"{watch.documents}: {done.documents} documents read, {done.counted} "
+                          f"counted now (the others were counted already), {done.removed} "
+                          "deleted documents uncounted")
+        for counter, delta in sorted(done.deltas.items()):
+            session.out.print(f"  {counter}: {delta:+d}")
+    if done.failed:
+        for path, why in sorted(done.failed.items()):
+            session.err.print(f"not applied: {path}: {why}")
+        raise click.ClickException(f"{len(done.failed)} documents were not applied")
 
 
 # --- seq ----------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from google.cloud import firestore
 
 from . import config, counters
 from .counters import ConfigCache, ShardPicker
-from .errors import FailedPrecondition, InvalidArgument, NotFound
+from .errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 _TEMPLATE = re.compile(r"(?P<name>[^:{}]+):\{(?P<placeholder>[A-Za-z_][A-Za-z0-9_]*)\}")
@@ -112,6 +112,17 @@ class Declaration:
     documents: str
     group_by: str | None = None
     sum: str | None = None
+    # The rate (writes/s) a new counter of this declaration is sized for. A group_by counter
+    # takes the writes of every document in its group (all new orders go to orders:pending), so
+    # it starts larger; the rollup then sizes every counter to its measured load.
+    expected_rate: float | None = None
+
+    @property
+    def initial_rate(self) -> float:
+        if self.expected_rate is not None:
+            return self.expected_rate
+        return (config.COLLECTION_GROUP_EXPECTED_RATE if self.group_by is not None
+                else config.COLLECTION_EXPECTED_RATE)
 
     def __post_init__(self) -> None:
         match = _TEMPLATE.fullmatch(self.counter)
@@ -362,8 +373,8 @@ class Counting:
                     self._configs.forget(counter)
                 continue
             return Applied(deltas=change.deltas, committed_at=committed, attempts=attempt)
-        raise FailedPrecondition(f"{observed.path}: its record kept changing; "
-                                 f"{config.COLLECTION_APPLY_ATTEMPTS} attempts lost the race")
+        raise Aborted(f"{observed.path}: its record kept changing; "
+                      f"{config.COLLECTION_APPLY_ATTEMPTS} attempts lost the race")
 
     def _commit(self, ref: firestore.DocumentReference, snapshot: firestore.DocumentSnapshot[Any],
                 change: Plan, observed: Observed, event: str) -> dt.datetime:
@@ -393,12 +404,12 @@ class Counting:
     def _ensure_counters(self, named: Mapping[str, str]) -> None:
         """Create the counters that do not exist yet (two events racing to create one: one
         creates it, the other finds it); refuse to count into a counter nobody declared."""
+        rates = {d.name: d.initial_rate for d in self.watch.declarations}
         for counter, declaration in named.items():
             try:
                 found = self._configs.get(self.db, counter)
             except NotFound:
-                counters.create_counter(self.db, counter,
-                                        expected_rate=config.COLLECTION_EXPECTED_RATE,
+                counters.create_counter(self.db, counter, expected_rate=rates[declaration],
                                         collection=declaration)
                 found = self._configs.get(self.db, counter)
             if found.collection != declaration:
@@ -413,7 +424,9 @@ class Backfilled:
 
     documents: int = 0  # watched documents read
     counted: int = 0  # of them, those whose state it applied (the others were counted already)
+    removed: int = 0  # documents gone whose deletion no event had applied
     deltas: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)  # path -> why it was not applied
 
 
 def watched_documents(
@@ -450,30 +463,85 @@ def watched_documents(
 def backfill(counting: Counting, declarations: Iterable[str] | None = None,
              progress: Callable[[Backfilled], None] | None = None,
              page: int = config.BACKFILL_PAGE) -> Backfilled:
-    """Count the documents that exist, for the named declarations (default: all of the watch):
-    each is applied as the state just read, through the triggers' own step, so a document the
-    triggers have counted already (at that state or a newer one) is skipped, and one written
-    while this runs is counted once whichever of the two applies its state first."""
+    """Bring the named declarations' counters (default: all of the watch) up to the documents
+    as they are, through the triggers' own step, so that nothing is counted twice:
+
+    1. every document that exists is applied as the state just read: one the triggers counted
+       already (at that state or a newer one) is skipped, and one written while this runs is
+       counted once whichever of the two applies its state first;
+    2. every record of the watch that still counts a document which no longer exists (its
+       delete event was lost) is applied a deletion versioned at the read that found it gone:
+       any later write of the document has a later update time, so it still wins.
+
+    A document that fails (a counter under a declared id made by hand, say) is reported in
+    `failed` and the others go on."""
     names = None if declarations is None else list(declarations)
     done = Backfilled()
     totals: dict[str, int] = defaultdict(int)
+    db = counting.db
 
-    def one(snapshot: firestore.DocumentSnapshot[Any]) -> Applied:
+    def present(snapshot: firestore.DocumentSnapshot[Any]) -> Applied | None:
         observed = Observed(path=snapshot.reference.path, data=snapshot.to_dict() or {},
                             version=nanos(snapshot.update_time))
         return counting.apply(observed, event="backfill", only=names)
 
-    snapshots = watched_documents(counting.db, counting.watch.documents, page)
-    with ThreadPoolExecutor(max_workers=config.BACKFILL_THREADS,
-                            thread_name_prefix="backfill") as pool:
-        while found := list(itertools.islice(snapshots, page)):
-            for applied in pool.map(one, found):
-                done.documents += 1
-                if applied.committed_at is not None:
-                    done.counted += 1
-                for counter, delta in applied.deltas.items():
-                    totals[counter] += delta
-            if progress is not None:
-                progress(done)
-    done.deltas = dict(totals)
+    def gone(record: firestore.DocumentSnapshot[Any]) -> Applied | None:
+        path = str((record.to_dict() or {}).get("path", ""))
+        if match(counting.watch.documents, path) is None:
+            return None
+        entries = read_entries(record)
+        if all(entry.deleted for name, entry in entries.items() if names is None or name in names):
+            return None
+        document = db.document(path).get()
+        if document.exists:
+            return None  # counted in step 1 (or by its trigger since)
+        observed = Observed(path=path, data=None, version=nanos(document.read_time))
+        return counting.apply(observed, event="backfill", only=names)
+
+    def safely(step: Callable[[firestore.DocumentSnapshot[Any]], Applied | None],
+               snapshot: firestore.DocumentSnapshot[Any]) -> tuple[str, Applied | str | None]:
+        try:
+            return snapshot.reference.path, step(snapshot)
+        except Exception as error:  # one document never stops the others
+            return snapshot.reference.path, f"{type(error).__name__}: {error}"
+
+    def run(step: Callable[[firestore.DocumentSnapshot[Any]], Applied | None],
+            snapshots: Iterator[firestore.DocumentSnapshot[Any]], *, removal: bool) -> None:
+        with ThreadPoolExecutor(max_workers=config.BACKFILL_THREADS,
+                                thread_name_prefix="backfill") as pool:
+            while found := list(itertools.islice(snapshots, page)):
+                for path, outcome in pool.map(lambda s: safely(step, s), found):
+                    if isinstance(outcome, str):
+                        done.failed[path] = outcome
+                        continue
+                    if not removal:
+                        done.documents += 1
+                    if outcome is None or outcome.committed_at is None:
+                        continue
+                    if removal:
+                        done.removed += 1
+                    else:
+                        done.counted += 1
+                    for counter, delta in outcome.deltas.items():
+                        totals[counter] += delta
+                if progress is not None:
+                    progress(done)
+
+    run(present, watched_documents(db, counting.watch.documents, page), removal=False)
+    run(gone, records(db, page), removal=True)
+    done.deltas = {counter: delta for counter, delta in totals.items() if delta}
     return done
+
+
+def records(db: firestore.Client, page: int) -> Iterator[firestore.DocumentSnapshot[Any]]:
+    """Every record of every watch, a page at a time in id order (their `path` is not indexed)."""
+    last: firestore.DocumentSnapshot[Any] | None = None
+    while True:
+        query = db.collection(config.COUNTED_DOCS).limit(page)  # in id order
+        if last is not None:
+            query = query.start_after(last)
+        found = list(query.stream())
+        yield from found
+        if len(found) < page:
+            return
+        last = found[-1]

@@ -186,6 +186,12 @@ COUNTED_TOMBSTONE_TTL = dt.timedelta(days=8)
 # A collection counter is created by the first event that needs it, sized for this rate
 # (writes/s: 2 shards); the rollup grows it with its load like any counter.
 COLLECTION_EXPECTED_RATE = 1.0
+# A group_by counter (orders:{status}) takes every document of its group: 50 shards to start.
+COLLECTION_GROUP_EXPECTED_RATE = 25.0
+# A trigger retries what fails transiently (Firestore contention or outage, lost races) with
+# these pauses, within its 60 s timeout: the Python SDK deploys Firestore triggers without
+# retries, so an event whose handler fails is lost until the next backfill.
+COLLECTION_RETRY_PAUSES_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 # Applying one document state is a compare-and-set on its record; two writers of one document
 # race rarely (a document takes about one write a second), so this many lost races means trouble.
 COLLECTION_APPLY_ATTEMPTS = 20

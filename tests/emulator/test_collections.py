@@ -322,6 +322,29 @@ def test_backfill_counts_old_documents_once_while_documents_change(
     wait_for(db, expected | {COMMENTS.counter_id(post): 30})
 
 
+def test_backfill_uncounts_a_document_whose_delete_event_was_lost(
+    db: firestore.Client, suffix: str,
+) -> None:
+    """A document deleted while no trigger ran stays counted until a backfill, which uncounts it
+    once (and a second backfill changes nothing); a document re-created afterwards counts."""
+    status = f"lost-{suffix}"
+    kept, lost = (db.collection("orders").document(f"{suffix}-{n}") for n in ("kept", "lost"))
+    kept.set({"status": status, "amount": 5})
+    lost.set({"status": status, "amount": 7})
+    wait_for(db, {f"orders:{status}": 2, f"revenue:{status}": 12})
+    with triggers_off(db, suffix):
+        lost.delete()
+    repaired = collections.backfill(collections.Counting(db, ORDERS_WATCH))
+    assert repaired.removed >= 1 and not repaired.failed
+    assert repaired.deltas[f"orders:{status}"] == -1
+    assert repaired.deltas[f"revenue:{status}"] == -7
+    wait_for(db, {f"orders:{status}": 1, f"revenue:{status}": 5})
+    again = collections.backfill(collections.Counting(db, ORDERS_WATCH))
+    assert not {c for c in again.deltas if c.endswith(suffix)}
+    lost.set({"status": status, "amount": 1})
+    wait_for(db, {f"orders:{status}": 2, f"revenue:{status}": 6})
+
+
 # --- The apply step in-process, on a project of its own (no trigger, no rollup there) -----------
 
 

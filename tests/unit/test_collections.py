@@ -297,3 +297,57 @@ def test_the_trigger_takes_the_document_path_from_the_payload() -> None:
                      events.DocumentEventData.serialize(payload))
     api.exact_document(raw)
     assert raw["document"] == path
+
+
+class FlakyCounting:
+    """A stand-in for Counting whose apply fails with each of `failures` in turn, then works."""
+
+    def __init__(self, failures: list[Exception]) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def apply(self, observed: Observed, *, event: str) -> collections.Applied:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return collections.Applied()
+
+
+def event_of(path: str) -> Any:
+    doc = firestore.DocumentSnapshot(
+        firestore.Client(project="demo-unit").document(path), {"status": "paid"}, True,
+        dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    change = type("Change", (), {"before": None, "after": doc})()
+    return type("Event", (), {"data": change, "id": "event-1"})()
+
+
+def test_a_trigger_retries_transient_failures_and_gives_up_on_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Contention and outages are retried after each pause (the platform never redelivers a
+    failed Python Firestore trigger); a permanent failure is raised at once; retries run out."""
+    from counting.errors import Aborted
+    from google.api_core import exceptions as gexc
+
+    api = importlib.import_module("counting.api.collections")
+    watch = declarations.WATCHES[0]
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", "127.0.0.1:1")
+    slept: list[float] = []
+    down: Exception = gexc.ServiceUnavailable("down")  # type: ignore[no-untyped-call]
+    flaky = FlakyCounting([Aborted("lost races"), down])
+    monkeypatch.setattr(api, "counting", lambda _: flaky)
+    api.count_event(watch, event_of("orders/o1"), pauses=(1.0, 2.0, 4.0), sleep=slept.append)
+    assert (flaky.calls, slept) == (3, [1.0, 2.0])
+
+    permanent = FlakyCounting([FailedPrecondition("a hand-made counter")])
+    monkeypatch.setattr(api, "counting", lambda _: permanent)
+    with pytest.raises(FailedPrecondition):
+        api.count_event(watch, event_of("orders/o1"), pauses=(1.0,), sleep=slept.append)
+    assert permanent.calls == 1
+
+    hopeless = FlakyCounting([down] * 5)
+    monkeypatch.setattr(api, "counting", lambda _: hopeless)
+    with pytest.raises(gexc.ServiceUnavailable):
+        api.count_event(watch, event_of("orders/o1"), pauses=(1.0, 1.0), sleep=slept.append)
+    assert hopeless.calls == 3

@@ -5,27 +5,32 @@ Each runs with the callables' global options (main.py: one vCPU, 80 events at on
 two Firestore round trips). Delivery is at least once, and the document's record makes a
 redelivery count nothing twice. The Python SDK (firebase-functions 0.6.0) deploys Firestore
 triggers with `retry: false` and has no option to change it: an event whose handler fails (after
-the client library's own retries) is not delivered again, and the document stays counted at its
+its own retries, `count_event`) is not delivered again, and the document stays counted at its
 previous state until its next write or the next `counters backfill`, which repairs it exactly.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import logging
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, cast
 
 from cloudevents.http import CloudEvent
 from firebase_functions import firestore_fn
 from firebase_functions.core import Change
+from google.api_core import exceptions as gexc
 from google.cloud.firestore import DocumentSnapshot
 from google.events.cloud.firestore import DocumentEventData
 
-from .. import collections, declarations
+from .. import collections, config, declarations
 from ..collections import Counting, Observed, Watch
+from ..errors import Aborted
 from . import db, waker
 
 Event: TypeAlias = "firestore_fn.Event[Change[DocumentSnapshot[Any] | None]]"
+log = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -33,13 +38,30 @@ def counting(watch: Watch) -> Counting:
     return Counting(db(), watch)
 
 
-def count_event(watch: Watch, event: Event) -> collections.Applied:
-    """Apply the state one event leads to, once, then wake the rollup if it sleeps."""
+# What a retry may fix: contention (lost races on the record, Firestore's ABORTED) and outages.
+TRANSIENT = (Aborted, gexc.Aborted, gexc.DeadlineExceeded, gexc.InternalServerError,
+             gexc.ServiceUnavailable, gexc.TooManyRequests, gexc.RetryError)
+
+
+def count_event(watch: Watch, event: Event,
+                pauses: Sequence[float] = config.COLLECTION_RETRY_PAUSES_S,
+                sleep: Callable[[float], None] = time.sleep) -> collections.Applied:
+    """Apply the state one event leads to, once, then wake the rollup if it sleeps. Transient
+    failures are retried here, after each of `pauses`: the deployed trigger is never retried by
+    the platform, and applying a state again is safe (the record's compare-and-set)."""
     change = event.data
     snapshot = change.after if change.after is not None else change.before
     assert snapshot is not None  # an event changes a document
     observed = Observed.of_change(snapshot.reference.path, change.before, change.after)
-    applied = counting(watch).apply(observed, event=event.id)
+    for pause in (*pauses, None):
+        try:
+            applied = counting(watch).apply(observed, event=event.id)
+            break
+        except TRANSIENT as error:
+            if pause is None:
+                raise
+            log.warning("%s: %r; trying again in %.1f s", observed.path, error, pause)
+            sleep(pause)
     if applied.deltas:
         waker().after_write(db())
     return applied
