@@ -441,16 +441,8 @@ def watched_documents(
         name = segments[depth]
         collection = db.collection(name) if parent is None else parent.collection(name)
         if depth + 2 == len(segments):
-            last: firestore.DocumentSnapshot[Any] | None = None
-            while True:
-                query = collection.limit(page)
-                if last is not None:
-                    query = query.start_after(last)
-                found = list(query.stream())
-                yield from found
-                if len(found) < page:
-                    return
-                last = found[-1]
+            yield from paged(collection, page)
+            return
         wildcard = _WILDCARD.fullmatch(segments[depth + 1])
         refs = (collection.list_documents(page_size=page) if wildcard
                 else [collection.document(segments[depth + 1])])
@@ -534,10 +526,16 @@ def backfill(counting: Counting, declarations: Iterable[str] | None = None,
 
 
 def records(db: firestore.Client, page: int) -> Iterator[firestore.DocumentSnapshot[Any]]:
-    """Every record of every watch, a page at a time in id order (their `path` is not indexed)."""
+    """Every record of every watch (their `path` is not indexed)."""
+    return paged(db.collection(config.COUNTED_DOCS), page)
+
+
+def paged(collection: firestore.CollectionReference,
+          page: int) -> Iterator[firestore.DocumentSnapshot[Any]]:
+    """Every document of `collection`, in id order, `page` per query."""
     last: firestore.DocumentSnapshot[Any] | None = None
     while True:
-        query = db.collection(config.COUNTED_DOCS).limit(page)  # in id order
+        query = collection.limit(page)
         if last is not None:
             query = query.start_after(last)
         found = list(query.stream())
