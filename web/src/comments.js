@@ -64,6 +64,11 @@ function card(section) {
 export function startComments({ db, auth }, post) {
   const section = document.getElementById("comments");
   card(section);
+  if (post.includes("/")) {
+    // A document id cannot hold "/": there are no comments to show.
+    showError(describe("Comments", new Error(`"${post}" is not a post id`)), COUNT);
+    return;
+  }
   const output = document.getElementById("comment-count");
   const form = document.getElementById("comment-form");
   const text = document.getElementById("comment-text");
@@ -74,23 +79,30 @@ export function startComments({ db, auth }, post) {
   let mine = []; // this user's comment ids, newest last
   let stopMine = () => {};
 
-  commentsCounter(post).then((counter) =>
-    onSnapshot(
-      doc(db, "counters", counter),
-      (snap) => {
-        clearErrors(COUNT);
-        // The trigger creates the counter with the post's first comment.
-        output.textContent = snap.exists() ? String(snap.data().count ?? 0) : "0";
-        output.dataset.counter = counter;
-      },
-      (error) => showError(describe(`Listening to counters/${counter}`, error), COUNT),
-    ),
-  );
+  commentsCounter(post)
+    .then((counter) =>
+      onSnapshot(
+        doc(db, "counters", counter),
+        (snap) => {
+          clearErrors(COUNT);
+          // The trigger creates the counter with the post's first comment.
+          output.textContent = snap.exists() ? String(snap.data().count ?? 0) : "0";
+          output.dataset.counter = counter;
+        },
+        (error) => showError(describe(`Listening to counters/${counter}`, error), COUNT),
+      ),
+    )
+    .catch((error) => showError(describe("The comments counter", error), COUNT));
 
   onAuthStateChanged(auth, (user) => {
     stopMine();
     add.disabled = !user;
-    if (!user) return;
+    if (!user) {
+      mine = [];
+      remove.disabled = true;
+      detail.textContent = "";
+      return;
+    }
     stopMine = onSnapshot(
       query(comments, where("author", "==", user.uid)),
       (snap) => {
