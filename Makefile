@@ -15,7 +15,7 @@ WEB_SOURCES := web/index.html web/ops.html web/vite.config.js $(wildcard web/src
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup web chromium dev exec test lint unit webunit runtime-check emulator browser bench deploy clean clean-data
+.PHONY: help setup web chromium fresh-test dev exec test lint unit webunit runtime-check emulator browser bench deploy clean clean-data
 help:
 	@echo "make dev            run the stack and the web client with demo data (kept between runs); Ctrl-C stops"
 	@echo "make test           everything CI runs: lint, unit, webunit, runtime-check, emulator, browser"
@@ -29,6 +29,7 @@ help:
 	@echo "make emulator       tests against the stack, through the real callables"
 	@echo "make browser        the web client in Chromium (Playwright) against the stack"
 	@echo "make web            build the web client for the emulators into web/dist (a deploy builds it for production)"
+	@echo "make fresh-test RUNS=n  make test as on a new machine: clean clones of HEAD, cold caches"
 	@echo "make chromium       install Debian's chromium for the browser tests (apt)"
 	@echo "make setup          install what is missing: node_modules and functions/venv"
 	@echo "make clean          remove build output, caches and test artifacts (keeps dev data)"
@@ -100,6 +101,10 @@ browser: setup $(WEB) chromium
 	$(STACK) exec '$(PY) -m pytest -q tests/browser'
 
 test: lint unit webunit runtime-check emulator browser
+
+# CI's view of a commit: a clean clone, CI=true, a fresh HOME (no pip or npm cache).
+fresh-test:
+	tools/fresh_clone_test.sh $(or $(RUNS),1)
 
 bench: setup $(WEB)
 	# Redis INCR is the baseline bench/sequence_bench.py compares ticket numbers with.

@@ -20,6 +20,10 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 # The functions' region (set in functions/main.py); firebase.json does not name it.
 REGION = "us-central1"
+# A call's deadline: the callables' own 60 s timeout, plus the start of a new Functions emulator
+# worker, which on a cold machine with many starting at once can take a minute or two
+# (tools/stack.py allows 120 s).
+CALL_TIMEOUT_S = 180
 
 
 def _config(name: str) -> Any:
@@ -105,7 +109,7 @@ class Callables:
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
         reply = self.session.post(f"{self.base_url}/{name}", json={"data": data},
-                                  headers=headers, timeout=60)
+                                  headers=headers, timeout=CALL_TIMEOUT_S)
         try:
             body = reply.json()
         except ValueError:

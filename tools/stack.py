@@ -63,6 +63,12 @@ FIRESTORE_MAIN = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
 # A function every load of functions/ exports; probing it tells "loaded" from "404 forever".
 PROBE_FUNCTION = "get_count"
 READY_TIMEOUT_S = 120.0
+# See its comment: firebase-tools must not reuse connections to the Python workers.
+NODE_PRELOAD = ROOT / "tools" / "emulator_http.cjs"
+# How long the Functions emulator waits for a new Python worker to answer its health check (its
+# default is 30 s): a burst of requests starts one worker each, and on a machine with cold
+# caches 16 of them importing the functions at once on 2 cores can take longer than that.
+WORKER_START_TIMEOUT_S = 120
 
 
 def emulator_env() -> dict[str, str]:
@@ -107,6 +113,13 @@ def offline_emulator_env() -> dict[str, str]:
         wrapper.chmod(0o755)
         env["PUBSUB_EMULATOR_BINARY_PATH"] = str(wrapper)
     return env
+
+
+def firebase_env() -> dict[str, str]:
+    """What firebase-tools itself is started with, beside the emulator variables."""
+    node_options = f"--require {NODE_PRELOAD} {os.environ.get('NODE_OPTIONS', '')}".strip()
+    return {"NODE_OPTIONS": node_options,
+            "FUNCTIONS_DISCOVERY_TIMEOUT": str(WORKER_START_TIMEOUT_S)}
 
 
 def java_env() -> dict[str, str]:
@@ -313,7 +326,7 @@ def start_stack(
     firebase = start_group(
         [str(ROOT / "node_modules/.bin/firebase"), "emulators:start", "--only", emulators,
          "--project", PROJECT, *data_args],
-        env,
+        {**env, **firebase_env()},
         firebase_log,
         # A runner killed outright still has firebase stop (and, for `dev`, export) its data.
         on_our_death=signal.SIGINT,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -50,3 +51,18 @@ def test_a_dead_runners_leftovers_are_stopped_by_the_next_stack(
     assert stack.alive(other.pid) and not stack.PIDS.exists()
     other.kill()
     other.wait()
+
+
+def test_firebase_runs_with_no_keep_alive_to_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node, started with firebase's environment, opens a new connection per request (a reused
+    one races gunicorn's 2 s keep-alive close), and an operator's NODE_OPTIONS are kept."""
+    monkeypatch.setenv("NODE_OPTIONS", "--max-old-space-size=2048")
+    env = stack.firebase_env()
+    assert env["NODE_OPTIONS"].endswith("--max-old-space-size=2048")
+    assert int(env["FUNCTIONS_DISCOVERY_TIMEOUT"]) > 30  # firebase-tools' default
+    probe = ("const http = require('http'); "
+             "console.log(JSON.stringify([http.globalAgent.keepAlive, "
+             "http.request({host: '127.0.0.1', port: 1}).on('error', () => {}).agent.keepAlive]))")
+    shown = subprocess.run(["node", "-e", probe], env={**os.environ, **env},
+                           capture_output=True, text=True, check=True, timeout=30).stdout
+    assert shown.strip() == "[false,false]"
