@@ -257,7 +257,7 @@ def _hold(
     finally:
         # Handing over (or stopping) leaves the lease awake for the successor; falling asleep
         # has already marked it asleep. A lost lease has nothing to release.
-        lease.release(rollup.durable_watermark)
+        lease.release(rollup.durable_watermark, rollup.swept)
         run.usage.writes += 1
         rollup.close()
 

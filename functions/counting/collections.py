@@ -393,11 +393,13 @@ class Counting:
                          option=self.db.write_option(last_update_time=snapshot.update_time))
         else:
             batch.create(ref, record)
+        shards = []
         for counter, delta in sorted(change.deltas.items()):
             target = self._configs.get(self.db, counter)
-            shard = counters.shard_ref(self.db, counter, self._picker.pick(target))
-            batch.update(shard, counters.shard_write(delta, self._picker.rng))
+            shards.append(counters.shard_ref(self.db, counter, self._picker.pick(target)))
+            batch.update(shards[-1], counters.shard_write(delta, self._picker.rng))
         results = batch.commit()
+        counters.settle(self.db, zip(shards, results[1:], strict=True), self._picker.rng)
         committed: dt.datetime = results[0].update_time
         return committed
 

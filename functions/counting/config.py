@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 # Collections and documents.
 COUNTERS = "counters"
@@ -73,14 +72,20 @@ FOLD_GRACE_S = 2 * CONFIG_CACHE_TTL_S
 # (about 500 writes/s per range for sequential values in production).
 STRIPES = 16
 
-# A read at a commit time T must see every commit <= T. Firestore guarantees it (a read at T
-# waits for T to be safe); the emulator does not under contention: a write queued behind a
-# document lock can get a commit time <= T and become visible after a read at T (measured: 3 of
-# 300 reads at T differed from the same read 50 ms later). Under the emulator the rollup's change
-# query therefore reaches this far back before the watermark: a shard read twice is harmless (its
-# value is absolute, and its `writes` did not grow), one read late is still found. Production
-# reads exactly from the watermark.
-READ_OVERLAP_S = 2.0 if os.environ.get("FIRESTORE_EMULATOR_HOST") else 0.0
+# Exact on real Firestore (docs/architecture.md, "Exact on real Firestore"). A shard's `updated_at`
+# is a server timestamp, which Firestore takes when the write's request starts; the write becomes
+# visible at its commit, later. The change query therefore reaches CHANGE_OVERLAP_S back before
+# the watermark: a write whose commit came at most that long after its timestamp is found by the
+# first tick that can see it. A writer whose write took longer (it sees both instants in the
+# write's result) touches the shard again (`counters.settle`), up to SHARD_TOUCH_ATTEMPTS times.
+# What no writer touched is found by a sweep: every ROLLUP_SWEEP_EVERY_S the query reaches back
+# to MAX_REQUEST_S before the previous sweep, Firestore's longest request. Reading a shard twice
+# is harmless (its values are absolute).
+CHANGE_OVERLAP_S = 1.0
+SHARD_TOUCH_AFTER_S = CHANGE_OVERLAP_S / 2  # half: the truncation of instants costs nothing then
+SHARD_TOUCH_ATTEMPTS = 3
+ROLLUP_SWEEP_EVERY_S = 30.0
+MAX_REQUEST_S = 60.0
 
 # The rollup's cadence (counting.cadence; docs/architecture.md, "Rollup cadence").
 REGION = "us-central1"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import itertools
+import logging
 import random
 import threading
 import time
@@ -28,6 +29,7 @@ from .errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, Reso
 from .kinds import Consistency, Strategy
 from .policy import Policy
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 PACING_ATTEMPTS = 3  # a blind create of the pacing marker, then rewrites of the version read
 # On a collection counter's document: the name of the declaration that maintains it.
@@ -108,6 +110,48 @@ def shard_write(by: int, rng: random.Random) -> dict[str, Any]:
         "updated_at": firestore.SERVER_TIMESTAMP,
         "stripe": rng.randrange(config.STRIPES),
     }
+
+
+def stamped_at(result: Any) -> dt.datetime | None:
+    """The server timestamp a write stored (Firestore returns it among the write's transform
+    results: the instant its request started), or None when the write stored none."""
+    for value in result.transform_results:
+        pb = type(value).pb(value)
+        if pb.WhichOneof("value_type") == "timestamp_value":
+            stamped: dt.datetime = pb.timestamp_value.ToDatetime(tzinfo=dt.UTC)
+            return stamped
+    return None
+
+
+def straddles(result: Any) -> bool:
+    """Whether the rollup's change query could miss this shard write: its `updated_at` (taken at
+    the request's start) lies further before its commit than the query's overlap allows for.
+    A write that reports no server timestamp counts as one."""
+    stamped = stamped_at(result)
+    return stamped is None or (result.update_time - stamped).total_seconds() >= \
+        config.SHARD_TOUCH_AFTER_S
+
+
+def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentReference, Any]],
+           rng: random.Random) -> None:
+    """After a commit of shard writes (each with its WriteResult): touch every shard whose write
+    straddles (`straddles`), so that the rollup finds it within a tick. A touch is a write of a
+    fresh `updated_at` alone, sent after the commit was acknowledged, so its server timestamp is
+    later than that commit; it is itself checked, up to SHARD_TOUCH_ATTEMPTS times. A write left
+    untouched (this instance died, Firestore stayed slow) is found by the rollup's sweep
+    (docs/architecture.md, "Exact on real Firestore")."""
+    for ref, result in written:
+        touches = 0
+        while straddles(result) and touches < config.SHARD_TOUCH_ATTEMPTS:
+            touches += 1
+            try:
+                result = ref.update({"updated_at": firestore.SERVER_TIMESTAMP,
+                                     "stripe": rng.randrange(config.STRIPES)})
+            except gexc.NotFound:
+                break  # folded away: the fold moved its count, which the rollup mirrors
+            except Exception as error:  # the write itself is done; the sweep will find it
+                log.warning("could not touch %s after a slow write: %r", ref.path, error)
+                break
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,7 +356,9 @@ def increment(
         ref = shard_ref(db, counter, picker.pick(target))
         paced = bool(policy.min_interval_s) and not admin
         if request_id is None and not policy.unique and not paced:
-            committed: dt.datetime = ref.update(shard_write(by, picker.rng)).update_time
+            result = ref.update(shard_write(by, picker.rng))
+            settle(db, [(ref, result)], picker.rng)
+            committed: dt.datetime = result.update_time
             return committed
         # The pacing marker is created blind (a user's first write in a while: one round trip),
         # and read only once that failed because it exists, for its rewrite's precondition.
@@ -350,7 +396,8 @@ def increment(
                 found = paced_ref(db, counter, uid).get()
                 pacing = found if found.exists else None
                 continue
-            committed = results[-1].update_time  # the shard's (a deleted marker's has none)
+            settle(db, [(ref, results[-1])], picker.rng)  # the shard's write is the last
+            committed = results[-1].update_time  # (a deleted marker's has none)
             return committed
         raise Aborted(f"counter: {counter!r}: concurrent requests of this user got in the way; "
                       "retry")
@@ -434,10 +481,14 @@ def increment_many(
         batch = db.batch()
         if request_id is not None:
             batch.create(*request_marker(db, uid, request_id, counters=sorted(totals)))
-        for target in targets:
-            ref = shard_ref(db, target.counter, picker.pick(target))
+        refs = [shard_ref(db, target.counter, picker.pick(target)) for target in targets]
+        for ref, target in zip(refs, targets, strict=True):
             batch.update(ref, shard_write(totals[target.counter], picker.rng))
-        return len(items) if commit_once(batch) is not None else 0
+        results = commit_once(batch)
+        if results is None:
+            return 0
+        settle(db, zip(refs, results[-len(refs):], strict=True), picker.rng)
+        return len(items)
 
     return with_fresh_config(attempt, configs, totals)
 
@@ -464,14 +515,14 @@ def applied_at(db: firestore.Client, uid: str, request_id: str) -> dt.datetime |
     return created
 
 
-def commit_once(batch: firestore.WriteBatch) -> dt.datetime | None:
-    """Commit a batch that creates a marker: its commit time, or None when the marker exists."""
+def commit_once(batch: firestore.WriteBatch) -> list[Any] | None:
+    """Commit a batch that creates a marker: its write results, or None when the marker
+    exists."""
     try:
-        results = batch.commit()
+        results: list[Any] = batch.commit()
     except gexc.AlreadyExists:
         return None
-    committed: dt.datetime = results[0].update_time
-    return committed
+    return results
 
 
 def get_count(db: firestore.Client, counter: str, consistency: Consistency = "rollup",
@@ -522,10 +573,12 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
                                  f"{collection!r}): it counts documents, it cannot be reset")
     rng = random.Random()
     batch = db.batch()
-    for shard in ref.collection(config.SHARDS).list_documents():
+    shards = list(ref.collection(config.SHARDS).list_documents())
+    for shard in shards:
         batch.set(shard, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP,
                           "stripe": rng.randrange(config.STRIPES)}, merge=True)
     batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
-    batch.commit()
+    results = batch.commit()
+    settle(db, zip(shards, results[:-1], strict=True), rng)
     for markers in (config.VOTERS, config.PACED):
         db.recursive_delete(ref.collection(markers))

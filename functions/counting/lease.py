@@ -2,11 +2,14 @@
 through which holders hand over and writers learn whether the rollup is awake.
 
 Acquiring and renewing are compare-and-set writes (`last_update_time` preconditions), so two
-holders can never both believe they hold it. Expiry is judged on server time: the lease is free
-once a read's `read_time` is `ttl_s` past the holder's last renewal (a server timestamp). Each
-renewal also persists the holder's progress (`watermark`), whether it is `awake` (ticking every
-second) or about to sleep, and when it plans to hand over (`ends_at`); it returns its commit time,
-which the rollup uses as the instant of its snapshot reads.
+holders can never both believe they hold it. Expiry is judged on server time from commit times
+only: the lease is free once a read's `read_time` is `ttl_s` past the document's `update_time`
+(the commit of the holder's last write to it), never from the `renewed_at` it writes for
+operators: that is a server timestamp, which Firestore takes when a request starts, before its
+commit (docs/architecture.md, "Exact on real Firestore"). Each renewal also persists the
+holder's progress (`watermark`, and `swept`, the instant of its last sweep), whether it is
+`awake` (ticking every second) or about to sleep, and when it plans to hand over (`ends_at`); it
+returns its commit time, which the rollup uses as the instant of its snapshot reads.
 """
 
 from __future__ import annotations
@@ -33,14 +36,16 @@ class LeaseView:
     owner: str | None
     live: bool  # held by `owner` and renewed within the TTL, as of `read_time`
     awake: bool  # the holder (or the last one) ticks every second rather than sleeping
-    renewed_at: dt.datetime | None
+    renewed_at: dt.datetime | None  # the commit time of the last write to the document
     ends_at: dt.datetime | None  # when the holder plans to hand over
     read_time: dt.datetime
 
     @classmethod
     def of(cls, snapshot: firestore.DocumentSnapshot[Any], ttl: dt.timedelta) -> LeaseView:
         data = snapshot.to_dict() or {}
-        renewed_at = data.get("renewed_at")
+        # Every write to the document is its holder's (or a taker's), so its commit time is
+        # the last renewal.
+        renewed_at: dt.datetime | None = snapshot.update_time if snapshot.exists else None
         owner = data.get("owner")
         read_time: dt.datetime = snapshot.read_time
         return cls(
@@ -62,19 +67,12 @@ class Lease:
         self._ttl = dt.timedelta(seconds=ttl_s)
         self._update_time: Any = None
         self.watermark: dt.datetime = EPOCH
+        self.swept: dt.datetime = EPOCH  # the last sweep's instant (counting.rollup)
         self.found: LeaseView | None = None  # the document as acquire() last read it
         # What the next renewal (or fenced commit) publishes.
         self.awake = True
         self.ends_at: dt.datetime | None = None
         self.status: dict[str, Any] = {}  # health figures, for operators
-
-    @property
-    def held(self) -> bool:
-        return self._update_time is not None
-
-    def view(self) -> LeaseView:
-        """Read the lease document (one read)."""
-        return LeaseView.of(self._ref.get(), self._ttl)
 
     def acquire(self, *, wake: bool = True) -> bool:
         """Take the lease when it is free, expired or already ours; False when someone holds it.
@@ -96,17 +94,21 @@ class Lease:
         except (gexc.FailedPrecondition, gexc.AlreadyExists):
             return False
         self._update_time = result.update_time
-        self.watermark = (snapshot.to_dict() or {}).get("watermark") or EPOCH
+        data = snapshot.to_dict() or {}
+        self.watermark = data.get("watermark") or EPOCH
+        # A lease from before sweeps existed sweeps from its watermark on.
+        self.swept = data.get("swept") or self.watermark
         return True
 
-    def renew(self, watermark: dt.datetime) -> dt.datetime:
-        """Extend the lease and persist `watermark` (and `awake`, `ends_at`); returns the
-        renewal's commit time."""
+    def renew(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:
+        """Extend the lease and persist `watermark` and `swept` (and `awake`, `ends_at`);
+        returns the renewal's commit time."""
         if self._update_time is None:
             raise LeaseLost("not held")
         option = self._db.write_option(last_update_time=self._update_time)
+        self.watermark, self.swept = watermark, swept
         fields = {"renewed_at": firestore.SERVER_TIMESTAMP, "watermark": watermark,
-                  **self._state()}
+                  "swept": swept, **self._state()}
         try:
             result = self._ref.update(fields, option=option)
         except (gexc.FailedPrecondition, gexc.NotFound) as error:
@@ -126,9 +128,9 @@ class Lease:
         if self._update_time is None:
             raise LeaseLost("not held")
         option = self._db.write_option(last_update_time=self._update_time)
-        # A commit renews too: a long tick that commits keeps its lease.
-        batch.update(self._ref, {"fenced_at": firestore.SERVER_TIMESTAMP,
-                                 "renewed_at": firestore.SERVER_TIMESTAMP}, option=option)
+        # A commit renews too (its commit time is the document's update time): a long tick that
+        # commits keeps its lease.
+        batch.update(self._ref, {"renewed_at": firestore.SERVER_TIMESTAMP}, option=option)
         try:
             results: list[Any] = batch.commit()
         except (gexc.FailedPrecondition, gexc.NotFound) as error:
@@ -139,13 +141,14 @@ class Lease:
         self._update_time = results[-1].update_time
         return results
 
-    def release(self, watermark: dt.datetime) -> None:
+    def release(self, watermark: dt.datetime, swept: dt.datetime | None = None) -> None:
         """Hand the lease back at once (the next holder need not wait for expiry), saying whether
         the rollup stays awake (a successor is on its way) or sleeps."""
         if self._update_time is None:
             return
         option = self._db.write_option(last_update_time=self._update_time)
-        fields = {"owner": None, "watermark": watermark, **self._state()}
+        fields = {"owner": None, "watermark": watermark, "swept": swept or self.swept,
+                  **self._state()}
         # Someone who took it already has nothing to be handed back; any other failure leaves
         # it to expire (the next holder waits the TTL).
         with contextlib.suppress(Exception):

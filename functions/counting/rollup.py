@@ -94,8 +94,8 @@ class ShardValue:
 @dataclass(frozen=True, kw_only=True)
 class TickStats:
     as_of: dt.datetime
-    changed_shards: int
-    changed_counters: int
+    changed_shards: int  # held shards whose value changed since this holder last read them
+    changed_counters: int  # counters with such a shard, or whose count was written
     written: int  # counters whose count was written
     usage: Usage  # billed operations of the whole tick, trends included
     seconds: float
@@ -229,6 +229,7 @@ class Rollup:
         self._params = scaling or AutoscaleParams()
         self._trends = trends or TrendRollup(db, lease)
         self.watermark = lease.watermark
+        self.swept = lease.swept  # the instant of the last sweep
         self._held: dict[str, Held] = {}
         self._retry: set[str] = set()  # counters whose sum could not be published: again
         self._deferred: set[str] = set()  # changed, not read yet (see _spread_first_loads)
@@ -251,6 +252,21 @@ class Rollup:
         self._retry.clear()
         self._trends.forget()
 
+    def sweeps_at(self, as_of: dt.datetime) -> bool:
+        """Whether the tick at `as_of` is a sweep (docs/architecture.md, "Exact on real
+        Firestore")."""
+        return (as_of - self.swept).total_seconds() >= config.ROLLUP_SWEEP_EVERY_S
+
+    def reach(self, since: dt.datetime, as_of: dt.datetime) -> dt.datetime:
+        """How far back the change query of the tick at `as_of` looks: CHANGE_OVERLAP_S before
+        the last tick's instant, and on a sweep MAX_REQUEST_S before the last sweep's. A shard
+        write whose commit came at most that long after its `updated_at` and after the last
+        (sweep) instant is returned."""
+        reach = since - dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
+        if self.sweeps_at(as_of):
+            reach = min(reach, self.swept - dt.timedelta(seconds=config.MAX_REQUEST_S))
+        return reach
+
     @property
     def durable_watermark(self) -> dt.datetime:
         """The watermark a successor may start from: everything before it is published."""
@@ -263,16 +279,16 @@ class Rollup:
         self._usage = usage = Usage(writes=1)  # the lease renewal
         self._problems = []
         since = self.watermark
-        as_of = to_micros(self._lease.renew(self.durable_watermark))
-        changes, trend_changes = self._changed_shards(
-            since - dt.timedelta(seconds=config.READ_OVERLAP_S), as_of)
+        as_of = to_micros(self._lease.renew(self.durable_watermark, self.swept))
+        changes, trend_changes = self._changed_shards(self.reach(since, as_of), as_of)
+        sweep = self.sweeps_at(as_of)
         try:
             watched: list[str] = []
             if self._params.enabled and self._ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
                 watched = self._above_min(as_of)
             catch_up = self._spread_first_loads(changes, since)
             self._load([*changes, *catch_up], watched, as_of)
-            sums = self._apply(changes, since, as_of)
+            sums, grown = self._apply(changes, since, as_of)
             updates, grows = self._plan(sums, as_of)
             self._commit(updates)
             for grow in grows:
@@ -284,14 +300,17 @@ class Rollup:
             self.forget()
             raise
         self.watermark = as_of
+        if sweep:
+            self.swept = as_of
         if not self._deferred:
             self._deferred_since = None
         self._evict_idle(changes)
+        written = {counter for counter, fields in updates.items() if "count" in fields}
         return TickStats(
             as_of=as_of,
-            changed_shards=sum(len(shards) for shards in changes.values()),
-            changed_counters=len(changes),
-            written=sum(1 for fields in updates.values() if "count" in fields),
+            changed_shards=sum(grown.values()),
+            changed_counters=len({counter for counter, n in grown.items() if n} | written),
+            written=len(written),
             usage=usage,
             seconds=(dt.datetime.now(dt.UTC) - started).total_seconds(),
             published=len(updates),
@@ -376,19 +395,25 @@ class Rollup:
             self._held[counter].shards = values
             self._usage.reads += max(1, len(values))
 
-    def _apply(self, changes: Changes, since: dt.datetime, as_of: dt.datetime) -> dict[str, int]:
-        """Take in the changed shards; measure every held counter's rate. Returns the new sums."""
+    def _apply(self, changes: Changes, since: dt.datetime, as_of: dt.datetime
+               ) -> tuple[dict[str, int], dict[str, int]]:
+        """Take in the shards the query returned; measure every held counter's rate. Returns
+        the new sums, and per counter how many of its shards changed since they were last read
+        (a shard the overlap or a sweep returns again is unchanged)."""
         dt_s = min(MAX_SAMPLE_S, (as_of - since).total_seconds())
         sums: dict[str, int] = {}
+        grown: dict[str, int] = {}
         for counter, shards in changes.items():
             held = self._held[counter]
             assert held.shards is not None  # _load read them
             writes: dict[str, int] = {}
+            grown[counter] = 0
             for shard, value in shards.items():
                 before = held.shards.get(shard)
                 # A shard created afresh (after a fold) restarts its write counter.
                 grew = value.writes - (before.writes if before else 0)
                 writes[shard] = grew if grew >= 0 else value.writes
+                grown[counter] += value != before
                 held.shards[shard] = value
             sums[counter] = held.total()
             if held.scaling is not None and dt_s > 0:
@@ -397,7 +422,7 @@ class Rollup:
             for counter, held in self._held.items():
                 if counter not in changes and held.scaling is not None:
                     self._measure(held.scaling, {}, dt_s)
-        return sums
+        return sums, grown
 
     def _measure(self, state: Scaling, writes: dict[str, int], dt_s: float) -> None:
         params = self._params

@@ -205,13 +205,17 @@ def track(
     ids = [minute_id(region, minute, tag) for tag in distinct]
     if request_id is not None:
         batch.create(*counters.request_marker(db, uid, f"track:{request_id}", counters=ids))
-    for tag, bucket in zip(distinct, ids, strict=True):
-        shard = buckets.document(bucket).collection(config.SHARDS).document(
-            str(rng.randrange(config.TREND_SHARDS)))
+    shards = [buckets.document(bucket).collection(config.SHARDS).document(
+        str(rng.randrange(config.TREND_SHARDS))) for bucket in ids]
+    for tag, shard in zip(distinct, shards, strict=True):
         fields = {**counters.shard_write(1, rng), "region": region, "tag": tag,
                   "minute": minute, config.EXPIRES_AT: expires_at}
         batch.set(shard, fields, merge=True)
-    return len(distinct) if counters.commit_once(batch) is not None else 0
+    results = counters.commit_once(batch)
+    if results is None:
+        return 0
+    counters.settle(db, zip(shards, results[-len(shards):], strict=True), rng)
+    return len(distinct)
 
 
 def top_tags(db: firestore.Client, region: str | None, k: int, window: Window) -> TopTags:

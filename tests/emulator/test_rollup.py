@@ -158,12 +158,12 @@ def test_a_second_loop_waits_for_the_lease(isolated_db: firestore.Client) -> Non
     first = lease_for(isolated_db, "first")
     second = Lease(isolated_db, rollup.state_ref(isolated_db), "second", config.ROLLUP_LEASE_S)
     assert not second.acquire()
-    first.renew(first.watermark)
+    first.renew(first.watermark, first.swept)
     assert not second.acquire()
     first.release(first.watermark)
     assert second.acquire()
     with pytest.raises(LeaseLost):
-        first.renew(first.watermark)
+        first.renew(first.watermark, first.swept)
 
 
 def test_an_invocation_converges_and_hands_over(isolated_db: firestore.Client) -> None:

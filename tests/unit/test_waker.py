@@ -15,9 +15,10 @@ NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 
 class Snapshot:
     def __init__(self, awake: bool) -> None:
+        self.exists = True
         self.read_time = NOW
-        self._data = {"owner": "holder", "renewed_at": NOW - dt.timedelta(seconds=1),
-                      "awake": awake}
+        self.update_time = NOW - dt.timedelta(seconds=1)  # the holder's last renewal
+        self._data = {"owner": "holder", "awake": awake}
 
     def to_dict(self) -> dict[str, Any]:
         return self._data
