@@ -15,7 +15,7 @@ WEB_SOURCES := web/index.html web/ops.html web/vite.config.js $(wildcard web/src
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup web chromium fresh-test dev exec test lint unit webunit runtime-check emulator browser bench deploy clean clean-data
+.PHONY: help setup web chromium fresh-test dev exec test lint unit sim webunit runtime-check emulator browser bench deploy clean clean-data
 help:
 	@echo "make dev            run the stack and the web client with demo data (kept between runs); Ctrl-C stops"
 	@echo "make test           everything CI runs: lint, unit, webunit, runtime-check, emulator, browser"
@@ -23,7 +23,8 @@ help:
 	@echo "make bench          run the benchmarks against the stack; results under bench/results/"
 	@echo "make deploy PROJECT=id  checks, then rules and indexes, functions, hosting (docs/deploy.md)"
 	@echo "make lint           ruff and mypy (strict)"
-	@echo "make unit           unit tests: no emulator, no network"
+	@echo "make unit           unit tests and a bounded simulation: no emulator, no network"
+	@echo "make sim SEEDS=n    simulate production Firestore over n seeds (SEED=n replays one)"
 	@echo "make webunit        the web client's unit tests (vitest): its counters module, the production bundle"
 	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
 	@echo "make emulator       tests against the stack, through the real callables"
@@ -71,7 +72,12 @@ lint: setup
 	$(PY) -m mypy
 
 unit: setup
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q tests/unit tests/sim
+
+# The simulation of production Firestore (tests/sim), seeds 0..SEEDS-1, as built and unprotected:
+# bench/results/sim.json. SEED=n replays one seed and says what it found.
+sim: setup
+	$(PY) tests/sim/run.py $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),200))
 
 webunit: node_modules/.installed
 	node_modules/.bin/vitest run --root web

@@ -99,6 +99,17 @@ class Invocation:
     usage: Usage = field(default_factory=Usage)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Clock:
+    """Where an invocation reads the time: the system's, or a simulation's virtual one."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
+
+
+SYSTEM_CLOCK = Clock()
+
+
 def new_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -127,22 +138,23 @@ def serve(
     owner: str | None = None,
     stop: threading.Event | None = None,
     on_tick: Callable[[TickStats], None] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Invocation:
     """One invocation of the rollup (see the module doc). `successor` enqueues the next
     invocation (None: nobody continues after this one); `woken` says a write or a predecessor
     asked for this invocation, so it starts awake (a scheduled one starts as the lease says)."""
     timing = cadence or Cadence()
     stop = stop or threading.Event()
-    started = time.monotonic()
+    started = clock.monotonic()
     lease = Lease(db, state_ref(db), owner or new_owner(), timing.lease_s)
     run = Invocation(owner=lease.owner)
     try:
-        if _take(lease, timing, run, stop, woken):
+        if _take(lease, timing, run, stop, woken, clock):
             log.info("rollup lease taken by %s after %.2f s (%s)", lease.owner, run.waited_s,
                      "awake" if lease.awake else "housekeeping")
-            _hold(db, lease, successor, timing, scaling, run, stop, on_tick)
+            _hold(db, lease, successor, timing, scaling, run, stop, on_tick, clock)
     finally:
-        run.seconds = time.monotonic() - started
+        run.seconds = clock.monotonic() - started
         _record(db, run)
     log.info("rollup invocation %s: %s after %.1f s, %d ticks (%d failed), max tick %.2f s",
              run.owner, run.outcome, run.seconds, run.ticks, run.failed_ticks, run.max_tick_s)
@@ -150,11 +162,11 @@ def serve(
 
 
 def _take(lease: Lease, timing: Cadence, run: Invocation, stop: threading.Event,
-          woken: bool) -> bool:
+          woken: bool, clock: Clock) -> bool:
     """Acquire the lease, waiting for it when its holder is about to let it go (a handover, a
     sleep) or has stopped renewing it (dead or stalled: the lease expires within its TTL). A
     holder seen renewing that is not about to let go keeps it: give up."""
-    waited_from = time.monotonic()
+    waited_from = clock.monotonic()
     deadline = waited_from + timing.handover_wait_s + timing.lease_s
     watched: tuple[str | None, dt.datetime | None] | None = None
     while True:
@@ -162,10 +174,10 @@ def _take(lease: Lease, timing: Cadence, run: Invocation, stop: threading.Event,
         run.usage.reads += 1
         if acquired:
             run.usage.writes += 1
-            run.waited_s = time.monotonic() - waited_from
+            run.waited_s = clock.monotonic() - waited_from
             return True
         found = lease.found
-        if found is None or time.monotonic() >= deadline:
+        if found is None or clock.monotonic() >= deadline:
             return False
         if not _lets_go_soon(found, timing):
             renewal = (found.owner, found.renewed_at)
@@ -192,13 +204,14 @@ def _hold(
     run: Invocation,
     stop: threading.Event,
     on_tick: Callable[[TickStats], None] | None,
+    clock: Clock,
 ) -> None:
-    began = time.monotonic()
+    began = clock.monotonic()
     ends = began + timing.run_s
     lease.ends_at = (None if math.isinf(timing.run_s)
-                     else dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timing.run_s))
+                     else clock.now() + dt.timedelta(seconds=timing.run_s))
     rollup = Rollup(db, lease, scaling)
-    health = Health(lease)
+    health = Health(lease, clock)
     last_change = began
     # Asleep, the holder ends once a tick read at least drain_s after the first renewal that
     # told writers so (its instant, `marked`): any write it did not see was made by a writer
@@ -207,7 +220,7 @@ def _hold(
     marked: dt.datetime | None = None if lease.awake else EPOCH
     try:
         while True:
-            tick_began = time.monotonic()
+            tick_began = clock.monotonic()
             try:
                 stats = rollup.tick()
             except LeaseLost:
@@ -226,7 +239,7 @@ def _hold(
                 if on_tick is not None:
                     on_tick(stats)
                 if stats.changed:
-                    last_change = time.monotonic()
+                    last_change = clock.monotonic()
                     if not lease.awake:
                         log.info("rollup awake again: writes arrived")
                     lease.awake, marked = True, None
@@ -235,7 +248,7 @@ def _hold(
                     if stats.as_of - marked >= dt.timedelta(seconds=timing.drain_s):
                         run.outcome = Outcome.ASLEEP
                         return
-            now = time.monotonic()
+            now = clock.monotonic()
             if lease.awake and now - last_change >= timing.idle_s:
                 log.info("rollup going to sleep: no writes for %.0f s", now - last_change)
                 lease.awake = False  # the next renewal tells writers
@@ -251,7 +264,7 @@ def _hold(
                                                 or now >= ends + timing.extend_s):
                 run.outcome = Outcome.HANDED_OVER
                 return
-            if stop.wait(max(0.0, timing.period_s - (time.monotonic() - tick_began))):
+            if stop.wait(max(0.0, timing.period_s - (clock.monotonic() - tick_began))):
                 run.outcome = Outcome.STOPPED
                 return
     finally:
@@ -266,11 +279,12 @@ class Health:
     """What the lease document tells operators (each renewal writes it; no extra write): the
     last tick's duration and lag, the holder's start, and the recent problems."""
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, clock: Clock) -> None:
         self._lease = lease
+        self._clock = clock
         self._errors: collections.deque[str] = collections.deque(maxlen=RECENT_ERRORS)
         self._last_as_of: dt.datetime | None = None
-        lease.status = {"holder_since": dt.datetime.now(dt.UTC), "errors": []}
+        lease.status = {"holder_since": clock.now(), "errors": []}
 
     def ticked(self, stats: TickStats) -> None:
         for problem in stats.problems:
@@ -284,7 +298,7 @@ class Health:
                                   errors=list(self._errors))
 
     def failed(self, error: Exception) -> None:
-        now = dt.datetime.now(dt.UTC)
+        now = self._clock.now()
         self._errors.append(f"{now:%Y-%m-%dT%H:%M:%SZ} tick failed: {error!r}"[:300])
         self._lease.status["errors"] = list(self._errors)
 

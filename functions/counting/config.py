@@ -79,13 +79,15 @@ STRIPES = 16
 # first tick that can see it. A writer whose write took longer (it sees both instants in the
 # write's result) touches the shard again (`counters.settle`), up to SHARD_TOUCH_ATTEMPTS times.
 # What no writer touched is found by a sweep: every ROLLUP_SWEEP_EVERY_S the query reaches back
-# to MAX_REQUEST_S before the previous sweep, Firestore's longest request. Reading a shard twice
-# is harmless (its values are absolute).
+# to MAX_REQUEST_S before the previous sweep. MAX_REQUEST_S is Firestore's time limit for a
+# transaction (270 s), the longest any commit can follow the start of its request; a blind
+# write is a single commit and far shorter. Reading a shard twice is harmless (its values are
+# absolute).
 CHANGE_OVERLAP_S = 1.0
 SHARD_TOUCH_AFTER_S = CHANGE_OVERLAP_S / 2  # half: the truncation of instants costs nothing then
 SHARD_TOUCH_ATTEMPTS = 3
-ROLLUP_SWEEP_EVERY_S = 30.0
-MAX_REQUEST_S = 60.0
+ROLLUP_SWEEP_EVERY_S = 60.0
+MAX_REQUEST_S = 270.0
 
 # The rollup's cadence (counting.cadence; docs/architecture.md, "Rollup cadence").
 REGION = "us-central1"

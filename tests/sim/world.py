@@ -1,0 +1,441 @@
+"""One simulated run: the real write paths, triggers and rollup on the Firestore model, under a
+seeded schedule of load, slow and failing commits, and rollup holders killed, paused and
+delivered twice; then a quiet spell, and the checks.
+
+Actors (each a thread of `virtual.Sim`):
+- writers: plain increments (with and without `request_id`, retried with the same id after an
+  error, as clients do), batches, a `unique` counter's like/unlike toggles, a paced (views)
+  counter, trend `track`s, and the app's own orders (created, moved between statuses, re-summed
+  and deleted), each followed by the write path's wake-up (`cadence.Waker`);
+- the orders' trigger: every committed change of an order becomes an event, delivered after a
+  delay, sometimes twice, in any order, and again after a failure (at-least-once);
+- rollup invocations: `cadence.serve` as deployed, scheduled every minute (never overlapping) and
+  dispatched as tasks (successors, wake-ups; a killed one is redelivered, some are duplicated);
+- chaos: kills and pauses of live holders.
+
+Checks at quiescence: every counter's rollup equals its shards (else `lost`), its shards lie
+within what clients were acknowledged and what they could not tell (else `doubled` or `lost`);
+the collection counters equal what the final orders count; each trend total equals its buckets
+and the tracks acknowledged; no holder committed rollup documents without holding the lease
+(`fenced_violations`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from counting import cadence, collections, config, counters, declarations, trends
+from counting.autoscale import AutoscaleParams
+from counting.errors import CounterError
+from counting.policy import Policy
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from .firestore_model import Client, Committed, Latency, Model, Snapshot
+from .virtual import Sim, SimStop
+
+# Autoscaling fast enough that a run of a few minutes grows, shrinks and folds shards.
+SCALING = AutoscaleParams(shard_write_rate=1.0, rise_tau_s=2.0, fall_tau_s=5.0,
+                          cool_down_s=20.0, fold_grace_s=2 * config.CONFIG_CACHE_TTL_S)
+PLAIN = ("plain-a", "plain-b", "plain-c")
+LIKES, VIEWS = "likes", "views"
+REGIONS = ("eu", "us")
+TAGS = ("coffee", "tea", "rain", "sun")
+STATUSES = ("new", "paid", "shipped")
+RETRIES = 3  # a client's attempts at one request with a request_id
+ORDERS = next(w for w in declarations.WATCHES if w.documents == "orders/{order}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    active_s: float = 75.0  # writers and chaos run this long
+    quiet_s: float = 240.0  # then only the rollup's own triggers: sweeps, housekeeping
+    writers: int = 4
+    kill_p: float = 0.35  # of a chaos step: kill a live holder (else pause one)
+    latency: Latency = field(default_factory=Latency)
+
+
+@dataclass
+class Outcome:
+    seed: int
+    protected: bool
+    lost: list[str] = field(default_factory=list)
+    doubled: list[str] = field(default_factory=list)
+    fenced_violations: list[str] = field(default_factory=list)
+    crashes: list[str] = field(default_factory=list)
+    kills: int = 0
+    pauses: int = 0
+    invocations: int = 0
+    writes: int = 0  # client writes attempted
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.doubled or self.fenced_violations or self.crashes)
+
+
+@dataclass
+class Expected:
+    """What clients were told about one counter (or trend total): applied for sure, and
+    attempts whose outcome they could not tell (an error after the commit may have applied)."""
+
+    sure: int = 0
+    unsure: int = 0  # the largest amount the unsure attempts may have added
+
+
+class World:
+    def __init__(self, seed: int, settings: Settings, protected: bool) -> None:
+        self.seed = seed
+        self.settings = settings
+        self.rng = random.Random(seed)
+        self.sim = Sim(random.Random(self.rng.random()))
+        self.model = Model(self.sim, random.Random(self.rng.random()), settings.latency)
+        self.db = cast(firestore.Client, Client(self.model))
+        self.clock = cadence.Clock(monotonic=self.sim.monotonic, now=self.sim.wall)
+        self.outcome = Outcome(seed=seed, protected=protected)
+        self.expected: dict[str, Expected] = defaultdict(Expected)
+        self.tracks: dict[tuple[str, str], Expected] = defaultdict(Expected)
+        self.writing = True
+        self.holders: list[Any] = []
+        self.model.on_commit.append(self._fenced)
+        self.model.on_commit.append(self._order_events)
+
+    # -- the run --
+
+    def run(self) -> Outcome:
+        end = self.settings.active_s
+        self.sim.spawn("setup", self._setup)
+        self.sim.spawn("scheduler", self._scheduler, after_s=1.0)
+        for n in range(self.settings.writers):
+            self.sim.spawn(f"writer-{n}", functools.partial(self._writer, n),
+                           after_s=0.5 + n * 0.1)
+        self.sim.spawn("chaos", self._chaos, after_s=5.0)
+        try:
+            self.sim.run_until(end)
+            self.writing = False
+            self.sim.run_until(end + self.settings.quiet_s)
+            self._check()
+        finally:
+            self.sim.shutdown()
+        self.outcome.crashes += self.sim.crashes
+        return self.outcome
+
+    def _setup(self) -> None:
+        """The admin creates the counters (again after an error: creating is idempotent)."""
+        made = [(name, self.rng.choice((1, 2, 4)), Policy(by=(1, 5))) for name in PLAIN]
+        made += [(LIKES, 2, Policy(unique=True)), (VIEWS, 2, Policy(min_interval_s=5))]
+        for name, shards, policy in made:
+            answered, _ = self._attempts(functools.partial(
+                counters.create_counter, self.db, name, shards=shards, policy=policy), retry=True)
+            assert answered, f"could not create {name}"
+
+    # -- rollup invocations --
+
+    def _serve(self, name: str, *, woken: bool) -> bool:
+        """One invocation; False when it failed (Firestore refused its lease's read or write:
+        the platform retries it)."""
+        actor = self.sim.current()
+        assert actor is not None
+        actor.owner = name
+        self.holders.append(actor)
+        self.outcome.invocations += 1
+        try:
+            cadence.serve(self.db, successor=lambda: self._task("handover"), woken=woken,
+                          scaling=SCALING, owner=name, stop=cast(Any, SimStop(self.sim)),
+                          clock=self.clock)
+        except gexc.GoogleAPICallError:
+            return False
+        finally:
+            actor.owner = None
+        return True
+
+    def _task(self, reason: str, after_s: float | None = None) -> None:
+        """Cloud Tasks: dispatched after a moment, now and then twice; a task whose invocation
+        died is delivered again after a backoff."""
+        name = f"task-{self.outcome.invocations}-{self.rng.randrange(10**6)}"
+
+        def body() -> None:
+            actor = self.sim.current()
+            served = False
+            try:
+                served = self._serve(name, woken=True)
+            finally:
+                if not served or (actor is not None and actor.killed):
+                    self._task("redelivery", after_s=self.rng.uniform(1.0, 10.0))
+
+        delay = self.rng.uniform(0.05, 1.5) if after_s is None else after_s
+        self.sim.spawn(name, body, after_s=delay)
+        if self.rng.random() < 0.1:
+            self.sim.spawn(name + "-dup", functools.partial(self._duplicate, name + "-dup"),
+                           after_s=delay + self.rng.uniform(0.0, 3.0))
+
+    def _duplicate(self, name: str) -> None:
+        """A second delivery of a task: nobody redelivers it if it fails."""
+        self._serve(name, woken=True)
+
+    def _scheduler(self) -> None:
+        """Cloud Scheduler: every minute, never two executions at once."""
+        n = 0
+        while True:
+            n += 1
+            self._serve(f"scheduled-{n}", woken=False)
+            self.sim.wait(60.0 - (self.sim.monotonic() % 60.0))
+
+    def _chaos(self) -> None:
+        while self.writing:
+            self.sim.wait(self.rng.uniform(3.0, 12.0))
+            live = [h for h in self.holders if not h.done and h.owner and not h.killed]
+            if not live or not self.writing:
+                continue
+            victim = self.rng.choice(live)
+            if self.rng.random() < self.settings.kill_p:
+                victim.killed = True
+                self.outcome.kills += 1
+            else:
+                victim.pause_s = self.rng.uniform(5.0, 25.0)  # past the lease's 10 s, or not
+                self.outcome.pauses += 1
+
+    # -- writers --
+
+    def _writer(self, n: int) -> None:
+        rng = random.Random(self.rng.random())
+        configs = counters.ConfigCache(clock=self.sim.monotonic)
+        picker = counters.ShardPicker(random.Random(rng.random()))
+        waker = cadence.Waker(lambda: self._task("wake"), clock=self.sim.monotonic)
+        ops: list[Callable[[random.Random, counters.ConfigCache, counters.ShardPicker], None]] = [
+            self._plain, self._plain, self._batch, self._like, self._view, self._track,
+            self._order]
+        while self.writing:
+            self.outcome.writes += 1
+            rng.choice(ops)(rng, configs, picker)
+            with contextlib.suppress(gexc.GoogleAPICallError):
+                waker.after_write(self.db)
+            self.sim.wait(rng.expovariate(1 / 0.4))
+
+    def _attempts(self, call: Callable[[], Any], *, retry: bool) -> tuple[bool, Any]:
+        """Call until it answers (up to RETRIES times when `retry`): (answered, answer)."""
+        for _ in range(RETRIES if retry else 1):
+            try:
+                return True, call()
+            except (gexc.GoogleAPICallError, CounterError):
+                continue
+        return False, None
+
+    def _plain(self, rng: random.Random, configs: counters.ConfigCache,
+               picker: counters.ShardPicker) -> None:
+        counter, by = rng.choice(PLAIN), rng.randint(1, 5)
+        request_id = f"r{rng.randrange(10**9)}" if rng.random() < 0.5 else None
+        uid = f"u{rng.randrange(20)}"  # a retry is the same user's
+        answered, _ = self._attempts(lambda: counters.increment(
+            self.db, counter, by, request_id=request_id, uid=uid, admin=False,
+            configs=configs, picker=picker), retry=request_id is not None)
+        self._tell(counter, by, answered)
+
+    def _batch(self, rng: random.Random, configs: counters.ConfigCache,
+               picker: counters.ShardPicker) -> None:
+        items = [(rng.choice(PLAIN), rng.randint(1, 2)) for _ in range(rng.randint(1, 3))]
+        totals: dict[str, int] = defaultdict(int)
+        for counter, by in items:
+            totals[counter] += by
+        if any(total > 5 for total in totals.values()):
+            return
+        request_id = f"b{rng.randrange(10**9)}"  # the same in every attempt
+        answered, _ = self._attempts(lambda: counters.increment_many(
+            self.db, items, request_id=request_id, uid="batcher", admin=False,
+            configs=configs, picker=picker), retry=True)
+        for counter, total in totals.items():
+            self._tell(counter, total, answered)
+
+    def _like(self, rng: random.Random, configs: counters.ConfigCache,
+              picker: counters.ShardPicker) -> None:
+        # Checked against the voter markers at the end: a like and its marker commit together.
+        by, uid = rng.choice((1, -1)), f"u{rng.randrange(8)}"
+        self._attempts(lambda: counters.increment(
+            self.db, LIKES, by, uid=uid, admin=False, configs=configs, picker=picker),
+            retry=False)
+
+    def _view(self, rng: random.Random, configs: counters.ConfigCache,
+              picker: counters.ShardPicker) -> None:
+        try:
+            counters.increment(self.db, VIEWS, 1, uid=f"u{rng.randrange(6)}", admin=False,
+                               configs=configs, picker=picker)
+        except CounterError:
+            return  # too soon (RESOURCE_EXHAUSTED), or a race: nothing written
+        except gexc.GoogleAPICallError:
+            self.expected[VIEWS].unsure += 1
+            return
+        self.expected[VIEWS].sure += 1
+
+    def _track(self, rng: random.Random, configs: counters.ConfigCache,
+               picker: counters.ShardPicker) -> None:
+        region = rng.choice(REGIONS)
+        tags = rng.sample(TAGS, rng.randint(1, 3))
+        request_id = f"t{rng.randrange(10**9)}"  # the same in every attempt
+        answered, _ = self._attempts(lambda: trends.track(
+            self.db, region, tags, request_id=request_id, uid="tracker", now=self.sim.wall(),
+            rng=rng), retry=True)
+        for tag in tags:
+            for scope in (region, config.GLOBAL_SCOPE):
+                expected = self.tracks[(scope, tag)]
+                if answered:
+                    expected.sure += 1
+                else:
+                    expected.unsure += 1
+
+    def _order(self, rng: random.Random, configs: counters.ConfigCache,
+               picker: counters.ShardPicker) -> None:
+        """The app writes its own documents; the trigger counts them."""
+        ref = self.db.collection("orders").document(f"o{rng.randrange(12)}")
+        with contextlib.suppress(gexc.GoogleAPICallError):
+            if rng.random() < 0.2:
+                ref.delete()
+            else:
+                ref.set({"status": rng.choice(STATUSES), "amount": rng.randint(1, 100)})
+
+    def _tell(self, counter: str, by: int, answered: bool) -> None:
+        if answered:
+            self.expected[counter].sure += by
+        else:
+            self.expected[counter].unsure += by
+
+    # -- the orders' trigger --
+
+    def _order_events(self, done: Committed) -> None:
+        for path, before, after in done.changes:
+            if len(path) != 2 or path[0] != "orders":
+                continue
+            event = f"e{done.commit_us}-{path[1]}"
+            states = (self._state(path, before), self._state(path, after))
+            if states == (None, None):
+                continue  # a delete of a missing document changes nothing: no event
+            delay = self.rng.uniform(0.05, 5.0)
+            deliver = functools.partial(self._deliver, path, *states, event)
+            self.sim.spawn(event, deliver, after_s=delay)
+            if self.rng.random() < 0.2:
+                self.sim.spawn(event + "-again", deliver, after_s=delay + self.rng.uniform(0, 20))
+
+    def _state(self, path: tuple[str, ...], version: Any) -> Snapshot | None:
+        """The document as an event carries it: None when it did not exist."""
+        if version is None or version.data is None:
+            return None
+        return self.model._snapshot(path, version.commit_us)
+
+    def _deliver(self, path: tuple[str, ...], before: Snapshot | None,
+                 after: Snapshot | None, event: str) -> None:
+        counting = collections.Counting(self.db, ORDERS,
+                                        configs=counters.ConfigCache(clock=self.sim.monotonic),
+                                        picker=counters.ShardPicker(random.Random(event)))
+        observed = collections.Observed.of_change("/".join(path), cast(Any, before),
+                                                  cast(Any, after))
+        for attempt in range(6):
+            try:
+                counting.apply(observed, event=event)
+                return
+            except (gexc.GoogleAPICallError, CounterError):
+                self.sim.wait(2.0 ** attempt)  # delivered again after a failure
+
+    # -- checks --
+
+    def _fenced(self, done: Committed) -> None:
+        """A holder's commit of anything but the lease itself must carry its fence: a write of
+        the lease document, which it held until this commit."""
+        actor = self.sim.current()
+        if actor is None or actor.owner is None:
+            return
+        lease_path = (config.INTERNAL, config.ROLLUP_STATE_DOC)
+        others = [path for path, _, _ in done.changes if path[0] != config.INTERNAL]
+        if not others:
+            return
+        fence = next(((before, after) for path, before, after in done.changes
+                      if path == lease_path), None)
+        held = fence is not None and fence[0] is not None and fence[0].data is not None \
+            and fence[0].data.get("owner") == actor.owner
+        if not held:
+            self.outcome.fenced_violations.append(
+                f"{actor.owner} committed {'/'.join(others[0])} without holding the lease")
+
+    def _check(self) -> None:
+        docs = {path: versions[-1].data for path, versions in self.model.docs.items()
+                if versions[-1].data is not None}
+        shard_sums: dict[str, int] = defaultdict(int)
+        for path, data in docs.items():
+            if len(path) == 4 and path[0] == config.COUNTERS and path[2] == config.SHARDS:
+                shard_sums[path[1]] += int(data.get("count") or 0)
+        for path, data in docs.items():
+            if len(path) != 2 or path[0] != config.COUNTERS:
+                continue
+            counter, published = path[1], int(data.get("count") or 0)
+            if published != shard_sums[counter]:
+                self.outcome.lost.append(f"{counter}: rollup {published}, shards "
+                                         f"{shard_sums[counter]}")
+        for counter, expected in self.expected.items():
+            self._within(counter, shard_sums[counter], expected)
+        voters = sum(1 for path in docs if path[:3] == (config.COUNTERS, LIKES, config.VOTERS))
+        if shard_sums[LIKES] != voters:
+            self.outcome.doubled.append(f"{LIKES}: shards {shard_sums[LIKES]}, voters {voters}")
+        self._check_orders(docs, shard_sums)
+        self._check_trends(docs)
+
+    def _within(self, name: str, value: int, expected: Expected) -> None:
+        if value < expected.sure:
+            self.outcome.lost.append(f"{name}: {value} < {expected.sure} acknowledged")
+        if value > expected.sure + expected.unsure:
+            self.outcome.doubled.append(f"{name}: {value} > {expected.sure} acknowledged + "
+                                        f"{expected.unsure} unanswered")
+
+    def _check_orders(self, docs: dict[tuple[str, ...], Any], shard_sums: dict[str, int]
+                      ) -> None:
+        counted: dict[str, int] = defaultdict(int)
+        for path, data in docs.items():
+            if len(path) == 2 and path[0] == "orders":
+                counted[f"orders:{data['status']}"] += 1
+                counted[f"revenue:{data['status']}"] += int(data["amount"])
+        for status in STATUSES:
+            for counter in (f"orders:{status}", f"revenue:{status}"):
+                if shard_sums[counter] != counted[counter]:
+                    where = self.outcome.lost if shard_sums[counter] < counted[counter] \
+                        else self.outcome.doubled
+                    where.append(f"{counter}: shards {shard_sums[counter]}, documents "
+                                 f"{counted[counter]}")
+
+    def _check_trends(self, docs: dict[tuple[str, ...], Any]) -> None:
+        buckets: dict[tuple[str, str], int] = defaultdict(int)
+        for path, data in docs.items():
+            if len(path) == 4 and path[0] == config.TREND_MINUTES and path[2] == config.SHARDS:
+                for scope in (str(data["region"]), config.GLOBAL_SCOPE):
+                    buckets[(scope, str(data["tag"]))] += int(data.get("count") or 0)
+        totals = {(str(d["scope"]), str(d["tag"])): int(d["count"]) for p, d in docs.items()
+                  if p[0] == config.TREND_TOTALS and d.get("window") == "1h"}
+        for key in sorted(set(buckets) | set(totals)):
+            total = totals.get(key, 0)
+            if total != buckets[key]:
+                self.outcome.lost.append(f"trend {key}: total {total}, buckets {buckets[key]}")
+        for key, expected in self.tracks.items():
+            self._within(f"trend {key}", buckets[key], expected)
+
+
+@contextlib.contextmanager
+def unprotected() -> Iterator[None]:
+    """The rollup as it was before: no overlap, no touch, no sweep."""
+    saved = (config.CHANGE_OVERLAP_S, config.SHARD_TOUCH_ATTEMPTS, config.ROLLUP_SWEEP_EVERY_S)
+    config.CHANGE_OVERLAP_S, config.SHARD_TOUCH_ATTEMPTS = 0.0, 0
+    config.ROLLUP_SWEEP_EVERY_S = math.inf
+    try:
+        yield
+    finally:
+        (config.CHANGE_OVERLAP_S, config.SHARD_TOUCH_ATTEMPTS,
+         config.ROLLUP_SWEEP_EVERY_S) = saved
+
+
+def run(seed: int, *, protected: bool = True, settings: Settings | None = None) -> Outcome:
+    settings = settings or Settings()
+    if protected:
+        return World(seed, settings, protected).run()
+    with unprotected():
+        return World(seed, settings, protected).run()
