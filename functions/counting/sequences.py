@@ -388,8 +388,11 @@ def _number_once(db: firestore.Client, found: SequenceConfig,
             return Ticket(tenant=found.tenant, number=int(data["number"]),
                           business_day=dt.date.fromisoformat(data["business_day"]),
                           epoch=int(data["epoch"]))
-        claimed_at = data.get("claimed_at") or snapshot.read_time
-        if (snapshot.read_time - claimed_at).total_seconds() > config.SEQUENCE_CLAIM_TIMEOUT_S:
+        # The claim's age is judged from its commit (the record's update time while it is
+        # issuing), not from `claimed_at`: a server timestamp is taken when the request starts,
+        # so it would make a slow claim look older than it is.
+        claimed = snapshot.update_time or snapshot.read_time
+        if (snapshot.read_time - claimed).total_seconds() > config.SEQUENCE_CLAIM_TIMEOUT_S:
             ticket = _claim_and_issue(db, found, record, claim, snapshot.update_time, cache)
         elif time.monotonic() > deadline:
             raise FailedPrecondition(

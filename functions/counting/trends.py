@@ -155,11 +155,20 @@ def tag_key(tag: str) -> str:
 
 
 def minute_id(region: str, minute: int, tag: str) -> str:
-    return f"{region}:{minute}:{tag_key(tag)}"
+    """A minute bucket's id. It begins with the tag's hash: ids that begin with the minute would
+    increase in time, and Firestore limits writes to a range of sequential ids (about 500/s)."""
+    return f"{tag_key(tag)}:{region}:{minute}"
 
 
 def hour_id(region: str, hour: int, tag: str) -> str:
-    return f"{region}:{hour}:{tag_key(tag)}"
+    return f"{tag_key(tag)}:{region}:{hour}"
+
+
+def spread_of(tag: str) -> int:
+    """The bucket documents' `spread` (0..STRIPES-1, from the tag's hash): the index that finds
+    expired buckets by `minute` (or `hour`) leads with it, so their writes, whose minutes
+    increase, spread over STRIPES ranges of the index instead of one."""
+    return int(tag_key(tag)[:8], 16) % config.STRIPES
 
 
 def total_id(key: TotalKey) -> str:
@@ -369,6 +378,7 @@ class TrendRollup:
             entries.append(Entry(
                 write=BucketWrite(op="set", ref=minutes.document(bucket_id), fields={
                     "region": bucket.region, "tag": bucket.tag, "minute": bucket.minute,
+                    "spread": spread_of(bucket.tag),
                     "count": bucket.count, "shards": dict(bucket.shards),
                     config.EXPIRES_AT: expiry("1h", bucket.minute)}),
                 deltas={TotalKey(scope=scope, window=window, tag=bucket.tag): delta
@@ -379,6 +389,7 @@ class TrendRollup:
                     write=BucketWrite(op="merge", ref=hours.document(
                         hour_id(bucket.region, hour, bucket.tag)), fields={
                             "region": bucket.region, "tag": bucket.tag, "hour": hour,
+                            "spread": spread_of(bucket.tag),
                             "count": firestore.Increment(delta),
                             config.EXPIRES_AT: expiry("24h", hour)}),
                     deltas={}))
@@ -411,8 +422,10 @@ class TrendRollup:
         for window, collection, field_name in sources:
             _, buckets = config.WINDOWS[window]
             last = bucket_of(window, now_minute) - buckets
-            query = self._db.collection(collection).where(
-                filter=FieldFilter(field_name, "<=", last)).limit(EXPIRE_CHUNK)
+            query = (self._db.collection(collection)
+                     .where(filter=FieldFilter("spread", "in", list(range(config.STRIPES))))
+                     .where(filter=FieldFilter(field_name, "<=", last))
+                     .limit(EXPIRE_CHUNK))
             snapshots = list(query.stream())
             complete = complete and len(snapshots) < EXPIRE_CHUNK
             self._reads += max(1, len(snapshots))

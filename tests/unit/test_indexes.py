@@ -1,5 +1,7 @@
 """Every query the code runs is served by firestore.indexes.json (the emulator enforces no
-composite index; production rejects a query without one)."""
+composite index; production rejects a query without one), and no field whose values increase
+with time is indexed on its own (Firestore limits writes to such an index range to about
+500/s): it is exempted, or indexed only behind a field that spreads it."""
 
 from __future__ import annotations
 
@@ -34,14 +36,14 @@ QUERIES = [
     Shape(built_in="rollup.Rollup._above_min", collection="counters",
           equal=frozenset({"above_min"})),
     Shape(built_in="trends.TrendRollup._expired (1h)", collection="trend_minutes",
-          ordered=(("minute", ASC),)),
+          equal=frozenset({"spread"}), ordered=(("minute", ASC),)),
     Shape(built_in="trends.TrendRollup._expired (24h)", collection="trend_hours",
-          ordered=(("hour", ASC),)),
+          equal=frozenset({"spread"}), ordered=(("hour", ASC),)),
     Shape(built_in="trends.TrendRollup._read_board (top)", collection="trend_totals",
           equal=frozenset({"scope", "window"}), ordered=(("count", DESC), ("tag", ASC))),
 ]
 # Filters and orderings written in the domain: one more means a query this list lacks.
-CLAUSES = 8
+CLAUSES = 9
 
 
 def exempted(collection: str, field: str) -> bool:
@@ -83,3 +85,48 @@ def test_a_missing_index_is_caught() -> None:
     """The check fails for a shape no index serves."""
     assert not served(Shape(built_in="nowhere", collection="trend_totals",
                             equal=frozenset({"scope"}), ordered=(("tag", ASC),)))
+
+
+# Fields the domain writes whose values increase with time (server timestamps, instants,
+# minutes and hours), per collection group. A new one must be added here.
+SEQUENTIAL = {
+    ("shards", "updated_at"), ("shards", "minute"), ("shards", "expires_at"),
+    ("counters", "updated_at"), ("counters", "created_at"), ("counters", "low_since"),
+    ("counters", "shrunk_at"),
+    ("voters", "at"), ("paced", "at"), ("paced", "expires_at"), ("requests", "expires_at"),
+    ("trend_minutes", "minute"), ("trend_minutes", "expires_at"),
+    ("trend_hours", "hour"), ("trend_hours", "expires_at"),
+    ("sequences", "configured_at"), ("sequences", "opened_at"), ("sequences", "resets"),
+    ("business_days", "closed_at"), ("business_days", "expires_at"),
+    ("number_requests", "claimed_at"), ("number_requests", "issued_at"),
+    ("number_requests", "expires_at"), ("counted_docs", "expires_at"),
+}
+# Documents of the domain of which only a handful exist (one write a second at most).
+SINGLE_DOCUMENTS = {"internal", "trends"}
+
+
+def test_every_sequential_field_the_domain_writes_is_declared() -> None:
+    """Each field the domain sets to a server timestamp, an instant or an expiry is in
+    SEQUENTIAL, so that the next test sees it."""
+    source = "".join(path.read_text() for path in DOMAIN.rglob("*.py"))
+    stamped = set(re.findall(r'"(\w+)": (?:firestore\.SERVER_TIMESTAMP|as_of\b)', source))
+    declared = {name for _, name in SEQUENTIAL} | {"renewed_at"}  # internal/rollup: one doc
+    assert stamped - declared == set()
+    assert "EXPIRES_AT" in source and all(
+        (group, "expires_at") in SEQUENTIAL for group in ttl_groups())
+
+
+def ttl_groups() -> set[str]:
+    return {o["collectionGroup"] for o in INDEXES["fieldOverrides"] if o.get("ttl")}
+
+
+@pytest.mark.parametrize("field", sorted(SEQUENTIAL), ids="/".join)
+def test_no_sequential_field_is_indexed_on_its_own(field: tuple[str, str]) -> None:
+    """A sequential field is exempt from single-field indexing; where a query needs it, its
+    composite index leads with an equality field that spreads the writes."""
+    group, name = field
+    assert exempted(group, name)
+    for index in INDEXES["indexes"]:
+        paths = [f["fieldPath"] for f in index["fields"]]
+        if index["collectionGroup"] == group and name in paths:
+            assert paths.index(name) > 0 and paths[0] in {"stripe", "spread"}, index
