@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import functools
 import itertools
 import random
 import statistics
@@ -171,8 +172,8 @@ def tick_cost(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), ticks: int = 5,
         clock = Clock(now)
         lease = Lease(db, rollup.state_ref(db), "bench", config.ROLLUP_LEASE_S * 100)
         assert lease.acquire()
-        step = rollup.Rollup(db, lease, trends=trends.TrendRollup(db, lease,
-                                                                  clock=clock))
+        step = rollup.Rollup(db, lease,
+                             trends=functools.partial(trends.TrendRollup, clock=clock))
         started = time.monotonic()
         populate(db, size, now)
         populate_s = time.monotonic() - started

@@ -12,14 +12,16 @@ shards that exist sum to the counter's value.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from . import config
+
+if TYPE_CHECKING:
+    from .store import Store
 
 # Surplus shards folded per commit.
 FOLD_CHUNK = 200
@@ -32,29 +34,23 @@ class Folded:
     complete: bool = True  # every surplus shard is gone (False: fold again next tick)
     deleted: list[str] = field(default_factory=list)  # surplus shard ids
     moved: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # survivor -> added
-    reads: int = 0
-    writes: int = 0
 
 
-def fold_surplus(
-    db: firestore.Client,
-    counter_ref: firestore.DocumentReference,
-    num_shards: int,
-    commit: Callable[[firestore.WriteBatch], Any],
-) -> Folded:
-    """Move every shard >= num_shards into shard (n mod num_shards); `commit` is the rollup's
-    fenced commit (it raises FailedPrecondition for a shard's precondition, LeaseLost when the
-    lease is gone)."""
+def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
+                 num_shards: int) -> Folded:
+    """Move every shard >= num_shards into shard (n mod num_shards), through the rollup's
+    store: its commits are fenced (FailedPrecondition for a shard's precondition, LeaseLost
+    when the lease is gone)."""
     shards = counter_ref.collection(config.SHARDS)
-    snapshots = list(shards.stream())
+    snapshots = store.query(shards)
     surplus = [s for s in snapshots if s.id.isdigit() and int(s.id) >= num_shards]
-    result = Folded(reads=max(1, len(snapshots)))
+    result = Folded()
     for start in range(0, len(surplus), FOLD_CHUNK):
         chunk = surplus[start:start + FOLD_CHUNK]
         moved: dict[str, int] = defaultdict(int)
-        batch = db.batch()
+        batch = store.db.batch()
         for snapshot in chunk:
-            option = db.write_option(last_update_time=snapshot.update_time)
+            option = store.db.write_option(last_update_time=snapshot.update_time)
             batch.delete(snapshot.reference, option=option)
             moved[str(int(snapshot.id) % num_shards)] += int(snapshot.get("count") or 0)
         for survivor, amount in moved.items():
@@ -64,11 +60,10 @@ def fold_surplus(
                 # unchanged, and the holder applies the move to the values it remembers.
                 batch.update(shards.document(survivor), {"count": firestore.Increment(amount)})
         try:
-            commit(batch)
+            store.commit(batch)
         except gexc.FailedPrecondition:
             result.complete = False  # a late increment hit one of them: fold again next tick
             continue
-        result.writes += len(chunk) + sum(1 for amount in moved.values() if amount) + 1
         result.deleted += [snapshot.id for snapshot in chunk]
         for survivor, amount in moved.items():
             result.moved[survivor] += amount

@@ -52,7 +52,8 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from . import config, counters, kinds
 from .kinds import Window
-from .lease import Lease
+from .store import Store
+from .usage import Usage
 
 MINUTE_S = 60
 HOUR_MINUTES = 60
@@ -291,14 +292,13 @@ class TrendRollup:
 
     def __init__(
         self,
-        db: firestore.Client,
-        lease: Lease,
+        store: Store,
         *,
         clock: Callable[[], dt.datetime] | None = None,
         thresholds: dict[str, int] | None = None,
     ) -> None:
-        self._db = db
-        self._lease = lease
+        self._store = store
+        self._db = store.db
         self._clock = clock
         self._thresholds = thresholds or config.TRENDING_THRESHOLDS
         self._minutes: dict[str, MinuteBucket] = {}
@@ -306,7 +306,6 @@ class TrendRollup:
         self._boards: dict[tuple[str, Window], Board] = {}
         self._published: dict[str, dict[str, Any]] = {}
         self._expired_through: tuple[int, int] | None = None  # (minute, hour) last checked
-        self._reads = self._writes = 0
 
     def forget(self) -> None:
         self._minutes.clear()
@@ -319,7 +318,7 @@ class TrendRollup:
              ) -> TrendStats:
         """Apply the changed minute-bucket shards (bucket id -> shard id -> snapshot, read at
         `as_of`), expire what left its window, and publish the lists that changed."""
-        self._reads = self._writes = 0
+        before = Usage(reads=self._store.usage.reads, writes=self._store.usage.writes)
         now_minute = minute_of(self._clock() if self._clock else as_of)
         deltas: dict[TotalKey, int] = defaultdict(int)
         entries: list[Entry] = []
@@ -340,7 +339,8 @@ class TrendRollup:
         published = self._publish({scope for scope, _ in by_board}, as_of)
         return TrendStats(changed_buckets=changed, expired_buckets=expired,
                           changed_totals=written, rebuilt_lists=rebuilt, published=published,
-                          reads=self._reads, writes=self._writes)
+                          reads=self._store.usage.reads - before.reads,
+                          writes=self._store.usage.writes - before.writes)
 
     # -- step 1: changed buckets --
 
@@ -399,8 +399,7 @@ class TrendRollup:
         minutes = self._db.collection(config.TREND_MINUTES)
         for start in range(0, len(bucket_ids), READ_CHUNK):
             refs = [minutes.document(b) for b in bucket_ids[start:start + READ_CHUNK]]
-            for snapshot in self._db.get_all(refs):
-                self._reads += 1
+            for snapshot in self._store.get_all(refs):
                 if snapshot.exists:
                     data = snapshot.to_dict() or {}
                     self._minutes[snapshot.id] = MinuteBucket(
@@ -426,9 +425,8 @@ class TrendRollup:
                      .where(filter=FieldFilter("spread", "in", list(range(config.STRIPES))))
                      .where(filter=FieldFilter(field_name, "<=", last))
                      .limit(EXPIRE_CHUNK))
-            snapshots = list(query.stream())
+            snapshots = self._store.query(query)
             complete = complete and len(snapshots) < EXPIRE_CHUNK
-            self._reads += max(1, len(snapshots))
             for snapshot in sorted(snapshots, key=lambda s: str(s.get("tag"))):
                 data = snapshot.to_dict() or {}
                 count = int(data.get("count") or 0)
@@ -454,8 +452,7 @@ class TrendRollup:
         for start in range(0, len(missing), READ_CHUNK):
             chunk = missing[start:start + READ_CHUNK]
             by_id = {total_id(key): key for key in chunk}
-            for snapshot in self._db.get_all([coll.document(i) for i in by_id]):
-                self._reads += 1
+            for snapshot in self._store.get_all([coll.document(i) for i in by_id]):
                 count = int((snapshot.to_dict() or {}).get("count") or 0)
                 self._totals[by_id[snapshot.id]] = count
 
@@ -490,8 +487,7 @@ class TrendRollup:
             else:
                 batch.delete(ref)
                 self._totals.pop(key)
-        self._lease.commit(batch)
-        self._writes += len(pending.writes) + len(pending.totals) + 1
+        self._store.commit(batch)
         return len(pending.totals)
 
     # -- step 4: the lists --
@@ -520,8 +516,8 @@ class TrendRollup:
                 .where(filter=FieldFilter("scope", "==", scope))
                 .where(filter=FieldFilter("window", "==", window)))
         top = base.order_by("count", direction=firestore.Query.DESCENDING).order_by("tag")
-        items = [(str(s.get("tag")), int(s.get("count"))) for s in top.limit(config.TOP_K).stream()]
-        self._reads += max(1, len(items))
+        items = [(str(s.get("tag")), int(s.get("count")))
+                 for s in self._store.query(top.limit(config.TOP_K))]
         return Board(items=items)
 
     # -- step 5: the documents clients read --
@@ -548,7 +544,6 @@ class TrendRollup:
                 batch.delete(coll.document(scope))  # a region without events in 24 h goes
             else:
                 batch.set(coll.document(scope), {**content, "updated_at": as_of})
-        self._lease.commit(batch)
+        self._store.commit(batch)
         self._published.update(changed)
-        self._writes += len(changed) + 1
         return len(changed)

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from counting import cadence, config, counters, rollup
+from counting import cadence, config, counters, ledger, rollup
 from counting.lease import Lease, LeaseLost
 from google.cloud import firestore
 
@@ -187,12 +187,12 @@ def test_a_superseded_holder_commits_nothing(
     counters.create_counter(isolated_db, "fenced", shards=2)
     stale = rollup.Rollup(isolated_db, Lease(isolated_db, rollup.state_ref(isolated_db), "stale",
                                              0.5))
-    assert stale._lease.acquire()
+    assert stale.store.lease.acquire()
     add(isolated_db, "fenced", 1)
-    real_plan = rollup.Rollup._plan
+    real_plan = ledger.Ledger.plan
 
-    def stall_then_plan(self: rollup.Rollup, *args: Any) -> Any:
-        if self is stale:
+    def stall_then_plan(self: ledger.Ledger, *args: Any) -> Any:
+        if self is stale.ledger:
             # Paused (GC, a slow machine) past the lease: a successor takes over and publishes.
             time.sleep(0.6)
             add(isolated_db, "fenced", 10)
@@ -202,7 +202,7 @@ def test_a_superseded_holder_commits_nothing(
             successor.tick()
         return real_plan(self, *args)
 
-    monkeypatch.setattr(rollup.Rollup, "_plan", stall_then_plan)
+    monkeypatch.setattr(ledger.Ledger, "plan", stall_then_plan)
     with pytest.raises(LeaseLost):
         stale.tick()
     assert rollup_count(isolated_db, "fenced") == 11
@@ -242,7 +242,7 @@ def test_first_loads_are_spread_and_survive_a_handover(
 ) -> None:
     """A holder meeting more counters than it reads whole in a tick publishes them over the next
     ticks; one that hands over first leaves a watermark from which its successor finds them."""
-    monkeypatch.setattr(rollup, "FIRST_LOADS_PER_TICK", 2)
+    monkeypatch.setattr(ledger, "FIRST_LOADS_PER_TICK", 2)
     names = [f"many-{n}" for n in range(5)]
     for name in names:
         counters.create_counter(isolated_db, name, shards=2)
@@ -250,7 +250,7 @@ def test_first_loads_are_spread_and_survive_a_handover(
     first = rollup.Rollup(isolated_db, lease_for(isolated_db, "first"))
     assert first.tick().changed_counters == 2
     assert sum(rollup_count(isolated_db, name) == 3 for name in names) == 2
-    first._lease.release(first.durable_watermark)  # hands over with three still owed
+    first.store.lease.release(first.durable_watermark)  # hands over with three still owed
     successor = rollup.Rollup(isolated_db, lease_for(isolated_db, "successor"))
     for _ in range(3):
         successor.tick()

@@ -4,6 +4,7 @@ injected clock (on a project of its own) for window boundaries."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 from collections import Counter
 from collections.abc import Iterable
@@ -159,8 +160,8 @@ def stepper(db: firestore.Client, clock: Clock,
     """A rollup holder whose trends step reads the time from `clock`."""
     lease = Lease(db, rollup.state_ref(db), "test", config.ROLLUP_LEASE_S)
     assert lease.acquire()
-    step = trends.TrendRollup(db, lease, clock=clock, thresholds=thresholds)
-    return rollup.Rollup(db, lease, trends=step), lease
+    return rollup.Rollup(db, lease, trends=functools.partial(
+        trends.TrendRollup, clock=clock, thresholds=thresholds)), lease
 
 
 def listed(db: firestore.Client, scope: str, window: kinds.Window) -> list[Any]:

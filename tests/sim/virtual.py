@@ -33,7 +33,7 @@ def micros(seconds: float) -> int:
 
 
 class Actor:
-    def __init__(self, sim: Sim, name: str, body: Callable[[], None]) -> None:
+    def __init__(self, sim: Sim, name: str, body: Callable[[], object]) -> None:
         self.sim = sim
         self.name = name
         self.body = body
@@ -90,7 +90,7 @@ class Sim:
         actor: Actor | None = getattr(self._local, "actor", None)
         return actor
 
-    def spawn(self, name: str, body: Callable[[], None], after_s: float = 0.0) -> Actor:
+    def spawn(self, name: str, body: Callable[[], object], after_s: float = 0.0) -> Actor:
         actor = Actor(self, name, body)
         self._actors.append(actor)
         actor._thread.start()

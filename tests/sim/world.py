@@ -180,11 +180,15 @@ class World:
         self._serve(name, woken=True)
 
     def _scheduler(self) -> None:
-        """Cloud Scheduler: every minute, never two executions at once."""
+        """Cloud Scheduler: an invocation at every minute, never two at once (the next waits for
+        the last to end; one that died ends it)."""
         n = 0
         while True:
             n += 1
-            self._serve(f"scheduled-{n}", woken=False)
+            execution = self.sim.spawn(f"scheduled-{n}", functools.partial(
+                self._serve, f"scheduled-{n}", woken=False))
+            while not execution.done:
+                self.sim.wait(1.0)
             self.sim.wait(60.0 - (self.sim.monotonic() % 60.0))
 
     def _chaos(self) -> None:

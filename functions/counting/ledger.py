@@ -1,0 +1,366 @@
+"""What one rollup holder knows, and every decision it takes from it: pure, no I/O.
+
+The ledger holds, per counter, the shard values as of the last tick, the published count and
+the autoscaling state. Given the shard values a tick read (`apply`), it returns the new sums and
+measures the rates; `plan` turns them into the counter document updates and the grows to commit;
+the fold and eviction steps keep it equal to the shards that exist. `counting.rollup` does the
+reads and commits around it (docs/architecture.md, "Rollup"); tests/unit/test_ledger.py drives
+it with values alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import autoscale, config
+from .autoscale import AutoscaleParams
+
+# A counter not changed for this many ticks is dropped from the ledger (unless it still has
+# shards to shed, or a rate to bring down to 0).
+IDLE_TICKS_KEPT = 120
+# Counters first met by a holder are read whole, at most this many per tick (a tick reading 200
+# counters of 10 shards stays near a second); the others wait for the next ticks.
+FIRST_LOADS_PER_TICK = 200
+# A rate sample never spans more than this (the first tick after a long pause).
+MAX_SAMPLE_S = 60.0
+INT64 = (-(2**63), 2**63 - 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardValue:
+    count: int
+    writes: int  # one more per write to the shard: its growth is the number of writes
+
+    @classmethod
+    def of(cls, data: dict[str, Any] | None) -> ShardValue:
+        data = data or {}
+        return cls(count=int(data.get("count") or 0), writes=int(data.get("writes") or 0))
+
+
+Changes = dict[str, dict[str, ShardValue]]  # counter -> shard id -> value at the tick's instant
+
+
+@dataclass(kw_only=True)
+class Scaling:
+    """What the ledger knows of one counter's configuration and load."""
+
+    num_shards: int
+    min_shards: int
+    max_shards: int
+    strategy: str
+    rate: float
+    published_rate: float
+    low_since: float | None  # epoch seconds
+    shrunk_at: float | None  # epoch seconds; surplus shards are folded FOLD_GRACE_S later
+    shard_load: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_document(cls, data: dict[str, Any]) -> Scaling:
+        def seconds(value: Any) -> float | None:
+            return value.timestamp() if isinstance(value, dt.datetime) else None
+
+        rate = float(data.get("rate") or 0.0)
+        low_since = seconds(data.get("low_since"))
+        if low_since is None and rate == 0.0:
+            # Idle since at least its last count change (low_since is only ever written along
+            # with other fields, so a counter nobody writes to has none).
+            low_since = seconds(data.get("updated_at"))
+        return cls(
+            num_shards=int(data.get("num_shards") or 1),
+            min_shards=int(data.get("min_shards") or config.DEFAULT_MIN_SHARDS),
+            max_shards=int(data.get("max_shards") or config.DEFAULT_MAX_SHARDS),
+            strategy=str(data.get("strategy") or config.DEFAULT_STRATEGY),
+            rate=rate,
+            published_rate=rate,
+            low_since=low_since,
+            shrunk_at=seconds(data.get("shrunk_at")),
+        )
+
+    @property
+    def above_min(self) -> bool:
+        return self.num_shards > self.min_shards or self.shrunk_at is not None
+
+    def published_load(self) -> list[float]:
+        return [round(self.shard_load.get(str(n), 0.0), 3) for n in range(self.num_shards)]
+
+
+@dataclass(kw_only=True)
+class Held:
+    """One counter as the holder knows it: its document and, once one of its shards changed
+    while held, every shard's value as of the last tick."""
+
+    shards: dict[str, ShardValue] | None  # None: not read (held for its scaling state only)
+    written: int | None  # the count on counters/{id}; None: the document does not exist
+    scaling: Scaling | None  # None when the document does not exist
+    last_changed: int  # the tick that last saw one of its shards change
+
+    def total(self) -> int:
+        return sum(shard.count for shard in (self.shards or {}).values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grow:
+    counter: str
+    old: int
+    new: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A tick's writes: counter document updates (fields per counter), then the grows."""
+
+    updates: dict[str, dict[str, Any]]
+    grows: list[Grow]
+    problems: list[str]  # counters that cannot be published, and why
+
+
+def timestamp(seconds: float | None) -> dt.datetime | None:
+    return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+def publishable(rate: float) -> float:
+    return 0.0 if rate < config.RATE_PUBLISH_ABS else round(rate, 3)
+
+
+def rate_moved(rate: float, published: float) -> bool:
+    value = publishable(rate)
+    if value == published:
+        return False
+    margin = max(config.RATE_PUBLISH_ABS, config.RATE_PUBLISH_REL * published)
+    return value == 0.0 or abs(value - published) > margin
+
+
+class Ledger:
+    def __init__(self, params: AutoscaleParams | None = None) -> None:
+        self.params = params or AutoscaleParams()
+        self.held: dict[str, Held] = {}
+        self.retry: set[str] = set()  # counters whose sum could not be published: again
+        self.deferred: set[str] = set()  # changed, not read yet (see spread_first_loads)
+        # The `since` of the earliest tick that dropped a counter still deferred: the watermark
+        # persisted for a successor goes no further, so it finds that counter changed too.
+        self.deferred_since: dt.datetime | None = None
+        self.ticks = 0
+
+    def forget(self) -> None:
+        """Drop everything; the next ticks read the changed counters whole. Counters still
+        owed a publish are read whole again too."""
+        self.held.clear()
+        self.deferred |= self.retry
+        self.retry.clear()
+
+    def durable(self, watermark: dt.datetime) -> dt.datetime:
+        """The watermark a successor may start from: everything before it is published."""
+        if self.deferred_since is None:
+            return watermark
+        return min(watermark, self.deferred_since)
+
+    # -- what to read --
+
+    def spread_first_loads(self, changes: Changes, since: dt.datetime) -> list[str]:
+        """Bound the counters read whole in one tick (a new holder meeting thousands at once
+        would otherwise hold up every counter's publish). Changed counters past the budget are
+        dropped from `changes` and remembered; later ticks read them whole at their own instant,
+        which includes what was dropped, and publish them. Returns those to read whole now."""
+        unread = [c for c in changes if c not in self.held or self.held[c].shards is None]
+        for counter in unread[FIRST_LOADS_PER_TICK:]:
+            del changes[counter]
+            self.deferred.add(counter)
+            if self.deferred_since is None:
+                self.deferred_since = since
+        room = FIRST_LOADS_PER_TICK - min(len(unread), FIRST_LOADS_PER_TICK)
+        catch_up = sorted(self.deferred - changes.keys())[:room]
+        self.deferred -= {*catch_up, *changes}
+        self.retry.update(catch_up)  # published from the values read whole
+        return catch_up
+
+    def unseen(self, counters: list[str]) -> list[str]:
+        """Counters whose document the ledger does not hold."""
+        return [c for c in dict.fromkeys(counters) if c not in self.held]
+
+    def unread(self, counters: list[str]) -> list[str]:
+        """Counters whose shards the ledger has not read."""
+        return [c for c in counters if self.held[c].shards is None]
+
+    def hold(self, counter: str, document: dict[str, Any] | None) -> None:
+        """Take in a counter's document (None: it does not exist)."""
+        self.held[counter] = Held(
+            shards=None,
+            written=None if document is None else int(document.get("count") or 0),
+            scaling=None if document is None else Scaling.from_document(document),
+            last_changed=self.ticks,
+        )
+
+    def hold_shards(self, counter: str, shards: dict[str, ShardValue]) -> None:
+        self.held[counter].shards = shards
+
+    # -- a tick --
+
+    def apply(self, changes: Changes, since: dt.datetime, as_of: dt.datetime
+              ) -> tuple[dict[str, int], dict[str, int]]:
+        """Take in the shards the query returned; measure every held counter's rate. Returns
+        the new sums, and per counter how many of its shards changed since they were last read
+        (a shard the overlap or a sweep returns again is unchanged)."""
+        dt_s = min(MAX_SAMPLE_S, (as_of - since).total_seconds())
+        sums: dict[str, int] = {}
+        grown: dict[str, int] = {}
+        for counter, shards in changes.items():
+            held = self.held[counter]
+            assert held.shards is not None  # read before
+            writes: dict[str, int] = {}
+            grown[counter] = 0
+            for shard, value in shards.items():
+                before = held.shards.get(shard)
+                # A shard created afresh (after a fold) restarts its write counter.
+                grew = value.writes - (before.writes if before else 0)
+                writes[shard] = grew if grew >= 0 else value.writes
+                grown[counter] += value != before
+                held.shards[shard] = value
+            sums[counter] = held.total()
+            if held.scaling is not None and dt_s > 0:
+                self._measure(held.scaling, writes, dt_s)
+        if dt_s > 0:
+            for counter, held in self.held.items():
+                if counter not in changes and held.scaling is not None:
+                    self._measure(held.scaling, {}, dt_s)
+        return sums, grown
+
+    def _measure(self, state: Scaling, writes: dict[str, int], dt_s: float) -> None:
+        params = self.params
+        state.rate = autoscale.measured_rate(state.rate, sum(writes.values()) / dt_s, dt_s, params)
+        if state.strategy != "least_loaded":
+            return
+        # Per-shard loads are compared with each other, so they use one (the longer) time
+        # constant both ways: less noise, and no bias against shards that had a burst.
+        for n in range(state.num_shards):
+            shard = str(n)
+            sample = writes.get(shard, 0) / dt_s
+            load = state.shard_load.get(shard, 0.0)
+            if load or sample:
+                state.shard_load[shard] = autoscale.ewma(load, sample, dt_s, params.fall_tau_s)
+
+    def plan(self, sums: dict[str, int], as_of: dt.datetime) -> Plan:
+        """The counter document updates of this tick, and the grows to commit after them."""
+        now = as_of.timestamp()
+        updates: dict[str, dict[str, Any]] = defaultdict(dict)
+        grows: list[Grow] = []
+        problems: list[str] = []
+        for counter in self.retry - sums.keys():
+            if counter in self.held:
+                sums[counter] = self.held[counter].total()
+        for counter, total in sums.items():
+            written = self.held[counter].written
+            if not INT64[0] <= total <= INT64[1]:
+                # Firestore stores 64-bit integers: this counter cannot be published (clients
+                # are kept from getting here by the bounds on increments).
+                problems.append(f"{counter}: sum {total} is outside 64-bit integers")
+                self.retry.add(counter)
+                continue
+            if written is not None and written != total:
+                updates[counter].update({"count": total, "updated_at": as_of})
+        for counter, held in self.held.items():
+            state = held.scaling
+            if state is None:
+                continue
+            fields = updates.get(counter, {})
+            if self.params.enabled:
+                decision = autoscale.decide(
+                    state.num_shards, state.rate, now, state.low_since,
+                    min_shards=state.min_shards, max_shards=state.max_shards, params=self.params)
+                if decision.num_shards > state.num_shards:
+                    grows.append(Grow(counter=counter, old=state.num_shards,
+                                      new=decision.num_shards))
+                elif decision.num_shards < state.num_shards:
+                    state.num_shards, state.shrunk_at = decision.num_shards, now
+                    fields.update({"num_shards": state.num_shards, "shrunk_at": as_of,
+                                   "above_min": True})
+                state.low_since = decision.low_since
+            if fields or rate_moved(state.rate, state.published_rate):
+                # The cool-down's start rides along (an idle counter derives it on loading).
+                fields["low_since"] = timestamp(state.low_since)
+                state.published_rate = publishable(state.rate)
+                fields["rate"] = state.published_rate
+                if state.strategy == "least_loaded":
+                    fields["shard_load"] = state.published_load()
+                updates[counter] = fields
+        return Plan(updates={c: f for c, f in updates.items() if f}, grows=grows,
+                    problems=problems)
+
+    def published(self, counter: str, fields: dict[str, Any]) -> None:
+        """A counter's update was committed."""
+        self.retry.discard(counter)
+        if "count" in fields:
+            self.held[counter].written = fields["count"]
+
+    def failed(self, counter: str) -> None:
+        """A counter's own write failed: publish it again next tick."""
+        self.retry.add(counter)
+
+    def bounded(self, grow: Grow, bounds: dict[str, Any]) -> Grow | None:
+        """Take in the counter's current bounds before a grow (an operator may have pinned it
+        since the ledger met it): the grow to commit, or None when nothing is left of it."""
+        state = self.held[grow.counter].scaling
+        assert state is not None  # only counters with a document are scaled
+        state.min_shards = int(bounds.get("min_shards") or state.min_shards)
+        state.max_shards = int(bounds.get("max_shards") or state.max_shards)
+        new = min(grow.new, state.max_shards)
+        return Grow(counter=grow.counter, old=grow.old, new=new) if new > grow.old else None
+
+    def completing(self, grow: Grow) -> dict[str, Any]:
+        """The counter document's update that completes a grow once its new shards exist."""
+        state = self.held[grow.counter].scaling
+        assert state is not None
+        return {"num_shards": grow.new,
+                "above_min": grow.new > state.min_shards or state.shrunk_at is not None}
+
+    def grown(self, grow: Grow) -> None:
+        """A grow was committed."""
+        state = self.held[grow.counter].scaling
+        assert state is not None
+        state.num_shards = grow.new
+
+    def above_min(self, counter: str) -> bool:
+        state = self.held[counter].scaling
+        return state is not None and state.above_min
+
+    def folds_due(self, as_of: dt.datetime) -> list[tuple[str, int]]:
+        """(counter, num_shards) of the counters whose shrink is older than the grace period."""
+        now = as_of.timestamp()
+        return [(counter, held.scaling.num_shards) for counter, held in self.held.items()
+                if held.scaling is not None and held.scaling.shrunk_at is not None
+                and now >= held.scaling.shrunk_at + self.params.fold_grace_s]
+
+    def folded(self, counter: str, deleted: list[str], moved: dict[str, int],
+               complete: bool) -> None:
+        """Mirror a committed fold: the surplus shards are gone, their counts moved."""
+        held = self.held[counter]
+        state = held.scaling
+        assert state is not None
+        for shard in deleted:
+            state.shard_load.pop(shard, None)
+        if held.shards is not None:
+            for shard in deleted:
+                held.shards.pop(shard, None)
+            for survivor, amount in moved.items():
+                before = held.shards.get(survivor, ShardValue(count=0, writes=0))
+                held.shards[survivor] = ShardValue(count=before.count + amount,
+                                                   writes=before.writes)
+        if complete:
+            state.shrunk_at = None
+
+    def end_tick(self, changes: Changes) -> None:
+        """Count the tick, and drop the counters nobody has written to for a while."""
+        if not self.deferred:
+            self.deferred_since = None
+        self.ticks += 1
+        for counter in changes:
+            self.held[counter].last_changed = self.ticks
+        for counter, held in list(self.held.items()):
+            if self.ticks - held.last_changed <= IDLE_TICKS_KEPT:
+                continue
+            state = held.scaling
+            if state is not None and (state.above_min or state.published_rate):
+                continue  # it still has shards to shed, or a rate to bring down to 0
+            del self.held[counter]

@@ -1,0 +1,90 @@
+"""The rollup's I/O: snapshot reads and commits fenced by its lease, each counted as Firestore
+bills it, so that the rollup and the trends step keep no tallies of their own.
+
+Reads bill one per document returned, and one for a query that returns nothing; a `get` bills
+one whether the document exists or not. A commit bills one write per write in it, the lease's
+fencing write included. Firestore implements it, or the simulation's model of Firestore
+(tests/sim), behind the same client API.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from google.cloud import firestore
+
+from .lease import Lease
+from .usage import Usage
+
+T = TypeVar("T")
+R = TypeVar("R")
+Snapshot = firestore.DocumentSnapshot[Any]
+READ_THREADS = 8  # reads of many small queries (a counter's shards) run this many at once
+
+
+class Store:
+    def __init__(self, db: firestore.Client, lease: Lease) -> None:
+        self.db = db
+        self.lease = lease
+        self._usage = Usage()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="store")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+    @property
+    def usage(self) -> Usage:
+        """What was billed since the last `take_usage`."""
+        return self._usage
+
+    def take_usage(self) -> Usage:
+        with self._lock:
+            usage, self._usage = self._usage, Usage()
+        return usage
+
+    def _bill(self, reads: int = 0, writes: int = 0) -> None:
+        with self._lock:
+            self._usage.reads += reads
+            self._usage.writes += writes
+
+    def renew(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:
+        """Renew the lease (persisting the progress); its commit time is the tick's instant."""
+        instant = self.lease.renew(watermark, swept)
+        self._bill(writes=1)
+        return instant
+
+    def query(self, query: Any, read_time: dt.datetime | None = None) -> list[Snapshot]:
+        found = list(query.stream(read_time=read_time) if read_time else query.stream())
+        self._bill(reads=max(1, len(found)))
+        return found
+
+    def get(self, ref: firestore.DocumentReference,
+            field_paths: list[str] | None = None) -> Snapshot:
+        snapshot: Snapshot = ref.get(field_paths=field_paths)
+        self._bill(reads=1)
+        return snapshot
+
+    def get_all(self, refs: Sequence[firestore.DocumentReference], *,
+                field_paths: list[str] | None = None,
+                read_time: dt.datetime | None = None) -> list[Snapshot]:
+        if not refs:
+            return []
+        options: dict[str, Any] = {} if read_time is None else {"read_time": read_time}
+        found = list(self.db.get_all(list(refs), field_paths=field_paths, **options))
+        self._bill(reads=len(refs))
+        return found
+
+    def each(self, read: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """`read` of every item, several at once (each read bills itself)."""
+        return list(self._pool.map(read, items))
+
+    def commit(self, batch: firestore.WriteBatch) -> list[Any]:
+        """Commit `batch` fenced by the lease (`Lease.commit`)."""
+        results = self.lease.commit(batch)
+        self._bill(writes=len(results))
+        return results

@@ -1,0 +1,159 @@
+"""The rollup's pure core (`counting.ledger`), driven with values alone: sums, rates, plans,
+grows, shrinks, folds, and what a handover may persist."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from counting import ledger
+from counting.autoscale import AutoscaleParams
+from counting.ledger import Ledger, ShardValue
+from hypothesis import given
+from hypothesis import strategies as st
+
+T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+FAST = AutoscaleParams(shard_write_rate=1.0, rise_tau_s=1.0, fall_tau_s=1.0, cool_down_s=5.0,
+                       fold_grace_s=2.0)
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def value(count: int, writes: int) -> ShardValue:
+    return ShardValue(count=count, writes=writes)
+
+
+def held(book: Ledger, counter: str, shards: dict[str, ShardValue], *, written: int = 0,
+         num_shards: int | None = None) -> None:
+    book.hold(counter, {"count": written, "num_shards": num_shards or len(shards),
+                        "updated_at": T0})
+    book.hold_shards(counter, dict(shards))
+
+
+def test_a_sum_is_the_changed_shards_plus_the_remembered_others() -> None:
+    """Shards the query returns replace what the ledger held; the others keep their values."""
+    book = Ledger(FAST)
+    held(book, "c", {"0": value(5, 5), "1": value(7, 7)})
+    sums, grown = book.apply({"c": {"1": value(10, 9)}}, at(0), at(1))
+    assert sums == {"c": 15} and grown == {"c": 1}
+
+
+def test_a_shard_read_again_unchanged_is_no_change() -> None:
+    """The overlap and the sweeps return shards already read: no growth, no write, no rate."""
+    book = Ledger(FAST)
+    held(book, "c", {"0": value(5, 5)}, written=5)
+    sums, grown = book.apply({"c": {"0": value(5, 5)}}, at(0), at(1))
+    plan = book.plan(sums, at(1))
+    assert grown == {"c": 0} and "count" not in plan.updates.get("c", {})
+
+
+def test_only_a_changed_sum_is_written() -> None:
+    """The plan writes count and updated_at when the sum differs from the published count."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    held(book, "up", {"0": value(1, 1)}, written=1)
+    held(book, "flat", {"0": value(3, 3), "1": value(-3, 1)}, written=0)
+    sums, _ = book.apply({"up": {"0": value(4, 2)}, "flat": {"0": value(4, 4),
+                                                            "1": value(-4, 2)}}, at(0), at(1))
+    plan = book.plan(sums, at(1))
+    assert plan.updates["up"]["count"] == 4 and plan.updates["up"]["updated_at"] == at(1)
+    assert "count" not in plan.updates.get("flat", {})
+    book.published("up", plan.updates["up"])
+    assert book.held["up"].written == 4
+
+
+def test_a_sum_outside_int64_is_reported_and_retried() -> None:
+    """A counter Firestore cannot store is a problem of its own and is owed a publish."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    held(book, "big", {"0": value(2**62, 1), "1": value(2**62, 1)})
+    sums, _ = book.apply({"big": {"1": value(2**62, 2)}}, at(0), at(1))
+    plan = book.plan(sums, at(1))
+    assert plan.problems and "big" in plan.problems[0] and "big" in book.retry
+
+
+def test_a_busy_counter_grows_and_an_idle_one_shrinks_then_folds() -> None:
+    """Under load the plan grows the counter; once idle past the cool-down it shrinks, and the
+    fold that follows keeps the total while the surplus shards go."""
+    book = Ledger(FAST)
+    held(book, "hot", {"0": value(0, 0)})
+    writes = 0
+    plan = None
+    for second in range(1, 6):
+        writes += 20
+        sums, _ = book.apply({"hot": {"0": value(writes, writes)}}, at(second - 1), at(second))
+        plan = book.plan(sums, at(second))
+        if plan.grows:
+            break
+    assert plan is not None and plan.grows and plan.grows[0].new > 1
+    grow = book.bounded(plan.grows[0], {"max_shards": 4})
+    assert grow is not None and grow.new == 4
+    assert book.completing(grow) == {"num_shards": 4, "above_min": True}
+    book.grown(grow)
+    book.hold_shards("hot", {"0": value(writes, writes), "1": value(0, 0), "2": value(6, 1),
+                             "3": value(0, 0)})
+    total = book.held["hot"].total()
+    shrunk_at = None
+    for second in range(6, 40):
+        sums, _ = book.apply({}, at(second - 1), at(second))
+        plan = book.plan(sums, at(second))
+        if "num_shards" in plan.updates.get("hot", {}):
+            shrunk_at = second
+            break
+    assert shrunk_at is not None and book.held["hot"].scaling is not None
+    assert book.folds_due(at(shrunk_at)) == []
+    due = book.folds_due(at(shrunk_at + FAST.fold_grace_s))
+    assert due == [("hot", 1)]
+    book.folded("hot", ["1", "2", "3"], {"0": 6}, complete=True)
+    assert book.held["hot"].total() == total and set(book.held["hot"].shards or {}) == {"0"}
+    assert not book.above_min("hot")
+
+
+def test_a_pinned_counter_does_not_grow() -> None:
+    """Bounds read afresh before a grow can leave nothing to do."""
+    book = Ledger(FAST)
+    held(book, "pinned", {"0": value(0, 0)})
+    assert book.bounded(ledger.Grow(counter="pinned", old=1, new=8), {"max_shards": 1}) is None
+
+
+def test_first_loads_are_bounded_and_hold_the_durable_watermark_back() -> None:
+    """Past the per-tick budget, changed counters wait; until they are read, the watermark a
+    successor may start from stays at the tick that deferred them."""
+    book = Ledger(FAST)
+    limit = ledger.FIRST_LOADS_PER_TICK
+    changes = {f"c{n}": {"0": value(1, 1)} for n in range(limit + 3)}
+    assert book.spread_first_loads(changes, at(0)) == []
+    assert len(changes) == limit and len(book.deferred) == 3
+    assert book.durable(at(5)) == at(0)
+    for counter in changes:
+        held(book, counter, changes[counter])
+    catch_up = book.spread_first_loads({}, at(1))
+    assert len(catch_up) == 3 and book.retry == set(catch_up)
+    book.end_tick({})
+    assert book.durable(at(5)) == at(5)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 5)), min_size=1, max_size=40))
+def test_the_sum_equals_the_shards_however_they_are_read(writes: list[tuple[int, int]]) -> None:
+    """Whatever order of writes, and whichever subset of shards each tick reads (those
+    written since the last tick, and any read again), the ledger's sum is the shards' sum."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    shards = {str(n): value(0, 0) for n in range(4)}
+    held(book, "c", shards)
+    for tick, (shard, by) in enumerate(writes, start=1):
+        old = shards[str(shard)]
+        shards[str(shard)] = value(old.count + by, old.writes + 1)
+        reread = {str((shard + 1) % 4): shards[str((shard + 1) % 4)]}
+        sums, _ = book.apply({"c": {str(shard): shards[str(shard)], **reread}},
+                             at(tick - 1), at(tick))
+        assert sums["c"] == sum(s.count for s in shards.values())
+
+
+def test_an_idle_counter_is_evicted_unless_it_has_shards_to_shed() -> None:
+    """After IDLE_TICKS_KEPT ticks without a change a counter leaves the ledger; one above its
+    minimum stays, so that it still shrinks."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    held(book, "idle", {"0": value(1, 1)})
+    held(book, "wide", {"0": value(1, 1), "1": value(0, 0)})
+    for _ in range(ledger.IDLE_TICKS_KEPT + 1):
+        book.end_tick({})
+    assert "idle" not in book.held and "wide" in book.held
