@@ -20,7 +20,9 @@ for n in $(seq 1 "$runs"); do
   summary=$(grep -E "^[0-9]+ (passed|failed)|[0-9]+ (passed|failed)" "$run/log" | tail -n 1)
   echo "run $n: exit $status after ${seconds} s; last summary: ${summary:-none} (log: $run/log)"
   [ "$status" -eq 0 ] || failed=1
-  # The clone's stack is stopped by then; its venvs and node_modules are 1 GB: keep the log only.
+  # The clone's stack is stopped by then; its venvs and node_modules are 1 GB: keep the logs only
+  # (the stack's own under emulators/).
+  cp -r "$run/repo/.emulators" "$run/emulators" 2>/dev/null && rm -rf "$run/emulators/runtime-venv"
   rm -rf "$run/repo" "$run/home"
 done
 exit $failed

@@ -63,8 +63,8 @@ FIRESTORE_MAIN = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
 # A function every load of functions/ exports; probing it tells "loaded" from "404 forever".
 PROBE_FUNCTION = "get_count"
 READY_TIMEOUT_S = 120.0
-# See its comment: firebase-tools must not reuse connections to the Python workers.
-NODE_PRELOAD = ROOT / "tools" / "emulator_http.cjs"
+# See its comments: no keep-alive to the Python workers, no exit on an unhandled rejection.
+NODE_PRELOAD = ROOT / "tools" / "emulator_preload.cjs"
 # How long the Functions emulator waits for a new Python worker to answer its health check (its
 # default is 30 s): a burst of requests starts one worker each, and on a machine with cold
 # caches 16 of them importing the functions at once on 2 cores can take longer than that.

@@ -66,3 +66,14 @@ def test_firebase_runs_with_no_keep_alive_to_its_workers(monkeypatch: pytest.Mon
     shown = subprocess.run(["node", "-e", probe], env={**os.environ, **env},
                            capture_output=True, text=True, check=True, timeout=30).stdout
     assert shown.strip() == "[false,false]"
+
+
+def test_firebase_outlives_an_unhandled_rejection() -> None:
+    """A rejected promise nobody handles (the Emulator Hub's flush of running functions after
+    60 s) is logged, and the process goes on instead of taking every emulator down."""
+    probe = ("Promise.reject(new Error('flush timed out')); "
+             "setTimeout(() => console.log('still running'), 100)")
+    done = subprocess.run(["node", "-e", probe], env={**os.environ, **stack.firebase_env()},
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0 and "still running" in done.stdout
+    assert "flush timed out" in done.stderr
