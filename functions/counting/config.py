@@ -86,7 +86,7 @@ STRIPES = 16
 CHANGE_OVERLAP_S = 1.0
 SHARD_TOUCH_AFTER_S = CHANGE_OVERLAP_S / 2  # half: the truncation of instants costs nothing then
 SHARD_TOUCH_ATTEMPTS = 3
-ROLLUP_SWEEP_EVERY_S = 60.0
+ROLLUP_SWEEP_EVERY_S = 50.0  # below a minute: every housekeeping tick of a sleeping rollup sweeps
 MAX_REQUEST_S = 270.0
 
 # The rollup's cadence (counting.cadence; docs/architecture.md, "Rollup cadence").

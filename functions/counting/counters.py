@@ -487,7 +487,7 @@ def increment_many(
         results = commit_once(batch)
         if results is None:
             return 0
-        settle(db, zip(refs, results[-len(refs):], strict=True), picker.rng)
+        settle(db, zip(refs, results[len(results) - len(refs):], strict=True), picker.rng)
         return len(items)
 
     return with_fresh_config(attempt, configs, totals)

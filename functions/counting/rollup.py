@@ -137,14 +137,16 @@ class Rollup:
         self._problems = []
         since = self.watermark
         as_of = to_micros(self.store.renew(self.durable_watermark, self.swept))
-        changes, trend_changes = self._changed_shards(self.reach(since, as_of), as_of)
+        reach = self.reach(since, as_of)
         sweep = self.sweeps_at(as_of)
+        changes, trend_changes = self._changed_shards(reach, as_of, since if sweep else None)
         ledger = self.ledger
         try:
             watched: list[str] = []
             if ledger.params.enabled and ledger.ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
                 watched = self._above_min(as_of)
-            catch_up = ledger.spread_first_loads(changes, since)
+            # A counter deferred now is owed from this query's reach: a successor starts there.
+            catch_up = ledger.spread_first_loads(changes, reach)
             self._load([*changes, *catch_up], watched, as_of)
             sums, grown = ledger.apply(changes, since, as_of)
             plan = ledger.plan(sums, as_of)
@@ -178,15 +180,24 @@ class Rollup:
         )
 
     def _changed_shards(
-        self, since: dt.datetime, as_of: dt.datetime
+        self, reach: dt.datetime, as_of: dt.datetime, swept_from: dt.datetime | None
     ) -> tuple[Changes, dict[str, dict[str, Any]]]:
-        """Counter shards and trend minute-bucket shards written in (since, as_of].
+        """Counter shards and trend minute-bucket shards whose `updated_at` is in
+        (reach, as_of].
 
         `stripe in [all]` is one query that the (stripe, updated_at) index serves as one range
-        scan per stripe."""
+        scan per stripe. On a sweep (`swept_from`: the last tick's instant), a shard a past tick
+        has already taken in is dropped: committed by then, and soon enough after its timestamp
+        for that tick's overlap to have found it. What is left is what the sweep is for, and a
+        new holder does not read whole every counter written in the last minutes."""
         changes: Changes = defaultdict(dict)
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
-        for snapshot in self.store.query(change_query(self._db, since), as_of):
+        overlap = dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
+        for snapshot in self.store.query(change_query(self._db, reach), as_of):
+            if swept_from is not None and snapshot.update_time <= swept_from:
+                stamped = snapshot.get("updated_at")
+                if snapshot.update_time - stamped < overlap and stamped <= swept_from - overlap:
+                    continue
             parent = snapshot.reference.parent.parent
             if parent is None:
                 continue

@@ -224,7 +224,7 @@ def track(
     results = counters.commit_once(batch)
     if results is None:
         return 0
-    counters.settle(db, zip(shards, results[-len(shards):], strict=True), rng)
+    counters.settle(db, zip(shards, results[len(results) - len(shards):], strict=True), rng)
     return len(distinct)
 
 

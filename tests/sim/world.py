@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from counting import cadence, collections, config, counters, declarations, trends
+from counting import cadence, collections, config, counters, declarations, ledger, trends
 from counting.autoscale import AutoscaleParams
 from counting.errors import CounterError
 from counting.policy import Policy
@@ -58,7 +58,8 @@ class Settings:
     active_s: float = 75.0  # writers and chaos run this long
     quiet_s: float = 240.0  # then only the rollup's own triggers: sweeps, housekeeping
     writers: int = 4
-    kill_p: float = 0.35  # of a chaos step: kill a live holder (else pause one)
+    kill_p: float = 0.35  # of a chaos step on a holder: kill it (else pause it)
+    writer_kill_p: float = 0.3  # of a chaos step: kill a writer instead
     latency: Latency = field(default_factory=Latency)
 
 
@@ -72,6 +73,7 @@ class Outcome:
     crashes: list[str] = field(default_factory=list)
     kills: int = 0
     pauses: int = 0
+    writer_kills: int = 0
     invocations: int = 0
     writes: int = 0  # client writes attempted
 
@@ -103,6 +105,7 @@ class World:
         self.tracks: dict[tuple[str, str], Expected] = defaultdict(Expected)
         self.writing = True
         self.holders: list[Any] = []
+        self.writers: list[Any] = []
         self.model.on_commit.append(self._fenced)
         self.model.on_commit.append(self._order_events)
 
@@ -113,8 +116,8 @@ class World:
         self.sim.spawn("setup", self._setup)
         self.sim.spawn("scheduler", self._scheduler, after_s=1.0)
         for n in range(self.settings.writers):
-            self.sim.spawn(f"writer-{n}", functools.partial(self._writer, n),
-                           after_s=0.5 + n * 0.1)
+            self.writers.append(self.sim.spawn(f"writer-{n}", functools.partial(self._writer, n),
+                                               after_s=0.5 + n * 0.1))
         self.sim.spawn("chaos", self._chaos, after_s=5.0)
         try:
             self.sim.run_until(end)
@@ -191,9 +194,25 @@ class World:
                 self.sim.wait(1.0)
             self.sim.wait(60.0 - (self.sim.monotonic() % 60.0))
 
+    def _kill_writer(self) -> None:
+        """An instance of the write path dies wherever it is (between a commit and its touch,
+        say); a new one takes its place."""
+        live = [w for w in self.writers if not w.done and not w.killed]
+        if not live:
+            return
+        victim = self.rng.choice(live)
+        victim.killed = True
+        self.outcome.writer_kills += 1
+        n = len(self.writers)
+        self.writers.append(self.sim.spawn(f"writer-{n}", functools.partial(self._writer, n),
+                                           after_s=self.rng.uniform(0.1, 2.0)))
+
     def _chaos(self) -> None:
         while self.writing:
             self.sim.wait(self.rng.uniform(3.0, 12.0))
+            if self.rng.random() < self.settings.writer_kill_p:
+                self._kill_writer()
+                continue
             live = [h for h in self.holders if not h.done and h.owner and not h.killed]
             if not live or not self.writing:
                 continue
@@ -236,10 +255,11 @@ class World:
         counter, by = rng.choice(PLAIN), rng.randint(1, 5)
         request_id = f"r{rng.randrange(10**9)}" if rng.random() < 0.5 else None
         uid = f"u{rng.randrange(20)}"  # a retry is the same user's
+        self._sent(counter, by)
         answered, _ = self._attempts(lambda: counters.increment(
             self.db, counter, by, request_id=request_id, uid=uid, admin=False,
             configs=configs, picker=picker), retry=request_id is not None)
-        self._tell(counter, by, answered)
+        self._told(counter, by, answered)
 
     def _batch(self, rng: random.Random, configs: counters.ConfigCache,
                picker: counters.ShardPicker) -> None:
@@ -250,11 +270,13 @@ class World:
         if any(total > 5 for total in totals.values()):
             return
         request_id = f"b{rng.randrange(10**9)}"  # the same in every attempt
+        for counter, total in totals.items():
+            self._sent(counter, total)
         answered, _ = self._attempts(lambda: counters.increment_many(
             self.db, items, request_id=request_id, uid="batcher", admin=False,
             configs=configs, picker=picker), retry=True)
         for counter, total in totals.items():
-            self._tell(counter, total, answered)
+            self._told(counter, total, answered)
 
     def _like(self, rng: random.Random, configs: counters.ConfigCache,
               picker: counters.ShardPicker) -> None:
@@ -266,31 +288,32 @@ class World:
 
     def _view(self, rng: random.Random, configs: counters.ConfigCache,
               picker: counters.ShardPicker) -> None:
+        self._sent(VIEWS, 1)
         try:
             counters.increment(self.db, VIEWS, 1, uid=f"u{rng.randrange(6)}", admin=False,
                                configs=configs, picker=picker)
-        except CounterError:
-            return  # too soon (RESOURCE_EXHAUSTED), or a race: nothing written
-        except gexc.GoogleAPICallError:
-            self.expected[VIEWS].unsure += 1
+        except CounterError:  # too soon (RESOURCE_EXHAUSTED), or a race: nothing written
+            self.expected[VIEWS].unsure -= 1
             return
-        self.expected[VIEWS].sure += 1
+        except gexc.GoogleAPICallError:
+            return
+        self._told(VIEWS, 1, True)
 
     def _track(self, rng: random.Random, configs: counters.ConfigCache,
                picker: counters.ShardPicker) -> None:
         region = rng.choice(REGIONS)
         tags = rng.sample(TAGS, rng.randint(1, 3))
         request_id = f"t{rng.randrange(10**9)}"  # the same in every attempt
+        keys = [(scope, tag) for tag in tags for scope in (region, config.GLOBAL_SCOPE)]
+        for key in keys:
+            self.tracks[key].unsure += 1
         answered, _ = self._attempts(lambda: trends.track(
             self.db, region, tags, request_id=request_id, uid="tracker", now=self.sim.wall(),
             rng=rng), retry=True)
-        for tag in tags:
-            for scope in (region, config.GLOBAL_SCOPE):
-                expected = self.tracks[(scope, tag)]
-                if answered:
-                    expected.sure += 1
-                else:
-                    expected.unsure += 1
+        for key in keys:
+            if answered:
+                self.tracks[key].unsure -= 1
+                self.tracks[key].sure += 1
 
     def _order(self, rng: random.Random, configs: counters.ConfigCache,
                picker: counters.ShardPicker) -> None:
@@ -302,11 +325,16 @@ class World:
             else:
                 ref.set({"status": rng.choice(STATUSES), "amount": rng.randint(1, 100)})
 
-    def _tell(self, counter: str, by: int, answered: bool) -> None:
+    def _sent(self, counter: str, by: int) -> None:
+        """Before a request leaves: whatever happens next (an error, or its writer dying), it
+        may have applied."""
+        self.expected[counter].unsure += by
+
+    def _told(self, counter: str, by: int, answered: bool) -> None:
+        """The client got an answer: it applied (once, whatever the retries)."""
         if answered:
+            self.expected[counter].unsure -= by
             self.expected[counter].sure += by
-        else:
-            self.expected[counter].unsure += by
 
     # -- the orders' trigger --
 
@@ -437,9 +465,19 @@ def unprotected() -> Iterator[None]:
          config.ROLLUP_SWEEP_EVERY_S) = saved
 
 
+@contextlib.contextmanager
+def small_budget() -> Iterator[None]:
+    """A first-load budget of 2 counters a tick (200 in production), so that a few counters
+    exercise what thousands would: deferred counters, and the watermark they hold back."""
+    saved = ledger.FIRST_LOADS_PER_TICK
+    ledger.FIRST_LOADS_PER_TICK = 2
+    try:
+        yield
+    finally:
+        ledger.FIRST_LOADS_PER_TICK = saved
+
+
 def run(seed: int, *, protected: bool = True, settings: Settings | None = None) -> Outcome:
     settings = settings or Settings()
-    if protected:
-        return World(seed, settings, protected).run()
-    with unprotected():
+    with small_budget(), (contextlib.nullcontext() if protected else unprotected()):
         return World(seed, settings, protected).run()
