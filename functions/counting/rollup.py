@@ -80,6 +80,16 @@ def to_micros(instant: dt.datetime) -> dt.datetime:
                        instant.second, instant.microsecond, tzinfo=dt.UTC)
 
 
+def instant(value: Any) -> dt.datetime:
+    """A snapshot's time as a datetime: the client gives a query's results (read at a read
+    time) protobuf Timestamps."""
+    if hasattr(value, "ToDatetime"):
+        converted: dt.datetime = value.ToDatetime(tzinfo=dt.UTC)
+        return converted
+    result: dt.datetime = value
+    return result
+
+
 def change_query(db: firestore.Client, since: dt.datetime) -> Any:
     """Every shard (counters' and trend buckets') written after `since`."""
     return (
@@ -194,9 +204,10 @@ class Rollup:
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         overlap = dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
         for snapshot in self.store.query(change_query(self._db, reach), as_of):
-            if swept_from is not None and snapshot.update_time <= swept_from:
-                stamped = snapshot.get("updated_at")
-                if snapshot.update_time - stamped < overlap and stamped <= swept_from - overlap:
+            if swept_from is not None:
+                committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
+                if committed <= swept_from and committed - stamped < overlap \
+                        and stamped <= swept_from - overlap:
                     continue
             parent = snapshot.reference.parent.parent
             if parent is None:

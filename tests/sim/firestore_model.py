@@ -148,7 +148,12 @@ class Model:
                 version = self.latest(path, at_us)
                 if version is not None and version.data is not None and accept(path,
                                                                                  version.data):
-                    found.append(self._snapshot(path, at_us))
+                    snapshot = self._snapshot(path, at_us)
+                    # The client gives a query's results protobuf Timestamps, not datetimes.
+                    update_time = timestamp_pb2.Timestamp()
+                    update_time.FromDatetime(snapshot.update_time)
+                    snapshot.update_time = update_time
+                    found.append(snapshot)
             self.reads += max(1, len(found))
         self._answer(at)
         return found
@@ -237,7 +242,7 @@ class Model:
                 raise failure(gexc.AlreadyExists, f"{'/'.join(w.path)} exists")
             if w.last_update_time is not None and (
                     last is None or last.data is None
-                    or self.sim.instant(last.commit_us) != w.last_update_time):
+                    or self.sim.instant(last.commit_us) != as_datetime(w.last_update_time)):
                 raise failure(gexc.FailedPrecondition,
                               f"{'/'.join(w.path)} changed since it was read")
         results = []
@@ -267,6 +272,14 @@ class Model:
             self.docs.setdefault(path, []).append(after)
             changes.append((path, before, after))
         return results, changes
+
+
+def as_datetime(value: Any) -> dt.datetime:
+    if isinstance(value, timestamp_pb2.Timestamp):
+        converted: dt.datetime = value.ToDatetime(tzinfo=dt.UTC)
+        return converted
+    result: dt.datetime = value
+    return result
 
 
 def failure(kind: type[gexc.GoogleAPICallError], message: str) -> gexc.GoogleAPICallError:
