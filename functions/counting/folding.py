@@ -11,6 +11,7 @@ shards that exist sum to the counter's value.
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -55,10 +56,14 @@ def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
             moved[str(int(snapshot.id) % num_shards)] += int(snapshot.get("count") or 0)
         for survivor, amount in moved.items():
             if amount:
-                # No `updated_at`: the change query finds client writes only, so a fold done by
-                # a sleeping rollup's housekeeping does not wake it. The sum of the shards is
-                # unchanged, and the holder applies the move to the values it remembers.
-                batch.update(shards.document(survivor), {"count": firestore.Increment(amount)})
+                # Stamped like a write: a sweep then tells the fold's version from a straddling
+                # write nobody touched (and skips it), and the stamp is a touch of whatever the
+                # survivor held. The holder applies the move to the values it remembers, so the
+                # next tick finds the survivor unchanged: a fold wakes nothing.
+                batch.update(shards.document(survivor), {
+                    "count": firestore.Increment(amount),
+                    "updated_at": firestore.SERVER_TIMESTAMP,
+                    "stripe": random.randrange(config.STRIPES)})
         try:
             store.commit(batch)
         except gexc.FailedPrecondition:

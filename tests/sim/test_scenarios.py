@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import cast
 
 import pytest
-from counting import counters, ledger, rollup
+from counting import counters, folding, ledger, rollup
 from counting.autoscale import AutoscaleParams
 from counting.lease import Lease
 from google.cloud import firestore
@@ -130,3 +130,45 @@ def test_a_new_holders_sweep_reads_whole_only_what_no_tick_took_in() -> None:
     assert scene.published("c0") == 2
     # The query returns each of the 20 shards written; only c0 is read whole (1 + 10).
     assert sweep.reads <= 20 + 1 + 10 + 2, sweep.reads
+
+
+def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
+    """A fold stamps its survivor like a write: the counter stays exact, and a new holder's
+    sweep skips the folded counter instead of reading it whole as a possible straddler."""
+    scene = Scene()
+    counters.create_counter(scene.db, "wide", shards=8)
+    scene.at(1)
+    first = scene.holder("first")
+    for _ in range(8):
+        counters.increment(scene.db, "wide", 1)
+    t = 1.0
+    for _ in range(5):
+        t += 1
+        scene.at(t)
+        first.tick()
+    counters.counter_ref(scene.db, "wide").update({"num_shards": 4})
+    folded = folding.fold_surplus(first.store, counters.counter_ref(scene.db, "wide"), 4)
+    assert folded.complete and folded.deleted
+    first.ledger.folded("wide", folded.deleted, folded.moved, folded.complete)  # as a tick does
+    for _ in range(5):
+        t += 1
+        scene.at(t)
+        first.tick()
+    first.store.lease.release(first.durable_watermark, first.swept)
+    t += 1
+    scene.at(t)
+    successor = scene.holder("successor")
+    sweep = None
+    for _ in range(120):
+        t += 1
+        scene.at(t)
+        swept = successor.swept
+        stats = successor.tick()
+        if successor.swept != swept:
+            sweep = stats
+            break
+    assert sweep is not None
+    scene.at(t + 1)
+    assert scene.published("wide") == scene.shards("wide") == 8
+    # The 4 survivors the query returns; reading the counter whole would add 1 + 4.
+    assert sweep.reads <= 4 + 1, sweep.reads
