@@ -48,6 +48,21 @@ class Scene:
             "count": firestore.Increment(1), "writes": firestore.Increment(1),
             "updated_at": self.sim.instant(round(stamped_s * 1_000_000)), "stripe": 0})])
 
+    def hand_over_until_a_sweep(self, holder: rollup.Rollup, t: float) -> rollup.TickStats:
+        """`holder` hands over; its successor ticks every second until it sweeps. Returns the
+        sweep's figures, with the clock past its commits."""
+        holder.store.lease.release(holder.durable_watermark, holder.swept)
+        self.at(t + 1)  # the release has committed
+        successor = self.holder("successor")
+        for second in range(2, 122):
+            self.at(t + second)
+            swept = successor.swept
+            stats = successor.tick()
+            if successor.swept != swept:
+                self.at(t + second + 1)  # its commits are done
+                return stats
+        raise AssertionError("the successor never swept")
+
     def published(self, counter: str) -> int:
         return int((counters.counter_ref(self.db, counter).get().to_dict() or {})["count"])
 
@@ -112,21 +127,7 @@ def test_a_new_holders_sweep_reads_whole_only_what_no_tick_took_in() -> None:
         first.tick()
     assert all(scene.published(name) == 1 for name in names)
     scene.slow_write("c0", t - 5.0)  # its writer died before touching the shard
-    first.store.lease.release(first.durable_watermark, first.swept)
-    t += 1
-    scene.at(t)  # the release has committed
-    successor = scene.holder("successor")
-    sweep = None
-    for _ in range(120):
-        t += 1
-        scene.at(t)
-        swept = successor.swept
-        stats = successor.tick()
-        if successor.swept != swept:
-            sweep = stats
-            break
-    assert sweep is not None
-    scene.at(t + 1)  # its commits are done
+    sweep = scene.hand_over_until_a_sweep(first, t)
     assert scene.published("c0") == 2
     # The query returns each of the 20 shards written; only c0 is read whole (1 + 10).
     assert sweep.reads <= 20 + 1 + 10 + 2, sweep.reads
