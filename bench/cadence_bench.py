@@ -26,7 +26,8 @@ from typing import Any
 import cost_model
 from callables import Callables, sign_up
 from counter_bench import lag_figures, percentile
-from counting import cadence, config, rollup
+from counting import cadence, config
+from counting.lease import state_ref
 from google.cloud import firestore
 
 STEADY_RATE = 20.0
@@ -47,7 +48,7 @@ class Watch:
         self._lock = threading.Lock()
         self._watches = [
             db.collection(config.COUNTERS).document(counter).on_snapshot(self._on_count),
-            rollup.state_ref(db).on_snapshot(self._on_lease),
+            state_ref(db).on_snapshot(self._on_lease),
         ]
 
     def _on_count(self, docs: list[Any], changes: Any, read_time: Any) -> None:
@@ -85,7 +86,7 @@ def wait_shown(watch: Watch, value: int, after: float, timeout_s: float) -> floa
 def wait_asleep(db: firestore.Client, timeout_s: float = 120.0) -> float:
     began = time.monotonic()
     while time.monotonic() - began < timeout_s:
-        state = rollup.state_ref(db).get().to_dict() or {}
+        state = state_ref(db).get().to_dict() or {}
         if state.get("awake") is False and state.get("owner") is None:
             return time.monotonic() - began
         time.sleep(0.5)

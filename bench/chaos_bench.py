@@ -26,7 +26,8 @@ from typing import Any
 
 import requests
 from callables import Callables, CallError, sign_up
-from counting import cadence, config, counters, rollup
+from counting import config, counters, status, waking
+from counting.lease import state_ref
 from google.cloud import firestore
 
 COUNTERS = 20
@@ -87,7 +88,7 @@ class Load:
 
 
 def holder_pid(db: firestore.Client) -> int | None:
-    owner = (rollup.state_ref(db).get().to_dict() or {}).get("owner")
+    owner = (state_ref(db).get().to_dict() or {}).get("owner")
     return int(owner.rsplit("-", 2)[1]) if owner else None
 
 
@@ -149,7 +150,7 @@ def inject(kind: str, db: firestore.Client) -> float:
             requests.post(url, json={}, headers=headers, timeout=config.ROLLUP_TIMEOUT_S)
 
         def enqueue() -> None:
-            cadence.enqueue_tick("chaos")
+            waking.enqueue_tick(db, "chaos")
 
         with ThreadPoolExecutor(4) as pool:
             for future in [pool.submit(deliver) for deliver in (enqueue, enqueue, fire, fire)]:
@@ -217,6 +218,6 @@ def run() -> dict[str, Any]:
         "max_recovery_s": max(f["recovery_s"] for f in faults),
         "fault_log": faults,
         "max_num_shards": max(shards),
-        "health_errors": cadence.health(db).errors,
+        "health_errors": status.read_status(db).errors,
         "backlog": backlog,
     }

@@ -19,8 +19,8 @@ from typing import Any
 
 from callables import Callables, sign_up
 from counting import cadence, config, counters, kinds, rollup
-from counting.autoscale import AutoscaleParams
-from counting.lease import Lease
+from counting.config import AutoscaleParams
+from counting.lease import Lease, state_ref
 from google.cloud import firestore
 
 
@@ -100,7 +100,7 @@ def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4) -> 
 def rollup_cost(active: int = 10, idle: int = 5000, ticks: int = 10) -> dict[str, Any]:
     """Reads and wall time per tick for `active` changing counters, without and with idle ones."""
     db = own_db()
-    lease = Lease(db, rollup.state_ref(db), "bench", config.ROLLUP_LEASE_S)
+    lease = Lease(db, state_ref(db), "bench", config.ROLLUP.lease_s)
     assert lease.acquire()
     step = rollup.Rollup(db, lease)
     names = [f"active-{n}" for n in range(active)]
@@ -231,7 +231,7 @@ def read_cost(shards: int = 100) -> dict[str, Any]:
 
 
 def rollup_thread(db: firestore.Client, scaling: AutoscaleParams | None = None,
-                  period_s: float = config.ROLLUP_PERIOD_S) -> tuple[threading.Thread,
+                  period_s: float = config.ROLLUP.period_s) -> tuple[threading.Thread,
                                                                      threading.Event]:
     """The rollup loop (with autoscaling) on `db`, in a thread of this process."""
     stop = threading.Event()

@@ -23,7 +23,7 @@ from typing import Any
 
 from counter_bench import own_db, percentile, rollup_thread
 from counting import config, rollup, trends
-from counting.lease import Lease
+from counting.lease import Lease, state_ref
 from google.cloud import firestore
 
 REGIONS = [f"region-{n:02d}" for n in range(20)]
@@ -170,7 +170,7 @@ def tick_cost(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), ticks: int = 5,
         db = own_db()
         now = dt.datetime.now(dt.UTC)
         clock = Clock(now)
-        lease = Lease(db, rollup.state_ref(db), "bench", config.ROLLUP_LEASE_S * 100)
+        lease = Lease(db, state_ref(db), "bench", config.ROLLUP.lease_s * 100)
         assert lease.acquire()
         step = rollup.Rollup(db, lease,
                              trends=functools.partial(trends.TrendRollup, clock=clock))

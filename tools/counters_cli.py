@@ -23,7 +23,6 @@ from typing import Any
 import click
 import firebase_admin
 from counting import (
-    cadence,
     collections,
     config,
     counters,
@@ -34,6 +33,7 @@ from counting import (
     trends,
 )
 from counting.errors import CounterError, NotFound
+from counting.status import read_status
 from firebase_admin import auth as firebase_auth
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
@@ -45,6 +45,9 @@ from rich.table import Table
 
 DEFAULT_PROJECT = "demo-counters"
 DEFAULT_EMULATOR_HOST = "127.0.0.1:8080"
+# Where the stack's Cloud Tasks emulator listens (firebase.json), beside the Firestore one: the
+# domain's writes enqueue a `rolluptick` there to wake a sleeping rollup.
+DEFAULT_TASKS_EMULATOR_PORT = 9499
 DEFAULT_AUTH_EMULATOR_HOST = "127.0.0.1:9099"
 CLI_APP = "counters-cli"  # the firebase_admin app the claims commands use
 # Request ids are scoped to a user (the callables use the caller's uid); the CLI's own requests
@@ -90,7 +93,6 @@ class Session:
         self.out = Console(highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._db: firestore.Client | None = None
-        self._waker = cadence.tasks_waker()
 
     def db(self) -> firestore.Client:
         """The Firestore client; announces the target first (the first line of output)."""
@@ -98,10 +100,6 @@ class Session:
             self.err.print(self.target.describe(), style="bold red" if self.production else None)
             self._db = connect(self.target)
         return self._db
-
-    def wrote(self) -> None:
-        """After a write: wake the rollup if it sleeps (as the callables do)."""
-        self._waker.after_write(self.db())
 
     @property
     def production(self) -> bool:
@@ -119,6 +117,8 @@ def connect(target: Target) -> firestore.Client:
     if target.emulator_host is not None:
         # The client library switches to the emulator (anonymous credentials) on this variable.
         os.environ["FIRESTORE_EMULATOR_HOST"] = target.emulator_host
+        host = target.emulator_host.rpartition(":")[0]
+        os.environ.setdefault("CLOUD_TASKS_EMULATOR_HOST", f"{host}:{DEFAULT_TASKS_EMULATOR_PORT}")
         _check_reachable(target.emulator_host)
         return firestore.Client(project=target.project)
     try:
@@ -193,8 +193,8 @@ pass_session = click.make_pass_decorator(Session)
 @click.option("--shards", type=int, help=f"Shard count ({config.MIN_SHARDS}..{config.MAX_SHARDS}).")
 @click.option("--expected-rate", type=float, metavar="R",
               help="Size the shards for R writes/s instead.")
-@click.option("--strategy", help=f"Shard choice: {', '.join(config.STRATEGIES)} "
-                                 f"(default {config.DEFAULT_STRATEGY}).")
+@click.option("--strategy", help=f"Shard choice: {', '.join(kinds.STRATEGIES)} "
+                                 f"(default {kinds.DEFAULT_STRATEGY}).")
 @json_option
 @pass_session
 def create(session: Session, counter: str, shards: int | None, expected_rate: float | None,
@@ -231,8 +231,6 @@ def inc(session: Session, counter: str, by: int, request_id: str | None, as_json
     by = inputs.increment_by(by)
     request_id = inputs.request_id(request_id)
     committed = counters.increment(session.db(), counter, by, request_id=request_id, uid=CLI_UID)
-    if committed is not None:
-        session.wrote()
     if as_json:
         _print_json(session, {"counter": counter, "by": by, "applied": committed is not None,
                               "committed_at": _iso(committed)})
@@ -247,7 +245,7 @@ def inc(session: Session, counter: str, by: int, request_id: str | None, as_json
 @pass_session
 def status(session: Session, as_json: bool) -> None:
     """Print the rollup's health; exit 1 when it looks stuck (for scripts and probes)."""
-    found = cadence.health(session.db())
+    found = read_status(session.db())
     figures = {
         "state": "awake" if found.awake else "asleep",
         "holder": found.holder,
@@ -425,8 +423,6 @@ def track_event(session: Session, region: str, tags: tuple[str, ...], request_id
     counted = inputs.tags(list(tags))
     request_id = inputs.request_id(request_id)
     recorded = trends.track(session.db(), region, counted, request_id=request_id, uid=CLI_UID)
-    if recorded:
-        session.wrote()
     if as_json:
         _print_json(session, {"region": region, "tags": counted, "recorded": recorded})
     elif recorded == 0:
@@ -485,8 +481,6 @@ def backfill_cmd(session: Session, declaration: str, as_json: bool) -> None:
             session.err.print(f"{done.documents} documents read, {done.counted} counted")
 
     done = collections.backfill(counting, names, progress)
-    if done.deltas:
-        session.wrote()
     if as_json:
         _print_json(session, {"declarations": names or [d.name for d in watch.declarations],
                               "documents": done.documents, "counted": done.counted,
@@ -777,7 +771,6 @@ def load(session: Session, counter: str, rate: float, seconds: float, concurrenc
 
     def call() -> bool:
         applied = counters.increment(db, counter, by) is not None
-        session.wrote()  # reads the lease at most every few seconds
         return applied
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),

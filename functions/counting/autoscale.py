@@ -18,20 +18,7 @@ import math
 from dataclasses import dataclass
 
 from . import config
-
-
-@dataclass(frozen=True, kw_only=True)
-class AutoscaleParams:
-    """How the rollup scales shards: production's defaults (config.py); tests shorten them."""
-
-    enabled: bool = True
-    shard_write_rate: float = config.SHARD_WRITE_RATE
-    target_utilisation: float = config.TARGET_UTILISATION
-    shrink_utilisation: float = config.SHRINK_UTILISATION
-    rise_tau_s: float = config.RATE_RISE_TAU_S
-    fall_tau_s: float = config.RATE_FALL_TAU_S
-    cool_down_s: float = config.SHRINK_COOL_DOWN_S
-    fold_grace_s: float = config.FOLD_GRACE_S
+from .config import AutoscaleParams
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,8 +30,8 @@ class Decision:
 def shards_for_rate(
     rate: float,
     *,
-    shard_write_rate: float = config.SHARD_WRITE_RATE,
-    utilisation: float = config.TARGET_UTILISATION,
+    shard_write_rate: float = config.AUTOSCALE.shard_write_rate,
+    utilisation: float = config.AUTOSCALE.target_utilisation,
     min_shards: int = config.MIN_SHARDS,
     max_shards: int = config.MAX_SHARDS,
 ) -> int:

@@ -1,33 +1,11 @@
-"""When the rollup ticks: one invocation's run under the lease, handovers, sleep and wake-up.
-
-Cloud Scheduler fires at most once a minute and never overlaps two executions of a job, so a
-rollup that publishes every second cannot be one scheduled loop (it would stop for the rest of
-each minute plus a cold start). The deployed design:
-
-- Every invocation, whatever triggered it, calls `serve`: take the lease, tick every
-  ROLLUP_PERIOD_S, and release it at the end.
-- Awake, an invocation ticks for ROLLUP_RUN_S and enqueues its successor (a Cloud Tasks task for
-  the `rolluptick` function) ROLLUP_SUCCESSOR_LEAD_S before its end. The successor finds the lease
-  held by a holder that hands over soon, so it waits, polling, and takes the lease within a poll
-  of the release: publishes go on across handovers.
-- With no shard written for ROLLUP_IDLE_S the holder marks the lease asleep, ticks ROLLUP_DRAIN_S
-  longer (the write path's cache of the mark is shorter), and releases it without a successor.
-  Asleep, the system costs one short scheduled invocation a minute (housekeeping: shrinking idle
-  counters, folding, trend windows).
-- Writes wake it: after a write the increment and track paths check the lease document through
-  a per-instance cache (`Waker`) and, when it says asleep (or its holder stopped renewing),
-  enqueue a `rolluptick` task.
-- The scheduled `rollup` function is the backstop: it finds a live holder and returns at once, or
-  it takes the lease (a chain broken by a crash) and carries on.
-
-Deliveries are at least once and may be duplicated: an invocation that finds a live holder that
-is not about to hand over returns at once, and the lease makes every handover exact (the
-successor reads from the persisted watermark).
+"""When the rollup ticks: one invocation's run under the lease (`serve`), handovers to its
+successor, sleep, and what each invocation cost (`internal/rollup_usage`). Every entry point
+(the scheduled `rollup`, the `rolluptick` task) calls `serve`; writers wake a sleeping rollup
+through `counting.waking`. How and why, once: docs/architecture.md, "Rollup cadence".
 """
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 import logging
 import math
@@ -40,35 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-import firebase_admin
-from firebase_admin import functions as admin_functions
 from google.cloud import firestore
 
 from . import config
-from .autoscale import AutoscaleParams
-from .lease import EPOCH, Lease, LeaseLost, LeaseView
-from .rollup import Rollup, TickStats, state_ref
+from .config import AutoscaleParams, Cadence
+from .lease import EPOCH, Lease, LeaseLost, LeaseView, state_ref
+from .rollup import Rollup, TickStats
+from .status import StatusRecorder
 from .usage import Usage
 
 log = logging.getLogger(__name__)
-
-RECENT_ERRORS = 10  # kept on the lease document
-
-
-@dataclass(frozen=True, kw_only=True)
-class Cadence:
-    """The timing of one invocation (config's values; tests shorten them)."""
-
-    period_s: float = config.ROLLUP_PERIOD_S
-    lease_s: float = config.ROLLUP_LEASE_S
-    run_s: float = config.ROLLUP_RUN_S
-    lead_s: float = config.ROLLUP_SUCCESSOR_LEAD_S
-    extend_s: float = config.ROLLUP_EXTEND_S
-    idle_s: float = config.ROLLUP_IDLE_S
-    drain_s: float = config.ROLLUP_DRAIN_S
-    handover_wait_s: float = config.ROLLUP_HANDOVER_WAIT_S
-    poll_s: float = config.ROLLUP_WAIT_POLL_S
-
 
 def in_process(period_s: float) -> Cadence:
     """A holder that ticks until stopped and never sleeps: tests and benchmarks drive the rollup
@@ -114,16 +73,6 @@ def new_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def enqueue_tick(reason: str) -> None:
-    """Enqueue a `rolluptick` invocation (Cloud Tasks; the emulator's under the stack). The task
-    body is the callable envelope `{"data": ...}` the task function reads."""
-    app = firebase_admin.get_app() if firebase_admin._apps else firebase_admin.initialize_app()
-    queue = admin_functions.task_queue(
-        f"locations/{config.REGION}/functions/{config.ROLLUP_TASK_FUNCTION}", app=app)
-    queue.enqueue({"data": {"reason": reason}},
-                  admin_functions.TaskOptions(dispatch_deadline_seconds=config.ROLLUP_TIMEOUT_S))
-
-
 def usage_ref(db: firestore.Client) -> firestore.DocumentReference:
     return db.collection(config.INTERNAL).document(config.ROLLUP_USAGE_DOC)
 
@@ -143,7 +92,7 @@ def serve(
     """One invocation of the rollup (see the module doc). `successor` enqueues the next
     invocation (None: nobody continues after this one); `woken` says a write or a predecessor
     asked for this invocation, so it starts awake (a scheduled one starts as the lease says)."""
-    timing = cadence or Cadence()
+    timing = cadence or config.ROLLUP
     stop = stop or threading.Event()
     started = clock.monotonic()
     lease = Lease(db, state_ref(db), owner or new_owner(), timing.lease_s)
@@ -211,7 +160,7 @@ def _hold(
     lease.ends_at = (None if math.isinf(timing.run_s)
                      else clock.now() + dt.timedelta(seconds=timing.run_s))
     rollup = Rollup(db, lease, scaling)
-    health = Health(lease, clock)
+    status = StatusRecorder(lease, clock.now)
     last_change = began
     # Asleep, the holder ends once a tick read at least drain_s after the first renewal that
     # told writers so (its instant, `marked`): any write it did not see was made by a writer
@@ -230,9 +179,9 @@ def _hold(
             except Exception as error:  # any failure: this tick is redone from the watermark
                 log.exception("rollup tick failed; it will be done again")
                 run.failed_ticks += 1
-                health.failed(error)
+                status.failed(error)
             else:
-                health.ticked(stats)
+                status.ticked(stats)
                 run.ticks += 1
                 run.usage.add(stats.usage)
                 run.max_tick_s = max(run.max_tick_s, stats.seconds)
@@ -275,34 +224,6 @@ def _hold(
         rollup.close()
 
 
-class Health:
-    """What the lease document tells operators (each renewal writes it; no extra write): the
-    last tick's duration and lag, the holder's start, and the recent problems."""
-
-    def __init__(self, lease: Lease, clock: Clock) -> None:
-        self._lease = lease
-        self._clock = clock
-        self._errors: collections.deque[str] = collections.deque(maxlen=RECENT_ERRORS)
-        self._last_as_of: dt.datetime | None = None
-        lease.status = {"holder_since": clock.now(), "errors": []}
-
-    def ticked(self, stats: TickStats) -> None:
-        for problem in stats.problems:
-            self._errors.append(f"{stats.as_of:%Y-%m-%dT%H:%M:%SZ} {problem}")
-        # How stale a count can be when it is published: the time since the previous tick's
-        # instant, plus this tick's work.
-        lag = stats.seconds + (0.0 if self._last_as_of is None
-                               else (stats.as_of - self._last_as_of).total_seconds())
-        self._last_as_of = stats.as_of
-        self._lease.status.update(tick_s=round(stats.seconds, 3), lag_s=round(lag, 3),
-                                  errors=list(self._errors))
-
-    def failed(self, error: Exception) -> None:
-        now = self._clock.now()
-        self._errors.append(f"{now:%Y-%m-%dT%H:%M:%SZ} tick failed: {error!r}"[:300])
-        self._lease.status["errors"] = list(self._errors)
-
-
 def _record(db: firestore.Client, run: Invocation) -> None:
     """Add this invocation's figures to the running totals (one write; best effort)."""
     billed_s = max(0.1, -(-run.seconds // 0.1) * 0.1)  # billed in 100 ms steps
@@ -320,115 +241,3 @@ def _record(db: firestore.Client, run: Invocation) -> None:
         usage_ref(db).set(fields, merge=True)
     except Exception:
         log.exception("could not record the rollup's usage")
-
-
-class Waker:
-    """The write path's side of waking: after a write, make sure the rollup is awake.
-
-    One per instance. It reads the lease document at most once per WAKE_CACHE_TTL_S and, when
-    that says asleep (or the holder stopped renewing), calls `enqueue` (a `rolluptick` task) at
-    most once per WAKE_RETRY_S. Failures are logged, never raised: the scheduled backstop wakes
-    the rollup within a minute anyway.
-    """
-
-    def __init__(self, enqueue: Callable[[], None], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._enqueue = enqueue
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._checked_at = -float("inf")
-        self._asleep = False
-        self._woken_at = -float("inf")
-
-    def after_write(self, db: firestore.Client) -> bool:
-        """Returns True when this call enqueued a wake-up.
-
-        One call at a time reads the lease, outside the lock: the others count that read as a
-        fresh answer of "awake", so a slow Firestore holds up no write. That is safe because the
-        reader wakes the rollup if it finds it asleep or cannot tell (the read failed), and the
-        rollup keeps ticking for ROLLUP_DRAIN_S (more than WAKE_CACHE_TTL_S) after it marks
-        itself asleep: a write made within WAKE_CACHE_TTL_S of the start of a read that found
-        it awake is in a tick."""
-        with self._lock:
-            now = self._clock()
-            if now - self._woken_at < config.WAKE_RETRY_S:
-                return False
-            read = now - self._checked_at >= config.WAKE_CACHE_TTL_S
-            if read:
-                self._checked_at, self._asleep = now, False  # the others wait on this read
-            elif not self._asleep:
-                return False
-            else:
-                self._woken_at, self._checked_at = now, -float("inf")
-        if read:
-            try:
-                view = LeaseView.of(state_ref(db).get(),
-                                    dt.timedelta(seconds=config.ROLLUP_LEASE_S))
-            except Exception as error:  # never fail the write that came before
-                log.warning("could not read the rollup's lease (waking it anyway): %r", error)
-                view = None
-            with self._lock:
-                self._asleep = view is None or asleep(view)
-                if not self._asleep or now - self._woken_at < config.WAKE_RETRY_S:
-                    return False
-                self._woken_at, self._checked_at = now, -float("inf")
-        try:
-            self._enqueue()
-        except Exception as error:
-            log.warning("could not wake the rollup (the scheduler will, within a minute): %r",
-                        error)
-            return False
-        log.info("rollup asleep: woke it")
-        return True
-
-
-# The scheduler's housekeeping renews a sleeping rollup's lease every minute; allow a late one.
-ASLEEP_STALE_S = 150.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class RollupHealth:
-    """The rollup's state for operators (`counters status`), from the lease document."""
-
-    holder: str | None
-    awake: bool
-    last_tick_at: dt.datetime | None
-    last_tick_age_s: float | None
-    tick_s: float | None
-    lag_s: float | None
-    holder_since: dt.datetime | None
-    errors: list[str]
-    stale: str | None  # why the rollup looks stuck; None while healthy
-
-
-def health(db: firestore.Client) -> RollupHealth:
-    snapshot = state_ref(db).get()
-    view = LeaseView.of(snapshot, dt.timedelta(seconds=config.ROLLUP_LEASE_S))
-    data = snapshot.to_dict() or {}
-    age = None if view.renewed_at is None else (view.read_time - view.renewed_at).total_seconds()
-    stale = None
-    if age is None:
-        stale = "the rollup never ran"
-    elif view.awake and age > config.ROLLUP_LEASE_S + 2 * config.ROLLUP_PERIOD_S:
-        stale = f"awake, but no tick for {age:.0f} s"
-    elif not view.awake and age > ASLEEP_STALE_S:
-        stale = f"asleep, and no scheduled housekeeping for {age:.0f} s"
-    return RollupHealth(holder=view.owner, awake=view.awake, last_tick_at=view.renewed_at,
-                        last_tick_age_s=age, tick_s=data.get("tick_s"), lag_s=data.get("lag_s"),
-                        holder_since=data.get("holder_since"),
-                        errors=list(data.get("errors") or []), stale=stale)
-
-
-def tasks_waker() -> Waker:
-    """A waker that enqueues `rolluptick` through Cloud Tasks: for the deployed write paths and
-    for in-process writers (the operator CLI, the demo seed)."""
-    return Waker(lambda: enqueue_tick("wake"))
-
-
-def asleep(view: LeaseView) -> bool:
-    """Nobody will tick unless woken: the lease says asleep, or nobody has renewed it for
-    longer than its TTL (a holder died, or a successor never came)."""
-    if not view.awake or view.renewed_at is None:
-        return True
-    silent = view.read_time - view.renewed_at
-    return silent > dt.timedelta(seconds=config.ROLLUP_LEASE_S + 2 * config.ROLLUP_PERIOD_S)

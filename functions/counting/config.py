@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
+
+from .kinds import Window
 
 # Collections and documents.
 COUNTERS = "counters"
@@ -20,6 +23,7 @@ MAX_JSON_DIGITS = 20
 
 # Counter limits (docs/api.md).
 MAX_COUNTER_ID = 128  # characters
+MAX_REQUEST_ID = 128  # characters
 MIN_SHARDS = 1
 MAX_SHARDS = 1000
 MAX_ABS_BY = 1_000_000_000
@@ -28,44 +32,54 @@ MAX_EXPECTED_RATE = 1_000_000.0
 MAX_MIN_INTERVAL_S = 86_400  # a write policy's min_interval_s (counting.policy)
 VOTERS = "voters"  # counters/{id}/voters/{user}: who a `unique` counter counts
 PACED = "paced"  # counters/{id}/paced/{user}: a `min_interval_s` counter's last applied write
-STRATEGIES = ("random", "round_robin", "least_loaded")
-DEFAULT_STRATEGY = "random"
 
-# Sizing: shards = ceil(expected_rate / (SHARD_WRITE_RATE * TARGET_UTILISATION)), clamped.
-# 1 sustained write/s per document is the production guidance; running shards at half of it
-# leaves room for bursts. Without a hint a counter is sized for DEFAULT_EXPECTED_RATE.
-SHARD_WRITE_RATE = 1.0
-TARGET_UTILISATION = 0.5
+
+# Sizing: shards = ceil(expected_rate / (shard_write_rate * target_utilisation)), clamped.
+# Without a hint a counter is sized for DEFAULT_EXPECTED_RATE.
 DEFAULT_EXPECTED_RATE = 5.0  # -> 10 shards
-
-# Autoscaling (counting.autoscale; the rollup applies it). Every counter document carries
-# `min_shards`/`max_shards`, written at creation with these defaults; an operator may change them
-# server-side (min == max pins the shard count).
+# Every counter document carries `min_shards`/`max_shards`, written at creation with these
+# defaults; an operator may change them server-side (min == max pins the shard count).
 DEFAULT_MIN_SHARDS = 1
 DEFAULT_MAX_SHARDS = MAX_SHARDS
-# The measured rate (writes/s) is an EWMA that rises with a short time constant, so that a step in
-# load is followed within a few seconds, and falls with a ~10 s one.
-RATE_RISE_TAU_S = 2.0
-RATE_FALL_TAU_S = 10.0
-# Grow as soon as the rate exceeds num_shards x SHARD_WRITE_RATE x TARGET_UTILISATION. Shrink only
-# once it has stayed below num_shards x SHARD_WRITE_RATE x SHRINK_UTILISATION for the cool-down;
-# the band between the two utilisations is the hysteresis that keeps a steady load from flapping.
-SHRINK_UTILISATION = 0.25
-SHRINK_COOL_DOWN_S = 600.0
 # The rollup publishes `rate` when it moved by more than this fraction (or absolute amount) since
 # the last published value, rather than every tick.
 RATE_PUBLISH_REL = 0.1
 RATE_PUBLISH_ABS = 0.05
-
-# Exactly-once markers live at least this long (TTL deletion follows within about a day).
-REQUEST_MARKER_TTL = dt.timedelta(hours=24)
-
 # The write path caches a counter's configuration per instance for this long: a changed
 # num_shards reaches every instance within this time.
 CONFIG_CACHE_TTL_S = 5.0
-# Surplus shards are folded into the remaining ones this long after num_shards was lowered: longer
-# than the configuration cache's TTL, so writers have stopped picking them by then.
-FOLD_GRACE_S = 2 * CONFIG_CACHE_TTL_S
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutoscaleParams:
+    """How the rollup scales shards (counting.autoscale): production's values; tests shorten
+    them."""
+
+    enabled: bool = True
+    # 1 sustained write/s per document is the production guidance; running shards at half of it
+    # leaves room for bursts.
+    shard_write_rate: float = 1.0
+    target_utilisation: float = 0.5
+    # Shrink only once the rate has stayed below num_shards x shard_write_rate x
+    # shrink_utilisation for the cool-down; the band between the two utilisations is the
+    # hysteresis that keeps a steady load from flapping.
+    shrink_utilisation: float = 0.25
+    cool_down_s: float = 600.0
+    # The measured rate (writes/s) is an EWMA that rises with a short time constant, so that a
+    # step in load is followed within a few seconds, and falls with a ~10 s one.
+    rise_tau_s: float = 2.0
+    fall_tau_s: float = 10.0
+    # Surplus shards are folded into the remaining ones this long after num_shards was lowered:
+    # longer than the configuration cache's TTL, so writers have stopped picking them by then.
+    fold_grace_s: float = 2 * CONFIG_CACHE_TTL_S
+
+
+AUTOSCALE = AutoscaleParams()
+# Surplus shards folded per commit.
+FOLD_CHUNK = 200
+
+# Exactly-once markers live at least this long (TTL deletion follows within about a day).
+REQUEST_MARKER_TTL = dt.timedelta(hours=24)
 
 # Shard writes carry a random `stripe` in 0..STRIPES-1 in front of their `updated_at` in the one
 # index the rollup queries, so no index range takes more than 1/STRIPES of all shard writes
@@ -92,33 +106,57 @@ MAX_REQUEST_S = 270.0
 # The rollup's cadence (counting.cadence; docs/architecture.md, "Rollup cadence").
 REGION = "us-central1"
 ROLLUP_USAGE_DOC = "rollup_usage"  # internal/rollup_usage: what rollup invocations cost, summed
-ROLLUP_PERIOD_S = 1.0
-# A holder that stops renewing loses the lease this long after its last renewal.
-ROLLUP_LEASE_S = 10.0
-# One invocation ticks this long while the rollup is awake, then hands over to its successor.
-# Each handover costs the successor a first read of the counters it meets, so runs are long;
-# they are bounded so that a lost invocation costs little and the function timeout stays short.
-ROLLUP_RUN_S = 60.0
-# The successor task is enqueued this long before the end: Cloud Tasks dispatch plus a cold
-# start fit in it, and the successor waits on the lease for the rest.
-ROLLUP_SUCCESSOR_LEAD_S = 10.0
-# A holder whose successor could not be enqueued keeps ticking (and retrying) this much longer.
-ROLLUP_EXTEND_S = 30.0
-# Invocations that find the lease held wait for it when the holder hands over within this long
-# or is about to sleep, and while it does not renew (it died: the lease expires within its TTL).
-ROLLUP_HANDOVER_WAIT_S = ROLLUP_SUCCESSOR_LEAD_S + 5.0
-ROLLUP_WAIT_POLL_S = 0.2
-# No shard written for this long: the rollup goes to sleep. It first marks the lease asleep and
-# keeps ticking for ROLLUP_DRAIN_S, longer than the write path's cache of that mark
+# No shard written for `idle_s`: the rollup goes to sleep. It first marks the lease asleep and
+# keeps ticking for `drain_s`, longer than the write path's cache of that mark
 # (WAKE_CACHE_TTL_S), so that a write it does not see is made by a writer that knows it sleeps.
-ROLLUP_IDLE_S = 20.0
 WAKE_CACHE_TTL_S = 5.0
-ROLLUP_DRAIN_S = WAKE_CACHE_TTL_S + 2.0
 # A writer that enqueued a wake-up does not enqueue another for this long.
 WAKE_RETRY_S = 5.0
+_SUCCESSOR_LEAD_S = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cadence:
+    """The timing of rollup invocations (counting.cadence): production's values; tests shorten
+    them."""
+
+    period_s: float = 1.0  # between ticks
+    # A holder that stops renewing loses the lease this long after its last renewal.
+    lease_s: float = 10.0
+    # One invocation ticks this long while the rollup is awake, then hands over to its
+    # successor. Each handover costs the successor a first read of the counters it meets, so
+    # runs are long; they are bounded so that a lost invocation costs little and the function
+    # timeout stays short.
+    run_s: float = 60.0
+    # The successor task is enqueued this long before the end: Cloud Tasks dispatch plus a cold
+    # start fit in it, and the successor waits on the lease for the rest.
+    lead_s: float = _SUCCESSOR_LEAD_S
+    # A holder whose successor could not be enqueued keeps ticking (and retrying) this much
+    # longer.
+    extend_s: float = 30.0
+    idle_s: float = 20.0
+    drain_s: float = WAKE_CACHE_TTL_S + 2.0
+    # Invocations that find the lease held wait for it when the holder hands over within this
+    # long or is about to sleep, and while it does not renew (it died: the lease expires within
+    # its TTL).
+    handover_wait_s: float = _SUCCESSOR_LEAD_S + 5.0
+    poll_s: float = 0.2  # while waiting for the lease
+
+
+ROLLUP = Cadence()
 # The deployed timeouts: longest run plus waiting plus a margin.
-ROLLUP_TIMEOUT_S = int(ROLLUP_HANDOVER_WAIT_S + ROLLUP_LEASE_S + ROLLUP_RUN_S + ROLLUP_EXTEND_S
+ROLLUP_TIMEOUT_S = int(ROLLUP.handover_wait_s + ROLLUP.lease_s + ROLLUP.run_s + ROLLUP.extend_s
                        + 30)
+# Problems kept on the lease document for operators (counting.status).
+ROLLUP_RECENT_ERRORS = 10
+# The scheduler's housekeeping renews a sleeping rollup's lease every minute; a lease not renewed
+# for this long says the scheduler has stopped (`counters status`).
+ROLLUP_ASLEEP_STALE_S = 150.0
+# The rollup's commits carry at most this many writes, the lease's fencing write included.
+# Firestore no longer limits the writes of a commit (its 10 MiB request limit remains); this keeps
+# each commit's size and time bounded. A client's batch (MAX_BATCH increments and its marker) may
+# be larger.
+ROLLUP_COMMIT_WRITES = 500
 ROLLUP_TASK_FUNCTION = "rolluptick"  # Cloud Tasks queue ids allow no underscore
 # Counters above their min_shards carry `above_min: true`; the rollup queries them when it starts
 # and every this many ticks, so that they shrink even when nobody writes to them any more.
@@ -168,11 +206,14 @@ DEFAULT_K = 10
 
 # A window counts the last `buckets` buckets of `bucket_s` seconds, the current partial one
 # included: it covers between (buckets - 1) and buckets bucket lengths of history.
-WINDOWS = {"1h": (60, 60), "24h": (3600, 24)}  # name -> (bucket_s, buckets)
-DEFAULT_WINDOW = "24h"
+WINDOWS: dict[Window, tuple[int, int]] = {"1h": (60, 60), "24h": (3600, 24)}  # bucket_s, buckets
 # A tag is trending in a scope once its window count reaches this.
-TRENDING_THRESHOLDS = {"1h": 1_000, "24h": 10_000}
+TRENDING_THRESHOLDS: dict[Window, int] = {"1h": 1_000, "24h": 10_000}
 
+# Per tick and window, the rollup expires at most this many buckets (a larger backlog is spread
+# over the next ticks), and reads minute buckets this many to a call.
+TREND_EXPIRE_CHUNK = 1000
+TREND_READ_CHUNK = 300
 # Shards per minute bucket. They are created by the first write that picks them, so a cold tag
 # costs one document per minute whatever this is; a hot tag spreads over all of them.
 TREND_SHARDS = 64

@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from . import autoscale, config, kinds
+from . import autoscale, config, kinds, waking
+from .caching import TtlCache
 from .errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from .kinds import Consistency, Strategy
 from .policy import Policy
@@ -139,7 +140,8 @@ def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentRefer
     fresh `updated_at` alone, sent after the commit was acknowledged, so its server timestamp is
     later than that commit; it is itself checked, up to SHARD_TOUCH_ATTEMPTS times. A write left
     untouched (this instance died, Firestore stayed slow) is found by the rollup's sweep
-    (docs/architecture.md, "Exact on real Firestore")."""
+    (docs/architecture.md, "Exact on real Firestore"). Then wake the rollup if it sleeps
+    (`waking.after_write`): every write path of the domain ends here."""
     for ref, result in written:
         touches = 0
         while straddles(result) and touches < config.SHARD_TOUCH_ATTEMPTS:
@@ -152,12 +154,7 @@ def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentRefer
             except Exception as error:  # the write itself is done; the sweep will find it
                 log.warning("could not touch %s after a slow write: %r", ref.path, error)
                 break
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Cached:
-    read_at: float  # the cache's clock
-    config: CounterConfig
+    waking.after_write(db)
 
 
 class ConfigCache:
@@ -168,17 +165,12 @@ class ConfigCache:
 
     def __init__(self, ttl_s: float = config.CONFIG_CACHE_TTL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl_s = ttl_s
-        self._clock = clock
-        self._entries: dict[str, _Cached] = {}
-        self._lock = threading.Lock()
+        self._entries: TtlCache[str, CounterConfig] = TtlCache(ttl_s, clock)
 
     def get(self, db: firestore.Client, counter: str) -> CounterConfig:
-        now = self._clock()
-        with self._lock:
-            entry = self._entries.get(counter)
-        if entry is not None and now - entry.read_at < self._ttl_s:
-            return entry.config
+        cached = self._entries.get(counter)
+        if cached is not None:
+            return cached
         snapshot = counter_ref(db, counter).get()
         if not snapshot.exists:
             raise NotFound(f"counter: {counter!r} does not exist")
@@ -192,14 +184,12 @@ class ConfigCache:
             policy=Policy.from_document(data.get("policy")),
             collection=data.get(COLLECTION_FIELD),
         )
-        with self._lock:
-            self._entries[counter] = _Cached(read_at=now, config=found)
+        self._entries.put(counter, found)
         return found
 
     def forget(self, counter: str) -> None:
         """Drop a counter's entry: the next `get` reads it afresh."""
-        with self._lock:
-            self._entries.pop(counter, None)
+        self._entries.forget(counter)
 
 
 @dataclass(kw_only=True)

@@ -24,10 +24,6 @@ from . import config
 if TYPE_CHECKING:
     from .store import Store
 
-# Surplus shards folded per commit.
-FOLD_CHUNK = 200
-
-
 @dataclass(kw_only=True)
 class Folded:
     """What one fold committed: the rollup applies the same moves to the values it remembers."""
@@ -46,8 +42,8 @@ def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
     snapshots = store.query(shards)
     surplus = [s for s in snapshots if s.id.isdigit() and int(s.id) >= num_shards]
     result = Folded()
-    for start in range(0, len(surplus), FOLD_CHUNK):
-        chunk = surplus[start:start + FOLD_CHUNK]
+    for start in range(0, len(surplus), config.FOLD_CHUNK):
+        chunk = surplus[start:start + config.FOLD_CHUNK]
         moved: dict[str, int] = defaultdict(int)
         batch = store.db.batch()
         for snapshot in chunk:

@@ -17,8 +17,8 @@ from typing import Any
 from . import config, kinds
 from .errors import InvalidArgument
 
-_COUNTER_ID = re.compile(r"[A-Za-z0-9_\-.:]{1,128}")
-_REQUEST_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
+_COUNTER_ID = re.compile(rf"[A-Za-z0-9_\-.:]{{1,{config.MAX_COUNTER_ID}}}")
+_REQUEST_ID = re.compile(rf"[A-Za-z0-9_\-]{{1,{config.MAX_REQUEST_ID}}}")
 
 
 def payload(data: object, allowed: set[str], where: str = "") -> Mapping[str, Any]:
@@ -45,7 +45,8 @@ def required(data: Mapping[str, Any], field: str, where: str = "") -> Any:
 def counter_id(value: object, field: str = "counter") -> str:
     if not isinstance(value, str) or not _COUNTER_ID.fullmatch(value):
         raise InvalidArgument(
-            f"{field}: must be 1..128 characters of A-Z a-z 0-9 _ - . : (got {_show(value)})"
+            f"{field}: must be 1..{config.MAX_COUNTER_ID} characters of A-Z a-z 0-9 _ - . : "
+            f"(got {_show(value)})"
         )
     if value[0] in "._":
         raise InvalidArgument(f"{field}: must not start with '.' or '_'")
@@ -57,7 +58,8 @@ def request_id(value: object | None, field: str = "request_id") -> str | None:
         return None
     if not isinstance(value, str) or not _REQUEST_ID.fullmatch(value):
         raise InvalidArgument(
-            f"{field}: must be 1..128 characters of A-Z a-z 0-9 _ - (got {_show(value)})"
+            f"{field}: must be 1..{config.MAX_REQUEST_ID} characters of A-Z a-z 0-9 _ - "
+            f"(got {_show(value)})"
         )
     return value
 
@@ -106,7 +108,7 @@ def choice(value: object | None, field: str, names: tuple[kinds.Name, ...],
 
 
 def increments(value: object) -> list[tuple[str, int]]:
-    """A batch: 1..500 `{counter, by}` objects."""
+    """A batch: 1..MAX_BATCH `{counter, by}` objects."""
     if not isinstance(value, list) or not 1 <= len(value) <= config.MAX_BATCH:
         raise InvalidArgument(f"increments: must be a list of 1..{config.MAX_BATCH} objects")
     batch = []
@@ -138,7 +140,7 @@ _RESET_TIME = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
 
 
 def tenant_id(value: object, field: str = "tenant") -> str:
-    """Tenant ids follow the counter id rules: 1..128 of A-Z a-z 0-9 _ - . :, no leading . or _."""
+    """Tenant ids follow the counter id rules (`counter_id`)."""
     return counter_id(value, field)
 
 
@@ -166,14 +168,14 @@ def _zone_names() -> frozenset[str]:
 
 # Trending tags (issue 5).
 
-_REGION = re.compile(r"[a-z0-9-]{1,64}")
+_REGION = re.compile(rf"[a-z0-9-]{{1,{config.MAX_REGION_CHARS}}}")
 
 
 def region(value: object, field: str = "region") -> str:
-    """1..64 of a-z 0-9 -; `global` names the sum of all regions and is not a region."""
+    """1..MAX_REGION_CHARS of a-z 0-9 -; `global` names the sum of all regions, not a region."""
     if not isinstance(value, str) or not _REGION.fullmatch(value):
-        raise InvalidArgument(f"{field}: must be 1..64 characters of a-z 0-9 - "
-                              f"(got {_show(value)})")
+        raise InvalidArgument(f"{field}: must be 1..{config.MAX_REGION_CHARS} characters of "
+                              f"a-z 0-9 - (got {_show(value)})")
     if value == config.GLOBAL_SCOPE:
         raise InvalidArgument(f"{field}: {config.GLOBAL_SCOPE!r} is reserved for the sum of all "
                               "regions")
@@ -204,7 +206,7 @@ def tag(value: object, field: str = "tag") -> str:
 
 
 def tags(value: object, field: str = "tags") -> list[str]:
-    """1..20 tags, normalised, each once (in first-seen order)."""
+    """1..MAX_TAGS tags, normalised, each once (in first-seen order)."""
     if not isinstance(value, list) or not 1 <= len(value) <= config.MAX_TAGS:
         raise InvalidArgument(f"{field}: must be a list of 1..{config.MAX_TAGS} strings")
     return list(dict.fromkeys(tag(item, f"{field}[{i}]") for i, item in enumerate(value)))

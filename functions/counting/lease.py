@@ -22,7 +22,14 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from . import config
+
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def state_ref(db: firestore.Client) -> firestore.DocumentReference:
+    """The rollup's state document: its lease, watermark and status."""
+    return db.collection(config.INTERNAL).document(config.ROLLUP_STATE_DOC)
 
 
 class LeaseLost(Exception):

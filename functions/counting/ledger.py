@@ -15,8 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import autoscale, config
-from .autoscale import AutoscaleParams
+from . import autoscale, config, kinds
+from .config import AutoscaleParams
 
 # A counter not changed for this many ticks is dropped from the ledger (unless it still has
 # shards to shed, or a rate to bring down to 0).
@@ -72,7 +72,7 @@ class Scaling:
             num_shards=int(data.get("num_shards") or 1),
             min_shards=int(data.get("min_shards") or config.DEFAULT_MIN_SHARDS),
             max_shards=int(data.get("max_shards") or config.DEFAULT_MAX_SHARDS),
-            strategy=str(data.get("strategy") or config.DEFAULT_STRATEGY),
+            strategy=str(data.get("strategy") or kinds.DEFAULT_STRATEGY),
             rate=rate,
             published_rate=rate,
             low_since=low_since,

@@ -25,7 +25,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from . import config
-from .autoscale import AutoscaleParams
+from .config import AutoscaleParams
 from .folding import fold_surplus
 from .lease import Lease
 from .ledger import Changes, Grow, Ledger, ShardValue
@@ -33,9 +33,11 @@ from .store import Store
 from .trends import TrendRollup, TrendStats
 from .usage import Usage
 
+# Writes per commit beside the lease's fencing write.
+WRITES_PER_COMMIT = config.ROLLUP_COMMIT_WRITES - 1
+
 log = logging.getLogger(__name__)
 
-WRITE_CHUNK = 499  # writes per commit, the lease's fencing write aside (docs/operations.md)
 # What one counter's own write can fail with, whatever the others do: its document was deleted,
 # or Firestore refuses a value. Anything else (unavailable, a lost lease) fails the whole tick,
 # which is then done again from the watermark.
@@ -68,10 +70,6 @@ class TickStats:
         """Anything written by clients since the last tick (counter or trend shards)."""
         return bool(self.changed_shards or self.written
                     or (self.trends and self.trends.changed_buckets))
-
-
-def state_ref(db: firestore.Client) -> firestore.DocumentReference:
-    return db.collection(config.INTERNAL).document(config.ROLLUP_STATE_DOC)
 
 
 def to_micros(instant: dt.datetime) -> dt.datetime:
@@ -247,14 +245,14 @@ class Rollup:
             self.ledger.hold_shards(counter, values)
 
     def _commit(self, updates: dict[str, dict[str, Any]]) -> None:
-        """Write the counter documents, fenced by the lease, WRITE_CHUNK to a commit. A commit
+        """Write the counter documents, fenced by the lease, WRITES_PER_COMMIT to a commit. A commit
         that a counter's own write fails (its document deleted, a value Firestore refuses) is
         redone a counter at a time, so the bad one is skipped and reported and the others are
         written."""
         coll = self._db.collection(config.COUNTERS)
         items = list(updates.items())
-        for start in range(0, len(items), WRITE_CHUNK):
-            chunk = items[start:start + WRITE_CHUNK]
+        for start in range(0, len(items), WRITES_PER_COMMIT):
+            chunk = items[start:start + WRITES_PER_COMMIT]
             batch = self._db.batch()
             for counter, fields in chunk:
                 batch.update(coll.document(counter), fields)
@@ -293,9 +291,9 @@ class Rollup:
         if bounded is None:
             return
         created = {"count": firestore.Increment(0), "writes": firestore.Increment(0)}
-        for start in range(bounded.old, bounded.new, WRITE_CHUNK):
+        for start in range(bounded.old, bounded.new, WRITES_PER_COMMIT):
             batch = self._db.batch()
-            for n in range(start, min(bounded.new, start + WRITE_CHUNK)):
+            for n in range(start, min(bounded.new, start + WRITES_PER_COMMIT)):
                 batch.set(ref.collection(config.SHARDS).document(str(n)), created, merge=True)
             self.store.commit(batch)
         batch = self._db.batch()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import threading
 import time
 import zoneinfo
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.types import WriteResult
 
 from . import config
+from .caching import TtlCache
 from .errors import FailedPrecondition
 
 # The transforms of one number and of a reset; `_transformed` reads their results back.
@@ -151,7 +151,6 @@ def _config_from(tenant: str, data: dict[str, Any]) -> SequenceConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class _Known:
-    read_at: float  # when `config` was last read or written (the cache's clock)
     config: SequenceConfig
     day: int  # a lower bound of the document's open day (0: none yet)
 
@@ -166,17 +165,13 @@ class SequenceCache:
 
     def __init__(self, ttl_s: float = config.SEQUENCE_CONFIG_CACHE_TTL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl_s = ttl_s
-        self._clock = clock
-        self._entries: dict[tuple[str, str], _Known] = {}
-        self._lock = threading.Lock()
+        self._entries: TtlCache[tuple[str, str], _Known] = TtlCache(ttl_s, clock)
 
     def get(self, db: firestore.Client, tenant: str) -> tuple[SequenceConfig, int]:
         """The tenant's configuration and a lower bound of its open day (0: none yet)."""
-        with self._lock:
-            entry = self._entries.get((db.project, tenant))
-        if entry is not None and self._clock() - entry.read_at < self._ttl_s:
-            return entry.config, entry.day
+        known = self._entries.get((db.project, tenant))
+        if known is not None:
+            return known.config, known.day
         snapshot = sequence_ref(db, tenant).get()
         data = (snapshot.to_dict() or {}) if snapshot.exists else {}
         found = _config_from(tenant, data)
@@ -188,14 +183,12 @@ class SequenceCache:
 
         `fresh` says `found` was just read (or written), which restarts its time in the cache.
         """
-        key = (db.project, found.tenant)
-        with self._lock:
-            entry = self._entries.get(key)
-            best = max(day, entry.day) if entry is not None else day
-            keep = entry is not None and entry.config == found and not fresh
-            read_at = entry.read_at if keep and entry else self._clock()
-            self._entries[key] = _Known(read_at=read_at, config=found, day=best)
-        return best
+        def change(known: _Known | None) -> tuple[_Known, bool]:
+            best = day if known is None else max(day, known.day)
+            same = known is not None and known.config == found and not fresh
+            return _Known(config=found, day=best), not same
+
+        return self._entries.update((db.project, found.tenant), change).day
 
 
 _CACHE = SequenceCache()

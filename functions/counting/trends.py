@@ -1,40 +1,9 @@
 """Trending tags: exact windowed counts per region and worldwide, and the Top-K clients read.
 
-Write path. One `track` event is one commit: for each of its (normalised, distinct) tags, one
-`Increment` on a random shard of the counter for (region, current minute, tag), the same shard
-write as any counter's (`counters.shard_write`), plus the request marker when the event has a
-`request_id`. The shards of a bucket are created by the first write that picks them, so nothing
-is read or created beforehand and a hot tag spreads over TREND_SHARDS documents.
-
-Windows. `1h` counts the last 60 one-minute buckets and `24h` the last 24 one-hour buckets, the
-current partial bucket included (`in_window`): an event stops counting between 59 and 60 minutes
-after it happened in `1h`, between 23 and 24 hours in `24h`. Hour buckets are not written by
-clients: the rollup adds every minute bucket's change to its hour.
-
-Rollup (`TrendRollup`, one step of each rollup tick; `counting.rollup` finds the changed bucket
-shards with the same query that finds changed counter shards, read at the tick's instant T):
-
-1. Each changed minute bucket's change is the growth of its changed shards over the values the
-   bucket document recorded when it was last summed. It goes to the minute document (absolute:
-   count and per-shard values), the hour document (Increment) and the window totals of its tag
-   in the region and in `global`.
-2. Buckets that left their window (minute <= now - 60, hour <= now - 24) are read with one query
-   each, subtracted from the totals of their tags, and deleted, at most EXPIRE_CHUNK per window
-   and tick (the rest on the next ticks), so a large expiry never holds up the counters.
-3. Totals are absolute values (`trend_totals/{scope}:{window}:{tag key}`, deleted at 0), read on
-   first use and then kept in memory. Every commit holds whole bucket changes together with the
-   totals that include them, and is fenced by the lease (`Lease.commit`), so a tick that dies
-   half-way is redone exactly from the bucket documents, and a stalled holder cannot write.
-4. Each (scope, window) keeps its exact top TOP_K in memory; `trending` is the part of it at or
-   above the window's threshold (at most TOP_K tags, the highest). A change is
-   merged into the list; only when a listed tag fell below the old last place (counts fall when
-   buckets expire) can a tag outside the list be the new k-th, and the list is read again with
-   one query (<= TOP_K reads). A new lease holder reads each list once when it first needs it.
-5. `trends/{scope}` is rewritten when its content changed, once per tick at most.
-
-Cost per tick: reads and writes proportional to the changed buckets plus, at a minute or hour
-boundary, the buckets leaving the window, and at most TOP_K reads per list that lost a member.
-Nothing ever reads all the tags.
+`track` is the write path (one commit per event: a blind shard write per distinct tag into its
+minute bucket); `TrendRollup` is one step of each rollup tick (bucket changes into hours and
+window totals, expiry, the top lists, `trends/{scope}`). How and why, once: docs/architecture.md,
+"Trends".
 """
 
 from __future__ import annotations
@@ -56,13 +25,6 @@ from .store import Store
 from .usage import Usage
 
 MINUTE_S = 60
-HOUR_MINUTES = 60
-# Writes per commit, leaving room for the fencing write.
-COMMIT_WRITES = 499
-# Buckets expired per window and tick: a larger backlog is spread over the next ticks.
-EXPIRE_CHUNK = 1000
-# Minute buckets whose document is read in one call.
-READ_CHUNK = 300
 
 Snapshot = firestore.DocumentSnapshot[firestore.DocumentReference]
 Item = tuple[str, int]  # (tag, count)
@@ -269,7 +231,7 @@ class Pending:
     totals: set[TotalKey] = field(default_factory=set)
 
 
-def trends_document(lists: Mapping[Window, list[Item]], thresholds: Mapping[str, int]
+def trends_document(lists: Mapping[Window, list[Item]], thresholds: Mapping[Window, int]
                     ) -> dict[str, Any]:
     """`trends/{scope}` (without `updated_at`): per window its top TOP_K and, of those, the tags
     at or above the window's threshold (so `trending` holds at most TOP_K tags, the highest);
@@ -283,7 +245,7 @@ def trends_document(lists: Mapping[Window, list[Item]], thresholds: Mapping[str,
         }
         for window, items in lists.items()
     }
-    return {"window": config.DEFAULT_WINDOW, **windows[kinds.DEFAULT_WINDOW], "windows": windows}
+    return {"window": kinds.DEFAULT_WINDOW, **windows[kinds.DEFAULT_WINDOW], "windows": windows}
 
 
 class TrendRollup:
@@ -295,7 +257,7 @@ class TrendRollup:
         store: Store,
         *,
         clock: Callable[[], dt.datetime] | None = None,
-        thresholds: dict[str, int] | None = None,
+        thresholds: Mapping[Window, int] | None = None,
     ) -> None:
         self._store = store
         self._db = store.db
@@ -397,8 +359,8 @@ class TrendRollup:
 
     def _load_minutes(self, bucket_ids: list[str]) -> None:
         minutes = self._db.collection(config.TREND_MINUTES)
-        for start in range(0, len(bucket_ids), READ_CHUNK):
-            refs = [minutes.document(b) for b in bucket_ids[start:start + READ_CHUNK]]
+        for start in range(0, len(bucket_ids), config.TREND_READ_CHUNK):
+            refs = [minutes.document(b) for b in bucket_ids[start:start + config.TREND_READ_CHUNK]]
             for snapshot in self._store.get_all(refs):
                 if snapshot.exists:
                     data = snapshot.to_dict() or {}
@@ -424,9 +386,9 @@ class TrendRollup:
             query = (self._db.collection(collection)
                      .where(filter=FieldFilter("spread", "in", list(range(config.STRIPES))))
                      .where(filter=FieldFilter(field_name, "<=", last))
-                     .limit(EXPIRE_CHUNK))
+                     .limit(config.TREND_EXPIRE_CHUNK))
             snapshots = self._store.query(query)
-            complete = complete and len(snapshots) < EXPIRE_CHUNK
+            complete = complete and len(snapshots) < config.TREND_EXPIRE_CHUNK
             for snapshot in sorted(snapshots, key=lambda s: str(s.get("tag"))):
                 data = snapshot.to_dict() or {}
                 count = int(data.get("count") or 0)
@@ -449,8 +411,8 @@ class TrendRollup:
     def _load_totals(self, keys: list[TotalKey]) -> None:
         missing = [key for key in keys if key not in self._totals]
         coll = self._db.collection(config.TREND_TOTALS)
-        for start in range(0, len(missing), READ_CHUNK):
-            chunk = missing[start:start + READ_CHUNK]
+        for start in range(0, len(missing), config.TREND_READ_CHUNK):
+            chunk = missing[start:start + config.TREND_READ_CHUNK]
             by_id = {total_id(key): key for key in chunk}
             for snapshot in self._store.get_all([coll.document(i) for i in by_id]):
                 count = int((snapshot.to_dict() or {}).get("count") or 0)
@@ -462,7 +424,7 @@ class TrendRollup:
         pending = Pending()
         written = 0
         for entry in entries:
-            if len(pending.writes) + len(pending.totals) + 6 > COMMIT_WRITES:
+            if len(pending.writes) + len(pending.totals) + 6 >= config.ROLLUP_COMMIT_WRITES:
                 written += self._flush(pending)
                 pending = Pending()
             pending.writes.append(entry.write)

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from callables import Callables
 from counting import cadence, config, counters, rollup
-from counting.autoscale import AutoscaleParams
-from counting.lease import Lease
+from counting.config import AutoscaleParams
+from counting.lease import Lease, state_ref
 from google.cloud import firestore
 
 from ..waiting import eventually
@@ -198,7 +198,7 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client) -> No
     stale.get(db, "c")
     for n in range(8):
         counters.shard_ref(db, "c", n).update(counters.shard_write(n + 1, random.Random()))
-    lease = Lease(db, rollup.state_ref(db), "test", config.ROLLUP_LEASE_S)
+    lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     # No grow from the few writes here; shrink as soon as the rate is low.
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.5)
@@ -229,7 +229,7 @@ def test_an_increment_racing_a_fold_is_not_lost(
     counters.create_counter(db, "r", shards=4)
     for n in range(4):
         counters.shard_ref(db, "r", n).update(counters.shard_write(10, random.Random()))
-    lease = Lease(db, rollup.state_ref(db), "test", config.ROLLUP_LEASE_S)
+    lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.3)
     step = rollup.Rollup(db, lease, params)

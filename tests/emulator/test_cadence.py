@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 from callables import Callables
-from counting import cadence, config, counters, rollup
-from counting.lease import Lease
+from counting import cadence, config, counters, rollup, status, waking
+from counting.lease import Lease, state_ref
 from google.cloud import firestore
 
 from tests.waiting import eventually
 
-FAST = cadence.Cadence(period_s=0.25, lease_s=5.0, run_s=3.0, lead_s=1.5, extend_s=1.0,
+FAST = config.Cadence(period_s=0.25, lease_s=5.0, run_s=3.0, lead_s=1.5, extend_s=1.0,
                        idle_s=1.0, drain_s=0.6, handover_wait_s=2.5, poll_s=0.1)
 
 
@@ -41,14 +41,14 @@ def strong(db: firestore.Client, counter: str) -> int:
 
 
 def lease_state(db: firestore.Client) -> dict[str, Any]:
-    return rollup.state_ref(db).get().to_dict() or {}
+    return state_ref(db).get().to_dict() or {}
 
 
 class Chain:
     """Invocations that enqueue their successors as threads (the task queue's stand-in)."""
 
     def __init__(self, db: firestore.Client, copies: int = 1,
-                 timing: cadence.Cadence = FAST) -> None:
+                 timing: config.Cadence = FAST) -> None:
         self.db = db
         self.timing = timing
         self.copies = copies  # deliveries of each successor: 2 is a duplicate delivery
@@ -200,7 +200,7 @@ def test_a_writer_wakes_a_sleeping_rollup_once(isolated_db: firestore.Client) ->
     for a while; it enqueues nothing while the rollup is awake."""
     counters.create_counter(isolated_db, "woken", shards=2)
     woken: list[int] = []
-    waker = cadence.Waker(lambda: woken.append(1))
+    waker = waking.Waker(lambda db: woken.append(1))
     assert waker.after_write(isolated_db)  # no lease document yet: nobody ticks
     assert not waker.after_write(isolated_db)
     stop = threading.Event()
@@ -208,7 +208,7 @@ def test_a_writer_wakes_a_sleeping_rollup_once(isolated_db: firestore.Client) ->
         "successor": None, "woken": True, "cadence": cadence.in_process(0.2), "stop": stop})
     holder.start()
     eventually(lambda: lease_state(isolated_db).get("owner"))
-    awake = cadence.Waker(lambda: woken.append(2))
+    awake = waking.Waker(lambda db: woken.append(2))
     assert not awake.after_write(isolated_db)
     stop.set()
     holder.join(timeout=30)
@@ -222,7 +222,7 @@ def test_the_first_increment_after_sleep_reaches_the_rollup(
     counters/{id} within seconds."""
     counter = f"wake-{suffix}"
     admin.call("create_counter", counter=counter, shards=2)
-    idle = config.ROLLUP_IDLE_S + config.ROLLUP_DRAIN_S
+    idle = config.ROLLUP.idle_s + config.ROLLUP.drain_s
     eventually(lambda: lease_state(db).get("awake") is False, timeout_s=idle + 30)
     began = time.monotonic()
     admin.call("increment", counter=counter, by=7)
@@ -238,21 +238,21 @@ def test_the_lease_reports_the_rollups_health(
     the lease for longer than its TTL (commit times, not the `renewed_at` field), health says
     it is stale."""
     counters.create_counter(isolated_db, "watched", shards=2)
-    assert cadence.health(isolated_db).stale == "the rollup never ran"
+    assert status.read_status(isolated_db).stale == "the rollup never ran"
     stop = threading.Event()
     holder = threading.Thread(target=cadence.serve, args=(isolated_db,), kwargs={
         "successor": None, "woken": True, "cadence": cadence.in_process(0.2), "stop": stop})
     holder.start()
     counters.increment(isolated_db, "watched", 1, configs=counters.ConfigCache())
     found = eventually(lambda: (lambda h: h if h.tick_s is not None else None)(
-        cadence.health(isolated_db)))
+        status.read_status(isolated_db)))
     assert found.awake and found.stale is None and found.holder and found.lag_s is not None
     stop.set()
     holder.join(timeout=30)
-    assert cadence.health(isolated_db).stale is None  # released awake a moment ago
+    assert status.read_status(isolated_db).stale is None  # released awake a moment ago
     # A forged `renewed_at` changes nothing: staleness is judged from the commit times.
-    rollup.state_ref(isolated_db).update({"renewed_at": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)})
-    assert cadence.health(isolated_db).stale is None
+    state_ref(isolated_db).update({"renewed_at": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)})
+    assert status.read_status(isolated_db).stale is None
     monkeypatch.setattr(config, "ROLLUP_LEASE_S", 0.5)
     monkeypatch.setattr(config, "ROLLUP_PERIOD_S", 0.1)
-    eventually(lambda: "no tick for" in (cadence.health(isolated_db).stale or ""))
+    eventually(lambda: "no tick for" in (status.read_status(isolated_db).stale or ""))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from callables import Callables, CallError
-from counting import config, counters
+from counting import config, counters, kinds
 from counting.counters import shards_for
 from counting.policy import Policy
 from google.cloud import firestore
@@ -29,7 +29,7 @@ def error_of(client: Callables, name: str, **data: Any) -> CallError:
     return caught.value
 
 
-@pytest.mark.parametrize("strategy", config.STRATEGIES)
+@pytest.mark.parametrize("strategy", kinds.STRATEGIES)
 def test_concurrent_increments_sum_exactly(
     admin: Callables, user_token: str, suffix: str, strategy: str
 ) -> None:

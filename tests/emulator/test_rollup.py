@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 from counting import cadence, config, counters, ledger, rollup
-from counting.lease import Lease, LeaseLost
+from counting.lease import Lease, LeaseLost, state_ref
 from google.cloud import firestore
 
 
 def lease_for(db: firestore.Client, owner: str = "test") -> Lease:
-    lease = Lease(db, rollup.state_ref(db), owner, config.ROLLUP_LEASE_S)
+    lease = Lease(db, state_ref(db), owner, config.ROLLUP.lease_s)
     assert lease.acquire()
     return lease
 
@@ -156,7 +156,7 @@ def test_rollup_is_exact_while_writes_continue(isolated_db: firestore.Client) ->
 def test_a_second_loop_waits_for_the_lease(isolated_db: firestore.Client) -> None:
     """While one holder renews, another cannot take the lease; after release it can."""
     first = lease_for(isolated_db, "first")
-    second = Lease(isolated_db, rollup.state_ref(isolated_db), "second", config.ROLLUP_LEASE_S)
+    second = Lease(isolated_db, state_ref(isolated_db), "second", config.ROLLUP.lease_s)
     assert not second.acquire()
     first.renew(first.watermark, first.swept)
     assert not second.acquire()
@@ -172,10 +172,10 @@ def test_an_invocation_converges_and_hands_over(isolated_db: firestore.Client) -
     for _ in range(10):
         add(isolated_db, "looped", 2)
     run = cadence.serve(isolated_db, successor=None, woken=True,
-                        cadence=cadence.Cadence(period_s=0.5, run_s=2.5))
+                        cadence=config.Cadence(period_s=0.5, run_s=2.5))
     assert run.outcome == cadence.Outcome.HANDED_OVER and run.ticks >= 3
     assert rollup_count(isolated_db, "looped") == 20
-    state = rollup.state_ref(isolated_db).get()
+    state = state_ref(isolated_db).get()
     assert state.get("owner") is None and state.get("awake") is True
 
 
@@ -185,7 +185,7 @@ def test_a_superseded_holder_commits_nothing(
     """A holder that stalls mid-tick past its lease cannot write its older sums over those of
     the holder that took over meanwhile."""
     counters.create_counter(isolated_db, "fenced", shards=2)
-    stale = rollup.Rollup(isolated_db, Lease(isolated_db, rollup.state_ref(isolated_db), "stale",
+    stale = rollup.Rollup(isolated_db, Lease(isolated_db, state_ref(isolated_db), "stale",
                                              0.5))
     assert stale.store.lease.acquire()
     add(isolated_db, "fenced", 1)
@@ -196,7 +196,7 @@ def test_a_superseded_holder_commits_nothing(
             # Paused (GC, a slow machine) past the lease: a successor takes over and publishes.
             time.sleep(0.6)
             add(isolated_db, "fenced", 10)
-            lease = Lease(isolated_db, rollup.state_ref(isolated_db), "successor", 0.5)
+            lease = Lease(isolated_db, state_ref(isolated_db), "successor", 0.5)
             assert lease.acquire()
             successor = rollup.Rollup(isolated_db, lease)
             successor.tick()

@@ -7,13 +7,13 @@ import datetime as dt
 import functools
 import random
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
 from callables import Callables, CallError
 from counting import config, kinds, rollup, trends
-from counting.lease import Lease
+from counting.lease import Lease, state_ref
 from google.cloud import firestore
 
 from ..waiting import eventually
@@ -156,9 +156,9 @@ class Clock:
 
 
 def stepper(db: firestore.Client, clock: Clock,
-            thresholds: dict[str, int] | None = None) -> tuple[rollup.Rollup, Lease]:
+            thresholds: Mapping[kinds.Window, int] | None = None) -> tuple[rollup.Rollup, Lease]:
     """A rollup holder whose trends step reads the time from `clock`."""
-    lease = Lease(db, rollup.state_ref(db), "test", config.ROLLUP_LEASE_S)
+    lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     return rollup.Rollup(db, lease, trends=functools.partial(
         trends.TrendRollup, clock=clock, thresholds=thresholds)), lease

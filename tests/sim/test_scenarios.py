@@ -10,8 +10,8 @@ from typing import cast
 
 import pytest
 from counting import counters, folding, ledger, rollup
-from counting.autoscale import AutoscaleParams
-from counting.lease import Lease
+from counting.config import AutoscaleParams
+from counting.lease import Lease, state_ref
 from google.cloud import firestore
 
 from tests.sim.firestore_model import Client, Latency, Model, Write
@@ -37,7 +37,7 @@ class Scene:
         self.sim.now_us = max(self.sim.now_us, round(seconds * 1_000_000))
 
     def holder(self, name: str) -> rollup.Rollup:
-        lease = Lease(self.db, rollup.state_ref(self.db), name, 10.0)
+        lease = Lease(self.db, state_ref(self.db), name, 10.0)
         assert lease.acquire()
         return rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False))
 

@@ -6,7 +6,7 @@ Actors (each a thread of `virtual.Sim`):
 - writers: plain increments (with and without `request_id`, retried with the same id after an
   error, as clients do), batches, a `unique` counter's like/unlike toggles, a paced (views)
   counter, trend `track`s, and the app's own orders (created, moved between statuses, re-summed
-  and deleted), each followed by the write path's wake-up (`cadence.Waker`);
+  and deleted); the write paths wake the rollup through one `waking.Waker`, as in one instance;
 - the orders' trigger: every committed change of an order becomes an event, delivered after a
   delay, sometimes twice, in any order, and again after a failure (at-least-once);
 - rollup invocations: `cadence.serve` as deployed, scheduled every minute (never overlapping) and
@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from counting import cadence, collections, config, counters, declarations, ledger, trends
-from counting.autoscale import AutoscaleParams
+from counting import cadence, collections, config, counters, declarations, ledger, trends, waking
+from counting.config import AutoscaleParams
 from counting.errors import CounterError
 from counting.policy import Policy
 from google.api_core import exceptions as gexc
@@ -119,6 +119,8 @@ class World:
             self.writers.append(self.sim.spawn(f"writer-{n}", functools.partial(self._writer, n),
                                                after_s=0.5 + n * 0.1))
         self.sim.spawn("chaos", self._chaos, after_s=5.0)
+        previous = waking.install(waking.Waker(lambda db: self._task("wake"),
+                                               clock=self.sim.monotonic))
         try:
             self.sim.run_until(end)
             self.writing = False
@@ -126,6 +128,7 @@ class World:
             self._check()
         finally:
             self.sim.shutdown()
+            waking.install(previous)
         self.outcome.crashes += self.sim.crashes
         return self.outcome
 
@@ -230,15 +233,12 @@ class World:
         rng = random.Random(self.rng.random())
         configs = counters.ConfigCache(clock=self.sim.monotonic)
         picker = counters.ShardPicker(random.Random(rng.random()))
-        waker = cadence.Waker(lambda: self._task("wake"), clock=self.sim.monotonic)
         ops: list[Callable[[random.Random, counters.ConfigCache, counters.ShardPicker], None]] = [
             self._plain, self._plain, self._batch, self._like, self._view, self._track,
             self._order]
         while self.writing:
             self.outcome.writes += 1
             rng.choice(ops)(rng, configs, picker)
-            with contextlib.suppress(gexc.GoogleAPICallError):
-                waker.after_write(self.db)
             self.sim.wait(rng.expovariate(1 / 0.4))
 
     def _attempts(self, call: Callable[[], Any], *, retry: bool) -> tuple[bool, Any]:

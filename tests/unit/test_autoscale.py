@@ -9,7 +9,8 @@ import statistics
 from collections import Counter
 
 from counting import config
-from counting.autoscale import AutoscaleParams, decide, ewma, measured_rate, shards_for_rate
+from counting.autoscale import decide, ewma, measured_rate, shards_for_rate
+from counting.config import AutoscaleParams
 from counting.counters import CounterConfig, ShardPicker
 from hypothesis import given
 from hypothesis import strategies as st

@@ -13,7 +13,7 @@ import counters_cli
 import pytest
 from click.testing import CliRunner, Result
 from counters_cli import Target, cli, percentile, resolve_target, run_load
-from counting import cadence, counters, kinds, trends
+from counting import cadence, counters, kinds, status, trends
 from counting.errors import NotFound
 from hypothesis import given
 from hypothesis import strategies as st
@@ -224,7 +224,7 @@ def test_status_exits_non_zero_when_the_rollup_is_stale(
     domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch, stale: str | None
 ) -> None:
     """`status` prints the rollup's health and fails, saying why, when it looks stuck."""
-    found = cadence.RollupHealth(holder="h-1-x", awake=True, last_tick_at=AS_OF,
+    found = status.RollupStatus(holder="h-1-x", awake=True, last_tick_at=AS_OF,
                                  last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0, holder_since=AS_OF,
                                  errors=["2026-01-01T00:00:00Z big: sum outside 64-bit"],
                                  stale=stale)

@@ -17,15 +17,15 @@ def test_sizing_covers_the_rate_at_the_target_utilisation(rate: float) -> None:
     """Shards x per-shard rate x utilisation covers the expected rate, within 1..1000."""
     shards = shards_for(rate)
     assert config.MIN_SHARDS <= shards <= config.MAX_SHARDS
-    capacity = shards * config.SHARD_WRITE_RATE * config.TARGET_UTILISATION
-    assert capacity >= rate or shards == config.MAX_SHARDS
-    assert shards == 1 or (shards - 1) * config.SHARD_WRITE_RATE * config.TARGET_UTILISATION < rate
+    per_shard = config.AUTOSCALE.shard_write_rate * config.AUTOSCALE.target_utilisation
+    assert shards * per_shard >= rate or shards == config.MAX_SHARDS
+    assert shards == 1 or (shards - 1) * per_shard < rate
 
 
 def test_sizing_without_a_hint_uses_the_default_rate() -> None:
     """No expected_rate sizes for the documented default load."""
-    default = math.ceil(config.DEFAULT_EXPECTED_RATE / (config.SHARD_WRITE_RATE
-                                                        * config.TARGET_UTILISATION))
+    default = math.ceil(config.DEFAULT_EXPECTED_RATE / (config.AUTOSCALE.shard_write_rate
+                                                        * config.AUTOSCALE.target_utilisation))
     assert shards_for(None) == default == 10
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from counting import ledger
-from counting.autoscale import AutoscaleParams
+from counting.config import AutoscaleParams
 from counting.ledger import Ledger, ShardValue
 from hypothesis import given
 from hypothesis import strategies as st

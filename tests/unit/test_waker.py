@@ -1,4 +1,4 @@
-"""The write path's waker (`cadence.Waker`) with a fake lease document: one read at a time, no
+"""The write path's waker (`waking.Waker`) with a fake lease document: one read at a time, no
 write held up behind a slow read, and one wake-up for a sleeping rollup."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from counting import cadence, config
+from counting import config, waking
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 
@@ -57,7 +57,7 @@ class Clock:
 def test_writes_do_not_wait_behind_a_slow_lease_read() -> None:
     """While one call reads the lease, the others return at once without reading."""
     lease = LeaseDocument(awake=True)
-    waker = cadence.Waker(lambda: None, clock=Clock())
+    waker = waking.Waker(lambda db: None, clock=Clock())
     with ThreadPoolExecutor(1) as pool:
         reader = pool.submit(waker.after_write, lease)  # type: ignore[arg-type]
         assert lease.reading.wait(10)
@@ -71,7 +71,7 @@ def test_a_sleeping_rollup_is_woken_once_by_the_reader() -> None:
     woken: list[int] = []
     lease = LeaseDocument(awake=False)
     clock = Clock()
-    waker = cadence.Waker(lambda: woken.append(1), clock=clock)
+    waker = waking.Waker(lambda db: woken.append(1), clock=clock)
     with ThreadPoolExecutor(1) as pool:
         reader = pool.submit(waker.after_write, lease)  # type: ignore[arg-type]
         assert lease.reading.wait(10)
@@ -95,7 +95,7 @@ def test_a_failed_read_wakes_the_rollup_as_it_cannot_tell() -> None:
     woken: list[int] = []
     lease = Failing(awake=True)
     clock = Clock()
-    waker = cadence.Waker(lambda: woken.append(1), clock=clock)
+    waker = waking.Waker(lambda db: woken.append(1), clock=clock)
     assert waker.after_write(lease) is True  # type: ignore[arg-type]
     assert waker.after_write(lease) is False  # type: ignore[arg-type]  # within WAKE_RETRY_S
     clock.now += config.WAKE_RETRY_S

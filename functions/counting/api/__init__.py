@@ -20,7 +20,7 @@ from firebase_functions import https_fn, logger, params
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from .. import cadence, config
+from .. import config
 from ..errors import (
     Aborted,
     FailedPrecondition,
@@ -208,12 +208,6 @@ def cloud_logging(level: int) -> None:
     domain.setLevel(level)
     domain.addHandler(_CloudLogging())
     domain.propagate = False
-
-
-@functools.cache
-def waker() -> cadence.Waker:
-    """The instance's rollup waker (writers call it after each write)."""
-    return cadence.tasks_waker()
 
 
 def rfc3339(instant: dt.datetime) -> str:

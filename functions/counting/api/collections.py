@@ -27,7 +27,7 @@ from google.events.cloud.firestore import DocumentEventData
 from .. import collections, config, declarations
 from ..collections import Counting, Observed, Watch
 from ..errors import Aborted
-from . import db, waker
+from . import db
 
 Event: TypeAlias = "firestore_fn.Event[Change[DocumentSnapshot[Any] | None]]"
 log = logging.getLogger(__name__)
@@ -62,8 +62,6 @@ def count_event(watch: Watch, event: Event,
                 raise
             log.warning("%s: %r; trying again in %.1f s", observed.path, error, pause)
             sleep(pause)
-    if applied.deltas:
-        waker().after_write(db())
     return applied
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import counters, declarations, inputs, kinds, policy
 from ..errors import InvalidArgument, PermissionDenied
-from . import Request, caller, client_callable, db, is_admin, require_admin, rfc3339, waker
+from . import Request, caller, client_callable, db, is_admin, require_admin, rfc3339
 
 
 @client_callable
@@ -51,15 +51,12 @@ def increment(req: Request) -> dict[str, Any]:
         batch = inputs.increments(data["increments"])
         applied = counters.increment_many(db(), batch, request_id=request_id, uid=uid,
                                           admin=admin)
-        if applied:
-            waker().after_write(db())
         return {"applied": applied > 0, "count": applied}
     counter = inputs.counter_id(inputs.required(data, "counter"))
     by = inputs.increment_by(data.get("by"))
     committed = counters.increment(db(), counter, by, request_id=request_id, uid=uid,
                                    admin=admin)
     if committed is not None:
-        waker().after_write(db())
         return {"counter": counter, "applied": True, "committed_at": rfc3339(committed)}
     # A retry of a request that was applied: when that was, so that a client whose answer was
     # lost can still tell whether the rollup includes it.

@@ -13,7 +13,7 @@ import os
 
 from firebase_functions import options, scheduler_fn, tasks_fn
 
-from .. import cadence, config
+from .. import cadence, config, waking
 from . import Request, db
 
 # One holder at a time does the work; the lease makes extra instances return at once. A
@@ -27,7 +27,7 @@ ROLLUP_RUNTIME = {
 
 
 def successor() -> None:
-    cadence.enqueue_tick("handover")
+    waking.enqueue_tick(db(), "handover")
 
 
 @scheduler_fn.on_schedule(

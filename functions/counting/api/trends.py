@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import inputs, kinds, trends
-from . import Request, caller, client_callable, db, rfc3339, waker
+from . import Request, caller, client_callable, db, rfc3339
 
 
 @client_callable
@@ -16,8 +16,6 @@ def track(req: Request) -> dict[str, Any]:
     tags = inputs.tags(inputs.required(data, "tags"))
     request_id = inputs.request_id(data.get("request_id"))
     recorded = trends.track(db(), region, tags, request_id=request_id, uid=uid)
-    if recorded:
-        waker().after_write(db())
     return {"recorded": recorded}
 
 
