@@ -15,7 +15,7 @@ WEB_SOURCES := web/index.html web/ops.html web/vite.config.js $(wildcard web/src
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup web chromium fresh-test dev exec test lint unit sim webunit runtime-check emulator browser bench deploy clean clean-data
+.PHONY: help setup web chromium fresh-test dev exec test no-dev-stack lint unit sim webunit runtime-check emulator browser bench deploy clean clean-data
 help:
 	@echo "make dev            run the stack and the web client with demo data (kept between runs); Ctrl-C stops"
 	@echo "make test           everything CI runs: lint, unit, webunit, runtime-check, emulator, browser"
@@ -106,7 +106,15 @@ emulator: setup $(WEB)
 browser: setup $(WEB) chromium
 	$(STACK) exec '$(PY) -m pytest -q tests/browser'
 
-test: lint unit webunit runtime-check emulator browser
+test: no-dev-stack lint unit webunit runtime-check emulator browser
+
+# `make test` needs the emulator ports: refuse at once, not after the checks that come first, when a
+# `make dev` stack holds them (tools/stack.py takes the same lock and says the same).
+PORTS_LOCK := $(or $(TMPDIR),/tmp)/counters-emulator-ports.lock
+no-dev-stack:
+	@if grep -qs '^dev' $(PORTS_LOCK) && ! flock -n $(PORTS_LOCK) true; then \
+	  echo "a \`make dev\` stack ($$(cat $(PORTS_LOCK))) holds the emulator ports; stop it (Ctrl-C in its terminal) and run this again" >&2; \
+	  exit 1; fi
 
 # CI's view of a commit: a clean clone, CI=true, a fresh HOME (no pip or npm cache).
 fresh-test:

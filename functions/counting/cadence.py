@@ -48,12 +48,14 @@ class Invocation:
     """What one invocation did, logged and added to `internal/rollup_usage`."""
 
     owner: str
+    trigger: str | None = None  # what invoked it: "schedule", "handover", "wake", ...
     outcome: Outcome = Outcome.BUSY
     ticks: int = 0
     failed_ticks: int = 0
     successors: int = 0  # tasks enqueued
     seconds: float = 0.0
     waited_s: float = 0.0  # for the lease
+    took: str = ""  # the lease as it found it: "new", "released" (a handover) or "expired"
     max_tick_s: float = 0.0
     usage: Usage = field(default_factory=Usage)
 
@@ -88,19 +90,21 @@ def serve(
     stop: threading.Event | None = None,
     on_tick: Callable[[TickStats], None] | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    trigger: str | None = None,
 ) -> Invocation:
     """One invocation of the rollup (see the module doc). `successor` enqueues the next
     invocation (None: nobody continues after this one); `woken` says a write or a predecessor
-    asked for this invocation, so it starts awake (a scheduled one starts as the lease says)."""
+    asked for this invocation, so it starts awake (a scheduled one starts as the lease says).
+    `trigger` names what invoked it, counted in `internal/rollup_usage` (`triggers`)."""
     timing = cadence or config.ROLLUP
     stop = stop or threading.Event()
     started = clock.monotonic()
     lease = Lease(db, state_ref(db), owner or new_owner(), timing.lease_s)
-    run = Invocation(owner=lease.owner)
+    run = Invocation(owner=lease.owner, trigger=trigger)
     try:
         if _take(lease, timing, run, stop, woken, clock):
-            log.info("rollup lease taken by %s after %.2f s (%s)", lease.owner, run.waited_s,
-                     "awake" if lease.awake else "housekeeping")
+            log.info("rollup lease taken by %s after %.2f s (%s, %s)", lease.owner, run.waited_s,
+                     run.took, "awake" if lease.awake else "housekeeping")
             _hold(db, lease, successor, timing, scaling, run, stop, on_tick, clock)
     finally:
         run.seconds = clock.monotonic() - started
@@ -124,6 +128,9 @@ def _take(lease: Lease, timing: Cadence, run: Invocation, stop: threading.Event,
         if acquired:
             run.usage.writes += 1
             run.waited_s = clock.monotonic() - waited_from
+            seen = lease.found
+            run.took = ("new" if seen is None or seen.renewed_at is None
+                        else "released" if seen.owner is None else "expired")
             return True
         found = lease.found
         if found is None or clock.monotonic() >= deadline:
@@ -236,6 +243,7 @@ def _record(db: firestore.Client, run: Invocation) -> None:
         "writes": firestore.Increment(run.usage.writes + 1),  # this write included
         "deletes": firestore.Increment(run.usage.deletes),
         "outcomes": {run.outcome.value: firestore.Increment(1)},
+        **({"triggers": {run.trigger: firestore.Increment(1)}} if run.trigger else {}),
     }
     try:
         usage_ref(db).set(fields, merge=True)

@@ -61,7 +61,7 @@ def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
                     "updated_at": firestore.SERVER_TIMESTAMP,
                     "stripe": random.randrange(config.STRIPES)})
         try:
-            store.commit(batch)
+            store.commit(batch, deletes=len(chunk))
         except gexc.FailedPrecondition:
             result.complete = False  # a late increment hit one of them: fold again next tick
             continue

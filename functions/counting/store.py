@@ -3,7 +3,7 @@ bills it, so that the rollup and the trends step keep no tallies of their own.
 
 Reads bill one per document returned, and one for a query that returns nothing; a `get` bills
 one whether the document exists or not. A commit bills one write per write in it, the lease's
-fencing write included. Firestore implements it, or the simulation's model of Firestore
+fencing write included, and one delete per delete (priced apart). Firestore implements it, or the simulation's model of Firestore
 (tests/sim), behind the same client API.
 """
 
@@ -47,10 +47,11 @@ class Store:
             usage, self._usage = self._usage, Usage()
         return usage
 
-    def _bill(self, reads: int = 0, writes: int = 0) -> None:
+    def _bill(self, reads: int = 0, writes: int = 0, deletes: int = 0) -> None:
         with self._lock:
             self._usage.reads += reads
             self._usage.writes += writes
+            self._usage.deletes += deletes
 
     def renew(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:
         """Renew the lease (persisting the progress); its commit time is the tick's instant."""
@@ -83,8 +84,8 @@ class Store:
         """`read` of every item, several at once (each read bills itself)."""
         return list(self._pool.map(read, items))
 
-    def commit(self, batch: firestore.WriteBatch) -> list[Any]:
-        """Commit `batch` fenced by the lease (`Lease.commit`)."""
+    def commit(self, batch: firestore.WriteBatch, *, deletes: int = 0) -> list[Any]:
+        """Commit `batch`, which holds `deletes` deletes, fenced by the lease (`Lease.commit`)."""
         results = self.lease.commit(batch)
-        self._bill(writes=len(results))
+        self._bill(writes=len(results) - deletes, deletes=deletes)
         return results

@@ -439,8 +439,10 @@ class TrendRollup:
             return 0
         coll = self._db.collection(config.TREND_TOTALS)
         batch = self._db.batch()
+        deletes = 0
         for write in pending.writes:
             write.add_to(batch)
+            deletes += write.op == "delete"
         for key in sorted(pending.totals):
             ref = coll.document(total_id(key))
             if self._totals[key] > 0:
@@ -448,8 +450,9 @@ class TrendRollup:
                                 "count": self._totals[key]})
             else:
                 batch.delete(ref)
+                deletes += 1
                 self._totals.pop(key)
-        self._store.commit(batch)
+        self._store.commit(batch, deletes=deletes)
         return len(pending.totals)
 
     # -- step 4: the lists --
@@ -501,11 +504,13 @@ class TrendRollup:
             return 0
         batch = self._db.batch()
         coll = self._db.collection(config.TRENDS)
+        deletes = 0
         for scope, content in changed.items():
             if scope != config.GLOBAL_SCOPE and not content["items"]:
                 batch.delete(coll.document(scope))  # a region without events in 24 h goes
+                deletes += 1
             else:
                 batch.set(coll.document(scope), {**content, "updated_at": as_of})
-        self._store.commit(batch)
+        self._store.commit(batch, deletes=deletes)
         self._published.update(changed)
         return len(changed)

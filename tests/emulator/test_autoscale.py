@@ -143,6 +143,7 @@ def test_no_increment_is_lost_while_shards_grow_and_shrink(
     counters.create_counter(db, "busy", shards=1)
     stop, calm = threading.Event(), threading.Event()
     totals = [0] * 4
+    writes = [0] * 4
     peak = [1]
 
     def writer(n: int) -> None:
@@ -160,6 +161,7 @@ def test_no_increment_is_lost_while_shards_grow_and_shrink(
             else:
                 counters.increment(db, "busy", by, configs=cache)
             totals[n] += by
+            writes[n] += 1
             if calm.is_set():
                 time.sleep(0.2 if n == 0 else 2.0)  # about 6 writes/s in all: 2 shards
             else:
@@ -179,7 +181,10 @@ def test_no_increment_is_lost_while_shards_grow_and_shrink(
         assert peak[0] >= 8
         eventually(lambda: shard_documents(db, "busy") == num_shards(db, "busy"),
                    timeout_s=30, every_s=0.5)
-        time.sleep(2 * config.CONFIG_CACHE_TTL_S)  # let stale caches catch up, still writing
+        # The writers that keep the grown configuration write a few times more into the folded
+        # shards' place: each such write is redone once with a fresh configuration.
+        folded = list(writes)
+        eventually(lambda: all(writes[n] >= folded[n] + 3 for n in (2, 3)), timeout_s=60)
     finally:
         stop.set()
         for thread in threads:
@@ -208,8 +213,8 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client) -> No
     counters.shard_ref(db, "c", 5).update(counters.shard_write(100, random.Random()))
     step.tick()
     assert rollup_count(db, "c") == 136 and shard_documents(db, "c") == 8  # still in grace
-    time.sleep(0.6)
-    assert step.tick().folded == 7
+    # Ticks fold nothing until the grace has passed; then one folds the seven at once.
+    assert eventually(lambda: step.tick().folded, timeout_s=10) == 7
     assert shard_documents(db, "c") == 1 and strong_count(db, "c") == 136
     step.tick()
     assert rollup_count(db, "c") == 136
@@ -233,8 +238,7 @@ def test_an_increment_racing_a_fold_is_not_lost(
     assert lease.acquire()
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.3)
     step = rollup.Rollup(db, lease, params)
-    step.tick()  # shrinks to 1
-    time.sleep(0.4)
+    step.tick()  # shrinks to 1; the fold comes on the first tick after the grace
     real_option = db.write_option
     raced: list[bool] = []
 
@@ -247,7 +251,9 @@ def test_an_increment_racing_a_fold_is_not_lost(
         return real_option(**kwargs)
 
     monkeypatch.setattr(db, "write_option", option_after_a_racing_increment)
-    assert step.tick().folded == 0  # the fold's commit failed on the precondition
+    # Ticks until the fold runs, past the grace: its commit fails on the precondition.
+    assert eventually(lambda: (lambda stats: stats if raced else None)(step.tick()),
+                      timeout_s=10).folded == 0
     assert raced and shard_documents(db, "r") == 4 and strong_count(db, "r") == 1040
     assert step.tick().folded == 3
     assert shard_documents(db, "r") == 1 and strong_count(db, "r") == 1040

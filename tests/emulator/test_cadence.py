@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import itertools
-import os
 import threading
 import time
 from typing import Any
@@ -53,7 +51,6 @@ class Chain:
         self.timing = timing
         self.copies = copies  # deliveries of each successor: 2 is a duplicate delivery
         self.runs: list[cadence.Invocation] = []
-        self.publishes: list[float] = []
         self.threads: list[threading.Thread] = []
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -71,14 +68,9 @@ class Chain:
     def invoke(self, woken: bool) -> None:
         successor = None if self.stop.is_set() else self.successor
         run = cadence.serve(self.db, successor=successor, woken=woken, cadence=self.timing,
-                            stop=self.stop, on_tick=self.on_tick)
+                            stop=self.stop)
         with self.lock:
             self.runs.append(run)
-
-    def on_tick(self, stats: rollup.TickStats) -> None:
-        if stats.written:
-            with self.lock:
-                self.publishes.append(time.monotonic())
 
     def __enter__(self) -> Chain:
         return self
@@ -109,8 +101,9 @@ def write_for(db: firestore.Client, counter: str, seconds: float) -> int:
 
 
 def test_handovers_keep_publishing_and_stay_exact(isolated_db: firestore.Client) -> None:
-    """A chain of invocations under steady writes publishes without a long gap and sums
-    exactly across several handovers."""
+    """A chain of invocations under steady writes sums exactly across several handovers, each
+    successor taking the lease its predecessor released (not waiting for it to expire). How long
+    publishes pause at a handover is measured by the cadence benchmark (`max_publish_gap_s`)."""
     counters.create_counter(isolated_db, "steady", shards=4)
     with Chain(isolated_db, timing=AWAKE) as chain:
         chain.start(woken=True)
@@ -118,8 +111,8 @@ def test_handovers_keep_publishing_and_stay_exact(isolated_db: firestore.Client)
         eventually(lambda: rollup_count(isolated_db, "steady") == total, timeout_s=20)
     handed = [run for run in chain.runs if run.outcome == cadence.Outcome.HANDED_OVER]
     assert len(handed) >= 2
-    gaps = [b - a for a, b in itertools.pairwise(chain.publishes)]
-    assert max(gaps) < 1.5  # a handover costs about one poll, not a run
+    took = sorted(run.took for run in chain.runs if run.ticks)
+    assert took == ["new"] + ["released"] * (len(took) - 1)
     assert strong(isolated_db, "steady") == total
 
 
@@ -141,7 +134,7 @@ def test_a_redelivery_takes_over_from_a_holder_that_died(
     isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A holder that dies mid-tick (never releasing) is replaced once its lease expires, and the
-    sums come out exact."""
+    sums come out exact. How long that takes is measured by the chaos benchmark."""
     names = [f"c{n}" for n in range(4)]
     for name in names:
         counters.create_counter(isolated_db, name, shards=2)
@@ -161,10 +154,8 @@ def test_a_redelivery_takes_over_from_a_holder_that_died(
     assert lease_state(isolated_db)["owner"] is not None  # still "held" by the dead one
     for name in names:
         counters.increment(isolated_db, name, 1, configs=counters.ConfigCache())
-    began = time.monotonic()
     run = cadence.serve(isolated_db, successor=None, woken=True, cadence=FAST)
-    assert run.ticks and run.waited_s <= FAST.lease_s + 1.0
-    assert time.monotonic() - began < FAST.lease_s + FAST.run_s + 3.0
+    assert run.ticks and run.took == "expired"
     assert [rollup_count(isolated_db, name) for name in names] == [6] * 4
 
 
@@ -218,17 +209,24 @@ def test_a_writer_wakes_a_sleeping_rollup_once(isolated_db: firestore.Client) ->
 def test_the_first_increment_after_sleep_reaches_the_rollup(
     admin: Callables, db: firestore.Client, suffix: str
 ) -> None:
-    """Through the stack's triggers: once the rollup sleeps, an increment wakes it and reaches
-    counters/{id} within seconds."""
+    """Through the stack's triggers: once the rollup sleeps, an increment enqueues a wake-up
+    task, which the Cloud Tasks emulator delivers to `rolluptick`, and the count reaches
+    counters/{id}. How soon is measured by the cadence benchmark (`first_after_idle_s`)."""
     counter = f"wake-{suffix}"
     admin.call("create_counter", counter=counter, shards=2)
     idle = config.ROLLUP.idle_s + config.ROLLUP.drain_s
-    eventually(lambda: lease_state(db).get("awake") is False, timeout_s=idle + 30)
-    began = time.monotonic()
+    # Released asleep: every instance's cached view of the lease is "asleep" or stale by then.
+    eventually(lambda: (lambda state: state.get("awake") is False and state.get("owner") is None)(
+        lease_state(db)), timeout_s=idle + 30)
+    wakes = woken_invocations(db)
     admin.call("increment", counter=counter, by=7)
-    eventually(lambda: rollup_count(db, counter) == 7, timeout_s=10, every_s=0.05)
-    assert time.monotonic() - began < 10
-    assert os.environ.get("CLOUD_TASKS_EMULATOR_HOST")
+    eventually(lambda: woken_invocations(db) > wakes)
+    eventually(lambda: rollup_count(db, counter) == 7)
+
+
+def woken_invocations(db: firestore.Client) -> int:
+    usage = cadence.usage_ref(db).get().to_dict() or {}
+    return int((usage.get("triggers") or {}).get("wake", 0))
 
 
 def test_the_lease_reports_the_rollups_health(
@@ -253,6 +251,6 @@ def test_the_lease_reports_the_rollups_health(
     # A forged `renewed_at` changes nothing: staleness is judged from the commit times.
     state_ref(isolated_db).update({"renewed_at": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)})
     assert status.read_status(isolated_db).stale is None
-    monkeypatch.setattr(config, "ROLLUP_LEASE_S", 0.5)
-    monkeypatch.setattr(config, "ROLLUP_PERIOD_S", 0.1)
+    monkeypatch.setattr(config, "ROLLUP", dataclasses.replace(config.ROLLUP, lease_s=0.5,
+                                                              period_s=0.1))
     eventually(lambda: "no tick for" in (status.read_status(isolated_db).stale or ""))

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from typing import Any
 
 import pytest
 from counting import cadence, config, counters, ledger, rollup
 from counting.lease import Lease, LeaseLost, state_ref
 from google.cloud import firestore
+
+from ..waiting import eventually
 
 
 def lease_for(db: firestore.Client, owner: str = "test") -> Lease:
@@ -194,10 +195,9 @@ def test_a_superseded_holder_commits_nothing(
     def stall_then_plan(self: ledger.Ledger, *args: Any) -> Any:
         if self is stale.ledger:
             # Paused (GC, a slow machine) past the lease: a successor takes over and publishes.
-            time.sleep(0.6)
             add(isolated_db, "fenced", 10)
             lease = Lease(isolated_db, state_ref(isolated_db), "successor", 0.5)
-            assert lease.acquire()
+            eventually(lease.acquire, timeout_s=10)  # once the stale holder's lease expired
             successor = rollup.Rollup(isolated_db, lease)
             successor.tick()
         return real_plan(self, *args)

@@ -173,3 +173,23 @@ def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
     assert scene.published("wide") == scene.shards("wide") == 8
     # The 4 survivors the query returns; reading the counter whole would add 1 + 4.
     assert sweep.reads <= 4 + 1, sweep.reads
+
+
+def test_a_fold_bills_its_deletes_apart() -> None:
+    """Deletes are priced apart from writes: the store counts a fold's deleted shards as deletes,
+    and its survivor increments and fencing write as writes."""
+    scene = Scene()
+    counters.create_counter(scene.db, "wide", shards=8)
+    scene.at(1)
+    holder = scene.holder("holder")
+    for _ in range(8):
+        counters.increment(scene.db, "wide", 1)
+    scene.at(2)
+    holder.tick()
+    counters.counter_ref(scene.db, "wide").update({"num_shards": 4})
+    holder.store.take_usage()
+    folded = folding.fold_surplus(holder.store, counters.counter_ref(scene.db, "wide"), 4)
+    usage = holder.store.take_usage()
+    assert folded.complete and sorted(folded.deleted) == ["4", "5", "6", "7"]
+    survivors = [survivor for survivor, amount in folded.moved.items() if amount]
+    assert (usage.deletes, usage.writes) == (4, len(survivors) + 1)

@@ -136,3 +136,42 @@ def test_slug_follows_github() -> None:
     assert slug("Rollup cadence (production trigger)") == "rollup-cadence-production-trigger"
     assert slug("`increment` (batch)") == "increment-batch"
     assert slug("Costs & limits") == "costs--limits"
+
+
+def layout() -> dict[str, set[str]]:
+    """The paths the layout in docs/development.md names, by the folder whose files it details
+    ("" for the top level): a line's names come before its description (two or more spaces),
+    and an indented line's names are in the folder above it."""
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    block = text[text.index("## Layout"):].split("```")[1]
+    named: dict[str, set[str]] = {"": set()}
+    folder = ""
+    for line in block.strip("\n").splitlines():
+        names = re.split(r"\s{2,}", line.strip())[0].split()
+        if line.startswith(" "):
+            named[folder] |= {folder + name for name in names}
+            continue
+        named[""] |= set(names)
+        folder = names[-1] if names[-1].endswith("/") else ""
+        if folder:
+            named.setdefault(folder, set())
+    return named
+
+
+def test_the_layout_names_what_the_tree_holds() -> None:
+    """Every path the layout names exists; every file of a folder it details is named."""
+    named = layout()
+    for path in set().union(*named.values()):
+        assert (ROOT / path).exists(), f"docs/development.md names {path}, which does not exist"
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    for folder, names in named.items():
+        if not folder or not names:
+            continue
+        files = {path for path in tracked
+                 if path.startswith(folder) and "/" not in path[len(folder):]}
+        folders = {folder + path[len(folder):].split("/")[0] + "/" for path in tracked
+                   if path.startswith(folder) and "/" in path[len(folder):]}
+        left_out = {path for path in files | folders
+                    if path not in names and not any(n.startswith(path) for n in names)}
+        assert not left_out, f"docs/development.md leaves out of {folder}: {sorted(left_out)}"

@@ -4,11 +4,12 @@ write held up behind a slow read, and one wake-up for a sleeping rollup."""
 from __future__ import annotations
 
 import datetime as dt
+import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from counting import config, waking
+from counting import config, counters, waking
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 
@@ -101,3 +102,22 @@ def test_a_failed_read_wakes_the_rollup_as_it_cannot_tell() -> None:
     clock.now += config.WAKE_RETRY_S
     assert waker.after_write(lease) is True  # type: ignore[arg-type]
     assert woken == [1, 1] and lease.reads == 2
+
+
+def test_every_write_path_wakes_through_settle() -> None:
+    """The domain's write paths end in `counters.settle`, which hands the client to the process's
+    waker once per commit, whatever it wrote."""
+    seen: list[object] = []
+
+    class Recording:
+        def after_write(self, db: Any) -> bool:
+            seen.append(db)
+            return False
+
+    db = object()
+    previous = waking.install(Recording())
+    try:
+        counters.settle(db, [], random.Random())  # type: ignore[arg-type]
+    finally:
+        waking.install(previous)
+    assert seen == [db]

@@ -26,6 +26,10 @@ ROLLUP_RUNTIME = {
 }
 
 
+# What a `rolluptick` task says it is for (`waking.enqueue_tick`); anything else counts as "task".
+TASK_REASONS = ("handover", "wake")
+
+
 def successor() -> None:
     waking.enqueue_tick(db(), "handover")
 
@@ -42,7 +46,7 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
         # Every new emulator worker pings the function once (GET /__/health); only the local
         # Scheduler stand-in (tools/scheduler.py) sends a job name.
         return
-    cadence.serve(db(), successor=successor, woken=False)
+    cadence.serve(db(), successor=successor, woken=False, trigger="schedule")
 
 
 @tasks_fn.on_task_dispatched(
@@ -52,9 +56,11 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
     max_instances=2,
     rate_limits=options.RateLimits(max_concurrent_dispatches=2),
     # A crashed invocation (instance lost, 5xx) is redelivered quickly; the lease expires
-    # within ROLLUP_LEASE_S and the redelivery takes over.
+    # within the lease's TTL and the redelivery takes over.
     retry_config=options.RetryConfig(max_attempts=5, min_backoff_seconds=1,
                                      max_backoff_seconds=10),
 )
 def rolluptick(req: Request) -> None:
-    cadence.serve(db(), successor=successor, woken=True)
+    reason = req.data.get("reason") if isinstance(req.data, dict) else None
+    cadence.serve(db(), successor=successor, woken=True,
+                  trigger=reason if reason in TASK_REASONS else "task")
