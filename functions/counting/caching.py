@@ -16,7 +16,7 @@ V = TypeVar("V")
 @dataclass(frozen=True)
 class _Entry(Generic[V]):
     value: V
-    stored_at: float  # the cache's clock, when the value was last read or written at its source
+    stored_at: float  # the cache's clock, when the value was read or written at its source
 
 
 class TtlCache(Generic[K, V]):
@@ -37,9 +37,11 @@ class TtlCache(Generic[K, V]):
             return None
         return entry.value
 
-    def put(self, key: K, value: V) -> None:
-        """Store a value just read or written: it is trusted for `ttl_s` from now."""
-        self.update(key, lambda _: (value, True))
+    def put(self, key: K, value: V, *, at: float | None = None) -> None:
+        """Store a value read or written at `at` (the cache's clock; default now): it is trusted
+        for `ttl_s` from then."""
+        with self._lock:
+            self._entries[key] = _Entry(value, self._clock() if at is None else at)
 
     def update(self, key: K, change: Callable[[V | None], tuple[V, bool]]) -> V:
         """Replace the value (trusted or not) with `change(value)`, atomically: `change` returns

@@ -141,7 +141,9 @@ def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentRefer
     later than that commit; it is itself checked, up to SHARD_TOUCH_ATTEMPTS times. A write left
     untouched (this instance died, Firestore stayed slow) is found by the rollup's sweep
     (docs/architecture.md, "Exact on real Firestore"). Then wake the rollup if it sleeps
-    (`waking.after_write`): every write path of the domain ends here."""
+    (`waking.after_write`): every write path of the domain ends here, and a commit that wrote no
+    shard (a document change that moves no count) wakes nothing."""
+    written = list(written)
     for ref, result in written:
         touches = 0
         while straddles(result) and touches < config.SHARD_TOUCH_ATTEMPTS:
@@ -154,7 +156,8 @@ def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentRefer
             except Exception as error:  # the write itself is done; the sweep will find it
                 log.warning("could not touch %s after a slow write: %r", ref.path, error)
                 break
-    waking.after_write(db)
+    if written:
+        waking.after_write(db)
 
 
 class ConfigCache:
@@ -165,12 +168,14 @@ class ConfigCache:
 
     def __init__(self, ttl_s: float = config.CONFIG_CACHE_TTL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._entries: TtlCache[str, CounterConfig] = TtlCache(ttl_s, clock)
 
     def get(self, db: firestore.Client, counter: str) -> CounterConfig:
         cached = self._entries.get(counter)
         if cached is not None:
             return cached
+        read_at = self._clock()  # trusted from before the read: never longer than the TTL
         snapshot = counter_ref(db, counter).get()
         if not snapshot.exists:
             raise NotFound(f"counter: {counter!r} does not exist")
@@ -184,7 +189,7 @@ class ConfigCache:
             policy=Policy.from_document(data.get("policy")),
             collection=data.get(COLLECTION_FIELD),
         )
-        self._entries.put(counter, found)
+        self._entries.put(counter, found, at=read_at)
         return found
 
     def forget(self, counter: str) -> None:

@@ -54,7 +54,7 @@ class Scaling:
     rate: float
     published_rate: float
     low_since: float | None  # epoch seconds
-    shrunk_at: float | None  # epoch seconds; surplus shards are folded FOLD_GRACE_S later
+    shrunk_at: float | None  # epoch seconds; surplus shards are folded `fold_grace_s` later
     shard_load: dict[str, float] = field(default_factory=dict)
 
     @classmethod

@@ -3,8 +3,8 @@ bills it, so that the rollup and the trends step keep no tallies of their own.
 
 Reads bill one per document returned, and one for a query that returns nothing; a `get` bills
 one whether the document exists or not. A commit bills one write per write in it, the lease's
-fencing write included, and one delete per delete (priced apart). Firestore implements it, or the simulation's model of Firestore
-(tests/sim), behind the same client API.
+fencing write included, and one delete per delete (priced apart). Firestore implements it, or
+the simulation's model of Firestore (tests/sim), behind the same client API.
 """
 
 from __future__ import annotations

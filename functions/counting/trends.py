@@ -85,6 +85,7 @@ class TrendStats:
     published: int  # trends documents written
     reads: int
     writes: int
+    deletes: int
 
 
 # --- arithmetic ------------------------------------------------------------------------------
@@ -280,7 +281,8 @@ class TrendRollup:
              ) -> TrendStats:
         """Apply the changed minute-bucket shards (bucket id -> shard id -> snapshot, read at
         `as_of`), expire what left its window, and publish the lists that changed."""
-        before = Usage(reads=self._store.usage.reads, writes=self._store.usage.writes)
+        usage = self._store.usage
+        before = Usage(reads=usage.reads, writes=usage.writes, deletes=usage.deletes)
         now_minute = minute_of(self._clock() if self._clock else as_of)
         deltas: dict[TotalKey, int] = defaultdict(int)
         entries: list[Entry] = []
@@ -299,10 +301,11 @@ class TrendRollup:
         for (scope, window), values in by_board.items():
             rebuilt += self._update_board(scope, window, values)
         published = self._publish({scope for scope, _ in by_board}, as_of)
+        after = self._store.usage
         return TrendStats(changed_buckets=changed, expired_buckets=expired,
                           changed_totals=written, rebuilt_lists=rebuilt, published=published,
-                          reads=self._store.usage.reads - before.reads,
-                          writes=self._store.usage.writes - before.writes)
+                          reads=after.reads - before.reads, writes=after.writes - before.writes,
+                          deletes=after.deletes - before.deletes)
 
     # -- step 1: changed buckets --
 

@@ -79,7 +79,7 @@ class Waker:
         One call at a time reads the lease, outside the lock: the others count that read as a
         fresh answer of "awake", so a slow Firestore holds up no write. That is safe because the
         reader wakes the rollup if it finds it asleep or cannot tell (the read failed), and the
-        rollup keeps ticking for ROLLUP_DRAIN_S (more than WAKE_CACHE_TTL_S) after it marks
+        rollup keeps ticking for `Cadence.drain_s` (more than WAKE_CACHE_TTL_S) after it marks
         itself asleep: a write made within WAKE_CACHE_TTL_S of the start of a read that found
         it awake is in a tick."""
         with self._lock:
@@ -138,8 +138,13 @@ def install(waker: AfterWrite | None) -> AfterWrite | None:
 
 
 def after_write(db: firestore.Client) -> bool:
-    """Called by the domain after each committed shard write."""
+    """Called by the domain after each committed shard write; never raises (the write is done:
+    a client told otherwise would retry it)."""
     global _installed
     if _installed is None:
         _installed = Waker(lambda target: enqueue_tick(target, "wake"))
-    return _installed.after_write(db)
+    try:
+        return _installed.after_write(db)
+    except Exception:
+        log.exception("could not wake the rollup (the scheduler will, within a minute)")
+        return False

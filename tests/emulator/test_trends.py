@@ -279,7 +279,7 @@ def test_an_interrupted_tick_is_redone_exactly(
         region, tags = rng.choice(["eu", "us"]), rng.sample([f"t{n}" for n in range(30)], 8)
         trends.track(isolated_db, region, tags, now=clock.now)
         events.append((clock.now, region, tags))
-    monkeypatch.setattr(trends, "COMMIT_WRITES", 40)
+    monkeypatch.setattr(config, "ROLLUP_COMMIT_WRITES", 41)
     real_commit = lease.commit
     commits = {"n": 0}
 

@@ -1,8 +1,14 @@
-"""The named choices: a value is one of them or not."""
+"""The named choices: config.py's per-window tables cover every window, and a value is one of
+the names or not."""
 
 from __future__ import annotations
 
-from counting import kinds
+from counting import config, kinds
+
+
+def test_every_window_has_its_buckets_and_threshold() -> None:
+    """mypy checks that the tables' keys are windows, not that every window is there."""
+    assert set(config.WINDOWS) == set(config.TRENDING_THRESHOLDS) == set(kinds.WINDOWS)
 
 
 def test_a_value_is_a_member_only_when_equal_to_one_of_the_names() -> None:

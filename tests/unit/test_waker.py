@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from counting import config, counters, waking
+from google.cloud.firestore_v1.types import Value
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 
@@ -104,9 +105,17 @@ def test_a_failed_read_wakes_the_rollup_as_it_cannot_tell() -> None:
     assert woken == [1, 1] and lease.reads == 2
 
 
-def test_every_write_path_wakes_through_settle() -> None:
-    """The domain's write paths end in `counters.settle`, which hands the client to the process's
-    waker once per commit, whatever it wrote."""
+class Written:
+    """A WriteResult whose server timestamp is its commit time (nothing straddles)."""
+
+    def __init__(self) -> None:
+        self.update_time = NOW
+        self.transform_results = [Value(timestamp_value=NOW)]
+
+
+def test_settle_wakes_the_rollup_once_per_commit_that_wrote_shards() -> None:
+    """`counters.settle`, where the domain's write paths end, hands the client to the process's
+    waker once per commit of shard writes; a commit that wrote no shard wakes nothing."""
     seen: list[object] = []
 
     class Recording:
@@ -118,6 +127,21 @@ def test_every_write_path_wakes_through_settle() -> None:
     previous = waking.install(Recording())
     try:
         counters.settle(db, [], random.Random())  # type: ignore[arg-type]
+        assert seen == []
+        written: list[Any] = [(object(), Written()), (object(), Written())]
+        counters.settle(db, written, random.Random())  # type: ignore[arg-type]
     finally:
         waking.install(previous)
     assert seen == [db]
+
+
+def test_a_failing_waker_never_fails_the_write() -> None:
+    class Broken:
+        def after_write(self, db: Any) -> bool:
+            raise RuntimeError("no Cloud Tasks")
+
+    previous = waking.install(Broken())
+    try:
+        assert waking.after_write(object()) is False  # type: ignore[arg-type]
+    finally:
+        waking.install(previous)
