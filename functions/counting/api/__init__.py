@@ -60,6 +60,8 @@ _RETRYABLE: list[tuple[tuple[type[Exception], ...], https_fn.FunctionsErrorCode,
     ((gexc.Aborted,), Code.ABORTED, "a concurrent change got in the way: retry"),
     ((gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.TooManyRequests, gexc.RetryError),
      Code.UNAVAILABLE, "Firestore is unavailable or overloaded: retry later"),
+    ((fexc.UnavailableError, fexc.DeadlineExceededError),
+     Code.UNAVAILABLE, "Firebase Auth is unavailable: retry later"),
 ]
 
 
@@ -217,11 +219,32 @@ def is_admin(claims: dict[str, Any]) -> bool:
     return claims.get("admin") is True
 
 
-def require_admin(req: Request) -> str:
+def require_admin(req: Request, denied: str = "this operation needs the admin claim") -> str:
+    """The caller's uid when they are an admin now: the ID token's admin claim, then the account
+    as Firebase Auth has it (one lookup, `still_admin`), so that a role taken back, revoked
+    sessions or a disabled account refuse at once rather than when the token expires."""
     uid, claims = caller(req)
     if not is_admin(claims):
-        raise PermissionDenied("this operation needs the admin claim")
+        raise PermissionDenied(denied)
+    try:
+        account = firebase_auth.get_user(uid)
+    except firebase_auth.UserNotFoundError:
+        raise https_fn.HttpsError(Code.UNAUTHENTICATED, "ID token: its account no longer "
+                                  "exists") from None
+    still_admin(claims, account, denied)
     return uid
+
+
+def still_admin(token: dict[str, Any], account: firebase_auth.UserRecord, denied: str) -> None:
+    """Refuse an admin's ID token that its account no longer backs: what
+    `verify_id_token(check_revoked=True)` checks (the account disabled, or its sessions revoked
+    after the token was issued, to the second), then the admin claim the account has now."""
+    if account.disabled:
+        raise https_fn.HttpsError(Code.UNAUTHENTICATED, "ID token: the account is disabled")
+    if int(token.get("iat", 0)) * 1000 < account.tokens_valid_after_timestamp:
+        raise https_fn.HttpsError(Code.UNAUTHENTICATED, "ID token: revoked (sign in again)")
+    if not is_admin(account.custom_claims or {}):
+        raise PermissionDenied(f"{denied} (taken back since this ID token was issued)")
 
 
 class _CloudLogging(logging.Handler):
