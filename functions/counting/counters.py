@@ -493,21 +493,35 @@ def request_marker(
 ) -> tuple[firestore.DocumentReference, dict[str, Any]]:
     """The marker document that makes a request id count once per user.
 
-    Its id hashes (uid, request_id): uids may hold characters a document id cannot.
+    Its id hashes (uid, request_id): uids may hold characters a document id cannot. `at`, the
+    commit's server timestamp, outlives a copy of the database (`commit_time_of`).
     """
     key = hashlib.sha256(f"{uid}\0{request_id}".encode()).hexdigest()
     expires_at = dt.datetime.now(dt.UTC) + config.REQUEST_MARKER_TTL
     fields = {"uid": uid, "request_id": request_id, "counters": counters,
-              config.EXPIRES_AT: expires_at}
+              "at": firestore.SERVER_TIMESTAMP, config.EXPIRES_AT: expires_at}
     return db.collection(config.REQUESTS).document(key), fields
 
 
 def applied_at(db: firestore.Client, uid: str, request_id: str) -> dt.datetime | None:
     """When this user's request was applied (its marker was created in the same commit as the
-    shard write, so its create time is that commit's), or None if it was not (or has expired)."""
+    shard write), or None if it was not (or has expired)."""
     snapshot = request_marker(db, uid, request_id, counters=[])[0].get()
-    created: dt.datetime | None = snapshot.create_time if snapshot.exists else None
-    return created
+    if not snapshot.exists:
+        return None
+    return commit_time_of(snapshot.create_time, (snapshot.to_dict() or {}).get("at"))
+
+
+def commit_time_of(created: dt.datetime, stamped: dt.datetime | None) -> dt.datetime:
+    """The commit time of a marker's creation: its create time, unless that is more than
+    CHANGE_OVERLAP_S after the server timestamp the commit stored in it (taken as the commit's
+    request started). Then the create time may not be the commit's: an import re-creates each
+    document, fields unchanged, at the import time (the emulator's, on a `make dev` restart).
+    The stored timestamp stands in, earlier than the commit by the commit's delay (docs/api.md,
+    `increment`). A marker from before markers stored it has its create time only."""
+    if stamped is None or created - stamped <= dt.timedelta(seconds=config.CHANGE_OVERLAP_S):
+        return created
+    return stamped
 
 
 def commit_once(batch: firestore.WriteBatch) -> list[Any] | None:

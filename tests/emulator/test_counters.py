@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from callables import Callables, CallError
+from callables import Callables, CallError, User
 from counting import config, counters, kinds
 from counting.counters import shards_for
 from counting.policy import Policy
@@ -96,6 +96,32 @@ def test_committed_at_tells_whether_the_rollup_includes_an_increment(
 
     eventually(consistent_until_caught_up)
     assert seen <= {0, 1, 11, 111}
+
+
+def test_a_retry_answers_when_it_applied_after_the_emulator_reimports_its_data(
+    user: Callables, plain_user: User, admin: Callables, db: firestore.Client, suffix: str
+) -> None:
+    """A `make dev` restart re-creates every document (the export's fields, the import's time):
+    a retry still answers a committed_at that the rollup including the increment covers."""
+    counter, request_id = f"reimport-{suffix}", f"r-{suffix}"
+    admin.call("create_counter", counter=counter, shards=2)
+    first = dt.datetime.fromisoformat(
+        user.call("increment", counter=counter, request_id=request_id)["committed_at"])
+    ref = db.collection(config.COUNTERS).document(counter)
+    eventually(lambda: ref.get().get("count") == 1)
+    # A restart takes longer than a commit can follow its request.
+    overlap = dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
+    eventually(lambda: dt.datetime.now(dt.UTC) > first + overlap, timeout_s=5)
+    marker, _ = counters.request_marker(db, plain_user.uid, request_id, counters=[])
+    exported = marker.get().to_dict()
+    assert exported is not None
+    marker.delete()
+    marker.create(exported)  # what the import does
+    again = user.call("increment", counter=counter, request_id=request_id)
+    assert again["applied"] is False
+    answered = dt.datetime.fromisoformat(again["committed_at"])
+    assert first - overlap <= answered <= first <= ref.get().get("updated_at")
+    assert count(admin, counter) == 1
 
 
 def test_request_ids_belong_to_their_user(user: Callables, admin: Callables, suffix: str) -> None:

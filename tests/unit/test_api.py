@@ -1,17 +1,22 @@
 """The callable handlers in-process: error codes, who may call, and bad input rejected before
-any Firestore access (the handlers' Firestore client fails the test if it is asked for)."""
+any Firestore access (the handlers' Firestore client fails the test if it is asked for).
+Firebase Auth, which admin operations ask about the caller's account, is a fake: accounts are
+as their ID tokens say unless a test says otherwise."""
 
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+import firebase_admin.auth
 import flask
 import pytest
 from counting import api
 from counting.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from firebase_admin import exceptions as fexc
 from firebase_functions import https_fn
 from google.api_core import exceptions as gexc
 
@@ -20,11 +25,36 @@ Handler = Callable[[api.Request], dict[str, Any]]
 
 USER = https_fn.AuthData(uid="user-1", token={"firebase": {"sign_in_provider": "password"}})
 ANONYMOUS = https_fn.AuthData(uid="anon-1", token={"firebase": {"sign_in_provider": "anonymous"}})
-ADMIN = https_fn.AuthData(uid="admin-1", token={"admin": True})
+ADMIN_UID = "admin-1"
+ADMIN = https_fn.AuthData(uid=ADMIN_UID, token={"admin": True})
 
 
 def request(data: Any = None, auth: https_fn.AuthData | None = USER) -> api.Request:
     return https_fn.CallableRequest(data=data, raw_request=flask.Request({}), auth=auth)
+
+
+def account(uid: str, claims: dict[str, Any] | None = None, *, disabled: bool = False,
+            valid_since: int | None = None) -> firebase_admin.auth.UserRecord:
+    """A Firebase Auth account as the Admin SDK returns it."""
+    data: dict[str, Any] = {"localId": uid, "disabled": disabled,
+                            "customAttributes": json.dumps(claims or {})}
+    if valid_since is not None:
+        data["validSince"] = str(valid_since)
+    return firebase_admin.auth.UserRecord(data)
+
+
+@pytest.fixture(autouse=True)
+def accounts(monkeypatch: pytest.MonkeyPatch) -> dict[str, firebase_admin.auth.UserRecord]:
+    """Firebase Auth's accounts by uid; ADMIN's is an admin's, and a missing one does not exist."""
+    found = {ADMIN_UID: account(ADMIN_UID, {"admin": True})}
+
+    def get_user(uid: str) -> firebase_admin.auth.UserRecord:
+        if uid not in found:
+            raise firebase_admin.auth.UserNotFoundError(f"no user {uid}")
+        return found[uid]
+
+    monkeypatch.setattr(firebase_admin.auth, "get_user", get_user)
+    return found
 
 
 def handlers(name: str) -> ModuleType:
@@ -100,6 +130,69 @@ def test_an_anonymous_user_counts_as_signed_in() -> None:
 def test_an_admin_claim_of_true_makes_an_admin() -> None:
     """require_admin returns the admin's uid."""
     assert api.require_admin(request(auth=ADMIN)) == "admin-1"
+
+
+def refusal(call: Callable[[], Any]) -> https_fn.HttpsError:
+    with pytest.raises(https_fn.HttpsError) as raised:
+        api.client_errors(lambda req: call())(request())
+    return raised.value
+
+
+def test_an_admin_whose_claim_was_taken_back_is_permission_denied(
+    accounts: dict[str, firebase_admin.auth.UserRecord]
+) -> None:
+    """An ID token with the admin claim does not make an admin once the account lost it."""
+    accounts[ADMIN_UID] = account(ADMIN_UID, {"tenants": ["shop"]})
+    error = refusal(lambda: api.require_admin(request(auth=ADMIN)))
+    assert error.code == Code.PERMISSION_DENIED
+    assert error.message == ("this operation needs the admin claim (taken back since this ID "
+                             "token was issued)")
+
+
+@pytest.mark.parametrize(("iat", "valid_since", "refused"), [
+    (1_700_000_000, 1_700_000_001, True), (1_700_000_000, 1_700_000_000, False),
+    (1_700_000_001, 1_700_000_000, False)])
+def test_an_admin_token_issued_before_its_sessions_were_revoked_is_unauthenticated(
+    accounts: dict[str, firebase_admin.auth.UserRecord], iat: int, valid_since: int,
+    refused: bool
+) -> None:
+    """Revoking an admin's sessions refuses their ID tokens issued before the revocation's second,
+    as verify_id_token(check_revoked=True) does."""
+    accounts[ADMIN_UID] = account(ADMIN_UID, {"admin": True}, valid_since=valid_since)
+    admin = https_fn.AuthData(uid=ADMIN_UID, token={"admin": True, "iat": iat})
+    if not refused:
+        assert api.require_admin(request(auth=admin)) == ADMIN_UID
+        return
+    error = refusal(lambda: api.require_admin(request(auth=admin)))
+    assert (error.code, error.message) == (Code.UNAUTHENTICATED,
+                                           "ID token: revoked (sign in again)")
+
+
+def test_a_disabled_or_deleted_admin_account_is_unauthenticated(
+    accounts: dict[str, firebase_admin.auth.UserRecord]
+) -> None:
+    accounts[ADMIN_UID] = account(ADMIN_UID, {"admin": True}, disabled=True)
+    error = refusal(lambda: api.require_admin(request(auth=ADMIN)))
+    assert (error.code, error.message) == (Code.UNAUTHENTICATED,
+                                           "ID token: the account is disabled")
+    del accounts[ADMIN_UID]
+    error = refusal(lambda: api.require_admin(request(auth=ADMIN)))
+    assert (error.code, error.message) == (Code.UNAUTHENTICATED,
+                                           "ID token: its account no longer exists")
+
+
+def test_a_tenant_member_is_not_looked_up_and_an_admin_outside_the_tenant_is(
+    accounts: dict[str, firebase_admin.auth.UserRecord]
+) -> None:
+    """Membership comes from the ID token alone; an admin's access to any tenant is confirmed."""
+    require_member = handlers("sequences").require_member
+    member = https_fn.AuthData(uid="staff-1", token={"tenants": ["shop"]})
+    assert require_member(request(auth=member), "shop") == "staff-1"  # no account: no lookup
+    assert require_member(request(auth=ADMIN), "shop") == ADMIN_UID
+    accounts[ADMIN_UID] = account(ADMIN_UID)
+    error = refusal(lambda: require_member(request(auth=ADMIN), "shop"))
+    assert error.code == Code.PERMISSION_DENIED
+    assert error.message.startswith("tenant: this operation needs 'shop' in the tenants claim")
 
 
 @pytest.mark.parametrize("claims", [{}, {"admin": False}, {"admin": "true"}, {"admin": 1},
@@ -188,3 +281,12 @@ def test_firestore_contention_and_outages_are_retryable_codes_not_internal(
         raising(error)(request())
     assert raised.value.code == code
     assert "retry" in raised.value.message
+
+
+@pytest.mark.parametrize("kind", [fexc.UnavailableError, fexc.DeadlineExceededError])
+def test_an_auth_outage_is_unavailable_not_internal(kind: type[fexc.FirebaseError]) -> None:
+    """Firebase Auth failing while an admin's account is looked up is retryable UNAVAILABLE."""
+    with pytest.raises(https_fn.HttpsError) as raised:
+        raising(kind("Auth said no", None))(request())
+    assert raised.value.code == Code.UNAVAILABLE
+    assert raised.value.message == "Firebase Auth is unavailable: retry later"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,9 +31,14 @@ def fake_app_check(token: str) -> dict[str, Any]:
     return {"sub": "1:123:web:abc", "aud": ["projects/demo-counters"]}
 
 
+EXPIRED_ID_TOKEN = "expired-id-token"
+
+
 def fake_id_token(token: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    if token == EXPIRED_ID_TOKEN:
+        raise firebase_admin.auth.ExpiredIdTokenError("Token expired", None)
     if token != GOOD_ID_TOKEN:
-        raise ValueError("Decoding Firebase ID token failed")
+        raise firebase_admin.auth.InvalidIdTokenError("Decoding Firebase ID token failed")
     return {"uid": "user-1", "firebase": {"sign_in_provider": "anonymous"}}
 
 
@@ -63,19 +68,33 @@ def lenient(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     yield from loaded("false", monkeypatch)
 
 
-def post(view: Any, body: bytes | str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+def respond(view: Any, body: bytes | str,
+            headers: Mapping[str, str | None] | None = None) -> flask.Response:
+    """POST `body` to a callable's view, with a good ID token unless `headers` says otherwise
+    (None: no such header); its response."""
+    sent = {"Authorization": f"Bearer {GOOD_ID_TOKEN}", **(headers or {})}
+    with APP.test_request_context("/", method="POST", data=body, content_type="application/json",
+                                  headers={k: v for k, v in sent.items() if v is not None}):
+        return APP.make_response(view(flask.request))
+
+
+def post(view: Any, body: bytes | str,
+         headers: Mapping[str, str | None] | None = None) -> tuple[int, Any]:
     """POST `body` to a callable's view; its status and decoded JSON body."""
-    headers = {"Authorization": f"Bearer {GOOD_ID_TOKEN}", **(headers or {})}
-    with APP.test_request_context("/", method="POST", data=body, headers=headers,
-                                  content_type="application/json"):
-        response = APP.make_response(view(flask.request))
+    response = respond(view, body, headers)
     return response.status_code, json.loads(response.get_data())
 
 
-def error_of(view: Any, body: bytes | str, headers: dict[str, str] | None = None) -> str:
+def error_of(view: Any, body: bytes | str, headers: Mapping[str, str | None] | None = None) -> str:
     status, answer = post(view, body, headers)
     assert status >= 400, answer
     return str(answer["error"]["status"])
+
+
+def refusal(view: Any, body: bytes | str, headers: Mapping[str, str | None]) -> tuple[str, str]:
+    status, answer = post(view, body, headers)
+    assert status == 401, answer
+    return answer["error"]["status"], answer["error"]["message"]
 
 
 # A valid body that the handler rejects before using Firestore: it reached the handler.
@@ -142,10 +161,45 @@ def test_every_callable_checks_its_body() -> None:
         assert error_of(function, '{"data": ') == "INVALID_ARGUMENT", name
 
 
+def test_every_error_answer_is_formatted_as_the_sdk_formats_one() -> None:
+    """A bad body's answer, given before the SDK runs, and an ID token's refusal, which replaces
+    the SDK's, have the JSON layout, headers and CORS of the errors the SDK answers itself."""
+    from counting.api.counters import increment
+
+    origin = {"Origin": "https://app.example", "X-Firebase-AppCheck": GOOD_APP_TOKEN}
+    handled = respond(increment, INVALID_DATA, origin)  # the handler's error, as the SDK says it
+    answers = [respond(increment, '{"data": ', origin),
+               respond(increment, INVALID_DATA, {**origin, "Authorization": "Bearer garbage"})]
+    for answer in answers:
+        message = answer.get_json()["error"]["message"]
+        layout = answer.get_data(as_text=True).replace(message, "M").replace(
+            "UNAUTHENTICATED", "INVALID_ARGUMENT")
+        assert layout == handled.get_data(as_text=True).replace(
+            handled.get_json()["error"]["message"], "M")
+        assert {k: v for k, v in answer.headers if k != "Content-Length"} == {
+            k: v for k, v in handled.headers if k != "Content-Length"}
+
+
+@pytest.mark.parametrize(("authorization", "message"), [
+    (None, "ID token: missing (sign in first)"),
+    ("Bearer garbage", "ID token: invalid (sign in again)"),
+    (f"Bearer {EXPIRED_ID_TOKEN}", "ID token: expired (refresh it, or sign in again)"),
+    (GOOD_ID_TOKEN, "ID token: the Authorization header must be `Bearer <ID token>`"),
+])
+def test_a_refused_id_token_says_what_is_wrong(lenient: ModuleType, authorization: str | None,
+                                               message: str) -> None:
+    """Missing, invalid, expired or badly sent: UNAUTHENTICATED with a message that says which."""
+    assert refusal(lenient.increment, INVALID_DATA, {"Authorization": authorization}) == (
+        "UNAUTHENTICATED", message)
+
+
 def test_app_check_enforced_rejects_a_missing_or_bad_token(enforcing: ModuleType) -> None:
-    assert error_of(enforcing.increment, INVALID_DATA) == "UNAUTHENTICATED"
-    assert error_of(enforcing.increment, INVALID_DATA,
-                    {"X-Firebase-AppCheck": "forged"}) == "UNAUTHENTICATED"
+    refused = ("UNAUTHENTICATED", "App Check token: missing or invalid")
+    assert refusal(enforcing.increment, INVALID_DATA, {}) == refused
+    assert refusal(enforcing.increment, INVALID_DATA, {"X-Firebase-AppCheck": "forged"}) == refused
+    assert refusal(enforcing.increment, INVALID_DATA, {
+        "X-Firebase-AppCheck": "forged", "Authorization": "Bearer garbage"}) == (
+        "UNAUTHENTICATED", "ID token: invalid (sign in again)")  # the SDK checks it first
 
 
 def test_app_check_enforced_lets_a_valid_token_through(enforcing: ModuleType) -> None:

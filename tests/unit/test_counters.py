@@ -1,13 +1,14 @@
-"""Pure parts of sharded counters: sizing and shard choice."""
+"""Pure parts of sharded counters: sizing, shard choice and a retry's commit time."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import random
 from collections import Counter
 
 from counting import config
-from counting.counters import CounterConfig, ShardPicker, shards_for
+from counting.counters import CounterConfig, ShardPicker, commit_time_of, shards_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -50,3 +51,23 @@ def test_random_picks_stay_in_range() -> None:
     picker = ShardPicker(random.Random(1))
     target = CounterConfig(counter="c", num_shards=7, strategy="random")
     assert set(picker.pick(target) for _ in range(500)) == set(range(7))
+
+
+STAMPED = dt.datetime(2026, 11, 24, 12, 0, 0, 968000, tzinfo=dt.UTC)
+
+
+def test_a_retry_answers_its_markers_create_time_the_commit_time() -> None:
+    """A marker's create time is its commit's when it comes within CHANGE_OVERLAP_S of the
+    server timestamp the commit stored (and when the marker stored none)."""
+    committed = STAMPED + dt.timedelta(milliseconds=42)
+    assert commit_time_of(committed, STAMPED) == committed
+    overlap = STAMPED + dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
+    assert commit_time_of(overlap, STAMPED) == overlap
+    assert commit_time_of(committed, None) == committed
+
+
+def test_a_retry_after_an_import_answers_the_stored_timestamp() -> None:
+    """An import re-creates the marker later, fields unchanged: its create time is not the
+    commit's, and the stored server timestamp, at or before the commit, stands in."""
+    imported = STAMPED + dt.timedelta(minutes=3)
+    assert commit_time_of(imported, STAMPED) == STAMPED

@@ -16,7 +16,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import flask
+from firebase_admin import auth as firebase_auth
+from firebase_admin import exceptions as fexc
 from firebase_functions import https_fn, logger, params
+from flask_cors import cross_origin
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
@@ -57,6 +60,8 @@ _RETRYABLE: list[tuple[tuple[type[Exception], ...], https_fn.FunctionsErrorCode,
     ((gexc.Aborted,), Code.ABORTED, "a concurrent change got in the way: retry"),
     ((gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.TooManyRequests, gexc.RetryError),
      Code.UNAVAILABLE, "Firestore is unavailable or overloaded: retry later"),
+    ((fexc.UnavailableError, fexc.DeadlineExceededError),
+     Code.UNAVAILABLE, "Firebase Auth is unavailable: retry later"),
 ]
 
 
@@ -97,22 +102,57 @@ def app_check_enforced() -> bool:
 
 def client_callable(handler: Callable[[Request], dict[str, Any]]) -> Callable[..., Any]:
     """A callable function: the request body checked (`body_problem`), App Check enforced as
-    ENFORCE_APP_CHECK says when the module is loaded, the domain's errors mapped to codes."""
+    ENFORCE_APP_CHECK says when the module is loaded, the domain's errors mapped to codes, and
+    the SDK's bare "Unauthenticated" explained (`refused_token`)."""
+    app_check = app_check_enforced()
     # The SDK types the result as the handler it wraps; it is a Flask view.
     endpoint: Callable[[flask.Request], Any] = https_fn.on_call(  # type: ignore[assignment]
-        enforce_app_check=app_check_enforced())(client_errors(handler))
+        enforce_app_check=app_check)(client_errors(handler))
 
     @functools.wraps(endpoint)
     def guarded(request: flask.Request) -> Any:
         problem = body_problem(request) if request.method == "POST" else None
-        if problem is None:
-            return endpoint(request)
-        # The SDK's own error shape, with the CORS header it would add, so a browser reads it.
-        body = {"error": {"status": "INVALID_ARGUMENT", "message": problem}}
-        return flask.Response(json.dumps(body), status=400, mimetype="application/json",
-                              headers={"Access-Control-Allow-Origin": "*"})
+        if problem is not None:
+            return error_answer(https_fn.HttpsError(Code.INVALID_ARGUMENT, problem))
+        answer = endpoint(request)
+        if answer.status_code == 401 and answer.get_json(silent=True) == SDK_REFUSAL:
+            return error_answer(https_fn.HttpsError(
+                Code.UNAUTHENTICATED, refused_token(request, app_check=app_check)))
+        return answer
 
     return guarded
+
+
+# How the SDK answers a request whose ID token, or App Check token, it refused before the handler
+# runs: one message for every case.
+SDK_REFUSAL = {"error": {"status": "UNAUTHENTICATED", "message": "Unauthenticated"}}
+
+
+@cross_origin(methods="POST", origins="*")  # the CORS headers on_call gives its answers
+def error_answer(error: https_fn.HttpsError) -> flask.Response:
+    """An error answered before or after the SDK's handler, exactly as the SDK answers one
+    (`https_fn._on_call_handler`): the same JSON, HTTP status and headers."""
+    return flask.make_response(flask.jsonify(error=error._as_dict()),
+                               error._http_error_code.status)
+
+
+def refused_token(request: flask.Request, *, app_check: bool) -> str:
+    """Which token the SDK refused, which its answer does not say: the ID token, which it checks
+    first, or else the App Check token. The ID token is checked again, on this failure path
+    only, the way the SDK checks it."""
+    authorization = request.headers.get("Authorization")
+    if authorization is not None:
+        if not authorization.startswith("Bearer "):
+            return "ID token: the Authorization header must be `Bearer <ID token>`"
+        try:
+            firebase_auth.verify_id_token(authorization.removeprefix("Bearer "))
+        except firebase_auth.ExpiredIdTokenError:
+            return "ID token: expired (refresh it, or sign in again)"
+        except (ValueError, fexc.FirebaseError):
+            return "ID token: invalid (sign in again)"
+    if app_check:
+        return "App Check token: missing or invalid"
+    return "ID token: could not be verified (retry)"
 
 
 def _integer(text: str) -> int:
@@ -171,7 +211,7 @@ def _depth(value: object) -> int:
 def caller(req: Request) -> tuple[str, dict[str, Any]]:
     """The signed-in caller's uid and claims; anonymous users count as signed in."""
     if req.auth is None or not req.auth.uid:
-        raise https_fn.HttpsError(Code.UNAUTHENTICATED, "sign in first: no valid ID token")
+        raise https_fn.HttpsError(Code.UNAUTHENTICATED, "ID token: missing (sign in first)")
     return req.auth.uid, dict(req.auth.token or {})
 
 
@@ -179,11 +219,32 @@ def is_admin(claims: dict[str, Any]) -> bool:
     return claims.get("admin") is True
 
 
-def require_admin(req: Request) -> str:
+def require_admin(req: Request, denied: str = "this operation needs the admin claim") -> str:
+    """The caller's uid when they are an admin now: the ID token's admin claim, then the account
+    as Firebase Auth has it (one lookup, `still_admin`), so that a role taken back, revoked
+    sessions or a disabled account refuse at once rather than when the token expires."""
     uid, claims = caller(req)
     if not is_admin(claims):
-        raise PermissionDenied("this operation needs the admin claim")
+        raise PermissionDenied(denied)
+    try:
+        account = firebase_auth.get_user(uid)
+    except firebase_auth.UserNotFoundError:
+        raise https_fn.HttpsError(Code.UNAUTHENTICATED, "ID token: its account no longer "
+                                  "exists") from None
+    still_admin(claims, account, denied)
     return uid
+
+
+def still_admin(token: dict[str, Any], account: firebase_auth.UserRecord, denied: str) -> None:
+    """Refuse an admin's ID token that its account no longer backs: what
+    `verify_id_token(check_revoked=True)` checks (the account disabled, or its sessions revoked
+    after the token was issued, to the second), then the admin claim the account has now."""
+    if account.disabled:
+        raise https_fn.HttpsError(Code.UNAUTHENTICATED, "ID token: the account is disabled")
+    if int(token.get("iat", 0)) * 1000 < account.tokens_valid_after_timestamp:
+        raise https_fn.HttpsError(Code.UNAUTHENTICATED, "ID token: revoked (sign in again)")
+    if not is_admin(account.custom_claims or {}):
+        raise PermissionDenied(f"{denied} (taken back since this ID token was issued)")
 
 
 class _CloudLogging(logging.Handler):

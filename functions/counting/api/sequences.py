@@ -5,17 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from .. import inputs, sequences
-from ..errors import PermissionDenied
 from . import Request, caller, client_callable, db, require_admin
 
 
 def require_member(req: Request, tenant: str) -> str:
-    """The caller's uid, when the `tenants` claim lists `tenant` or the caller is an admin."""
+    """The caller's uid, when the `tenants` claim lists `tenant` or the caller is an admin (now:
+    `require_admin`)."""
     uid, claims = caller(req)
     tenants = claims.get("tenants")
-    member = isinstance(tenants, list) and tenant in tenants
-    if not member and claims.get("admin") is not True:
-        raise PermissionDenied(f"tenant: this operation needs {tenant!r} in the tenants claim")
+    if not (isinstance(tenants, list) and tenant in tenants):
+        require_admin(req, f"tenant: this operation needs {tenant!r} in the tenants claim")
     return uid
 
 
