@@ -13,7 +13,7 @@ from callables import Callables, CallError, sign_up
 from playwright.sync_api import BrowserContext, Locator, Page, expect
 
 from ..waiting import eventually
-from .conftest import open_in, screenshot
+from .conftest import open_in, screenshot, troubles
 from .test_web import SLOW_MS
 
 # The CLI's load: ~20 writes/s on a 1-shard counter is far above what one shard is sized for, so
@@ -66,6 +66,7 @@ def test_an_admin_sees_the_rate_rise_and_the_shards_grow_under_load(
         assert shards == sorted(shards), f"the shard count went down under load: {shards}"
         expect(page.locator('[data-fact="last tick"]')).not_to_have_text("never")
         expect(page.locator("#errors li")).to_have_count(0)
+        assert troubles(page) == []
         page.locator("#counter-filter").fill(counter)
         expect(page.locator("article.counter")).to_have_count(1)
         screenshot(page, "ops.png")
