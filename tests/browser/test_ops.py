@@ -4,6 +4,7 @@ autoscaling grow its shards, with the rollup's health; anyone else is refused it
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from callables import Callables, CallError, sign_up
 from playwright.sync_api import BrowserContext, Locator, Page, expect
 
 from ..waiting import eventually
-from .conftest import open_in, screenshot
+from .conftest import open_in, screenshot, troubles
 from .test_web import SLOW_MS
 
 # The CLI's load: ~20 writes/s on a 1-shard counter is far above what one shard is sized for, so
@@ -22,6 +23,10 @@ LOAD = ("--rate", "20", "--seconds", "45", "--concurrency", "4", "--no-check")
 # The rate the plot must reach: a clear rise, well below what the load drives.
 RISEN = 5.0
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+# A time axis's labels (times of day: 21:35:30 21:36:00, or 21:35 21:36 on whole minutes) and a
+# legend's time (21:35:07).
+TIMES = re.compile(r"^\d\d:\d\d(:\d\d)?( \d\d:\d\d(:\d\d)?)+$")
+CLOCK = re.compile(r"^\d\d:\d\d:\d\d$")
 
 
 def plotted_shards(plot: Locator) -> list[int]:
@@ -39,8 +44,9 @@ def sign_in(page: Page, email: str, password: str) -> None:
 def test_an_admin_sees_the_rate_rise_and_the_shards_grow_under_load(
     new_context: Callable[..., BrowserContext], admin: Callables, suffix: str
 ) -> None:
-    """While `counters load` runs, the counter's rate plot rises and its shard count steps up;
-    the rollup's health shows its last tick."""
+    """An idle counter's plot reads 0..1 writes/s against the time of day, its legend the latest
+    values; while `counters load` runs, its rate plot rises and its shard count steps up; the
+    rollup's health shows its last tick."""
     counter = f"ops-{suffix}"
     admin.call("create_counter", counter=counter, shards=1)
     email, password = f"admin-{suffix}@example.test", "admin-password"
@@ -53,6 +59,10 @@ def test_an_admin_sees_the_rate_rise_and_the_shards_grow_under_load(
     expect(card.locator(".policy")).to_have_text("default (+1 by users)")
     expect(plot).to_have_attribute("data-shards", "1", timeout=SLOW_MS)
     expect(plot.locator("canvas")).to_have_count(1)
+    expect(card.locator(".kind")).to_have_text("sharded (increment)")
+    expect(plot).to_have_attribute("data-time-axis", TIMES)
+    expect(plot).to_have_attribute("data-left-axis", re.compile(r"^0( \S+)* 1$"))
+    expect(plot.locator(".u-legend .u-value")).to_have_text([CLOCK, "0", "1"])
 
     counters = str(Path(sys.executable).with_name("counters"))
     load = subprocess.Popen([counters, "load", counter, *LOAD], stdout=subprocess.DEVNULL)
@@ -65,7 +75,9 @@ def test_an_admin_sees_the_rate_rise_and_the_shards_grow_under_load(
         expect(card.locator(".shards")).not_to_have_text("1")
         assert shards == sorted(shards), f"the shard count went down under load: {shards}"
         expect(page.locator('[data-fact="last tick"]')).not_to_have_text("never")
+        expect(page.locator("#health-plot")).to_have_attribute("data-time-axis", TIMES)
         expect(page.locator("#errors li")).to_have_count(0)
+        assert troubles(page) == []
         page.locator("#counter-filter").fill(counter)
         expect(page.locator("article.counter")).to_have_count(1)
         screenshot(page, "ops.png")

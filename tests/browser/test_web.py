@@ -14,7 +14,7 @@ from google.cloud import firestore
 from playwright.sync_api import Page, Response, Route, expect
 
 from ..waiting import always, eventually
-from .conftest import Staff, create_post, screenshot
+from .conftest import Staff, create_post, screenshot, troubles
 
 CLICKS = 20
 # The rollup refreshes about once a second: watch the display for a few of its periods.
@@ -65,6 +65,7 @@ def test_twenty_quick_claps_count_exactly_twenty_in_two_windows(
     assert max(shown) == target, f"the display went above +{CLICKS}: {shown}"
     assert shown == sorted(shown), f"the display went backwards: {shown}"
     expect(page.locator("#errors li")).to_have_count(0)
+    assert troubles(page) == []
     screenshot(page, "claps.png")
 
     other = open_page(f"?post={counter}")

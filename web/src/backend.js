@@ -3,11 +3,10 @@
 // names one in VITE_FIREBASE_CONFIG. Only the emulator build (`vite build --mode emulator`, what
 // `make web` runs) connects to the local emulators: vite.config.js puts their addresses in
 // __EMULATORS__, which is null in a production build, so none of them is in that bundle.
-// Each app initialises App Check first: the debug provider locally (the emulators check no
-// token), reCAPTCHA Enterprise in production with the site key VITE_RECAPTCHA_SITE_KEY (once
-// the browser is online).
+// In production each app initialises App Check first: reCAPTCHA Enterprise with the site key
+// VITE_RECAPTCHA_SITE_KEY (once the browser is online). The emulator build starts no App Check.
 import { initializeApp } from "firebase/app";
-import { CustomProvider, initializeAppCheck, ReCaptchaEnterpriseProvider } from "firebase/app-check";
+import { initializeAppCheck, ReCaptchaEnterpriseProvider } from "firebase/app-check";
 import { connectAuthEmulator, getAuth } from "firebase/auth";
 import {
   connectFirestoreEmulator,
@@ -33,16 +32,10 @@ export async function loadConfig() {
 }
 
 function startAppCheck(app) {
-  if (LOCAL) {
-    // Debug mode: the SDK sends a debug token instead of asking the provider, whose getToken is
-    // then never called. A token from the environment lets a local build reach a real project.
-    self.FIREBASE_APPCHECK_DEBUG_TOKEN = import.meta.env.VITE_APPCHECK_DEBUG_TOKEN || true;
-    const provider = new CustomProvider({
-      getToken: () => Promise.reject(new Error("App Check runs in debug mode locally")),
-    });
-    initializeAppCheck(app, { provider, isTokenAutoRefreshEnabled: false });
-    return;
-  }
+  // The emulators check no token (there is no App Check emulator; functions/.env.local turns
+  // enforcement off), and the debug provider cannot get one: its exchange needs the config's
+  // appId, which the demo project's has not, and Google, which is not reachable offline.
+  if (LOCAL) return;
   const siteKey = import.meta.env.VITE_RECAPTCHA_SITE_KEY;
   if (!siteKey) {
     console.warn("No VITE_RECAPTCHA_SITE_KEY at build time: App Check is off, and callables " +

@@ -11,6 +11,8 @@ import { connect, LOCAL, loadConfig } from "./backend.js";
 import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
 
 const WINDOW_S = 5 * 60;
+// A plot spans its data, and a minute at least (a fresh plot is not a sliver of the window).
+const MIN_SPAN_S = 60;
 const SAMPLE_MS = 1000;
 // Plots beyond this many counters would cost more than they show: the busiest ones get them.
 const PLOTTED = 24;
@@ -114,7 +116,7 @@ function counterCard(id) {
   const card = document.createElement("article");
   card.className = "counter";
   card.dataset.counter = id;
-  card.innerHTML = `<h3></h3><dl class="facts">
+  card.innerHTML = `<h3></h3><dl class="facts"><dt>kind</dt><dd class="kind"></dd>
     <dt>count</dt><dd class="count"></dd><dt>shards</dt><dd class="shards"></dd>
     <dt>writes/s</dt><dd class="rate"></dd><dt>strategy</dt><dd class="strategy"></dd>
     <dt>policy</dt><dd class="policy"></dd></dl><div class="plot"></div>`;
@@ -124,6 +126,8 @@ function counterCard(id) {
 
 function renderCounter({ card, data }) {
   const set = (name, text) => { card.querySelector(`.${name}`).textContent = text; };
+  // The id alone does not say what writes a counter (the claps of demo-post are `demo-post`).
+  set("kind", data.collection ? `collection counter (${data.collection})` : "sharded (increment)");
   set("count", String(data.count ?? 0));
   set("shards", String(data.num_shards ?? "?"));
   set("rate", Number(data.rate ?? 0).toFixed(2));
@@ -175,18 +179,56 @@ function sample(series) {
   }
 }
 
+/** A time of day, 21:35:07 (21:35 when `seconds` is false). */
+function clock(epochSeconds, seconds = true) {
+  return new Date(epochSeconds * 1000).toLocaleTimeString([], {
+    hourCycle: "h23", hour: "2-digit", minute: "2-digit", ...(seconds ? { second: "2-digit" } : {}),
+  });
+}
+
+const amount = (value) => String(Number(value.toFixed(3)));
+// From 0, with room above the highest value; all-zero data gets 0..1 (uPlot's default: 0..100).
+const fromZero = (u, min, max) => [0, max > 0 ? max * 1.1 : 1];
+
+/** A legend value: the hovered point's, else the latest one (uPlot's default shows "--"). */
+const latest = (format) => (u, value, series, idx) => {
+  const values = u.data[series];
+  const shown = idx === null ? values[values.length - 1] : value;
+  return shown === null || shown === undefined ? "--" : format(shown);
+};
+
+/** A plot of the last WINDOW_S seconds, `left` and `right` against time. The axes are drawn on
+ * a canvas: their labels are kept on `box` too (data-time-axis, data-left-axis, data-right-axis),
+ * for tests and for reading without eyes. */
 function plotOptions(box, left, right) {
+  const labels = (name, format) => (u, splits) => {
+    const texts = splits.map(format);
+    box.dataset[name] = texts.join(" ");
+    return texts;
+  };
   return {
     width: Math.max(240, box.clientWidth || 320),
     height: 140,
     legend: { show: true },
-    scales: { x: { time: true }, right: { range: (u, min, max) => [0, Math.max(1, max)] } },
+    scales: {
+      x: { time: true, range: (u, min, max) => [Math.min(min, max - MIN_SPAN_S), max] },
+      y: { range: fromZero },
+      right: { range: fromZero },
+    },
     series: [
-      {},
-      { label: left, stroke: "#c62452", width: 2 },
-      { label: right, stroke: "#2458c6", width: 2, scale: "right", paths: uPlot.paths.stepped({ align: 1 }) },
+      { value: latest(clock) },
+      { label: left, stroke: "#c62452", width: 2, value: latest(amount) },
+      { label: right, stroke: "#2458c6", width: 2, scale: "right", value: latest(amount),
+        paths: uPlot.paths.stepped({ align: 1 }) },
     ],
-    axes: [{}, { size: 50 }, { side: 1, scale: "right", grid: { show: false }, size: 50 }],
+    axes: [
+      // Times of day, seconds only off the minute (uPlot's own labels read :10.000 over a short
+      // span); steps of 15 s at least, as the span is a minute at least.
+      { space: 70, incrs: [15, 30, 60, 120, 300],
+        values: labels("timeAxis", (at, i, splits) => clock(at, splits.some((s) => s % 60 !== 0))) },
+      { size: 50, values: labels("leftAxis", amount) },
+      { side: 1, scale: "right", grid: { show: false }, size: 50, values: labels("rightAxis", amount) },
+    ],
   };
 }
 
