@@ -9,6 +9,7 @@ import itertools
 import threading
 from typing import Any
 
+import numpy
 import pytest
 from click.testing import CliRunner, Result
 from counters_cli import cli, session
@@ -50,20 +51,23 @@ def test_target_line_says_which_firestore() -> None:
         "target: PRODUCTION Firestore, project my-app")
 
 
-def test_percentile_interpolates_between_ranks() -> None:
-    """Percentiles of 1..101 are the values themselves; between ranks they interpolate."""
-    values = [float(v) for v in range(101, 0, -1)]
-    assert [percentile(values, q) for q in (0, 50, 95, 99, 100)] == [1, 51, 96, 100, 101]
-    assert percentile([10.0, 20.0], 50) == 15.0
-    assert percentile([], 50) is None
+def test_percentile_at_the_bounds() -> None:
+    """One value is every percentile; p=0 and p=100 are the extremes; between ranks the value is
+    interpolated linearly (p99 of 1..100 is 99.01, not 99 or 100)."""
+    assert [percentile([7.0], p) for p in (0, 50, 99, 100)] == [7.0, 7.0, 7.0, 7.0]
+    assert [percentile([20.0, 10.0], p) for p in (0, 50, 100)] == [10.0, 15.0, 20.0]
+    assert percentile([20.0, 10.0], 99) == pytest.approx(19.9)
+    hundred = [float(v) for v in range(100, 0, -1)]
+    assert [percentile(hundred, p) for p in (0, 100)] == [1.0, 100.0]
+    assert percentile(hundred, 99) == pytest.approx(99.01)
+    with pytest.raises(ValueError):
+        percentile([], 50)
 
 
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1), st.floats(0, 100))
-def test_percentile_lies_within_the_values(values: list[float], q: float) -> None:
-    """Any percentile is between the minimum and the maximum."""
-    found = percentile(values, q)
-    assert found is not None
-    assert min(values) - 1e-6 <= found <= max(values) + 1e-6
+def test_percentile_is_numpys_default(values: list[float], p: float) -> None:
+    """Any percentile is numpy's, whose default method interpolates linearly too."""
+    assert percentile(values, p) == pytest.approx(float(numpy.percentile(values, p)), abs=1e-6)
 
 
 def test_load_counts_calls_applied_and_errors() -> None:

@@ -1,4 +1,5 @@
-"""`counters load`: a load generator over the domain's write path."""
+"""`counters load`: a load generator over the domain's write path, and the percentile its
+summary (and the benchmarks, bench/) report latencies with."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from rich.table import Table
 from .session import Session, json_option, pass_session
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100), interpolated linearly between ranks; None without values."""
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0..100) of `values`, interpolated linearly between the two nearest
+    ranks: numpy's default method ("linear", Hyndman and Fan's type 7), so p=0 is the minimum and
+    p=100 the maximum. ValueError without values."""
     if not values:
-        return None
+        raise ValueError("no values to take a percentile of")
     ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
+    position = (len(ordered) - 1) * p / 100
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
@@ -47,7 +50,8 @@ class LoadResult:
             "first_error": self.first_error,
             "elapsed_s": round(self.elapsed_s, 3),
             "rate_per_s": round(self.applied / self.elapsed_s, 1) if self.elapsed_s else 0.0,
-            **{f"latency_p{q}_ms": _round(percentile(self.latencies_ms, q)) for q in (50, 95, 99)},
+            **{f"latency_p{q}_ms": round(percentile(self.latencies_ms, q), 2)
+               if self.latencies_ms else None for q in (50, 95, 99)},
         }
 
 
@@ -101,10 +105,6 @@ def run_load(call: Callable[[], bool], *, rate: float | None, seconds: float, co
         threads = [thread for thread in threads if thread.is_alive()]
         tick(result, clock() - start)
     return result
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
 
 
 @click.command()
