@@ -22,6 +22,8 @@ from counting.errors import NotFound
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ..tables import table_rows
+
 
 @pytest.mark.parametrize(
     ("project", "env", "expected"),
@@ -104,6 +106,7 @@ def test_load_without_rate_runs_until_the_time_is_up() -> None:
     ("args", "field"),
     [
         (["get", "bad id!"], "counter:"),
+        (["create", "no spaces allowed"], "counter:"),
         (["inc", "likes", "--by", "2000000000"], "by:"),
         (["inc", "likes", "--request-id", "no spaces"], "request_id:"),
         (["create", "likes", "--strategy", "fastest"], "strategy:"),
@@ -188,12 +191,22 @@ def test_top_with_no_tags_says_nothing_yet(domain: dict[str, list[Any]]) -> None
 
 
 def test_top_lists_tags_in_a_table(domain: dict[str, list[Any]]) -> None:
-    """Listed tags are shown ranked, with their counts."""
+    """Listed tags are shown ranked, with their counts, the scope, the window and the time."""
     domain["items"] += [trends.TagCount(tag="coffee", count=3),
                         trends.TagCount(tag="brunch", count=2)]
-    lines = invoke("top").stdout.splitlines()
-    assert any("1" in line and "coffee" in line and "3" in line for line in lines)
-    assert any("2" in line and "brunch" in line for line in lines)
+    out = invoke("top").stdout
+    assert table_rows(out) == [["1", "coffee", "3"], ["2", "brunch", "2"]]
+    lines = out.splitlines()
+    assert (lines[0], lines[-1]) == ("top 10 in global, last 24h", "as of 2024-05-01T12:00:00Z")
+
+
+def test_top_json_is_one_line_for_programs(domain: dict[str, list[Any]]) -> None:
+    """With --json, stdout is the answer as one line of JSON and nothing else."""
+    domain["items"] += [trends.TagCount(tag="coffee", count=3)]
+    result = invoke("top", "--region", "eu", "-k", "5", "--json")
+    assert result.stdout == (
+        '{"region": "eu", "window": "24h", "items": [{"tag": "coffee", "count": 3}], '
+        '"as_of": "2024-05-01T12:00:00Z"}\n')
 
 
 def test_track_counts_each_tag_once_and_says_what_it_recorded(
@@ -234,7 +247,11 @@ def test_status_exits_non_zero_when_the_rollup_is_stale(
                                  stale=stale)
     monkeypatch.setattr(status_command, "read_status", lambda db: found)
     result = invoke("status", code=1 if stale else 0)
-    assert "big: sum outside 64-bit" in result.stdout
+    assert table_rows(result.stdout) == [
+        ["state", "awake"], ["holder", "h-1-x"], ["holder_since", "2024-05-01T12:00:00Z"],
+        ["last_tick_at", "2024-05-01T12:00:00Z"], ["last_tick_age_s", "0.4"], ["tick_s", "0.03"],
+        ["lag_s", "1.0"], ["stale", stale or "-"]]
+    assert result.stdout.splitlines()[-1] == "  2026-01-01T00:00:00Z big: sum outside 64-bit"
     if stale:
         assert result.stderr.splitlines()[-1] == f"Error: the rollup is stale: {stale}"
 
@@ -250,4 +267,15 @@ def test_status_exits_non_zero_when_the_rollup_is_stale(
 def test_claims_change_one_role_and_keep_the_rest(
     before: dict[str, Any], grant: bool, admin: bool, tenant: str | None, after: dict[str, Any]
 ) -> None:
+    """Granting or revoking one role leaves every other claim as it was."""
     assert changed_claims(before, grant=grant, admin=admin, tenant=tenant) == after
+
+
+@pytest.mark.parametrize("roles", [[], ["--admin", "--tenant", "t"]])
+def test_claims_grant_takes_exactly_one_role(roles: list[str]) -> None:
+    """`grant` with no role or with both is a usage error, before Auth is contacted."""
+    result = CliRunner().invoke(cli, ["claims", "grant", *roles, "someone"],
+                                env={"FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == "Error: grant takes --admin or --tenant T"
+    assert "target:" not in result.output
