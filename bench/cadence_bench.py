@@ -25,7 +25,8 @@ from typing import Any
 
 import cost_model
 from callables import Callables, sign_up
-from counter_bench import lag_figures, percentile
+from counter_bench import lag_figures
+from counters_cli.load import percentile
 from counting import cadence, config
 from counting.lease import state_ref
 from google.cloud import firestore

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cost_model
-from counter_bench import percentile
+from counters_cli.load import percentile
 from counting import cadence, collections, config, declarations
 from google.cloud import firestore
 

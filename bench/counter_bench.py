@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from callables import Callables, sign_up
+from counters_cli.load import percentile
 from counting import cadence, config, counters, kinds, rollup
 from counting.config import AutoscaleParams
 from counting.lease import Lease, state_ref
@@ -31,11 +32,6 @@ def stack_db() -> firestore.Client:
 def own_db() -> firestore.Client:
     """A project of its own: the stack's rollup loop does not run there."""
     return firestore.Client(project=f"demo-bench-{uuid.uuid4().hex[:8]}")
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def lag_figures(lags: list[float], acknowledged: int) -> dict[str, Any]:

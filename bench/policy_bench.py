@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from callables import Callables, sign_up
-from counter_bench import percentile
+from counters_cli.load import percentile
 
 POLICIES: dict[str, dict[str, Any]] = {
     "default": {},

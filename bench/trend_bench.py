@@ -21,7 +21,8 @@ import threading
 import time
 from typing import Any
 
-from counter_bench import own_db, percentile, rollup_thread
+from counter_bench import own_db, rollup_thread
+from counters_cli.load import percentile
 from counting import config, rollup, trends
 from counting.lease import Lease, state_ref
 from google.cloud import firestore

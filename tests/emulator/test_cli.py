@@ -1,20 +1,33 @@
 """The operator command `counters` against the stack's Firestore emulator (project demo-counters,
-where the rollup loop runs)."""
+where the rollup runs): what each command writes and reads there. What it prints for given
+answers, and input errors caught before anything is contacted, are unit tests
+(tests/unit/test_cli.py)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from callables import Callables, CallError, sign_up
 from click.testing import CliRunner, Result
 from counters_cli import cli
-from counting import counters
+from counting import config, counters, declarations
+from counting.errors import NotFound
 from google.cloud import firestore
 
+from ..tables import table_rows
 from ..waiting import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
 
 
 def run(*args: str, code: int = 0) -> Result:
@@ -30,39 +43,48 @@ def run_json(*args: str) -> Any:
     return json.loads(result.stdout)
 
 
-def test_create_inc_get_strong(suffix: str) -> None:
-    """A created counter counts what `inc` adds, strong and then in the rollup."""
+def test_create_inc_get(suffix: str) -> None:
+    """A created counter counts what `inc` adds, a request id once: at once in its shards, soon
+    after in its rollup."""
     counter = f"cli-{suffix}"
     assert run_json("create", counter, "--shards", "4") == {
         "counter": counter, "shards": 4, "created": True}
-    assert run_json("create", counter)["created"] is False
-    run("inc", counter, "--by", "5")
-    assert run_json("inc", counter, "--by", "-2", "--request-id", f"r-{suffix}")["applied"]
-    assert not run_json("inc", counter, "--by", "-2", "--request-id", f"r-{suffix}")["applied"]
-    assert run_json("get", counter, "--strong")["strong"]["count"] == 3
-    human = run("get", counter, "--strong").stdout
-    assert "strong" in human and "rollup" in human
+    assert run("create", counter).stdout == (
+        f"{counter} exists already with 4 shards: nothing changed\n")
+    added = run("inc", counter, "--by", "5").stdout
+    assert re.fullmatch(rf"{counter}: \+5 applied at {ISO}\n", added), added
+    first = run_json("inc", counter, "--by", "-2", "--request-id", f"r-{suffix}")
+    assert first["applied"] and re.fullmatch(ISO, first["committed_at"])
+    assert run_json("inc", counter, "--by", "-2", "--request-id", f"r-{suffix}") == {
+        "counter": counter, "by": -2, "applied": False, "committed_at": None}
+    strong = run_json("get", counter, "--strong")["strong"]
+    assert (strong["count"], strong["documents_read"]) == (3, 4)
+    eventually(lambda: run_json("get", counter)["rollup"]["count"] == 3)
+    rows = table_rows(run("get", counter, "--strong").stdout)
+    assert [[name, count, read] for name, count, _, read in rows] == [
+        ["rollup", "3", "1"], ["strong", "3", "4"]]
 
 
-def test_reset_zeroes_the_counter(suffix: str) -> None:
-    """`reset` brings the strong count back to 0."""
+def test_reset_zeroes_the_shards_and_the_rollup(suffix: str) -> None:
+    """`reset` brings the strong count and the rollup back to 0."""
     counter = f"cli-reset-{suffix}"
     run("create", counter, "--shards", "2")
     run("inc", counter, "--by", "7")
-    assert "reset to 0" in run("reset", counter).stdout
+    assert run("reset", counter).stdout == f"{counter}: reset to 0\n"
     assert run_json("get", counter, "--strong")["strong"]["count"] == 0
+    eventually(lambda: run_json("get", counter)["rollup"]["count"] == 0)
 
 
-def test_unknown_counter_is_a_clean_error(suffix: str) -> None:
-    """A missing counter is a one-line error with exit status 1."""
-    result = run("inc", f"nothing-{suffix}", code=1)
-    assert result.stderr.splitlines()[-1] == f"Error: counter: 'nothing-{suffix}' does not exist"
-
-
-def test_bad_counter_id_names_the_field() -> None:
-    """Malformed input exits 1 naming the field."""
-    result = run("create", "no spaces allowed", code=1)
-    assert result.stderr.startswith("Error: counter: must be")
+def test_inc_on_an_unknown_counter_is_a_clean_error_and_writes_nothing(
+    suffix: str, db: firestore.Client
+) -> None:
+    """A missing counter is a one-line error with exit status 1; no document is created."""
+    counter = f"nothing-{suffix}"
+    result = run("inc", counter, code=1)
+    assert result.stderr.splitlines()[-1] == f"Error: counter: '{counter}' does not exist"
+    ref = counters.counter_ref(db, counter)
+    assert not ref.get().exists
+    assert list(ref.collection(config.SHARDS).list_documents()) == []
 
 
 def test_load_applies_every_increment_exactly(suffix: str, db: firestore.Client) -> None:
@@ -78,69 +100,111 @@ def test_load_applies_every_increment_exactly(suffix: str, db: firestore.Client)
     assert summary["latency_p50_ms"] <= summary["latency_p95_ms"] <= summary["latency_p99_ms"]
 
 
-def test_load_prints_a_summary_table(suffix: str) -> None:
-    """Without --json the summary is a table with the rate and the percentiles."""
+def test_load_prints_its_summary_as_a_table(suffix: str, db: firestore.Client) -> None:
+    """Without --json the summary is a table of its figures, the check among them."""
     counter = f"cli-load-table-{suffix}"
     run("create", counter, "--shards", "2")
     out = run("load", counter, "--seconds", "1", "--rate", "20").stdout
-    for row in ("attempted", "applied", "errors", "rate_per_s", "latency_p99_ms", "check"):
-        assert row in out
+    rows = {key: value for key, value in table_rows(out)}
+    assert list(rows) == [
+        "counter", "by", "target_rate_per_s", "attempted", "applied", "errors", "elapsed_s",
+        "rate_per_s", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "strong_before",
+        "strong_after", "expected", "check"]
+    assert [rows[key] for key in ("counter", "by", "target_rate_per_s", "errors", "strong_before",
+                                  "check")] == [counter, "1", "20.0", "0", "0", "ok"]
+    assert rows["attempted"] == rows["applied"] == rows["strong_after"] == rows["expected"]
+    assert counters.get_count(db, counter, "strong").count == int(rows["applied"]) > 0
 
 
 def test_seq_numbers_count_from_one(suffix: str) -> None:
-    """A configured tenant gets 1 then 2; a reset starts again at 1."""
+    """A configured tenant gets 1 then 2; a reset starts again at 1 within the business day."""
     tenant = f"org-{suffix}"
     assert run_json("seq", "configure", tenant, "--timezone", "Europe/Paris",
                     "--reset-time", "04:00") == {
         "tenant": tenant, "timezone": "Europe/Paris", "reset_time": "04:00"}
-    assert [run_json("seq", "next", tenant)["number"] for _ in range(2)] == [1, 2]
-    run("seq", "reset", tenant)
-    assert run_json("seq", "next", tenant)["number"] == 1
+    first, second = (run_json("seq", "next", tenant) for _ in range(2))
+    assert (first["number"], second["number"]) == (1, 2)
+    day = first["business_day"]
+    assert run("seq", "reset", tenant).stdout == (
+        f"{tenant}: numbering restarts at 1 (business day {day})\n")
+    assert run("seq", "next", tenant).stdout == f"{tenant}: number 1 (business day {day})\n"
 
 
 def test_seq_next_unconfigured_is_a_clean_error(suffix: str) -> None:
     """An unconfigured tenant is a one-line error with exit status 1."""
-    result = run("seq", "next", f"org-none-{suffix}", code=1)
-    assert result.stderr.splitlines()[-1].startswith("Error: ")
+    tenant = f"org-none-{suffix}"
+    result = run("seq", "next", tenant, code=1)
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: tenant: '{tenant}' has no sequence; configure_sequence first")
 
 
-def test_watch_shows_the_rollup_after_an_inc(suffix: str, db: firestore.Client) -> None:
-    """`watch --for 3` prints the rollup's count once the rollup loop has seen an increment."""
+def test_watch_follows_the_rollup_until_interrupted(
+    suffix: str, db: firestore.Client, tmp_path: Path
+) -> None:
+    """`watch` prints the rollup document as it is, then each state the rollup publishes, until
+    Ctrl-C, which ends it cleanly."""
     counter = f"cli-watch-{suffix}"
     run("create", counter, "--shards", "3")
-    timer = threading.Timer(0.3, lambda: counters.increment(db, counter, 4))
-    timer.start()
-    result = run("watch", counter, "--for", "3")
-    timer.join()
-    assert result.stdout.splitlines()[-1].startswith("count=4 num_shards=3 updated_at=")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tools"), str(ROOT / "functions")])}
+    with (tmp_path / "stderr").open("w") as stderr, subprocess.Popen(
+        [sys.executable, "-c", "import counters_cli; counters_cli.main()", "watch", counter],
+        stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+    ) as watching:
+        printed: list[str] = []
 
+        def read() -> None:
+            assert watching.stdout is not None
+            for line in watching.stdout:
+                printed.append(line.rstrip("\n"))
 
-def test_load_on_a_missing_counter_is_a_clean_error(suffix: str) -> None:
-    """`load` refuses a counter that does not exist before it starts."""
-    result = run("load", f"nothing-{suffix}", "--seconds", "1", code=1)
-    assert result.stderr.splitlines()[-1].startswith(
-        f"Error: counter: 'nothing-{suffix}' does not exist")
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            eventually(lambda: printed)
+            assert re.fullmatch(rf"count=0 num_shards=3 updated_at=({ISO}|-)", printed[0]), printed
+            counters.increment(db, counter, 4)
+            eventually(lambda: printed[-1].startswith("count=4 "))
+        finally:
+            watching.send_signal(signal.SIGINT)
+            try:
+                watching.wait(timeout=30)
+            finally:
+                watching.kill()
+        reader.join(timeout=30)
+    assert watching.returncode == 0, (tmp_path / "stderr").read_text()
+    assert re.fullmatch(rf"count=4 num_shards=3 updated_at={ISO}", printed[-1]), printed
 
 
 def test_tracked_tags_show_in_top_whatever_the_region_case(suffix: str) -> None:
     """`track` counts an event once per request id; `top` then ranks its tags in that region."""
     region = f"cli-{suffix}"
-    assert run("top", "--region", region).stdout.startswith("nothing yet")
+    assert run("top", "--region", region).stdout == (
+        f"nothing yet: no tags in {region} in the last 24h\n")
     run("track", region.upper(), "#Coffee", "brunch", "coffee")
     assert run_json("track", region, "coffee", "--request-id", f"t-{suffix}")["recorded"] == 1
     assert run_json("track", region, "coffee", "--request-id", f"t-{suffix}")["recorded"] == 0
     expected = [{"tag": "coffee", "count": 2}, {"tag": "brunch", "count": 1}]
     eventually(lambda: run_json("top", "--region", region.upper())["items"] == expected)
-    assert "coffee" in run("top", "--region", region).stdout
+    assert table_rows(run("top", "--region", region).stdout) == [
+        ["1", "coffee", "2"], ["2", "brunch", "1"]]
 
 
-def test_top_lists_tags() -> None:
-    """`top` answers with the region, the window and a ranked list."""
-    found = run_json("top", "--window", "1h", "-k", "3")
-    assert (found["region"], found["window"]) == ("global", "1h")
-    assert len(found["items"]) <= 3
-    counts = [item["count"] for item in found["items"]]
-    assert counts == sorted(counts, reverse=True)
+def test_top_lists_the_k_most_counted_tags_then_by_name(suffix: str) -> None:
+    """`top -k 3 --window 1h` lists a region's three most counted tags of the last hour, count
+    descending and then tag ascending; the fourth is left out."""
+    region = f"cli-top-{suffix}"
+    for tags in (["coffee", "brunch", "tea", "jam"], ["coffee", "brunch"], ["coffee", "tea"]):
+        run("track", region, *tags)
+    expected = [{"tag": "coffee", "count": 3}, {"tag": "brunch", "count": 2},
+                {"tag": "tea", "count": 2}]
+
+    def top() -> Any:
+        return run_json("top", "--region", region, "--window", "1h", "-k", "3")
+
+    eventually(lambda: top()["items"] == expected)
+    found = top()
+    assert (found["region"], found["window"], found["items"]) == (region, "1h", expected)
 
 
 def test_claims_grant_and_revoke_roles_that_the_callables_honour(suffix: str) -> None:
@@ -165,9 +229,10 @@ def test_claims_grant_and_revoke_roles_that_the_callables_honour(suffix: str) ->
 
 
 def test_claims_of_an_unknown_user_is_a_clean_error(suffix: str) -> None:
-    result = run("claims", "grant", "--admin", f"nobody-{suffix}@example.test", code=1)
-    assert result.stderr.splitlines()[-1].startswith("Error: no user ")
-    run("claims", "grant", "--admin", "--tenant", "t", "someone", code=2)
+    """A user Firebase Auth does not know is a one-line error with exit status 1."""
+    email = f"nobody-{suffix}@example.test"
+    result = run("claims", "grant", "--admin", email, code=1)
+    assert result.stderr.splitlines()[-1] == f"Error: no user '{email}' in Firebase Auth"
 
 
 def test_backfill_counts_documents_once_and_refuses_direct_writes(
@@ -179,13 +244,22 @@ def test_backfill_counts_documents_once_and_refuses_direct_writes(
     db.collection("orders").document(f"cli-{suffix}").set({"status": status, "amount": 3})
     counter = f"orders:{status}"
     eventually(lambda: counters.get_count(db, counter, "strong").count == 1
-               if db.collection("counters").document(counter).get().exists else False,
+               if counters.counter_ref(db, counter).get().exists else False,
                timeout_s=60.0)
     found = run_json("backfill", "orders")
     assert found["declarations"] == ["orders"] and found["documents"] >= 1
     assert counter not in found["deltas"]
-    assert "documents read" in run("backfill", "count_orders").stdout
-    assert "collection counter" in run("inc", counter, code=1).stderr
-    assert "collection counter" in run("reset", counter, code=1).stderr
-    assert "no declaration 'nope'" in run("backfill", "nope", code=1).stderr
+    out = run("backfill", "count_orders").stdout.splitlines()
+    assert re.fullmatch(r"orders/\{order\}: \d+ documents read, \d+ counted now \(the others "
+                        r"were counted already\), \d+ deleted documents uncounted", out[0]), out
+    assert not any(status in line for line in out[1:]), out
+    assert run("inc", counter, code=1).stderr.splitlines()[-1] == (
+        f"Error: counter: '{counter}' is a collection counter (declaration 'orders'): it "
+        "changes only with the documents it counts")
+    assert run("reset", counter, code=1).stderr.splitlines()[-1] == (
+        f"Error: counter: '{counter}' is a collection counter (declaration 'orders'): it "
+        "counts documents, it cannot be reset")
+    with pytest.raises(NotFound) as unknown:
+        declarations.watch_of("nope")
+    assert run("backfill", "nope", code=1).stderr.splitlines()[-1] == f"Error: {unknown.value}"
     assert counters.get_count(db, counter, "strong").count == 1

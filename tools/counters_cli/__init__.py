@@ -1,0 +1,43 @@
+"""The `counters` operator command: counters, ticket sequences, trending tags, collection
+counters, roles, the rollup's health and a load generator.
+
+It holds Admin-SDK privileges and calls the domain (`counting`) directly, with the same input
+validation as the callables (`counting.inputs`); domain errors become a one-line message and exit
+status 1. It talks to the Firestore emulator unless it is given a real project and no emulator
+host, and its first line (on stderr) says which (docs/operations.md, operator CLI).
+
+This module only assembles the command: one module per command group, and `session` for what
+they share.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from . import claims, collections, counters, load, sequences, status, trends, watch
+from .session import CommandGroup, Session, resolve_target
+
+
+@click.group(cls=CommandGroup)
+@click.option("--project", metavar="ID",
+              help="A real Firebase project (default: $GOOGLE_CLOUD_PROJECT), reached with "
+                   "Application Default Credentials. Without one, or with "
+                   "FIRESTORE_EMULATOR_HOST set, the emulator (default 127.0.0.1:8080, "
+                   "project demo-counters).")
+@click.pass_context
+def cli(ctx: click.Context, project: str | None) -> None:
+    """Operate distributed counters, ticket sequences and trending tags."""
+    ctx.obj = Session(resolve_target(project, os.environ))
+
+
+for command in (counters.create, counters.inc, counters.get, counters.reset, watch.watch,
+                trends.track, trends.top, sequences.seq, collections.backfill, claims.claims,
+                status.status, load.load):
+    cli.add_command(command)
+
+
+def main() -> None:
+    """The console script `counters`."""
+    cli(prog_name="counters")

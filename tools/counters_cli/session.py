@@ -1,0 +1,145 @@
+"""What every command shares: the target it talks to, the session (client and consoles), domain
+errors as one-line messages, and how an answer is printed (JSON or text)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from counting.errors import CounterError
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exceptions
+from google.cloud import firestore
+from rich.console import Console, RenderableType
+
+DEFAULT_PROJECT = "demo-counters"
+DEFAULT_EMULATOR_HOST = "127.0.0.1:8080"
+# The project's Firebase configuration: where the stack's emulators listen.
+FIREBASE_JSON = Path(__file__).resolve().parents[2] / "firebase.json"
+# Request ids are scoped to a user (the callables use the caller's uid); the CLI's own requests
+# are those of this uid, so they never collide with a client's.
+CLI_UID = "operator-cli"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The Firestore the command talks to: an emulator (`emulator_host`) or production (None)."""
+
+    project: str
+    emulator_host: str | None
+
+    def describe(self) -> str:
+        if self.emulator_host is not None:
+            return f"target: Firestore emulator {self.emulator_host}, project {self.project}"
+        return f"target: PRODUCTION Firestore, project {self.project}"
+
+
+def resolve_target(project: str | None, env: Mapping[str, str]) -> Target:
+    """The emulator unless a project is named (`--project` or GOOGLE_CLOUD_PROJECT) and no
+    FIRESTORE_EMULATOR_HOST is set. A `demo-` project never leaves the emulator: Firebase reserves
+    the prefix for emulator-only projects."""
+    host = env.get("FIRESTORE_EMULATOR_HOST") or None
+    named = project or env.get("GOOGLE_CLOUD_PROJECT") or None
+    if named is not None and host is None and not named.startswith("demo-"):
+        return Target(project=named, emulator_host=None)
+    return Target(
+        project=named or env.get("GCLOUD_PROJECT") or DEFAULT_PROJECT,
+        emulator_host=host or DEFAULT_EMULATOR_HOST,
+    )
+
+
+class Session:
+    """Per-invocation state: the target, its client (made on first use) and the consoles."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self._db: firestore.Client | None = None
+
+    def db(self) -> firestore.Client:
+        """The Firestore client; announces the target first (the first line of output)."""
+        if self._db is None:
+            self.err.print(self.target.describe(), style="bold red" if self.production else None)
+            self._db = connect(self.target)
+        return self._db
+
+    @property
+    def production(self) -> bool:
+        return self.target.emulator_host is None
+
+    def confirm_destructive(self, what: str, yes: bool) -> None:
+        """Ask before a destructive operation on production (`--yes` skips the question)."""
+        self.db()
+        if self.production and not yes:
+            click.confirm(f"{what} in PRODUCTION project {self.target.project}?", abort=True,
+                          err=True)
+
+    def report(self, as_json: bool, figures: Mapping[str, Any], *human: RenderableType) -> None:
+        """A command's answer on stdout: with --json, `figures` as one plain line of JSON (for
+        programs such as jq, not for rich's console); else `human`, each a line or a table."""
+        if as_json:
+            click.echo(json.dumps(figures))
+            return
+        for part in human:
+            self.out.print(part)
+
+
+pass_session = click.make_pass_decorator(Session)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+
+
+def connect(target: Target) -> firestore.Client:
+    if target.emulator_host is not None:
+        # The client library switches to the emulator (anonymous credentials) on this variable.
+        os.environ["FIRESTORE_EMULATOR_HOST"] = target.emulator_host
+        # The domain's writes enqueue a `rolluptick` to wake a sleeping rollup: to the stack's
+        # Cloud Tasks emulator, beside the Firestore one.
+        tasks_port = json.loads(FIREBASE_JSON.read_text())["emulators"]["tasks"]["port"]
+        host = target.emulator_host.rpartition(":")[0]
+        os.environ.setdefault("CLOUD_TASKS_EMULATOR_HOST", f"{host}:{tasks_port}")
+        check_reachable(target.emulator_host)
+        return firestore.Client(project=target.project)
+    try:
+        return firestore.Client(project=target.project)
+    except auth_exceptions.DefaultCredentialsError as exc:
+        raise click.ClickException(
+            "no Application Default Credentials: run `gcloud auth application-default login` "
+            f"or set GOOGLE_APPLICATION_CREDENTIALS ({exc})"
+        ) from None
+
+
+def check_reachable(host_port: str, emulator: str = "Firestore") -> None:
+    """Fail at once rather than after the client's minute of retries when nothing listens."""
+    host, _, port = host_port.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
+    except (OSError, ValueError):
+        raise click.ClickException(
+            f"no {emulator} emulator at {host_port}: start the stack with `make dev`"
+        ) from None
+
+
+def iso(value: dt.datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+class CommandGroup(click.Group):
+    """Turns domain and Firestore errors into one-line messages with exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CounterError as exc:
+            raise click.ClickException(str(exc)) from None
+        except gexc.GoogleAPICallError as exc:
+            raise click.ClickException(f"Firestore: {exc}") from None
