@@ -6,6 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 from counting import waking
+from hypothesis import settings
+
+# Hypothesis' per-example deadline is a timing assertion: a busy machine fails it. None here.
+settings.register_profile("untimed", deadline=None)
+settings.load_profile("untimed")
 
 
 @pytest.fixture(autouse=True)

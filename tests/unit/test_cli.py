@@ -19,7 +19,7 @@ from counters_cli.load import percentile, run_load
 from counters_cli.session import Target, resolve_target
 from counting import counters, kinds, status, trends
 from counting.errors import NotFound
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ..tables import table_rows
@@ -66,7 +66,6 @@ def test_percentile_at_the_bounds() -> None:
         percentile([], 50)
 
 
-@settings(deadline=None)  # no timing in a test: the machine may be busy
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1), st.floats(0, 100))
 def test_percentile_is_numpys_default(values: list[float], p: float) -> None:
     """Any percentile is numpy's, whose default method interpolates linearly too."""

@@ -55,7 +55,7 @@ def check_business_day(instant: dt.datetime, reset: dt.time, zone: zoneinfo.Zone
     assert abs(instant.astimezone(zone).date() - day) <= dt.timedelta(days=2)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(zone=zones, instant=instants, reset=reset_times)
 def test_business_day_contains_the_instant(
     zone: zoneinfo.ZoneInfo, instant: dt.datetime, reset: dt.time
@@ -64,7 +64,7 @@ def test_business_day_contains_the_instant(
     check_business_day(instant, reset, zone)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(near=st.sampled_from(NEAR_DST), shift=st.integers(-3 * 3600, 3 * 3600),
        reset=reset_times)
 def test_business_day_contains_the_instant_around_dst_changes(
@@ -75,7 +75,7 @@ def test_business_day_contains_the_instant_around_dst_changes(
     check_business_day(at + dt.timedelta(seconds=shift), reset, zoneinfo.ZoneInfo(name))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(zone=zones, first=instants, gap=st.timedeltas(dt.timedelta(0), dt.timedelta(days=3)),
        reset=reset_times)
 def test_business_days_never_go_backwards(
@@ -85,7 +85,7 @@ def test_business_days_never_go_backwards(
     assert business_day_for(first, reset, zone) <= business_day_for(first + gap, reset, zone)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(zone=zones, day=st.dates(dt.date(1971, 1, 1), dt.date(2100, 1, 1)), reset=reset_times)
 def test_a_day_starts_at_the_reset_time_when_that_time_exists_once(
     zone: zoneinfo.ZoneInfo, day: dt.date, reset: dt.time
@@ -146,7 +146,7 @@ def test_before_the_reset_time_is_still_the_previous_business_day() -> None:
     assert business_day_for(at("2024-06-02T02:00"), four, zone) == dt.date(2024, 6, 2)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(zone=zones, instant=instants)
 def test_a_midnight_reset_makes_the_business_day_the_local_date(
     zone: zoneinfo.ZoneInfo, instant: dt.datetime
