@@ -41,6 +41,15 @@ class Scene:
         assert lease.acquire()
         return rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False))
 
+    def wide_counter(self, holder: str) -> rollup.Rollup:
+        """The counter `wide`: 8 shards, 8 increments, and a holder that has met it."""
+        counters.create_counter(self.db, "wide", shards=8)
+        self.at(1)
+        first = self.holder(holder)
+        for _ in range(8):
+            counters.increment(self.db, "wide", 1)
+        return first
+
     def slow_write(self, counter: str, stamped_s: float) -> None:
         """A shard write whose request started at `stamped_s` and commits now, whose writer
         died before it could touch the shard."""
@@ -137,11 +146,7 @@ def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
     """A fold stamps its survivor like a write: the counter stays exact, and a new holder's
     sweep skips the folded counter instead of reading it whole as a possible straddler."""
     scene = Scene()
-    counters.create_counter(scene.db, "wide", shards=8)
-    scene.at(1)
-    first = scene.holder("first")
-    for _ in range(8):
-        counters.increment(scene.db, "wide", 1)
+    first = scene.wide_counter("first")
     t = 1.0
     for _ in range(5):
         t += 1
@@ -179,11 +184,7 @@ def test_a_fold_bills_its_deletes_apart() -> None:
     """Deletes are priced apart from writes: the store counts a fold's deleted shards as deletes,
     and its survivor increments and fencing write as writes."""
     scene = Scene()
-    counters.create_counter(scene.db, "wide", shards=8)
-    scene.at(1)
-    holder = scene.holder("holder")
-    for _ in range(8):
-        counters.increment(scene.db, "wide", 1)
+    holder = scene.wide_counter("holder")
     scene.at(2)
     holder.tick()
     counters.counter_ref(scene.db, "wide").update({"num_shards": 4})
