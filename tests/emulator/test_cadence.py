@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -215,13 +216,21 @@ def test_the_first_increment_after_sleep_reaches_the_rollup(
     counters/{id}. How soon is measured by the cadence benchmark (`first_after_idle_s`)."""
     counter = f"wake-{suffix}"
     admin.call("create_counter", counter=counter, shards=2)
+    wakes_the_sleeping_rollup(db, lambda: admin.call("increment", counter=counter, by=7),
+                              lambda: rollup_count(db, counter) == 7)
+
+
+def wakes_the_sleeping_rollup(db: firestore.Client, write: Callable[[], object],
+                              published: Callable[[], bool]) -> None:
+    """Once the stack's rollup sleeps, `write` wakes it: what it wrote is `published`, and a
+    `rolluptick` invocation that a wake-up task triggered is on record."""
     idle = config.ROLLUP.idle_s + config.ROLLUP.drain_s
     # Released asleep: every instance's cached view of the lease is "asleep" or stale by then.
     eventually(lambda: (lambda state: state.get("awake") is False and state.get("owner") is None)(
         lease_state(db)), timeout_s=idle + 30)
     wakes = woken_invocations(db)
-    admin.call("increment", counter=counter, by=7)
-    eventually(lambda: rollup_count(db, counter) == 7)
+    write()
+    eventually(published)
     # An invocation records its trigger when it ends: after it has slept again.
     eventually(lambda: woken_invocations(db) > wakes, timeout_s=idle + 60)
 

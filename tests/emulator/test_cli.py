@@ -25,6 +25,7 @@ from google.cloud import firestore
 
 from ..tables import table_rows
 from ..waiting import eventually
+from .test_cadence import rollup_count, wakes_the_sleeping_rollup
 
 ROOT = Path(__file__).resolve().parents[2]
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
@@ -263,3 +264,24 @@ def test_backfill_counts_documents_once_and_refuses_direct_writes(
         declarations.watch_of("nope")
     assert run("backfill", "nope", code=1).stderr.splitlines()[-1] == f"Error: {unknown.value}"
     assert counters.get_count(db, counter, "strong").count == 1
+
+
+# What `make exec` exports for the stack; a user's shell has none of them (README, "Operator CLI").
+STACK_VARIABLES = ("GCLOUD_PROJECT", "FIRESTORE_EMULATOR_HOST", "FIREBASE_AUTH_EMULATOR_HOST",
+                   "CLOUD_TASKS_EMULATOR_HOST", "COUNTERS_FUNCTIONS_URL", "COUNTERS_WEB_URL")
+
+
+def test_a_write_from_a_plain_shell_wakes_the_sleeping_rollup(db: firestore.Client,
+                                                              suffix: str) -> None:
+    """As the README runs it, from a shell without the stack's variables: `inc` writes to the
+    emulator and its wake-up reaches the stack's Cloud Tasks emulator, so the rollup publishes."""
+    counter = f"cli-wake-{suffix}"
+    run("create", counter, "--shards", "2")
+    shell = {name: value for name, value in os.environ.items() if name not in STACK_VARIABLES}
+
+    def inc() -> None:
+        subprocess.run([str(ROOT / "functions" / "venv" / "bin" / "counters"), "inc", counter,
+                        "--by", "5"], env=shell, cwd=ROOT, check=True, capture_output=True,
+                       timeout=120)
+
+    wakes_the_sleeping_rollup(db, inc, lambda: rollup_count(db, counter) == 5)
