@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import queue
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +66,10 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
         for doc in docs:
             updates.put(doc.to_dict() if doc.exists else None)
 
+    # Ctrl-C asks the loop to stop: a KeyboardInterrupt raised wherever the main thread happens to
+    # be (inside a lock the listener's thread needs, for one) could leave the exit hanging.
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     listener = counters.counter_ref(db, counter).on_snapshot(on_snapshot)
     deadline = None if duration is None else time.monotonic() + duration
     seen = _Seen(data=None)
@@ -73,7 +79,7 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
         live = Live(_watch_table(counter, seen), console=session.out, auto_refresh=False)
         live.start()
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
             timeout = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
             try:
                 seen.data = updates.get(timeout=timeout)
@@ -86,9 +92,8 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
                 # The rollup also rewrites the document for fields not shown (rate, shard load).
                 session.out.print(line)
                 printed = line
-    except KeyboardInterrupt:
-        pass
     finally:
+        signal.signal(signal.SIGINT, previous)
         listener.unsubscribe()  # type: ignore[no-untyped-call]  # untyped in google-cloud-firestore
         if live is not None:
             live.stop()
