@@ -22,6 +22,7 @@ from playwright.sync_api import (
     ConsoleMessage,
     Page,
     Playwright,
+    Request,
     sync_playwright,
 )
 
@@ -94,9 +95,14 @@ def open_in(context: BrowserContext, path: str) -> Page:
         if message.type in ("warning", "error"):
             noted.append(f"console {message.type}: {message.text}")
 
+    def failed(request: Request) -> None:
+        # The Firestore SDK ends its own long-poll requests when it restarts a stream (a listener
+        # added or removed): the page aborted them, nothing failed.
+        if request.failure != "net::ERR_ABORTED":
+            noted.append(f"request failed ({request.failure}): {request.method} {request.url}")
+
     page.on("console", console)
-    page.on("requestfailed", lambda request: noted.append(
-        f"request failed ({request.failure}): {request.method} {request.url}"))
+    page.on("requestfailed", failed)
     page.goto(os.environ["COUNTERS_WEB_URL"] + path)
     return page
 
