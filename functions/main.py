@@ -22,7 +22,7 @@ options.set_global_options(
     region=config.REGION,
     cpu=1,
     memory=options.MemoryOption.MB_512,
-    concurrency=80,
+    concurrency=config.CALLABLE_CONCURRENCY,
     timeout_sec=60,
     min_instances=0,
     max_instances=100,

@@ -15,6 +15,10 @@ INTERNAL = "internal"  # server-only state: the rollup lease and watermark
 ROLLUP_STATE_DOC = "rollup"
 EXPIRES_AT = "expires_at"
 
+# Requests one callable (or trigger) instance serves at once; functions/.env gives its Python
+# worker as many threads (THREADS).
+CALLABLE_CONCURRENCY = 80
+
 # Callable request bodies (counting.api.body_problem): the largest valid one, a 500-increment
 # batch, is under 100 KB and 4 levels deep; the longest valid integer has 10 digits.
 MAX_BODY_BYTES = 256 * 1024

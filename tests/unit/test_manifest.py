@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import main
@@ -11,6 +12,7 @@ import yaml
 from counting import config, declarations
 from firebase_functions.private import serving
 
+ROOT = Path(__file__).resolve().parents[2]
 CALLABLE = {"cpu": 1, "availableMemoryMb": 512, "concurrency": 80, "timeoutSeconds": 60,
             "minInstances": 0, "maxInstances": 100}
 ROLLUP = {"cpu": 1, "availableMemoryMb": 1024, "timeoutSeconds": config.ROLLUP_TIMEOUT_S,
@@ -47,6 +49,16 @@ def test_callables_serve_many_requests_per_instance() -> None:
     callables = {n: e for n, e in endpoints().items() if "callableTrigger" in e}
     assert len(callables) == len(main.__all__) - 2 - len(declarations.WATCHES)
     assert all(e["concurrency"] >= 80 for e in callables.values())
+
+
+def test_python_workers_serve_as_many_requests_as_the_callables_declare() -> None:
+    """Deployed, a Python function serves its instance's requests on THREADS threads (default
+    4 per CPU); functions/.env sets it to the concurrency every callable and trigger declares."""
+    env = dict(line.split("=", 1) for line in (ROOT / "functions" / ".env").read_text().splitlines()
+               if line and not line.startswith("#"))
+    served = {n: e["concurrency"] for n, e in endpoints().items()
+              if n not in ("rollup", "rolluptick")}
+    assert set(served.values()) == {int(env["THREADS"])}
 
 
 def test_rollup_triggers() -> None:
