@@ -58,6 +58,7 @@ class TickStats:
     published: int = 0  # counter documents written (count, rate or scaling state)
     rescaled: int = 0  # counters whose num_shards changed
     folded: int = 0  # surplus shards folded away
+    owed: int = 0  # changed counters deferred to later ticks (the first-load budget)
     trends: TrendStats | None = None
     problems: tuple[str, ...] = ()  # counters skipped this tick, and why
 
@@ -67,8 +68,11 @@ class TickStats:
 
     @property
     def changed(self) -> bool:
-        """Anything written by clients since the last tick (counter or trend shards)."""
-        return bool(self.changed_shards or self.written
+        """Anything written by clients since the last tick (counter or trend shards), or owed
+        from earlier: a holder with deferred counters keeps ticking until it has read them (one
+        that slept instead would hand its successor the same backlog, and a successor that lives
+        one housekeeping tick would defer them again, for ever)."""
+        return bool(self.changed_shards or self.written or self.owed
                     or (self.trends and self.trends.changed_buckets))
 
 
@@ -183,6 +187,7 @@ class Rollup:
             published=len(plan.updates),
             rescaled=len(plan.grows) + sum(1 for f in plan.updates.values() if "num_shards" in f),
             folded=folded,
+            owed=len(ledger.deferred),
             trends=trends,
             problems=tuple(self._problems),
         )

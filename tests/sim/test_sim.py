@@ -11,7 +11,9 @@ import pytest
 from tests.sim import world
 from tests.sim.run import describe
 
-SEEDS = range(24)
+# A bounded run of seeds, and seeds that once found a loss (kept so that it stays found):
+# 202: housekeeping holders living one tick each deferred the same counters for ever.
+SEEDS = [*range(24), 202]
 
 
 @pytest.fixture(autouse=True)
