@@ -121,6 +121,9 @@ class Lease:
         except (gexc.FailedPrecondition, gexc.NotFound) as error:
             self._update_time = None
             raise LeaseLost(str(error)) from error
+        except Exception:
+            self._resync()
+            raise
         self._update_time = result.update_time
         commit_time: dt.datetime = result.update_time
         return commit_time
@@ -145,8 +148,21 @@ class Lease:
                 raise  # the fence held: another write's precondition failed
             self._update_time = None
             raise LeaseLost(str(error)) from error
+        except Exception:
+            self._resync()
+            raise
         self._update_time = results[-1].update_time
         return results
+
+    def _resync(self) -> None:
+        """After a write to the lease document whose outcome is unknown (its answer was lost, a
+        timeout): if it applied, the document's version is ours but not the one we hold, and the
+        next renewal would take us for superseded. Every taker writes its own owner, so while
+        the document still names us, its version is ours to fence with."""
+        with contextlib.suppress(Exception):
+            snapshot = self._ref.get()
+            if snapshot.exists and (snapshot.to_dict() or {}).get("owner") == self.owner:
+                self._update_time = snapshot.update_time
 
     def release(self, watermark: dt.datetime, swept: dt.datetime | None = None) -> None:
         """Hand the lease back at once (the next holder need not wait for expiry), saying whether
