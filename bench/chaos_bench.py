@@ -150,7 +150,7 @@ def inject(kind: str, db: firestore.Client) -> float:
             requests.post(url, json={}, headers=headers, timeout=config.ROLLUP_TIMEOUT_S)
 
         def enqueue() -> None:
-            waking.enqueue_tick(db, "chaos")
+            waking.enqueue_tick(db, "chaos")  # unnamed: delivered at once, twice
 
         with ThreadPoolExecutor(4) as pool:
             for future in [pool.submit(deliver) for deliver in (enqueue, enqueue, fire, fire)]:

@@ -227,14 +227,12 @@ def read_cost(shards: int = 100) -> dict[str, Any]:
 
 
 def rollup_thread(db: firestore.Client, scaling: AutoscaleParams | None = None,
-                  period_s: float = config.ROLLUP.period_s) -> tuple[threading.Thread,
-                                                                     threading.Event]:
+                  period_s: float = config.TICK_SLOT_S) -> tuple[threading.Thread,
+                                                                threading.Event]:
     """The rollup loop (with autoscaling) on `db`, in a thread of this process."""
     stop = threading.Event()
-    thread = threading.Thread(target=cadence.serve, args=(db,),
-                              kwargs={"successor": None, "woken": True, "stop": stop,
-                                      "cadence": cadence.in_process(period_s),
-                                      "scaling": scaling})
+    thread = threading.Thread(target=cadence.loop, args=(db,),
+                              kwargs={"period_s": period_s, "stop": stop, "scaling": scaling})
     thread.start()
     return thread, stop
 

@@ -1,71 +1,80 @@
-"""When the rollup ticks: one invocation's run under the lease (`serve`), handovers to its
-successor, sleep, and what each invocation cost (`internal/rollup_usage`). Every entry point
-(the scheduled `rollup`, the `rolluptick` task) calls `serve`; writers wake a sleeping rollup
-through `counting.waking`. How and why, once: docs/architecture.md, "Rollup cadence".
+"""When the rollup ticks: one short invocation per tick, billed only while something is written.
+
+- A `rolluptick` task for a slot (the writers of one second enqueue it for the end of that
+  second: `counting.waking`) runs `Holder.tick_slot`: one tick, unless this holder has already
+  ticked after the slot's end (a late or duplicate delivery).
+- The scheduled `rollup`, every minute, runs `Holder.housekeeping`: the backstop for a write whose
+  task was lost, and what must happen while nothing is written (rates decaying, shrinks and
+  folds, trend buckets leaving their window, sweeps). It ticks only when no other holder's lease
+  is live, and lets the lease go when done.
+
+A process keeps one `Holder` per database between invocations (`holder_for`): the lease and the
+ledger stay with a warm instance, so its next tick reads only what changed. The lease says
+whether that is still true: a tick first reads it, and finds it unchanged since its own last
+write, or takes it again with an empty ledger. What the invocations cost is added to
+`internal/rollup_usage` at most every `Cadence.usage_flush_s`. How and why, once:
+docs/architecture.md, "Rollup cadence".
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import logging
-import math
 import os
 import socket
 import threading
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from google.cloud import firestore
 
-from . import config
+from . import config, waking
 from .config import AutoscaleParams, Cadence
-from .lease import EPOCH, Lease, LeaseLost, LeaseView, state_ref
+from .lease import Lease, LeaseLost, state_ref
 from .rollup import Rollup, TickStats
 from .status import StatusRecorder
 from .usage import Usage
 
 log = logging.getLogger(__name__)
 
-def in_process(period_s: float) -> Cadence:
-    """A holder that ticks until stopped and never sleeps: tests and benchmarks drive the rollup
-    in-process on projects of their own, where no trigger runs."""
-    return Cadence(period_s=period_s, run_s=float("inf"), idle_s=float("inf"))
-
 
 class Outcome(StrEnum):
-    BUSY = "busy"  # another holder is live and not about to hand over: nothing done
-    ASLEEP = "asleep"  # released the lease asleep (no writes for a while)
-    HANDED_OVER = "handed_over"  # ran its time; released it awake for the successor
-    LOST = "lost"  # the lease was taken from it (it stalled past its TTL)
-    STOPPED = "stopped"  # asked to stop (tests, SIGTERM)
+    TICKED = "ticked"
+    COVERED = "covered"  # this holder already ticked after the slot's end: nothing to do
+    BUSY = "busy"  # another holder's lease stayed live: the platform delivers it again
+    FAILED = "failed"  # the tick failed (or lost the lease): the platform delivers it again
+
+
+class Busy(Exception):
+    """Another holder's lease is live: raised so that Cloud Tasks delivers the task again."""
 
 
 @dataclass(kw_only=True)
 class Invocation:
     """What one invocation did, logged and added to `internal/rollup_usage`."""
 
-    owner: str
-    trigger: str | None = None  # what invoked it: "schedule", "handover", "wake", ...
+    trigger: str
     outcome: Outcome = Outcome.BUSY
     ticks: int = 0
-    failed_ticks: int = 0
-    successors: int = 0  # tasks enqueued
+    tasks: int = 0  # tasks it enqueued (the next slot's, for counters it deferred)
+    early: bool = False  # delivered before its slot ended (Cloud Tasks' clock and Firestore's)
     seconds: float = 0.0
-    waited_s: float = 0.0  # for the lease
-    took: str = ""  # the lease as it found it: "new", "released" (a handover) or "expired"
-    max_tick_s: float = 0.0
     usage: Usage = field(default_factory=Usage)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Clock:
-    """Where an invocation reads the time: the system's, or a simulation's virtual one."""
+    """Where a holder reads the time and waits: the system's, or a simulation's virtual one."""
 
     monotonic: Callable[[], float] = time.monotonic
     now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
+    sleep: Callable[[float], None] = time.sleep
 
 
 SYSTEM_CLOCK = Clock()
@@ -79,173 +88,241 @@ def usage_ref(db: firestore.Client) -> firestore.DocumentReference:
     return db.collection(config.INTERNAL).document(config.ROLLUP_USAGE_DOC)
 
 
-def serve(
-    db: firestore.Client,
-    *,
-    successor: Callable[[], None] | None,
-    woken: bool,
-    cadence: Cadence | None = None,
-    scaling: AutoscaleParams | None = None,
-    owner: str | None = None,
-    stop: threading.Event | None = None,
-    on_tick: Callable[[TickStats], None] | None = None,
-    clock: Clock = SYSTEM_CLOCK,
-    trigger: str | None = None,
-) -> Invocation:
-    """One invocation of the rollup (see the module doc). `successor` enqueues the next
-    invocation (None: nobody continues after this one); `woken` says a write or a predecessor
-    asked for this invocation, so it starts awake (a scheduled one starts as the lease says).
-    `trigger` names what invoked it, counted in `internal/rollup_usage` (`triggers`)."""
-    timing = cadence or config.ROLLUP
-    stop = stop or threading.Event()
-    started = clock.monotonic()
-    lease = Lease(db, state_ref(db), owner or new_owner(), timing.lease_s)
-    run = Invocation(owner=lease.owner, trigger=trigger)
-    try:
-        if _take(lease, timing, run, stop, woken, clock):
-            log.info("rollup lease taken by %s after %.2f s (%s, %s)", lease.owner, run.waited_s,
-                     run.took, "awake" if lease.awake else "housekeeping")
-            _hold(db, lease, successor, timing, scaling, run, stop, on_tick, clock)
-    finally:
-        run.seconds = clock.monotonic() - started
-        _record(db, run)
-    log.info("rollup invocation %s: %s after %.1f s, %d ticks (%d failed), max tick %.2f s",
-             run.owner, run.outcome, run.seconds, run.ticks, run.failed_ticks, run.max_tick_s)
-    return run
+def billed_seconds(seconds: float) -> float:
+    """A request's billed time: rounded up to 100 ms."""
+    return max(0.1, -(-round(seconds, 6) // 0.1) * 0.1)
 
 
-def _take(lease: Lease, timing: Cadence, run: Invocation, stop: threading.Event,
-          woken: bool, clock: Clock) -> bool:
-    """Acquire the lease, waiting for it when its holder is about to let it go (a handover, a
-    sleep) or has stopped renewing it (dead or stalled: the lease expires within its TTL). A
-    holder seen renewing that is not about to let go keeps it: give up."""
-    waited_from = clock.monotonic()
-    deadline = waited_from + timing.handover_wait_s + timing.lease_s
-    watched: tuple[str | None, dt.datetime | None] | None = None
-    while True:
-        acquired = lease.acquire(wake=woken)
-        run.usage.reads += 1
-        if acquired:
-            run.usage.writes += 1
-            run.waited_s = clock.monotonic() - waited_from
-            seen = lease.found
-            run.took = ("new" if seen is None or seen.renewed_at is None
-                        else "released" if seen.owner is None else "expired")
+class Holder:
+    """The rollup in one process: its lease, its ledger and what its invocations cost, kept
+    between invocations. One invocation at a time (Cloud Run sends the rollup's functions one
+    request per instance)."""
+
+    def __init__(
+        self,
+        db: firestore.Client,
+        *,
+        enqueue: Callable[[int], bool] | None = None,
+        owner: str | None = None,
+        cadence: Cadence | None = None,
+        scaling: AutoscaleParams | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        on_tick: Callable[[TickStats], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._enqueue = enqueue  # a slot's task (False: it existed already)
+        self._timing = cadence or config.ROLLUP
+        self._scaling = scaling
+        self._clock = clock
+        self._on_tick = on_tick
+        self._lock = threading.Lock()
+        self.lease = Lease(db, state_ref(db), owner or new_owner(), self._timing.lease_s)
+        self.rollup: Rollup | None = None  # with the lease: the ledger of the current holding
+        self._status: StatusRecorder | None = None
+        self.last_as_of: dt.datetime | None = None  # the current holding's last tick
+        # Not yet added to internal/rollup_usage: "field" or "group.field" -> amount.
+        self._pending: defaultdict[str, float] = defaultdict(float)
+        self._recorded_at = clock.monotonic()
+
+    # -- invocations --
+
+    def tick_slot(self, slot: int | None, trigger: str = "write") -> Invocation:
+        """A task's invocation: one tick that starts after the end of `slot` (None: at once).
+        Raises `Busy`, `LeaseLost` or the tick's error after recording what it did, so that the
+        platform delivers the task again."""
+        with self._lock:
+            run = Invocation(trigger=trigger)
+            began = self._clock.monotonic()
+            try:
+                end = None if slot is None else waking.slot_end(slot)
+                if end is not None and self.rollup is not None and self.last_as_of is not None \
+                        and self.last_as_of >= end:
+                    run.outcome = Outcome.COVERED
+                    return run
+                if not self._take(run, self._timing.busy_wait_s):
+                    raise Busy(f"the rollup's lease is held by {self._holder_seen()}")
+                self._tick(run, end)
+                return run
+            finally:
+                self._done(run, began, flush=False)
+
+    def housekeeping(self) -> Invocation:
+        """The scheduled invocation: one tick unless another holder's lease is live, then the
+        lease is let go (a warm holder elsewhere takes it back at its next task)."""
+        with self._lock:
+            run = Invocation(trigger="schedule")
+            began = self._clock.monotonic()
+            try:
+                if self._take(run, 0.0):
+                    try:
+                        self._tick(run, None)
+                    finally:
+                        self._let_go(run)
+                return run
+            finally:
+                self._done(run, began, flush=True)
+
+    def close(self) -> None:
+        """Let the lease go and record what is pending (tests, benchmarks, shutdown)."""
+        with self._lock:
+            run = Invocation(trigger="close", outcome=Outcome.COVERED)
+            self._let_go(run)
+            self._pending["writes"] += run.usage.writes
+            self._flush()
+
+    # -- the lease --
+
+    def _take(self, run: Invocation, wait_s: float) -> bool:
+        """Hold the lease: still held (the tick's first read checks it), or taken when it is
+        free, expired or released, polling up to `wait_s` while another holder's is live."""
+        if self.rollup is not None and self.lease.written_at is not None:
             return True
-        found = lease.found
-        if found is None or clock.monotonic() >= deadline:
-            return False
-        if not _lets_go_soon(found, timing):
-            renewal = (found.owner, found.renewed_at)
-            if watched is not None and renewal != watched:
-                return False  # alive, and far from its end: a duplicate delivery
-            watched = renewal
-        if stop.wait(timing.poll_s):
-            return False
-
-
-def _lets_go_soon(view: LeaseView, timing: Cadence) -> bool:
-    if not view.awake:
-        return True  # housekeeping or draining: it releases within a few ticks
-    left = None if view.ends_at is None else (view.ends_at - view.read_time).total_seconds()
-    return left is not None and left <= timing.handover_wait_s
-
-
-def _hold(
-    db: firestore.Client,
-    lease: Lease,
-    successor: Callable[[], None] | None,
-    timing: Cadence,
-    scaling: AutoscaleParams | None,
-    run: Invocation,
-    stop: threading.Event,
-    on_tick: Callable[[TickStats], None] | None,
-    clock: Clock,
-) -> None:
-    began = clock.monotonic()
-    ends = began + timing.run_s
-    lease.ends_at = (None if math.isinf(timing.run_s)
-                     else clock.now() + dt.timedelta(seconds=timing.run_s))
-    rollup = Rollup(db, lease, scaling)
-    status = StatusRecorder(lease, clock.now)
-    last_change = began
-    # Asleep, the holder ends once a tick read at least drain_s after the first renewal that
-    # told writers so (its instant, `marked`): any write it did not see was made by a writer
-    # whose cached view of the lease said asleep, and woke the rollup. A housekeeping holder
-    # took a lease that already said asleep: one tick.
-    marked: dt.datetime | None = None if lease.awake else EPOCH
-    try:
+        deadline = self._clock.monotonic() + wait_s
         while True:
-            tick_began = clock.monotonic()
+            acquired = self.lease.acquire()
+            run.usage.reads += 1
+            if acquired:
+                run.usage.writes += 1
+                self._drop()
+                self.rollup = Rollup(self._db, self.lease, self._scaling,
+                                     renew_s=self._timing.renew_s)
+                self._status = StatusRecorder(self.lease, self._clock.now)
+                log.info("rollup lease taken by %s", self.lease.owner)
+                return True
+            if self._clock.monotonic() >= deadline:
+                return False
+            self._clock.sleep(self._timing.poll_s)
+
+    def _holder_seen(self) -> str:
+        found = self.lease.found
+        return "another holder" if found is None or found.owner is None else found.owner
+
+    def _drop(self) -> None:
+        """Forget the current holding (its ledger is no longer the truth)."""
+        if self.rollup is not None:
+            self.rollup.close()
+        self.rollup, self._status, self.last_as_of = None, None, None
+
+    def _let_go(self, run: Invocation) -> None:
+        if self.rollup is not None and self.lease.written_at is not None:
+            self.lease.release(self.rollup.durable_watermark, self.rollup.swept)
+            run.usage.writes += 1
+        self._drop()
+
+    # -- the tick --
+
+    def _tick(self, run: Invocation, not_before: dt.datetime | None) -> None:
+        """One tick whose instant is at or after `not_before`. A lease found taken since this
+        holder's last write is taken again once, with an empty ledger."""
+        for attempt in (1, 2):
+            rollup, status = self.rollup, self._status
+            assert rollup is not None and status is not None
             try:
                 stats = rollup.tick()
             except LeaseLost:
-                log.warning("rollup lease lost by %s", lease.owner)
-                run.outcome = Outcome.LOST
-                return
-            except Exception as error:  # any failure: this tick is redone from the watermark
+                run.usage.add(rollup.store.take_usage())
+                self._drop()
+                if attempt == 2 or not self._take(run, self._timing.busy_wait_s):
+                    run.outcome = Outcome.FAILED
+                    raise
+                continue
+            except Exception as error:
+                run.usage.add(rollup.store.take_usage())
                 log.exception("rollup tick failed; it will be done again")
-                run.failed_ticks += 1
                 status.failed(error)
+                run.outcome = Outcome.FAILED
+                raise
+            run.ticks += 1
+            run.usage.add(stats.usage)
+            status.ticked(stats)
+            self.last_as_of = stats.as_of
+            if self._on_tick is not None:
+                self._on_tick(stats)
+            if not_before is not None and stats.as_of < not_before:
+                # Delivered before the slot ended (clocks differ): tick again after it.
+                run.early = True
+                self._clock.sleep((not_before - stats.as_of).total_seconds())
+                continue
+            break
+        run.outcome = Outcome.TICKED
+        if stats.owed and self._enqueue is not None:
+            # Counters deferred by the first-load budget: the next second's tick reads more.
+            try:
+                run.tasks += int(self._enqueue(waking.slot_of(stats.as_of) + 1))
+            except Exception:
+                log.exception("could not enqueue the next tick for deferred counters")
+
+    # -- usage --
+
+    def _done(self, run: Invocation, began: float, *, flush: bool) -> None:
+        run.seconds = self._clock.monotonic() - began
+        for key, amount in {
+            "invocations": 1, "billed_seconds": billed_seconds(run.seconds), "ticks": run.ticks,
+            "tasks": run.tasks, "reads": run.usage.reads, "writes": run.usage.writes,
+            "deletes": run.usage.deletes, "early": int(run.early),
+            f"outcomes.{run.outcome}": 1, f"triggers.{run.trigger}": 1,
+        }.items():
+            self._pending[key] += amount
+        log.info("rollup %s invocation: %s, %d ticks, %.3f s", run.trigger, run.outcome,
+                 run.ticks, run.seconds)
+        if flush or self._clock.monotonic() - self._recorded_at >= self._timing.usage_flush_s:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Add the pending figures to internal/rollup_usage (one write, itself counted; best
+        effort: a failure keeps them pending)."""
+        if not self._pending:
+            return
+        self._pending["writes"] += 1
+        fields: dict[str, Any] = {}
+        for key, amount in self._pending.items():
+            group, _, name = key.rpartition(".")
+            value = firestore.Increment(round(amount, 1) if name == "billed_seconds"
+                                        else int(amount))
+            if group:
+                fields.setdefault(group, {})[name] = value
             else:
-                status.ticked(stats)
-                run.ticks += 1
-                run.usage.add(stats.usage)
-                run.max_tick_s = max(run.max_tick_s, stats.seconds)
-                if on_tick is not None:
-                    on_tick(stats)
-                if stats.changed:
-                    last_change = clock.monotonic()
-                    if not lease.awake:
-                        log.info("rollup awake again: writes arrived")
-                    lease.awake, marked = True, None
-                elif not lease.awake:
-                    marked = marked or stats.as_of  # this tick's renewal said asleep
-                    if stats.as_of - marked >= dt.timedelta(seconds=timing.drain_s):
-                        run.outcome = Outcome.ASLEEP
-                        return
-            now = clock.monotonic()
-            if lease.awake and now - last_change >= timing.idle_s:
-                log.info("rollup going to sleep: no writes for %.0f s", now - last_change)
-                lease.awake = False  # the next renewal tells writers
-            if lease.awake and successor is not None and not run.successors \
-                    and now >= ends - timing.lead_s:
-                try:
-                    successor()
-                    run.successors += 1
-                except Exception:
-                    log.exception("could not enqueue the rollup's successor; retrying")
-            # Draining (asleep) goes on to its end, past `ends` if need be: a few seconds.
-            if lease.awake and now >= ends and (run.successors or successor is None
-                                                or now >= ends + timing.extend_s):
-                run.outcome = Outcome.HANDED_OVER
-                return
-            if stop.wait(max(0.0, timing.period_s - (clock.monotonic() - tick_began))):
-                run.outcome = Outcome.STOPPED
-                return
-    finally:
-        # Handing over (or stopping) leaves the lease awake for the successor; falling asleep
-        # has already marked it asleep. A lost lease has nothing to release.
-        lease.release(rollup.durable_watermark, rollup.swept)
-        run.usage.writes += 1
-        rollup.close()
+                fields[name] = value
+        try:
+            usage_ref(self._db).set(fields, merge=True)
+        except Exception:
+            self._pending["writes"] -= 1
+            log.exception("could not record the rollup's usage")
+            return
+        self._pending.clear()
+        self._recorded_at = self._clock.monotonic()
 
 
-def _record(db: firestore.Client, run: Invocation) -> None:
-    """Add this invocation's figures to the running totals (one write; best effort)."""
-    billed_s = max(0.1, -(-run.seconds // 0.1) * 0.1)  # billed in 100 ms steps
-    fields = {
-        "invocations": firestore.Increment(1),
-        "billed_seconds": firestore.Increment(round(billed_s, 1)),
-        "ticks": firestore.Increment(run.ticks),
-        "tasks": firestore.Increment(run.successors),
-        "reads": firestore.Increment(run.usage.reads),
-        "writes": firestore.Increment(run.usage.writes + 1),  # this write included
-        "deletes": firestore.Increment(run.usage.deletes),
-        "outcomes": {run.outcome.value: firestore.Increment(1)},
-        **({"triggers": {run.trigger: firestore.Increment(1)}} if run.trigger else {}),
-    }
+_holders: dict[tuple[str, str], Holder] = {}
+_holders_lock = threading.Lock()
+
+
+def holder_for(db: firestore.Client) -> Holder:
+    """This process's holder for `db`'s database (deployed functions: one per instance). When
+    the instance shuts down (Cloud Run sends SIGTERM; the worker exits), it lets the lease go
+    and records what is pending."""
+    key = (db.project, getattr(db, "_database", "(default)"))
+    with _holders_lock:
+        if key not in _holders:
+            holder = _holders[key] = Holder(
+                db, enqueue=lambda slot: waking.enqueue_tick(db, "deferred", slot))
+            atexit.register(holder.close)
+        return _holders[key]
+
+
+def loop(db: firestore.Client, *, period_s: float, stop: threading.Event,
+         scaling: AutoscaleParams | None = None,
+         on_tick: Callable[[TickStats], None] | None = None) -> None:
+    """Tick every `period_s` until `stop`, then let the lease go: tests and benchmarks drive the
+    rollup in-process on projects of their own, where no trigger runs."""
+    holder = Holder(db, scaling=scaling, on_tick=on_tick)
     try:
-        usage_ref(db).set(fields, merge=True)
-    except Exception:
-        log.exception("could not record the rollup's usage")
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                holder.tick_slot(None, trigger="loop")
+            except Exception:
+                log.exception("in-process tick failed")
+            stop.wait(max(0.0, period_s - (time.monotonic() - began)))
+    finally:
+        holder.close()

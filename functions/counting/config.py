@@ -110,13 +110,9 @@ MAX_REQUEST_S = 270.0
 # The rollup's cadence (counting.cadence; docs/architecture.md, "Rollup cadence").
 REGION = "us-central1"
 ROLLUP_USAGE_DOC = "rollup_usage"  # internal/rollup_usage: what rollup invocations cost, summed
-# No shard written for `idle_s`: the rollup goes to sleep. It first marks the lease asleep and
-# keeps ticking for `drain_s`, longer than the write path's cache of that mark
-# (WAKE_CACHE_TTL_S), so that a write it does not see is made by a writer that knows it sleeps.
-WAKE_CACHE_TTL_S = 5.0
-# A writer that enqueued a wake-up does not enqueue another for this long.
-WAKE_RETRY_S = 5.0
-_SUCCESSOR_LEAD_S = 10.0
+# Writes are ticked in one-second slots: a write that commits in second s is taken in by a tick
+# task scheduled for s + 1 (named for s, so that the writes of one second share it).
+TICK_SLOT_S = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,38 +120,30 @@ class Cadence:
     """The timing of rollup invocations (counting.cadence): production's values; tests shorten
     them."""
 
-    period_s: float = 1.0  # between ticks
-    # A holder that stops renewing loses the lease this long after its last renewal.
+    # A holder that stops writing the lease loses it this long after its last write; until
+    # then a task delivered elsewhere waits (`busy_wait_s`) and is retried by Cloud Tasks.
     lease_s: float = 10.0
-    # One invocation ticks this long while the rollup is awake, then hands over to its
-    # successor. Each handover costs the successor a first read of the counters it meets, so
-    # runs are long; they are bounded so that a lost invocation costs little and the function
-    # timeout stays short.
-    run_s: float = 60.0
-    # The successor task is enqueued this long before the end: Cloud Tasks dispatch plus a cold
-    # start fit in it, and the successor waits on the lease for the rest.
-    lead_s: float = _SUCCESSOR_LEAD_S
-    # A holder whose successor could not be enqueued keeps ticking (and retrying) this much
-    # longer.
-    extend_s: float = 30.0
-    idle_s: float = 20.0
-    drain_s: float = WAKE_CACHE_TTL_S + 2.0
-    # Invocations that find the lease held wait for it when the holder hands over within this
-    # long or is about to sleep, and while it does not renew (it died: the lease expires within
-    # its TTL).
-    handover_wait_s: float = _SUCCESSOR_LEAD_S + 5.0
-    poll_s: float = 0.2  # while waiting for the lease
+    # A tick that did not write the lease (nothing to commit) renews it when its last write is
+    # this old: the progress is persisted and the lease stays live while the holder ticks.
+    renew_s: float = 5.0
+    # A task that finds another holder's lease live polls this long for it to be released (a
+    # scheduled housekeeping tick lets go within a second), then fails and is retried.
+    busy_wait_s: float = 2.0
+    poll_s: float = 0.2
+    # A holder adds what its invocations cost to internal/rollup_usage at most this often (one
+    # write), and at the end of a housekeeping run.
+    usage_flush_s: float = 30.0
 
 
 ROLLUP = Cadence()
-# The deployed timeouts: longest run plus waiting plus a margin.
-ROLLUP_TIMEOUT_S = int(ROLLUP.handover_wait_s + ROLLUP.lease_s + ROLLUP.run_s + ROLLUP.extend_s
-                       + 30)
+# The deployed timeout of a rollup invocation: one tick (a first tick reads up to
+# FIRST_LOADS_PER_TICK counters whole), waiting for the lease, a margin.
+ROLLUP_TIMEOUT_S = 120
 # Problems kept on the lease document for operators (counting.status).
 ROLLUP_RECENT_ERRORS = 10
-# The scheduler's housekeeping renews a sleeping rollup's lease every minute; a lease not renewed
-# for this long says the scheduler has stopped (`counters status`).
-ROLLUP_ASLEEP_STALE_S = 150.0
+# The scheduler's housekeeping ticks at least every minute; a lease not written for this long
+# says the scheduler has stopped (`counters status`).
+ROLLUP_STALE_S = 150.0
 # The rollup's commits carry at most this many writes, the lease's fencing write included.
 # Firestore no longer limits the writes of a commit (its 10 MiB request limit remains); this keeps
 # each commit's size and time bounded. A client's batch (MAX_BATCH increments and its marker) may

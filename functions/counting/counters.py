@@ -140,10 +140,11 @@ def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentRefer
     fresh `updated_at` alone, sent after the commit was acknowledged, so its server timestamp is
     later than that commit; it is itself checked, up to SHARD_TOUCH_ATTEMPTS times. A write left
     untouched (this instance died, Firestore stayed slow) is found by the rollup's sweep
-    (docs/architecture.md, "Exact on real Firestore"). Then wake the rollup if it sleeps
-    (`waking.after_write`): every write path of the domain ends here, and a commit that wrote no
-    shard (a document change that moves no count) wakes nothing."""
+    (docs/architecture.md, "Exact on real Firestore"). Then make sure a rollup tick follows the
+    last of these commits (`waking.after_write`): every write path of the domain ends here, and a
+    commit that wrote no shard (a document change that moves no count) asks for no tick."""
     written = list(written)
+    last: dt.datetime | None = None
     for ref, result in written:
         touches = 0
         while straddles(result) and touches < config.SHARD_TOUCH_ATTEMPTS:
@@ -156,8 +157,9 @@ def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentRefer
             except Exception as error:  # the write itself is done; the sweep will find it
                 log.warning("could not touch %s after a slow write: %r", ref.path, error)
                 break
-    if written:
-        waking.after_write(db)
+        last = result.update_time if last is None else max(last, result.update_time)
+    if last is not None:
+        waking.after_write(db, last)
 
 
 class ConfigCache:

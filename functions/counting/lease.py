@@ -1,5 +1,5 @@
-"""A lease on one document, so that only one rollup holder runs at a time, and the document
-through which holders hand over and writers learn whether the rollup is awake.
+"""A lease on one document, so that only one rollup holder ticks at a time, and the document
+through which holders hand over their progress.
 
 Acquiring and renewing are compare-and-set writes (`last_update_time` preconditions), so two
 holders can never both believe they hold it. Expiry is judged on server time from commit times
@@ -7,9 +7,10 @@ only: the lease is free once a read's `read_time` is `ttl_s` past the document's
 (the commit of the holder's last write to it), never from the `renewed_at` it writes for
 operators: that is a server timestamp, which Firestore takes when a request starts, before its
 commit (docs/architecture.md, "Exact on real Firestore"). Each renewal also persists the
-holder's progress (`watermark`, and `swept`, the instant of its last sweep), whether it is
-`awake` (ticking every second) or about to sleep, and when it plans to hand over (`ends_at`); it
-returns its commit time, which the rollup uses as the instant of its snapshot reads.
+holder's progress (`watermark`, and `swept`, the instant of its last sweep). A holder keeps the
+lease between ticks (a warm instance keeps its ledger): `held` reads the document and tells
+whether nobody has written it since the holder's own last write, and gives that read's time,
+which the rollup uses as the instant of its snapshot reads.
 """
 
 from __future__ import annotations
@@ -42,9 +43,7 @@ class LeaseView:
 
     owner: str | None
     live: bool  # held by `owner` and renewed within the TTL, as of `read_time`
-    awake: bool  # the holder (or the last one) ticks every second rather than sleeping
     renewed_at: dt.datetime | None  # the commit time of the last write to the document
-    ends_at: dt.datetime | None  # when the holder plans to hand over
     read_time: dt.datetime
 
     @classmethod
@@ -58,9 +57,7 @@ class LeaseView:
         return cls(
             owner=owner,
             live=owner is not None and renewed_at is not None and read_time < renewed_at + ttl,
-            awake=data.get("awake") is not False,  # a lease written before sleeping existed
             renewed_at=renewed_at,
-            ends_at=data.get("ends_at"),
             read_time=read_time,
         )
 
@@ -76,20 +73,33 @@ class Lease:
         self.watermark: dt.datetime = EPOCH
         self.swept: dt.datetime = EPOCH  # the last sweep's instant (counting.rollup)
         self.found: LeaseView | None = None  # the document as acquire() last read it
-        # What the next renewal (or fenced commit) publishes.
-        self.awake = True
-        self.ends_at: dt.datetime | None = None
-        self.status: dict[str, Any] = {}  # health figures, for operators
+        self.status: dict[str, Any] = {}  # health figures, for operators: the next write's
 
-    def acquire(self, *, wake: bool = True) -> bool:
+    @property
+    def written_at(self) -> dt.datetime | None:
+        """The commit time of this holder's last write to the document; None when not held."""
+        written: dt.datetime | None = self._update_time
+        return written
+
+    def held(self) -> dt.datetime | None:
+        """Read the document: its read time when the lease is still ours (nobody has written it
+        since our own last write, however long ago), else None (we no longer hold it)."""
+        if self._update_time is None:
+            return None
+        snapshot = self._ref.get()
+        if not snapshot.exists or snapshot.update_time != self._update_time:
+            self._update_time = None
+            return None
+        read_time: dt.datetime = snapshot.read_time
+        return read_time
+
+    def acquire(self) -> bool:
         """Take the lease when it is free, expired or already ours; False when someone holds it.
-        `found` keeps what the read saw (the previous holder's state). The lease stays asleep
-        unless `wake`: a housekeeping holder must not tell writers it is awake."""
+        `found` keeps what the read saw (the previous holder's state)."""
         snapshot = self._ref.get()
         found = self.found = LeaseView.of(snapshot, self._ttl)
         if found.live and found.owner != self.owner:
             return False
-        self.awake = wake or found.awake
         fields = {"owner": self.owner, "renewed_at": firestore.SERVER_TIMESTAMP,
                   **self._state()}
         try:
@@ -108,8 +118,8 @@ class Lease:
         return True
 
     def renew(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:
-        """Extend the lease and persist `watermark` and `swept` (and `awake`, `ends_at`);
-        returns the renewal's commit time."""
+        """Extend the lease and persist `watermark` and `swept` (and `status`); returns the
+        renewal's commit time."""
         if self._update_time is None:
             raise LeaseLost("not held")
         option = self._db.write_option(last_update_time=self._update_time)
@@ -139,8 +149,10 @@ class Lease:
             raise LeaseLost("not held")
         option = self._db.write_option(last_update_time=self._update_time)
         # A commit renews too (its commit time is the document's update time): a long tick that
-        # commits keeps its lease.
-        batch.update(self._ref, {"renewed_at": firestore.SERVER_TIMESTAMP}, option=option)
+        # commits keeps its lease. It persists the progress as of the last renewal or commit.
+        batch.update(self._ref, {"renewed_at": firestore.SERVER_TIMESTAMP,
+                                 "watermark": self.watermark, "swept": self.swept,
+                                 **self.status}, option=option)
         try:
             results: list[Any] = batch.commit()
         except (gexc.FailedPrecondition, gexc.NotFound) as error:
@@ -165,8 +177,8 @@ class Lease:
                 self._update_time = snapshot.update_time
 
     def release(self, watermark: dt.datetime, swept: dt.datetime | None = None) -> None:
-        """Hand the lease back at once (the next holder need not wait for expiry), saying whether
-        the rollup stays awake (a successor is on its way) or sleeps."""
+        """Hand the lease back at once (the next holder need not wait for expiry), with the
+        progress."""
         if self._update_time is None:
             return
         option = self._db.write_option(last_update_time=self._update_time)
@@ -179,4 +191,4 @@ class Lease:
         self._update_time = None
 
     def _state(self) -> dict[str, Any]:
-        return {"awake": self.awake, "ends_at": self.ends_at, **self.status}
+        return dict(self.status)

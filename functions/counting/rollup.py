@@ -106,8 +106,10 @@ class Rollup:
 
     def __init__(self, db: firestore.Client, lease: Lease,
                  scaling: AutoscaleParams | None = None,
-                 trends: Callable[[Store], TrendRollup] | None = None) -> None:
+                 trends: Callable[[Store], TrendRollup] | None = None,
+                 renew_s: float = config.ROLLUP.renew_s) -> None:
         self._db = db
+        self._renew_s = renew_s
         self.store = Store(db, lease)
         self.ledger = Ledger(scaling)
         self._trends = (trends or TrendRollup)(self.store)
@@ -144,11 +146,15 @@ class Rollup:
         return self.ledger.durable(self.watermark)
 
     def tick(self) -> TickStats:
+        """One tick at the instant the lease is read and found still ours. The lease is written
+        by the tick's first commit, or at its end when its last write is `renew_s` old (the
+        progress persisted, the lease kept live)."""
         started = dt.datetime.now(dt.UTC)
         self.store.take_usage()
         self._problems = []
         since = self.watermark
-        as_of = to_micros(self.store.renew(self.durable_watermark, self.swept))
+        as_of = to_micros(self.store.begin(self.durable_watermark, self.swept))
+        written_before = self.store.lease.written_at
         reach = self.reach(since, as_of)
         sweep = self.sweeps_at(as_of)
         changes, trend_changes = self._changed_shards(reach, as_of, since if sweep else None)
@@ -176,6 +182,10 @@ class Rollup:
         if sweep:
             self.swept = as_of
         ledger.end_tick(changes)
+        lease = self.store.lease
+        if lease.written_at == written_before and written_before is not None \
+                and (as_of - written_before).total_seconds() >= self._renew_s:
+            self.store.renew(self.durable_watermark, self.swept)
         written = {counter for counter, fields in plan.updates.items() if "count" in fields}
         return TickStats(
             as_of=as_of,

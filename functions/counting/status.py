@@ -30,10 +30,11 @@ class StatusRecorder:
     def ticked(self, stats: TickStats) -> None:
         for problem in stats.problems:
             self._errors.append(f"{stats.as_of:%Y-%m-%dT%H:%M:%SZ} {problem}")
-        # How stale a count can be when it is published: the time since the previous tick's
-        # instant, plus this tick's work.
-        lag = stats.seconds + (0.0 if self._last_as_of is None
-                               else (stats.as_of - self._last_as_of).total_seconds())
+        # How stale a count can be when it is published: a write waits at most a slot for
+        # its tick (less when the previous tick came sooner), plus this tick's work.
+        since = (config.TICK_SLOT_S if self._last_as_of is None
+                 else (stats.as_of - self._last_as_of).total_seconds())
+        lag = stats.seconds + min(since, config.TICK_SLOT_S)
         self._last_as_of = stats.as_of
         self._lease.status.update(tick_s=round(stats.seconds, 3), lag_s=round(lag, 3),
                                   errors=list(self._errors))
@@ -48,7 +49,7 @@ class RollupStatus:
     """The rollup's state as one read of its lease document saw it."""
 
     holder: str | None
-    awake: bool
+    active: bool  # a tick within the lease's TTL: something is being written
     last_tick_at: dt.datetime | None
     last_tick_age_s: float | None
     tick_s: float | None
@@ -66,11 +67,10 @@ def read_status(db: firestore.Client) -> RollupStatus:
     stale = None
     if age is None:
         stale = "the rollup never ran"
-    elif view.awake and age > config.ROLLUP.lease_s + 2 * config.ROLLUP.period_s:
-        stale = f"awake, but no tick for {age:.0f} s"
-    elif not view.awake and age > config.ROLLUP_ASLEEP_STALE_S:
-        stale = f"asleep, and no scheduled housekeeping for {age:.0f} s"
-    return RollupStatus(holder=view.owner, awake=view.awake, last_tick_at=view.renewed_at,
-                        last_tick_age_s=age, tick_s=data.get("tick_s"), lag_s=data.get("lag_s"),
+    elif age > config.ROLLUP_STALE_S:
+        stale = f"no tick for {age:.0f} s: the scheduled housekeeping has stopped"
+    return RollupStatus(holder=view.owner, active=age is not None and age <= config.ROLLUP.lease_s,
+                        last_tick_at=view.renewed_at, last_tick_age_s=age,
+                        tick_s=data.get("tick_s"), lag_s=data.get("lag_s"),
                         holder_since=data.get("holder_since"),
                         errors=list(data.get("errors") or []), stale=stale)

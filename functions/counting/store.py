@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from google.cloud import firestore
 
-from .lease import Lease
+from .lease import Lease, LeaseLost
 from .usage import Usage
 
 T = TypeVar("T")
@@ -53,8 +53,18 @@ class Store:
             self._usage.writes += writes
             self._usage.deletes += deletes
 
+    def begin(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:
+        """A tick's instant: the read time of a read of the lease that finds it still ours
+        (LeaseLost otherwise). The progress so far goes with the next write to the lease."""
+        instant = self.lease.held()
+        self._bill(reads=1)
+        if instant is None:
+            raise LeaseLost("another holder has written the lease")
+        self.lease.watermark, self.lease.swept = watermark, swept
+        return instant
+
     def renew(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:
-        """Renew the lease (persisting the progress); its commit time is the tick's instant."""
+        """Renew the lease, persisting the progress; returns the renewal's commit time."""
         instant = self.lease.renew(watermark, swept)
         self._bill(writes=1)
         return instant

@@ -1,40 +1,73 @@
-"""Waking a sleeping rollup after a write (docs/architecture.md, "Rollup cadence").
+"""After a write, make sure a rollup tick follows it (docs/architecture.md, "Rollup cadence").
 
-Every write path of the domain ends in `counters.settle`, which calls `after_write`: the
-process's `Waker` reads the lease document at most once per WAKE_CACHE_TTL_S and, when it says
-asleep (or its holder stopped renewing), enqueues a `rolluptick` task at most once per
-WAKE_RETRY_S. Failures are logged, never raised: the scheduled backstop wakes the rollup within
-a minute anyway. Deployed functions, the operator CLI and the demo seed use the Cloud Tasks
-waker made on first use; tests and the simulation `install` their own.
+Every write path of the domain ends in `counters.settle`, which calls `after_write` with the
+commit time of what it wrote. The write committed in the one-second slot s (its commit time's
+whole second); the process's `Waker` enqueues a `rolluptick` task named for s and scheduled for
+s + 1, once per slot and process. Cloud Tasks refuses a second task of one name, so the writes of
+one second, on any number of instances, share one tick, which starts after every one of them has
+committed. Failures are logged, never raised: the scheduled backstop ticks within a minute. Deployed
+functions, the operator CLI and the demo seed use the Cloud Tasks waker made on first use;
+tests and the simulation `install` their own.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
+import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Protocol
 
 import firebase_admin
+from firebase_admin import exceptions as admin_exceptions
 from firebase_admin import functions as admin_functions
 from google.cloud import firestore
 
 from . import config
-from .lease import LeaseView, state_ref
 
 log = logging.getLogger(__name__)
 
 
-def enqueue_tick(db: firestore.Client, reason: str) -> None:
+def slot_of(instant: dt.datetime) -> int:
+    """The slot of a commit: its whole second since the epoch."""
+    return int(instant.timestamp() // config.TICK_SLOT_S)
+
+
+def slot_end(slot: int) -> dt.datetime:
+    """When a slot's tick may start: every write of the slot has committed by then."""
+    return dt.datetime.fromtimestamp((slot + 1) * config.TICK_SLOT_S, dt.UTC)
+
+
+def task_id(slot: int) -> str:
+    """The task's name: Cloud Tasks serves names with a spread-out prefix best (sequential ones
+    concentrate its lookups), so a short digest of the slot goes first."""
+    return f"{hashlib.sha256(str(slot).encode()).hexdigest()[:8]}-{slot}"
+
+
+def enqueue_tick(db: firestore.Client, reason: str, slot: int | None = None) -> bool:
     """Enqueue a `rolluptick` invocation for `db`'s project (Cloud Tasks; the emulator's when
-    CLOUD_TASKS_EMULATOR_HOST is set). The task body is the callable envelope `{"data": ...}`
-    the task function reads."""
+    CLOUD_TASKS_EMULATOR_HOST is set): for `slot`, named for it and scheduled at its end (False
+    when that task exists already), or else at once. The task body is the callable envelope
+    `{"data": ...}` the task function reads."""
     queue = admin_functions.task_queue(
         f"locations/{config.REGION}/functions/{config.ROLLUP_TASK_FUNCTION}", app=_app(db.project))
-    queue.enqueue({"data": {"reason": reason}},
-                  admin_functions.TaskOptions(dispatch_deadline_seconds=config.ROLLUP_TIMEOUT_S))
+    options = admin_functions.TaskOptions(dispatch_deadline_seconds=config.ROLLUP_TIMEOUT_S)
+    if slot is not None:
+        options.task_id, options.schedule_time = task_id(slot), slot_end(slot)
+    try:
+        queue.enqueue({"data": {"reason": reason, "slot": slot}}, options)
+    except (admin_exceptions.AlreadyExistsError, admin_exceptions.ConflictError):
+        return False
+    except ValueError as error:
+        # firebase-admin 7.7 reads the emulator's answer for a named task wrongly: it drops the
+        # first character of the name, assuming the leading "/" the emulator adds only to the
+        # names it makes up, and fails to parse what is left, after the task was created.
+        emulated = bool(os.environ.get("CLOUD_TASKS_EMULATOR_HOST"))
+        if not (emulated and slot is not None and "resource name" in str(error)):
+            raise
+    return True
 
 
 def _app(project: str) -> firebase_admin.App:
@@ -51,78 +84,49 @@ def _app(project: str) -> firebase_admin.App:
         return firebase_admin.initialize_app(options={"projectId": project}, name=name)
 
 
-def asleep(view: LeaseView) -> bool:
-    """Nobody will tick unless woken: the lease says asleep, or nobody has renewed it for
-    longer than its TTL (a holder died, or a successor never came)."""
-    if not view.awake or view.renewed_at is None:
-        return True
-    silent = view.read_time - view.renewed_at
-    return silent > dt.timedelta(seconds=config.ROLLUP.lease_s + 2 * config.ROLLUP.period_s)
-
-
 class Waker:
-    """The write path's side of waking (one per process): after a write, make sure the rollup
-    is awake. `enqueue` asks for a tick of the given database's rollup."""
+    """The write path's side of ticking (one per process): after a write, make sure a tick of
+    its slot is enqueued. `enqueue(db, slot)` enqueues it (False: it existed already)."""
 
-    def __init__(self, enqueue: Callable[[firestore.Client], None], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, enqueue: Callable[[firestore.Client, int], bool]) -> None:
         self._enqueue = enqueue
-        self._clock = clock
         self._lock = threading.Lock()
-        self._checked_at = -float("inf")
-        self._asleep = False
-        self._woken_at = -float("inf")
+        self._last: dict[tuple[str, str], int] = {}  # per database: the last slot enqueued
+        self.created = 0  # tasks this process created
+        self.refused = 0  # create calls refused because another process created that slot's
 
-    def after_write(self, db: firestore.Client) -> bool:
-        """Returns True when this call enqueued a wake-up.
-
-        One call at a time reads the lease, outside the lock: the others count that read as a
-        fresh answer of "awake", so a slow Firestore holds up no write. That is safe because the
-        reader wakes the rollup if it finds it asleep or cannot tell (the read failed), and the
-        rollup keeps ticking for `Cadence.drain_s` (more than WAKE_CACHE_TTL_S) after it marks
-        itself asleep: a write made within WAKE_CACHE_TTL_S of the start of a read that found
-        it awake is in a tick."""
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime) -> bool:
+        """Returns True when this call created the slot's task. A failed enqueue is not tried
+        again for that slot (the backstop ticks within a minute; a flood of retries would only
+        slow every write while Cloud Tasks is down)."""
+        slot = slot_of(committed_at)
+        key = (db.project, getattr(db, "_database", "(default)"))
         with self._lock:
-            now = self._clock()
-            if now - self._woken_at < config.WAKE_RETRY_S:
+            if self._last.get(key, -1) >= slot:
                 return False
-            read = now - self._checked_at >= config.WAKE_CACHE_TTL_S
-            if read:
-                self._checked_at, self._asleep = now, False  # the others wait on this read
-            elif not self._asleep:
-                return False
-            else:
-                self._woken_at, self._checked_at = now, -float("inf")
-        if read:
-            try:
-                view = LeaseView.of(state_ref(db).get(),
-                                    dt.timedelta(seconds=config.ROLLUP.lease_s))
-            except Exception as error:  # never fail the write that came before
-                log.warning("could not read the rollup's lease (waking it anyway): %r", error)
-                view = None
-            with self._lock:
-                self._asleep = view is None or asleep(view)
-                if not self._asleep or now - self._woken_at < config.WAKE_RETRY_S:
-                    return False
-                self._woken_at, self._checked_at = now, -float("inf")
+            self._last[key] = slot
         try:
-            self._enqueue(db)
+            created = self._enqueue(db, slot)
         except Exception as error:
-            log.warning("could not wake the rollup (the scheduler will, within a minute): %r",
-                        error)
+            log.warning("could not enqueue the rollup's tick (the scheduler ticks within a "
+                        "minute): %r", error)
             return False
-        log.info("rollup asleep: woke it")
-        return True
+        with self._lock:
+            if created:
+                self.created += 1
+            else:
+                self.refused += 1
+        return created
 
 
 class AfterWrite(Protocol):
-    def after_write(self, db: firestore.Client) -> bool: ...
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime) -> bool: ...
 
 
 class Never:
-    """Wakes nothing: for writers whose rollup runs in-process (tests, benchmarks)."""
+    """Enqueues nothing: for writers whose rollup runs in-process (tests, benchmarks)."""
 
-    def after_write(self, db: firestore.Client) -> bool:
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime) -> bool:
         return False
 
 
@@ -137,14 +141,14 @@ def install(waker: AfterWrite | None) -> AfterWrite | None:
     return previous
 
 
-def after_write(db: firestore.Client) -> bool:
-    """Called by the domain after each committed shard write; never raises (the write is done:
-    a client told otherwise would retry it)."""
+def after_write(db: firestore.Client, committed_at: dt.datetime) -> bool:
+    """Called by the domain after each committed shard write, with its commit time; never raises
+    (the write is done: a client told otherwise would retry it)."""
     global _installed
     if _installed is None:
-        _installed = Waker(lambda target: enqueue_tick(target, "wake"))
+        _installed = Waker(lambda target, slot: enqueue_tick(target, "write", slot))
     try:
-        return _installed.after_write(db)
+        return _installed.after_write(db, committed_at)
     except Exception:
-        log.exception("could not wake the rollup (the scheduler will, within a minute)")
+        log.exception("could not enqueue the rollup's tick (the scheduler ticks within a minute)")
         return False

@@ -56,9 +56,8 @@ def strong_count(db: firestore.Client, counter: str) -> int:
 def loop(isolated_db: firestore.Client) -> Iterator[None]:
     """The rollup loop with FAST autoscaling, ticking every 0.3 s, for the test's duration."""
     stop = threading.Event()
-    thread = threading.Thread(target=cadence.serve, args=(isolated_db,),
-                              kwargs={"successor": None, "woken": True, "stop": stop,
-                                      "cadence": cadence.in_process(0.3), "scaling": FAST})
+    thread = threading.Thread(target=cadence.loop, args=(isolated_db,),
+                              kwargs={"period_s": 0.3, "stop": stop, "scaling": FAST})
     thread.start()
     yield
     stop.set()

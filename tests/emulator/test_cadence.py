@@ -1,267 +1,193 @@
-"""The rollup's cadence: handovers, duplicate deliveries, a holder that dies, sleep and wake-up.
+"""The rollup's cadence: one tick per slot's task on a holder that keeps its ledger, late and
+duplicate deliveries, another holder's lease, the scheduled housekeeping, and what it all costs.
 
-In-process invocations of `cadence.serve` on a project of their own (isolated_db), with short
-timings, stand for the deployed functions; the last test goes through the stack's real
-triggers (the increment callable wakes `rolluptick` through the Cloud Tasks emulator).
+In-process holders on a project of their own (isolated_db), with short timings, stand for the
+deployed functions; the last tests go through the stack's real triggers (an increment enqueues
+its slot's task, which the Cloud Tasks emulator delivers to `rolluptick` after the slot ends).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from callables import Callables
-from counting import cadence, config, counters, rollup, status, waking
-from counting.lease import Lease, state_ref
+from counting import cadence, config, counters, status, waking
+from counting.lease import state_ref
 from google.cloud import firestore
 
 from tests.waiting import eventually
 
-FAST = config.Cadence(period_s=0.25, lease_s=5.0, run_s=3.0, lead_s=1.5, extend_s=1.0,
-                       idle_s=1.0, drain_s=0.6, handover_wait_s=2.5, poll_s=0.1)
-
-
-# For the chains: writes on an isolated project wake nothing (tests/emulator/conftest.py), so it
-# must not fall asleep
-# when a busy machine pauses them for a second.
-AWAKE = dataclasses.replace(FAST, idle_s=60.0)
+FAST = dataclasses.replace(config.ROLLUP, lease_s=3.0, renew_s=1.0, busy_wait_s=0.5,
+                           poll_s=0.1, usage_flush_s=0.0)
 
 
 def rollup_count(db: firestore.Client, counter: str) -> int:
     return int(counters.counter_ref(db, counter).get().get("count") or 0)
 
 
-def strong(db: firestore.Client, counter: str) -> int:
-    return counters.get_count(db, counter, "strong").count
+def add(db: firestore.Client, counter: str, by: int) -> dt.datetime:
+    """An increment; returns its commit time."""
+    counters.increment(db, counter, by, configs=counters.ConfigCache())
+    shards = counters.counter_ref(db, counter).collection(config.SHARDS).stream()
+    latest: dt.datetime = max(shard.update_time for shard in shards)
+    return latest
 
 
-def lease_state(db: firestore.Client) -> dict[str, Any]:
-    return state_ref(db).get().to_dict() or {}
+def usage(db: firestore.Client) -> dict[str, Any]:
+    return cadence.usage_ref(db).get().to_dict() or {}
 
 
-class Chain:
-    """Invocations that enqueue their successors as threads (the task queue's stand-in)."""
-
-    def __init__(self, db: firestore.Client, copies: int = 1,
-                 timing: config.Cadence = FAST) -> None:
-        self.db = db
-        self.timing = timing
-        self.copies = copies  # deliveries of each successor: 2 is a duplicate delivery
-        self.runs: list[cadence.Invocation] = []
-        self.threads: list[threading.Thread] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-
-    def successor(self) -> None:
-        for _ in range(self.copies):
-            self.start(woken=True)
-
-    def start(self, *, woken: bool) -> None:
-        thread = threading.Thread(target=self.invoke, args=(woken,))
-        with self.lock:
-            self.threads.append(thread)
-        thread.start()
-
-    def invoke(self, woken: bool) -> None:
-        successor = None if self.stop.is_set() else self.successor
-        run = cadence.serve(self.db, successor=successor, woken=woken, cadence=self.timing,
-                            stop=self.stop)
-        with self.lock:
-            self.runs.append(run)
-
-    def __enter__(self) -> Chain:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.finish()  # a failed test leaves no invocation running into the next one
-
-    def finish(self) -> None:
-        self.stop.set()
-        while True:
-            with self.lock:
-                pending = [t for t in self.threads if t.is_alive()]
-            if not pending:
-                return
-            for thread in pending:
-                thread.join(timeout=30)
+def test_a_slot_is_ticked_once_after_it_ends(isolated_db: firestore.Client) -> None:
+    """A task for the slot of a write ticks after the slot's end and publishes the write; the
+    same slot delivered again, or an older slot delivered late, costs no Firestore operation."""
+    counters.create_counter(isolated_db, "slotted", shards=2)
+    holder = cadence.Holder(isolated_db, cadence=FAST)
+    slot = waking.slot_of(add(isolated_db, "slotted", 3))
+    run = holder.tick_slot(slot)
+    assert run.outcome == cadence.Outcome.TICKED and rollup_count(isolated_db, "slotted") == 3
+    assert holder.last_as_of is not None and holder.last_as_of >= waking.slot_end(slot)
+    for late in (slot, slot - 5):
+        again = holder.tick_slot(late)
+        assert again.outcome == cadence.Outcome.COVERED and again.usage.reads == 0
+    holder.close()
 
 
-def write_for(db: firestore.Client, counter: str, seconds: float) -> int:
-    """Increment `counter` about 20 times a second for `seconds`; returns the total added."""
-    configs = counters.ConfigCache()
-    total, stop_at = 0, time.monotonic() + seconds
-    while time.monotonic() < stop_at:
-        counters.increment(db, counter, 1, configs=configs)
-        total += 1
-        time.sleep(0.05)
-    return total
+def test_a_warm_holder_reads_only_what_changed(isolated_db: firestore.Client) -> None:
+    """Between invocations the holder keeps its ledger: a later tick reads the lease, the change
+    query and nothing whole, and writes the counter and the lease in one commit."""
+    counters.create_counter(isolated_db, "warm", shards=8)
+    for _ in range(8):
+        add(isolated_db, "warm", 1)
+    # Past the change query's overlap: the second tick's query does not return these again.
+    time.sleep(config.CHANGE_OVERLAP_S + 0.2)
+    holder = cadence.Holder(isolated_db, cadence=FAST)
+    first = holder.tick_slot(None)
+    assert first.usage.reads >= 8 + 1  # the counter read whole
+    add(isolated_db, "warm", 1)
+    second = holder.tick_slot(None)
+    assert rollup_count(isolated_db, "warm") == 9
+    # The lease, the shards written within the overlap (at most the two of the last second).
+    assert second.usage.reads <= 3, second.usage
+    assert second.usage.writes == 2, second.usage  # the counter and its fence
+    holder.close()
 
 
-def test_handovers_keep_publishing_and_stay_exact(isolated_db: firestore.Client) -> None:
-    """A chain of invocations under steady writes sums exactly across several handovers, each
-    successor taking the lease its predecessor released (not waiting for it to expire). How long
-    publishes pause at a handover is measured by the cadence benchmark (`max_publish_gap_s`)."""
-    counters.create_counter(isolated_db, "steady", shards=4)
-    with Chain(isolated_db, timing=AWAKE) as chain:
-        chain.start(woken=True)
-        total = write_for(isolated_db, "steady", 10.0)
-        eventually(lambda: rollup_count(isolated_db, "steady") == total, timeout_s=20)
-    handed = [run for run in chain.runs if run.outcome == cadence.Outcome.HANDED_OVER]
-    assert len(handed) >= 2
-    took = sorted(run.took for run in chain.runs if run.ticks)
-    assert took == ["new"] + ["released"] * (len(took) - 1)
-    assert strong(isolated_db, "steady") == total
+def test_a_task_that_finds_another_holder_fails_for_a_retry(isolated_db: firestore.Client
+                                                             ) -> None:
+    """While another holder's lease is live, a task waits `busy_wait_s` and fails (Cloud Tasks
+    delivers it again); once that holder lets go it ticks, with a ledger of its own."""
+    counters.create_counter(isolated_db, "shared", shards=2)
+    add(isolated_db, "shared", 2)
+    first = cadence.Holder(isolated_db, cadence=FAST)
+    first.tick_slot(None)
+    second = cadence.Holder(isolated_db, cadence=FAST)
+    with pytest.raises(cadence.Busy):
+        second.tick_slot(None)
+    first.close()
+    add(isolated_db, "shared", 3)
+    assert second.tick_slot(None).outcome == cadence.Outcome.TICKED
+    assert rollup_count(isolated_db, "shared") == 5
+    second.close()
 
 
-def test_duplicate_deliveries_do_no_double_work(isolated_db: firestore.Client) -> None:
-    """Every successor delivered twice: one copy takes the lease, the other returns at once."""
-    counters.create_counter(isolated_db, "twice", shards=4)
-    with Chain(isolated_db, copies=2, timing=AWAKE) as chain:
-        chain.start(woken=True)
-        total = write_for(isolated_db, "twice", 7.0)
-        eventually(lambda: rollup_count(isolated_db, "twice") == total, timeout_s=20)
-    busy = [run for run in chain.runs if run.outcome == cadence.Outcome.BUSY]
-    worked = [run for run in chain.runs if run.ticks]
-    assert busy and all(run.ticks == 0 for run in busy)
-    assert len(worked) <= len(chain.runs) - len(busy)
-    assert strong(isolated_db, "twice") == rollup_count(isolated_db, "twice") == total
-
-
-def test_a_redelivery_takes_over_from_a_holder_that_died(
-    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+def test_housekeeping_ticks_only_when_nobody_else_holds_the_lease(
+    isolated_db: firestore.Client,
 ) -> None:
-    """A holder that dies mid-tick (never releasing) is replaced once its lease expires, and the
-    sums come out exact. How long that takes is measured by the chaos benchmark."""
-    names = [f"c{n}" for n in range(4)]
-    for name in names:
-        counters.create_counter(isolated_db, name, shards=2)
-    for name in names:
-        counters.increment(isolated_db, name, 5, configs=counters.ConfigCache())
-    real_commit = rollup.Rollup._commit
-
-    def dies_half_way(self: rollup.Rollup, updates: dict[str, dict[str, Any]]) -> None:
-        real_commit(self, dict(list(updates.items())[:2]))
-        raise SystemExit("killed mid-tick")
-
-    monkeypatch.setattr(rollup.Rollup, "_commit", dies_half_way)
-    monkeypatch.setattr(Lease, "release", lambda *args: None)  # a dead one releases nothing
-    with pytest.raises(SystemExit):
-        cadence.serve(isolated_db, successor=None, woken=True, cadence=FAST)
-    monkeypatch.undo()
-    assert lease_state(isolated_db)["owner"] is not None  # still "held" by the dead one
-    for name in names:
-        counters.increment(isolated_db, name, 1, configs=counters.ConfigCache())
-    run = cadence.serve(isolated_db, successor=None, woken=True, cadence=FAST)
-    assert run.ticks and run.took == "expired"
-    assert [rollup_count(isolated_db, name) for name in names] == [6] * 4
+    """The scheduled invocation leaves a live holder alone; once that holder's lease expires it
+    ticks and lets go, and the holder takes the lease back at its next task with an empty
+    ledger, publishing exactly."""
+    counters.create_counter(isolated_db, "kept", shards=3)
+    add(isolated_db, "kept", 1)
+    tasks = cadence.Holder(isolated_db, cadence=FAST)
+    tasks.tick_slot(None)
+    scheduled = cadence.Holder(isolated_db, cadence=FAST)
+    assert scheduled.housekeeping().outcome == cadence.Outcome.BUSY
+    add(isolated_db, "kept", 2)
+    eventually(lambda: scheduled.housekeeping().outcome == cadence.Outcome.TICKED,
+               timeout_s=FAST.lease_s + 10)
+    assert rollup_count(isolated_db, "kept") == 3
+    assert (state_ref(isolated_db).get().to_dict() or {}).get("owner") is None  # let go
+    add(isolated_db, "kept", 4)
+    again = tasks.tick_slot(None)
+    assert again.outcome == cadence.Outcome.TICKED and rollup_count(isolated_db, "kept") == 7
+    assert again.usage.reads >= 3  # read whole again: another holder published in between
+    tasks.close()
 
 
-def test_idle_rollup_sleeps_and_a_scheduled_run_only_does_housekeeping(
-    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With no writes the holder marks the lease asleep and releases it; a scheduled invocation
-    then ticks once and sleeps again, and one that finds writes stays awake."""
-    counters.create_counter(isolated_db, "quiet", shards=2)
-    first = cadence.serve(isolated_db, successor=None, woken=True, cadence=FAST)
-    assert first.outcome == cadence.Outcome.ASLEEP
-    state = lease_state(isolated_db)
-    assert state["awake"] is False and state["owner"] is None
-    seen: list[object] = []
-    real_tick = rollup.Rollup.tick
-
-    def tick_seen_by_writers(self: rollup.Rollup) -> rollup.TickStats:
-        seen.append(lease_state(isolated_db)["awake"])  # what a writer reads before the tick
-        return real_tick(self)
-
-    monkeypatch.setattr(rollup.Rollup, "tick", tick_seen_by_writers)
-    housekeeping = cadence.serve(isolated_db, successor=None, woken=False, cadence=FAST)
-    monkeypatch.undo()
-    assert (housekeeping.outcome, housekeeping.ticks) == (cadence.Outcome.ASLEEP, 1)
-    assert seen == [False]  # writers meanwhile are told it sleeps, and wake it
-    counters.increment(isolated_db, "quiet", 3, configs=counters.ConfigCache())
-    found = cadence.serve(isolated_db, successor=None, woken=False, cadence=FAST)
-    assert found.ticks > 1 and rollup_count(isolated_db, "quiet") == 3
-
-
-def test_a_writer_wakes_a_sleeping_rollup_once(isolated_db: firestore.Client) -> None:
-    """After a write, the waker enqueues a wake-up when the lease says asleep, and not again
-    for a while; it enqueues nothing while the rollup is awake."""
-    counters.create_counter(isolated_db, "woken", shards=2)
-    woken: list[int] = []
-    waker = waking.Waker(lambda db: woken.append(1))
-    assert waker.after_write(isolated_db)  # no lease document yet: nobody ticks
-    assert not waker.after_write(isolated_db)
-    stop = threading.Event()
-    holder = threading.Thread(target=cadence.serve, args=(isolated_db,), kwargs={
-        "successor": None, "woken": True, "cadence": cadence.in_process(0.2), "stop": stop})
-    holder.start()
-    eventually(lambda: lease_state(isolated_db).get("owner"))
-    awake = waking.Waker(lambda db: woken.append(2))
-    assert not awake.after_write(isolated_db)
-    stop.set()
-    holder.join(timeout=30)
-    assert woken == [1]
-
-
-def test_the_first_increment_after_sleep_reaches_the_rollup(
-    admin: Callables, db: firestore.Client, suffix: str
-) -> None:
-    """Through the stack's triggers: once the rollup sleeps, an increment enqueues a wake-up
-    task, which the Cloud Tasks emulator delivers to `rolluptick`, and the count reaches
-    counters/{id}. How soon is measured by the cadence benchmark (`first_after_idle_s`)."""
-    counter = f"wake-{suffix}"
-    admin.call("create_counter", counter=counter, shards=2)
-    wakes_the_sleeping_rollup(db, lambda: admin.call("increment", counter=counter, by=7),
-                              lambda: rollup_count(db, counter) == 7)
-
-
-def wakes_the_sleeping_rollup(db: firestore.Client, write: Callable[[], object],
-                              published: Callable[[], bool]) -> None:
-    """Once the stack's rollup sleeps, `write` wakes it: what it wrote is `published`, and a
-    `rolluptick` invocation that a wake-up task triggered is on record."""
-    idle = config.ROLLUP.idle_s + config.ROLLUP.drain_s
-    # Released asleep: every instance's cached view of the lease is "asleep" or stale by then.
-    eventually(lambda: (lambda state: state.get("awake") is False and state.get("owner") is None)(
-        lease_state(db)), timeout_s=idle + 30)
-    wakes = woken_invocations(db)
-    write()
-    eventually(published)
-    # An invocation records its trigger when it ends: after it has slept again.
-    eventually(lambda: woken_invocations(db) > wakes, timeout_s=idle + 60)
-
-
-def woken_invocations(db: firestore.Client) -> int:
-    usage = cadence.usage_ref(db).get().to_dict() or {}
-    return int((usage.get("triggers") or {}).get("wake", 0))
+def test_invocations_add_what_they_cost_to_the_usage_record(isolated_db: firestore.Client
+                                                            ) -> None:
+    """Each invocation's billed time (rounded up to 100 ms), ticks, operations, outcome and
+    trigger reach internal/rollup_usage; the record's own write is counted."""
+    counters.create_counter(isolated_db, "billed", shards=2)
+    holder = cadence.Holder(isolated_db, cadence=FAST)
+    slot = waking.slot_of(add(isolated_db, "billed", 1))
+    holder.tick_slot(slot)
+    holder.tick_slot(slot)
+    found = usage(isolated_db)
+    # Delivered before its slot ended (at once): it ticked, waited for the end, ticked again.
+    assert found["invocations"] == 2 and found["ticks"] == 2 and found["early"] == 1
+    assert found["outcomes"] == {"ticked": 1, "covered": 1}
+    assert found["triggers"] == {"write": 2}
+    assert found["billed_seconds"] >= 0.2 and round(found["billed_seconds"] * 10) == \
+        pytest.approx(found["billed_seconds"] * 10)
+    assert found["reads"] >= 2 and found["writes"] >= 3  # acquire, commit, the record's
+    holder.close()
 
 
 def test_the_lease_reports_the_rollups_health(
     isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While a holder ticks, health shows it awake with its tick figures; once nobody renews
-    the lease for longer than its TTL (commit times, not the `renewed_at` field), health says
-    it is stale."""
+    """After ticks, health shows it active with its tick figures; once nobody writes the lease
+    for longer than ROLLUP_STALE_S (commit times, not the `renewed_at` field), it is stale."""
     counters.create_counter(isolated_db, "watched", shards=2)
     assert status.read_status(isolated_db).stale == "the rollup never ran"
-    stop = threading.Event()
-    holder = threading.Thread(target=cadence.serve, args=(isolated_db,), kwargs={
-        "successor": None, "woken": True, "cadence": cadence.in_process(0.2), "stop": stop})
-    holder.start()
-    counters.increment(isolated_db, "watched", 1, configs=counters.ConfigCache())
-    found = eventually(lambda: (lambda h: h if h.tick_s is not None else None)(
-        status.read_status(isolated_db)))
-    assert found.awake and found.stale is None and found.holder and found.lag_s is not None
-    stop.set()
-    holder.join(timeout=30)
-    assert status.read_status(isolated_db).stale is None  # released awake a moment ago
+    holder = cadence.Holder(isolated_db, cadence=FAST)
+    for _ in range(2):  # a tick's figures go with the holder's next write to the lease
+        add(isolated_db, "watched", 1)
+        holder.tick_slot(None)
+    found = status.read_status(isolated_db)
+    assert found.active and found.stale is None and found.holder and found.lag_s is not None
+    assert found.tick_s is not None
+    holder.close()
     # A forged `renewed_at` changes nothing: staleness is judged from the commit times.
     state_ref(isolated_db).update({"renewed_at": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)})
     assert status.read_status(isolated_db).stale is None
-    monkeypatch.setattr(config, "ROLLUP", dataclasses.replace(config.ROLLUP, lease_s=0.5,
-                                                              period_s=0.1))
+    monkeypatch.setattr(config, "ROLLUP_STALE_S", 0.5)
     eventually(lambda: "no tick for" in (status.read_status(isolated_db).stale or ""))
+
+
+# -- through the stack's triggers --
+
+
+def test_an_increment_is_published_by_its_slots_task(
+    admin: Callables, db: firestore.Client, suffix: str
+) -> None:
+    """Through the stack: an increment enqueues its slot's task, which the Cloud Tasks emulator
+    delivers to `rolluptick` after the slot ends, and the count reaches counters/{id}. How soon
+    is measured by the cost benchmark (`lag_p99_s_*`, `first_after_idle_s`)."""
+    counter = f"slot-{suffix}"
+    admin.call("create_counter", counter=counter, shards=2)
+    ticked_by_a_write(db, lambda: admin.call("increment", counter=counter, by=7),
+                      lambda: rollup_count(db, counter) == 7)
+
+
+def ticked_by_a_write(db: firestore.Client, write: Callable[[], object],
+                      published: Callable[[], bool]) -> None:
+    """`write` is published by its slot's task: the scheduler's runs come at each minute's
+    start, so a write made between its seconds 5 and 40 and published within 10 s was."""
+    eventually(lambda: 5 <= dt.datetime.now(dt.UTC).second <= 40, timeout_s=60)
+    write()
+    eventually(published, timeout_s=10)
+
+
+def test_the_writes_of_one_second_share_one_task(db: firestore.Client, suffix: str) -> None:
+    """Tasks are named for their slot: the Cloud Tasks emulator refuses a second one, so the
+    writers of one second, on any number of instances, enqueue its tick once."""
+    slot = waking.slot_of(dt.datetime.now(dt.UTC)) + 3600 + int(suffix, 16) % 10**6
+    assert waking.enqueue_tick(db, "write", slot) is True
+    assert waking.enqueue_tick(db, "write", slot) is False

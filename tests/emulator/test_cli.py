@@ -25,7 +25,7 @@ from google.cloud import firestore
 
 from ..tables import table_rows
 from ..waiting import eventually
-from .test_cadence import rollup_count, wakes_the_sleeping_rollup
+from .test_cadence import rollup_count, ticked_by_a_write
 
 ROOT = Path(__file__).resolve().parents[2]
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
@@ -271,10 +271,11 @@ STACK_VARIABLES = ("GCLOUD_PROJECT", "FIRESTORE_EMULATOR_HOST", "FIREBASE_AUTH_E
                    "CLOUD_TASKS_EMULATOR_HOST", "COUNTERS_FUNCTIONS_URL", "COUNTERS_WEB_URL")
 
 
-def test_a_write_from_a_plain_shell_wakes_the_sleeping_rollup(db: firestore.Client,
-                                                              suffix: str) -> None:
+def test_a_write_from_a_plain_shell_is_ticked_by_its_slots_task(db: firestore.Client,
+                                                                 suffix: str) -> None:
     """As the README runs it, from a shell without the stack's variables: `inc` writes to the
-    emulator and its wake-up reaches the stack's Cloud Tasks emulator, so the rollup publishes."""
+    emulator and its slot's task reaches the stack's Cloud Tasks emulator: the rollup
+    publishes."""
     counter = f"cli-wake-{suffix}"
     run("create", counter, "--shards", "2")
     shell = {name: value for name, value in os.environ.items() if name not in STACK_VARIABLES}
@@ -284,4 +285,4 @@ def test_a_write_from_a_plain_shell_wakes_the_sleeping_rollup(db: firestore.Clie
                         "--by", "5"], env=shell, cwd=ROOT, check=True, capture_output=True,
                        timeout=120)
 
-    wakes_the_sleeping_rollup(db, inc, lambda: rollup_count(db, counter) == 5)
+    ticked_by_a_write(db, inc, lambda: rollup_count(db, counter) == 5)

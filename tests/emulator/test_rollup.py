@@ -53,15 +53,18 @@ def test_tick_writes_the_sum_of_changed_counters(isolated_db: firestore.Client) 
     assert quiet.update_time < stats.as_of  # never rewritten
 
 
-def test_idle_ticks_cost_one_empty_query(isolated_db: firestore.Client) -> None:
-    """With nothing changed, a tick costs the minimum of one query and writes nothing."""
+def test_idle_ticks_cost_a_lease_read_and_one_empty_query(isolated_db: firestore.Client
+                                                           ) -> None:
+    """With nothing changed, a tick costs the read of the lease, the minimum of one query, and
+    writes nothing (its lease was written less than `renew_s` ago)."""
     for n in range(30):
         counters.create_counter(isolated_db, f"idle-{n}", shards=3)
     step = rollup.Rollup(isolated_db, lease_for(isolated_db))
     step.tick()
     stats = step.tick()
     counter_reads = stats.reads - (stats.trends.reads if stats.trends else 0)
-    assert (counter_reads, stats.written, stats.changed_counters) == (1, 0, 0)
+    assert (counter_reads, stats.written, stats.changed_counters) == (2, 0, 0)
+    assert stats.usage.writes == 0
 
 
 def test_unchanged_sum_is_not_rewritten(isolated_db: firestore.Client) -> None:
@@ -167,17 +170,26 @@ def test_a_second_loop_waits_for_the_lease(isolated_db: firestore.Client) -> Non
         first.renew(first.watermark, first.swept)
 
 
-def test_an_invocation_converges_and_hands_over(isolated_db: firestore.Client) -> None:
-    """One invocation brings every changed counter up to date, then releases the lease awake."""
+def test_a_holder_keeps_its_ledger_between_ticks_and_lets_go_when_closed(
+    isolated_db: firestore.Client,
+) -> None:
+    """One holder ticks in separate invocations: the first reads the counter whole, the next
+    only the shard written since; closing it releases the lease with its progress."""
     counters.create_counter(isolated_db, "looped", shards=3)
     for _ in range(10):
         add(isolated_db, "looped", 2)
-    run = cadence.serve(isolated_db, successor=None, woken=True,
-                        cadence=config.Cadence(period_s=0.5, run_s=2.5))
-    assert run.outcome == cadence.Outcome.HANDED_OVER and run.ticks >= 3
-    assert rollup_count(isolated_db, "looped") == 20
+    holder = cadence.Holder(isolated_db)
+    first = holder.tick_slot(None)
+    assert first.outcome == cadence.Outcome.TICKED and rollup_count(isolated_db, "looped") == 20
+    add(isolated_db, "looped", 1)
+    second = holder.tick_slot(None)
+    assert rollup_count(isolated_db, "looped") == 21
+    # The lease read, the change query (the shards written within the overlap) and no shard
+    # listing: the counter is not read whole again.
+    assert second.usage.reads < first.usage.reads
+    holder.close()
     state = state_ref(isolated_db).get()
-    assert state.get("owner") is None and state.get("awake") is True
+    assert state.get("owner") is None and state.get("watermark") is not None
 
 
 def test_a_superseded_holder_commits_nothing(

@@ -521,6 +521,8 @@ class WriteBatch:
 class Client:
     """What the domain calls `db`."""
 
+    project = "demo-sim"
+
     def __init__(self, model: Model) -> None:
         self._model = model
 

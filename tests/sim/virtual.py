@@ -139,22 +139,3 @@ class Sim:
                 actor.killed = True
                 self._step(actor)
         self._heap.clear()
-
-
-class SimStop:
-    """A `threading.Event` look-alike for `cadence.serve`'s `stop`: waiting on it is virtual."""
-
-    def __init__(self, sim: Sim) -> None:
-        self._sim = sim
-        self._set = False
-
-    def set(self) -> None:
-        self._set = True
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if not self._set:
-            self._sim.wait(timeout or 0.0)
-        return self._set

@@ -6,12 +6,16 @@ Actors (each a thread of `virtual.Sim`):
 - writers: plain increments (with and without `request_id`, retried with the same id after an
   error, as clients do), batches, a `unique` counter's like/unlike toggles, a paced (views)
   counter, trend `track`s, and the app's own orders (created, moved between statuses, re-summed
-  and deleted); the write paths wake the rollup through one `waking.Waker`, as in one instance;
+  and deleted); the write paths enqueue their slots' ticks through one `waking.Waker`, as in one
+  instance;
 - the orders' trigger: every committed change of an order becomes an event, delivered after a
   delay, sometimes twice, in any order, and again after a failure (at-least-once);
-- rollup invocations: `cadence.serve` as deployed, scheduled every minute (never overlapping) and
-  dispatched as tasks (successors, wake-ups; a killed one is redelivered, some are duplicated);
-- chaos: kills and pauses of live holders.
+- rollup invocations as deployed: `Holder.tick_slot` for each slot's task (named, so one per
+  slot; dispatched after the slot's end, one at a time, to one instance whose holder lives on
+  between tasks; a failed or killed one is delivered again after a backoff, a few are delivered
+  twice at once to a second instance), and `Holder.housekeeping` every minute on an instance of
+  its own (never overlapping). A killed instance loses its holder: a new one starts empty;
+- chaos: kills and pauses of rollup invocations mid-tick, and of writers.
 
 Checks at quiescence: every counter's rollup equals its shards (else `lost`), its shards lie
 within what clients were acknowledged and what they could not tell (else `doubled` or `lost`);
@@ -39,7 +43,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from .firestore_model import Client, Committed, Latency, Model, Snapshot
-from .virtual import Sim, SimStop
+from .virtual import Sim
 
 # Autoscaling fast enough that a run of a few minutes grows, shrinks and folds shards.
 SCALING = AutoscaleParams(shard_write_rate=1.0, rise_tau_s=2.0, fall_tau_s=5.0,
@@ -99,12 +103,17 @@ class World:
         self.sim = Sim(random.Random(self.rng.random()))
         self.model = Model(self.sim, random.Random(self.rng.random()), settings.latency)
         self.db = cast(firestore.Client, Client(self.model))
-        self.clock = cadence.Clock(monotonic=self.sim.monotonic, now=self.sim.wall)
+        self.clock = cadence.Clock(monotonic=self.sim.monotonic, now=self.sim.wall,
+                                   sleep=self.sim.wait)
         self.outcome = Outcome(seed=seed, protected=protected)
         self.expected: dict[str, Expected] = defaultdict(Expected)
         self.tracks: dict[tuple[str, str], Expected] = defaultdict(Expected)
         self.writing = True
-        self.holders: list[Any] = []
+        self.doom: str | None = None  # what chaos does to the next invocation
+        self.instances: dict[str, cadence.Holder] = {}  # live instances' holders
+        self.started = 0  # instances started
+        self.slots: set[int] = set()  # task names taken
+        self.dispatching = False  # the tick queue dispatches one task at a time
         self.writers: list[Any] = []
         self.model.on_commit.append(self._fenced)
         self.model.on_commit.append(self._order_events)
@@ -119,8 +128,7 @@ class World:
             self.writers.append(self.sim.spawn(f"writer-{n}", functools.partial(self._writer, n),
                                                after_s=0.5 + n * 0.1))
         self.sim.spawn("chaos", self._chaos, after_s=5.0)
-        previous = waking.install(waking.Waker(lambda db: self._task("wake"),
-                                               clock=self.sim.monotonic))
+        previous = waking.install(waking.Waker(lambda db, slot: self._enqueue(slot)))
         try:
             self.sim.run_until(end)
             self.writing = False
@@ -143,47 +151,66 @@ class World:
 
     # -- rollup invocations --
 
-    def _serve(self, name: str, *, woken: bool) -> bool:
-        """One invocation; False when it failed (Firestore refused its lease's read or write:
-        the platform retries it)."""
+    def _holder(self, name: str) -> cadence.Holder:
+        return cadence.Holder(self.db, enqueue=self._enqueue, owner=name, scaling=SCALING,
+                              clock=self.clock)
+
+    def _invoke(self, instance: str, call: Callable[[cadence.Holder], object]) -> bool:
+        """One invocation on `instance`'s holder (made when the instance starts); False when it
+        failed (the platform retries it). A killed instance's holder is gone with it."""
         actor = self.sim.current()
         assert actor is not None
-        actor.owner = name
-        self.holders.append(actor)
+        holder = self.instances.get(instance)
+        if holder is None:
+            self.started += 1
+            holder = self.instances[instance] = self._holder(f"{instance}-{self.started}")
+        actor.owner = holder.lease.owner
         self.outcome.invocations += 1
+        if self.doom and self.writing:
+            self.sim.spawn("chaos-strike", functools.partial(self._strike, actor, self.doom))
+            self.doom = None
         try:
-            cadence.serve(self.db, successor=lambda: self._task("handover"), woken=woken,
-                          scaling=SCALING, owner=name, stop=cast(Any, SimStop(self.sim)),
-                          clock=self.clock)
-        except gexc.GoogleAPICallError:
+            call(holder)
+        except Exception:  # Busy, a lost lease, Firestore: recorded and raised for a retry
             return False
+        except BaseException:
+            if self.instances.get(instance) is holder:
+                del self.instances[instance]
+            raise
         finally:
             actor.owner = None
         return True
 
-    def _task(self, reason: str, after_s: float | None = None) -> None:
-        """Cloud Tasks: dispatched after a moment, now and then twice; a task whose invocation
-        died is delivered again after a backoff."""
-        name = f"task-{self.outcome.invocations}-{self.rng.randrange(10**6)}"
+    def _enqueue(self, slot: int) -> bool:
+        """Cloud Tasks: a task named for the slot, refused when it exists, dispatched a moment
+        after the slot's end (now and then a little before it: clocks differ)."""
+        if slot in self.slots:
+            return False
+        self.slots.add(slot)
+        due = (waking.slot_end(slot) - self.sim.wall()).total_seconds()
+        delay = max(0.0, due + self.rng.uniform(-0.05, 0.4))
+        self.sim.spawn(f"tick-{slot}", functools.partial(self._dispatch, slot, 1), after_s=delay)
+        if self.rng.random() < 0.05:  # Cloud Run past its max instances for a moment
+            self.sim.spawn(f"tick-{slot}-dup", functools.partial(
+                self._invoke, f"extra-{slot}", lambda h: h.tick_slot(slot)),
+                after_s=delay + self.rng.uniform(0.0, 0.5))
+        return True
 
-        def body() -> None:
-            actor = self.sim.current()
-            served = False
-            try:
-                served = self._serve(name, woken=True)
-            finally:
-                if not served or (actor is not None and actor.killed):
-                    self._task("redelivery", after_s=self.rng.uniform(1.0, 10.0))
-
-        delay = self.rng.uniform(0.05, 1.5) if after_s is None else after_s
-        self.sim.spawn(name, body, after_s=delay)
-        if self.rng.random() < 0.1:
-            self.sim.spawn(name + "-dup", functools.partial(self._duplicate, name + "-dup"),
-                           after_s=delay + self.rng.uniform(0.0, 3.0))
-
-    def _duplicate(self, name: str) -> None:
-        """A second delivery of a task: nobody redelivers it if it fails."""
-        self._serve(name, woken=True)
+    def _dispatch(self, slot: int, attempt: int) -> None:
+        """One delivery attempt: the queue dispatches one task at a time, to the tick
+        instance. A failed or killed attempt is retried after a backoff, up to 5 attempts."""
+        while self.dispatching:
+            self.sim.wait(0.05)
+        self.dispatching = True
+        done = False
+        try:
+            done = self._invoke("tick", lambda h: h.tick_slot(slot))
+        finally:
+            self.dispatching = False
+            if not done and attempt < 5:
+                self.sim.spawn(f"tick-{slot}-{attempt + 1}",
+                               functools.partial(self._dispatch, slot, attempt + 1),
+                               after_s=min(10.0, 2.0 ** (attempt - 1)))
 
     def _scheduler(self) -> None:
         """Cloud Scheduler: an invocation at every minute, never two at once (the next waits for
@@ -192,7 +219,7 @@ class World:
         while True:
             n += 1
             execution = self.sim.spawn(f"scheduled-{n}", functools.partial(
-                self._serve, f"scheduled-{n}", woken=False))
+                self._invoke, "scheduled", lambda h: h.housekeeping()))
             while not execution.done:
                 self.sim.wait(1.0)
             self.sim.wait(60.0 - (self.sim.monotonic() % 60.0))
@@ -211,21 +238,25 @@ class World:
                                            after_s=self.rng.uniform(0.1, 2.0)))
 
     def _chaos(self) -> None:
+        """Now and then a writer dies, or the next rollup invocation is killed or paused a
+        moment after it starts (mid-tick: between its Firestore calls)."""
         while self.writing:
             self.sim.wait(self.rng.uniform(3.0, 12.0))
             if self.rng.random() < self.settings.writer_kill_p:
                 self._kill_writer()
-                continue
-            live = [h for h in self.holders if not h.done and h.owner and not h.killed]
-            if not live or not self.writing:
-                continue
-            victim = self.rng.choice(live)
-            if self.rng.random() < self.settings.kill_p:
-                victim.killed = True
-                self.outcome.kills += 1
             else:
-                victim.pause_s = self.rng.uniform(5.0, 25.0)  # past the lease's 10 s, or not
-                self.outcome.pauses += 1
+                self.doom = "kill" if self.rng.random() < self.settings.kill_p else "pause"
+
+    def _strike(self, victim: Any, doom: str) -> None:
+        self.sim.wait(self.rng.uniform(0.0, 0.1))
+        if victim.done or victim.killed:
+            return
+        if doom == "kill":
+            victim.killed = True
+            self.outcome.kills += 1
+        else:
+            victim.pause_s = self.rng.uniform(5.0, 25.0)  # past the lease's 10 s, or not
+            self.outcome.pauses += 1
 
     # -- writers --
 

@@ -236,19 +236,19 @@ def test_load_on_a_missing_counter_is_one_clear_error(
         "creates it)")
 
 
-@pytest.mark.parametrize("stale", [None, "awake, but no tick for 40 s"])
+@pytest.mark.parametrize("stale", [None, "no tick for 200 s: the housekeeping has stopped"])
 def test_status_exits_non_zero_when_the_rollup_is_stale(
     domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch, stale: str | None
 ) -> None:
     """`status` prints the rollup's health and fails, saying why, when it looks stuck."""
-    found = status.RollupStatus(holder="h-1-x", awake=True, last_tick_at=AS_OF,
+    found = status.RollupStatus(holder="h-1-x", active=True, last_tick_at=AS_OF,
                                  last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0, holder_since=AS_OF,
                                  errors=["2026-01-01T00:00:00Z big: sum outside 64-bit"],
                                  stale=stale)
     monkeypatch.setattr(status_command, "read_status", lambda db: found)
     result = invoke("status", code=1 if stale else 0)
     assert table_rows(result.stdout) == [
-        ["state", "awake"], ["holder", "h-1-x"], ["holder_since", "2024-05-01T12:00:00Z"],
+        ["state", "active"], ["holder", "h-1-x"], ["holder_since", "2024-05-01T12:00:00Z"],
         ["last_tick_at", "2024-05-01T12:00:00Z"], ["last_tick_age_s", "0.4"], ["tick_s", "0.03"],
         ["lag_s", "1.0"], ["stale", stale or "-"]]
     assert result.stdout.splitlines()[-1] == "  2026-01-01T00:00:00Z big: sum outside 64-bit"

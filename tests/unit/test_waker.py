@@ -1,126 +1,100 @@
-"""The write path's waker (`waking.Waker`) with a fake lease document: one read at a time, no
-write held up behind a slow read, and one wake-up for a sleeping rollup."""
+"""The write path's side of ticking (`waking.Waker`): one task per slot and process, named for
+the slot and scheduled for its end; refusals and failures never fail a write."""
 
 from __future__ import annotations
 
 import datetime as dt
 import random
-import threading
-from concurrent.futures import ThreadPoolExecutor
+import re
 from typing import Any
 
-from counting import config, counters, waking
+from counting import counters, waking
 from google.cloud.firestore_v1.types import Value
 
-NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+NOW = dt.datetime(2026, 11, 22, 12, 0, 0, 250_000, tzinfo=dt.UTC)
 
 
-class Snapshot:
-    def __init__(self, awake: bool) -> None:
-        self.exists = True
-        self.read_time = NOW
-        self.update_time = NOW - dt.timedelta(seconds=1)  # the holder's last renewal
-        self._data = {"owner": "holder", "awake": awake}
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._data
+class Db:
+    def __init__(self, project: str = "p") -> None:
+        self.project = project
 
 
-class LeaseDocument:
-    """A stand-in Firestore client whose only document is the lease; `get` waits for `release`."""
-
-    def __init__(self, awake: bool) -> None:
-        self.awake = awake
-        self.reads = 0
-        self.release = threading.Event()
-        self.reading = threading.Event()
-
-    def collection(self, *path: str) -> LeaseDocument:
-        return self
-
-    def document(self, *path: str) -> LeaseDocument:
-        return self
-
-    def get(self) -> Snapshot:
-        self.reads += 1
-        self.reading.set()
-        assert self.release.wait(10)
-        return Snapshot(self.awake)
+def at(seconds: float) -> dt.datetime:
+    return NOW + dt.timedelta(seconds=seconds)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_writes_do_not_wait_behind_a_slow_lease_read() -> None:
-    """While one call reads the lease, the others return at once without reading."""
-    lease = LeaseDocument(awake=True)
-    waker = waking.Waker(lambda db: None, clock=Clock())
-    with ThreadPoolExecutor(1) as pool:
-        reader = pool.submit(waker.after_write, lease)  # type: ignore[arg-type]
-        assert lease.reading.wait(10)
-        others = [waker.after_write(lease) for _ in range(50)]  # type: ignore[arg-type]
-        assert others == [False] * 50 and lease.reads == 1
-        lease.release.set()
-        assert reader.result() is False
+def test_a_slot_is_its_commit_second_and_its_tick_starts_when_it_ends() -> None:
+    slot = waking.slot_of(NOW)
+    assert slot == int(NOW.timestamp())
+    assert waking.slot_of(at(0.74)) == slot and waking.slot_of(at(0.75)) == slot + 1
+    assert waking.slot_end(slot) == NOW.replace(microsecond=0) + dt.timedelta(seconds=1)
 
 
-def test_a_sleeping_rollup_is_woken_once_by_the_reader() -> None:
-    woken: list[int] = []
-    lease = LeaseDocument(awake=False)
-    clock = Clock()
-    waker = waking.Waker(lambda db: woken.append(1), clock=clock)
-    with ThreadPoolExecutor(1) as pool:
-        reader = pool.submit(waker.after_write, lease)  # type: ignore[arg-type]
-        assert lease.reading.wait(10)
-        assert waker.after_write(lease) is False  # type: ignore[arg-type]
-        lease.release.set()
-        assert reader.result() is True
-    assert woken == [1]
-    assert waker.after_write(lease) is False  # type: ignore[arg-type]  # within WAKE_RETRY_S
-    clock.now += config.WAKE_RETRY_S
-    assert waker.after_write(lease) is True  # type: ignore[arg-type]  # it read again: asleep
-    assert woken == [1, 1] and lease.reads == 2
+def test_task_ids_are_valid_distinct_and_spread() -> None:
+    """Cloud Tasks allows letters, digits, hyphens and underscores; consecutive slots must not
+    share a prefix (sequential names concentrate Cloud Tasks' lookups)."""
+    slot = waking.slot_of(NOW)
+    ids = [waking.task_id(slot + n) for n in range(100)]
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,500}", task) for task in ids)
+    assert len(set(ids)) == 100 and len({task[:2] for task in ids}) > 50
 
 
-def test_a_failed_read_wakes_the_rollup_as_it_cannot_tell() -> None:
-    """The writes that counted on the failed read are covered: the reader wakes the rollup."""
-    class Failing(LeaseDocument):
-        def get(self) -> Snapshot:
-            self.reads += 1
-            raise OSError("unavailable")
+def test_one_task_per_slot_and_process() -> None:
+    enqueued: list[int] = []
 
-    woken: list[int] = []
-    lease = Failing(awake=True)
-    clock = Clock()
-    waker = waking.Waker(lambda db: woken.append(1), clock=clock)
-    assert waker.after_write(lease) is True  # type: ignore[arg-type]
-    assert waker.after_write(lease) is False  # type: ignore[arg-type]  # within WAKE_RETRY_S
-    clock.now += config.WAKE_RETRY_S
-    assert waker.after_write(lease) is True  # type: ignore[arg-type]
-    assert woken == [1, 1] and lease.reads == 2
+    def enqueue(db: Any, slot: int) -> bool:
+        enqueued.append(slot)
+        return True
+
+    waker = waking.Waker(enqueue)
+    db: Any = Db()
+    assert waker.after_write(db, at(0.0)) is True
+    assert waker.after_write(db, at(0.5)) is False  # the same second: its task is on its way
+    assert waker.after_write(db, at(1.0)) is True
+    assert waker.after_write(db, at(0.9)) is False  # a write answered late, in a slot ticked after
+    assert enqueued == [waking.slot_of(NOW), waking.slot_of(NOW) + 1]
+    other: Any = Db("other")
+    assert waker.after_write(other, at(1.0)) is True  # another project: its own rollup
+    assert waker.created == 3
+
+
+def test_a_task_another_process_created_counts_as_refused() -> None:
+    waker = waking.Waker(lambda db, slot: False)
+    assert waker.after_write(Db(), NOW) is False  # type: ignore[arg-type]
+    assert (waker.created, waker.refused) == (0, 1)
+
+
+def test_a_failed_enqueue_is_not_retried_for_that_slot() -> None:
+    calls: list[int] = []
+
+    def enqueue(db: Any, slot: int) -> bool:
+        calls.append(slot)
+        raise RuntimeError("Cloud Tasks unavailable")
+
+    waker = waking.Waker(enqueue)
+    db: Any = Db()
+    assert waker.after_write(db, NOW) is False
+    assert waker.after_write(db, at(0.1)) is False
+    assert waker.after_write(db, at(1.0)) is False
+    assert calls == [waking.slot_of(NOW), waking.slot_of(NOW) + 1]
 
 
 class Written:
     """A WriteResult whose server timestamp is its commit time (nothing straddles)."""
 
-    def __init__(self) -> None:
-        self.update_time = NOW
-        self.transform_results = [Value(timestamp_value=NOW)]
+    def __init__(self, committed: dt.datetime) -> None:
+        self.update_time = committed
+        self.transform_results = [Value(timestamp_value=committed)]
 
 
-def test_settle_wakes_the_rollup_once_per_commit_that_wrote_shards() -> None:
-    """`counters.settle`, where the domain's write paths end, hands the client to the process's
-    waker once per commit of shard writes; a commit that wrote no shard wakes nothing."""
-    seen: list[object] = []
+def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
+    """`counters.settle`, where the domain's write paths end, hands the process's waker the
+    latest commit time of the shards it wrote; a commit that wrote no shard asks for nothing."""
+    seen: list[tuple[object, dt.datetime]] = []
 
     class Recording:
-        def after_write(self, db: Any) -> bool:
-            seen.append(db)
+        def after_write(self, db: Any, committed_at: dt.datetime) -> bool:
+            seen.append((db, committed_at))
             return False
 
     db = object()
@@ -128,20 +102,20 @@ def test_settle_wakes_the_rollup_once_per_commit_that_wrote_shards() -> None:
     try:
         counters.settle(db, [], random.Random())  # type: ignore[arg-type]
         assert seen == []
-        written: list[Any] = [(object(), Written()), (object(), Written())]
+        written: list[Any] = [(object(), Written(at(0.3))), (object(), Written(at(0.1)))]
         counters.settle(db, written, random.Random())  # type: ignore[arg-type]
     finally:
         waking.install(previous)
-    assert seen == [db]
+    assert seen == [(db, at(0.3))]
 
 
 def test_a_failing_waker_never_fails_the_write() -> None:
     class Broken:
-        def after_write(self, db: Any) -> bool:
+        def after_write(self, db: Any, committed_at: dt.datetime) -> bool:
             raise RuntimeError("no Cloud Tasks")
 
     previous = waking.install(Broken())
     try:
-        assert waking.after_write(object()) is False  # type: ignore[arg-type]
+        assert waking.after_write(object(), NOW) is False  # type: ignore[arg-type]
     finally:
         waking.install(previous)

@@ -16,7 +16,7 @@ def status(session: Session, as_json: bool) -> None:
     """Print the rollup's health; exit 1 when it looks stuck (for scripts and probes)."""
     found = read_status(session.db())
     figures = {
-        "state": "awake" if found.awake else "asleep",
+        "state": "active" if found.active else "idle (ticks when written)",
         "holder": found.holder,
         "holder_since": iso(found.holder_since),
         "last_tick_at": iso(found.last_tick_at),

@@ -245,7 +245,6 @@ function watchHealth() {
     const facts = [
       ["last tick", renewed ? renewed.toLocaleTimeString() : "never"],
       ["holder", data.owner ? `${data.owner} since ${data.holder_since?.toDate().toLocaleTimeString() ?? "?"}` : "none (released)"],
-      ["state", data.awake === false ? "asleep (no writes lately)" : "awake"],
       ["tick duration", data.tick_s === undefined ? "?" : `${data.tick_s} s`],
       ["lag", data.lag_s === undefined ? "?" : `${data.lag_s} s`],
     ];

@@ -1,10 +1,11 @@
 """The rollup's two entry points (`counting.cadence` explains the design):
 
-- `rollup`, scheduled every minute by Cloud Scheduler: the backstop and, while the rollup
-  sleeps, its housekeeping tick.
-- `rolluptick`, a Cloud Tasks queue function: the successor each invocation enqueues before its
-  end, and the wake-up writers enqueue when the rollup sleeps. Its queue dispatches at most two
-  at once, so a successor can wait for the lease beside its predecessor.
+- `rolluptick`, a Cloud Tasks queue function: one tick per task, for the slot (second) of the
+  writes that enqueued it (`counting.waking`). One instance at a time, one request at a time:
+  its queue dispatches one task at once, and a warm instance keeps the rollup's ledger between
+  ticks. A task that finds another holder, or whose tick fails, fails and is delivered again.
+- `rollup`, scheduled by Cloud Scheduler every minute: the backstop, and the housekeeping of a
+  rollup nobody writes to.
 """
 
 from __future__ import annotations
@@ -13,32 +14,27 @@ import os
 
 from firebase_functions import options, scheduler_fn, tasks_fn
 
-from .. import cadence, config, waking
+from .. import cadence, config
 from . import Request, db
 
-# One holder at a time does the work; the lease makes extra instances return at once. A
-# rollup instance keeps every active counter's shards in memory, hence 1 GiB.
+# A rollup instance keeps every active counter's shards in memory: 512 MiB. Each invocation is
+# one tick: at gen-1 CPU sizing (a third of a vCPU for 512 MiB, which allows one request per
+# instance: what these functions serve) a tick costs a third of what it would at 1 vCPU; the
+# work is Firestore round trips. tests/unit/test_manifest.py pins these, and bench/cost_model.py
+# prices them.
 ROLLUP_RUNTIME = {
-    "cpu": 1,
-    "memory": options.MemoryOption.GB_1,
-    "timeout_sec": config.ROLLUP_TIMEOUT_S,  # a full run, waiting for the lease, a margin
-    "min_instances": 0,  # asleep, the rollup costs one short invocation a minute
+    "cpu": "gcf_gen1",
+    "memory": options.MemoryOption.MB_512,
+    "timeout_sec": config.ROLLUP_TIMEOUT_S,
+    "min_instances": 0,  # nothing written: one short scheduled invocation a minute
+    "max_instances": 1,
+    "concurrency": 1,
 }
-
-
-# What a `rolluptick` task says it is for (`waking.enqueue_tick`); anything else counts as "task".
-TASK_REASONS = ("handover", "wake")
-
-
-def successor() -> None:
-    waking.enqueue_tick(db(), "handover")
 
 
 @scheduler_fn.on_schedule(
     schedule="every 1 minutes",
     **ROLLUP_RUNTIME,  # type: ignore[arg-type]
-    concurrency=1,  # Scheduler never overlaps two executions of the job
-    max_instances=1,
     retry_count=0,  # the next minute is the retry
 )
 def rollup(event: scheduler_fn.ScheduledEvent) -> None:
@@ -46,21 +42,25 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
         # Every new emulator worker pings the function once (GET /__/health); only the local
         # Scheduler stand-in (tools/scheduler.py) sends a job name.
         return
-    cadence.serve(db(), successor=successor, woken=False, trigger="schedule")
+    cadence.holder_for(db()).housekeeping()
 
 
 @tasks_fn.on_task_dispatched(
     **ROLLUP_RUNTIME,  # type: ignore[arg-type]
-    # A successor lands on its predecessor's warm instance while that one finishes.
-    concurrency=2,
-    max_instances=2,
-    rate_limits=options.RateLimits(max_concurrent_dispatches=2),
-    # A crashed invocation (instance lost, 5xx) is redelivered quickly; the lease expires
-    # within the lease's TTL and the redelivery takes over.
+    rate_limits=options.RateLimits(max_concurrent_dispatches=1),
+    # A failed tick (another holder, a lost lease, Firestore) is delivered again soon; the next
+    # slot's tick, or the scheduler's, catches up anyway.
     retry_config=options.RetryConfig(max_attempts=5, min_backoff_seconds=1,
                                      max_backoff_seconds=10),
 )
 def rolluptick(req: Request) -> None:
-    reason = req.data.get("reason") if isinstance(req.data, dict) else None
-    cadence.serve(db(), successor=successor, woken=True,
-                  trigger=reason if reason in TASK_REASONS else "task")
+    data = req.data if isinstance(req.data, dict) else {}
+    slot = data.get("slot")
+    reason = data.get("reason")
+    cadence.holder_for(db()).tick_slot(
+        slot if isinstance(slot, int) and not isinstance(slot, bool) else None,
+        trigger=reason if reason in TASK_REASONS else "task")
+
+
+# What a `rolluptick` task says it is for (`waking.enqueue_tick`); anything else counts as "task".
+TASK_REASONS = ("write", "deferred")
