@@ -1,8 +1,12 @@
 """The cost model prices as the platforms bill: requests rounded up to 100 ms, an instance billed
-once for overlapping requests, task operations per creation and per delivery, TTL deletes."""
+once for overlapping requests, task operations per creation and per delivery, TTL deletes; and
+the worked figures in docs/operations.md are the model's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import cost_examples
 import cost_model
 import pytest
 from cost_model import (
@@ -26,6 +30,7 @@ from cost_model import (
 from hypothesis import given
 from hypothesis import strategies as st
 
+ROOT = Path(__file__).resolve().parents[2]
 CALLABLE_S_USD = compute_usd(1.0, cost_model.CALLABLE_VCPU, cost_model.CALLABLE_GIB)
 requests_st = st.lists(st.tuples(st.floats(0, 100), st.floats(0, 5)), max_size=40)
 
@@ -126,3 +131,28 @@ def test_usage_delta_subtracts_the_numeric_fields() -> None:
     before = {"invocations": 3, "reads": 10, "triggers": {"schedule": 3}}
     after = {"invocations": 5, "reads": 16, "writes": 4, "triggers": {"schedule": 5}}
     assert usage_delta(before, after) == usage(invocations=2, reads=6, writes=4)
+
+
+def test_busy_load_costs_its_floor_plus_compute_tasks_and_tick_overhead() -> None:
+    """100 increments/s over 100 counters: two writes, an invocation and a TTL delete per
+    increment, plus a rollup write and a change read per counter-second, make $3.50 a
+    million; compute, task operations, configuration reads and each tick's own reads and
+    writes bring the model's figure to $3.88."""
+    floor = INVOCATION + 2 * WRITE + DELETE + (WRITE + READ)
+    assert usd_per_million_increments(floor, 1) == pytest.approx(3.50)
+    busy = cost_examples.month(cost_examples.LOADS[-1])
+    assert busy.usd_per_million == pytest.approx(3.88, abs=0.005)
+
+
+def test_idle_costs_the_scheduled_ticks_and_the_job() -> None:
+    """43,200 housekeeping ticks a month of 100 ms, 6 reads and 4 writes: $0.47."""
+    idle = cost_examples.month(cost_examples.LOADS[0])
+    assert idle.write_path_usd == 0
+    assert idle.total_usd == pytest.approx(0.47, abs=0.005)
+
+
+def test_the_docs_show_the_models_worked_figures() -> None:
+    """docs/operations.md's worked table has the rows `python bench/cost_examples.py` prints."""
+    docs = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8").splitlines()
+    assert [cost_examples.row(load) for load in cost_examples.LOADS if
+            cost_examples.row(load) not in docs] == []
