@@ -101,6 +101,7 @@ def usage(db: firestore.Client) -> dict[str, Any]:
 def steady(admin: Callables, counter: str, watch: Watch) -> dict[str, Any]:
     acks: list[float] = []
     latencies: list[float] = []
+    requests: list[tuple[float, float]] = []  # (start, duration) of each increment, for pricing
     lock = threading.Lock()
     interval = CLIENTS / STEADY_RATE
     began = time.monotonic()
@@ -116,6 +117,7 @@ def steady(admin: Callables, counter: str, watch: Watch) -> dict[str, Any]:
             with lock:
                 acks.append(acked)
                 latencies.append(acked - sent)
+                requests.append((sent, acked - sent))
             next_at += interval
             time.sleep(max(0.0, next_at - time.monotonic()))
 
@@ -149,6 +151,7 @@ def steady(admin: Callables, counter: str, watch: Watch) -> dict[str, Any]:
         "longest_gaps": [[round(gap, 2), round(at, 1)] for gap, at in sorted(gaps)[-5:]],
         "handovers": len(handovers),
         "callable_p50_s": percentile(latencies, 50),
+        "requests": requests,
         "lags": lags,
         "handover_times_s": handovers,
     }
@@ -168,9 +171,9 @@ def run() -> dict[str, Any]:
     admin.call("create_counter", counter=counter, shards=40)
     watch = Watch(db, counter)
     try:
-        before = usage(db)
+        before, from_s = usage(db), time.monotonic()
         load = steady(admin, counter, watch)
-        during = usage(db)
+        during, steady_s = usage(db), time.monotonic() - from_s
         print(f"steady: p99 lag {load['lag_p99_s']:.2f} s, max gap "
               f"{load['max_publish_gap_s']:.2f} s, {load['handovers']} handovers", flush=True)
         wait_asleep(db)
@@ -191,15 +194,23 @@ def run() -> dict[str, Any]:
         watch.close()
     idle = cost_model.usage_delta(idle_from, idle_to)
     steady_rollup = cost_model.usage_delta(before, during)
+    # Asleep, every invocation was the scheduler's; under load, about one a minute was.
+    idle_usd = cost_model.rollup_usd(idle, scheduled=idle["invocations"])
+    scheduled = steady_s / cost_model.SCHEDULE_S
+    rollup_usd = cost_model.rollup_usd(steady_rollup, scheduled)
+    write_path_usd = cost_model.write_path_usd(
+        load["requests"], cost_model.slot_tasks(steady_rollup, scheduled), counters=1)
     return {
-        **{k: v for k, v in load.items() if k not in ("lags", "handover_times_s")},
+        **{k: v for k, v in load.items() if k not in ("lags", "handover_times_s", "requests")},
         "first_after_idle_s": max(wakes),
         "wake_trials_s": wakes,
         "idle_s": IDLE_S,
         "idle_usage": idle,
-        "idle_usd_month": cost_model.idle_usd_month(idle, IDLE_S),
+        "idle_usd_month": cost_model.month_usd(idle_usd, IDLE_S),
         "usd_per_million_increments": cost_model.usd_per_million_increments(
-            steady_rollup, load["increments"], load["callable_p50_s"]),
+            write_path_usd + rollup_usd, load["increments"]),
+        "rollup_usd_per_million": cost_model.usd_per_million_increments(
+            rollup_usd, load["increments"]),
         "steady_rollup_usage": steady_rollup,
         "lags": load["lags"],
         "handover_times_s": load["handover_times_s"],

@@ -1,0 +1,84 @@
+"""The worked monthly figures of docs/operations.md ("Idle and cadence costs"): `cost_model`
+applied to four loads under assumed durations and operation counts (model estimates; the cost
+benchmark measures them). `python bench/cost_examples.py` prints the table's rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cost_model
+
+WINDOW_S = 600.0
+CALLABLE_S = 0.05  # an `increment` request: under 100 ms, so billed 100 ms alone
+TICK_S = 0.1  # a tick's request, billed 100 ms
+TICK_READS, TICK_WRITES = 3, 2  # per tick, plus 1 change read and 1 write per changed counter
+HOUSEKEEPING_READS, HOUSEKEEPING_WRITES = 6, 4  # the scheduled tick of an idle minute
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load:
+    name: str
+    rate: float  # increments a second, round robin over the counters
+    counters: int
+
+
+LOADS = (
+    Load(name="idle: nothing written", rate=0.0, counters=0),
+    Load(name="trickle: 1 increment every 10 s, one counter", rate=0.1, counters=1),
+    Load(name="steady: 1/s on one counter", rate=1.0, counters=1),
+    Load(name="busy: 100/s over 100 counters", rate=100.0, counters=100),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Month:
+    increments: int
+    write_path_usd: float
+    rollup_usd: float  # the Scheduler job included
+    total_usd: float
+    usd_per_million: float | None
+
+
+def month(load: Load) -> Month:
+    """A WINDOW_S of `load`, priced by the model and scaled to a month."""
+    n = round(load.rate * WINDOW_S)
+    requests = [(i / load.rate, CALLABLE_S) for i in range(n)]
+    slots: dict[int, set[int]] = {}  # second -> counters written in it
+    for i, (start, _) in enumerate(requests):
+        slots.setdefault(int(start), set()).add(i % load.counters)
+    changed = sum(len(written) for written in slots.values())
+    scheduled = WINDOW_S / cost_model.SCHEDULE_S
+    invocations = len(slots) + scheduled
+    usage = {
+        "invocations": invocations,
+        "billed_seconds": invocations * TICK_S,
+        "ticks": invocations,
+        "tasks": 0.0,
+        "reads": len(slots) * TICK_READS + changed + scheduled * HOUSEKEEPING_READS,
+        "writes": len(slots) * TICK_WRITES + changed + scheduled * HOUSEKEEPING_WRITES,
+        "deletes": 0.0,
+    }
+    rollup = cost_model.rollup_usd(usage, scheduled)
+    write_path = cost_model.write_path_usd(
+        requests, cost_model.slot_tasks(usage, scheduled), load.counters)
+    return Month(
+        increments=round(load.rate * cost_model.MONTH_S),
+        write_path_usd=write_path * cost_model.MONTH_S / WINDOW_S,
+        rollup_usd=cost_model.month_usd(rollup, WINDOW_S),
+        total_usd=cost_model.month_usd(write_path + rollup, WINDOW_S),
+        usd_per_million=cost_model.usd_per_million_increments(write_path + rollup, n)
+        if n else None)
+
+
+def row(load: Load) -> str:
+    """The docs' table row of a load."""
+    m = month(load)
+    per_million = "-" if m.usd_per_million is None else f"${m.usd_per_million:,.2f}"
+    return (f"| {load.name} | {m.increments:,} | ${m.write_path_usd:,.2f} | "
+            f"${m.rollup_usd:,.2f} | **${m.total_usd:,.2f}** | {per_million} |")
+
+
+if __name__ == "__main__":
+    for load in LOADS:
+        print(row(load))
