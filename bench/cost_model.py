@@ -24,9 +24,11 @@ SCHEDULER_JOB_MONTH = 0.10
 MONTH_S = 30 * 24 * 3600
 BILLING_STEP_S = 0.1  # each request's time is rounded up to this
 
-# What the functions are deployed with. The rollup's size: tests/unit/test_manifest.py must pin
-# the same.
-ROLLUP_VCPU, ROLLUP_GIB = 1.0, 1.0
+# What the functions are deployed with (tests/unit/test_manifest.py checks them against the
+# manifest). The rollup's functions run at gen-1 CPU sizing, 512 MiB: a third of a vCPU.
+GEN1_VCPU_BY_MB = {128: 0.083, 256: 0.167, 512: 0.333, 1024: 0.583, 2048: 1.0}
+ROLLUP_MB = 512
+ROLLUP_VCPU, ROLLUP_GIB = GEN1_VCPU_BY_MB[ROLLUP_MB], ROLLUP_MB / 1024
 CALLABLE_VCPU, CALLABLE_GIB = 1.0, 0.5
 CALLABLE_CONCURRENCY = 80
 SCHEDULE_S = 60.0  # the scheduled `rollup` runs once a minute

@@ -17,9 +17,9 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "functions"),
                 str(Path(__file__).parent.parent / "tools")]
 
-import cadence_bench  # noqa: E402
 import chaos_bench  # noqa: E402
 import collection_bench  # noqa: E402
+import cost_bench  # noqa: E402
 import counter_bench  # noqa: E402
 import matplotlib  # noqa: E402
 import policy_bench  # noqa: E402
@@ -109,25 +109,29 @@ def plot_trends(results: dict[str, Any]) -> None:
     fig.savefig(RESULTS / "trends.png", dpi=100)
 
 
-def plot_cadence(results: dict[str, Any]) -> None:
-    fig, (lag, gaps) = plt.subplots(1, 2, figsize=(14, 4.5), width_ratios=[3, 1])
-    times = [t for t, _ in results["lags"]]
-    lag.scatter(times, [v for _, v in results["lags"]], s=4, label="increment")
-    for n, at in enumerate(results["handover_times_s"]):
-        lag.axvline(at, color="red", linestyle="--", linewidth=0.8,
-                    label="handover" if n == 0 else None)
-    lag.axhline(results["lag_p99_s"], color="black", linestyle=":", label="p99")
-    lag.set(title=f"Rollup lag under {results['achieved_rate']:.0f} increments/s "
-                  "(ack -> listener)", xlabel="seconds into the run", ylabel="lag (s)")
+def plot_cost(results: dict[str, Any]) -> None:
+    fig, (lag, cost) = plt.subplots(1, 2, figsize=(14, 4.5), width_ratios=[3, 2])
+    for name, lags in results["lags"].items():
+        lag.scatter([t for t, _ in lags], [v for _, v in lags], s=4,
+                    label=f"{name}: p99 {results[f'lag_p99_s_{name}']:.2f} s")
+    lag.axhline(2.0, color="red", linestyle="--", label="target (2 s)")
+    lag.set(title="Lag per increment (ack -> listener)", xlabel="seconds into the level",
+            ylabel="lag (s)")
     lag.legend(loc="upper right")
-    trials = results["wake_trials_s"]
-    gaps.bar(range(1, len(trials) + 1), trials)
-    gaps.axhline(10, color="red", linestyle="--", label="target")
-    gaps.set(title="First increment after sleep", xlabel="trial (1: after the idle period)",
-             ylabel="seconds to the rollup")
-    gaps.legend()
+    names = ["idle", *results["lags"]]
+    rollup = [results[f"{name}_usd_month"] for name in names]
+    targets = {"idle": 1.0, "trickle": 3.0, "steady": 15.0}
+    bars = cost.bar(names, rollup, label="rollup, $ a month")
+    cost.bar_label(bars, fmt="$%.2f")
+    cost.scatter([n for n in names if n in targets], [targets[n] for n in names if n in targets],
+                 color="red", marker="_", s=400, label="target")
+    cost.set_yscale("log")
+    cost.set(title=f"The rollup's month at list price (busy, all in: "
+                   f"${results['usd_per_million_increments']:.2f} per million increments)",
+             ylabel="$ a month (log)")
+    cost.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "cadence.png", dpi=100)
+    fig.savefig(RESULTS / "cost.png", dpi=100)
 
 
 def plot_chaos(results: dict[str, Any]) -> None:
@@ -221,8 +225,8 @@ def run_flat(group: str, bench: Bench, plot: Callable[[dict[str, Any]], None],
     print(f"saved {group}.json and {group}.png under {RESULTS}")
 
 
-def cadence() -> None:
-    run_flat("cadence", cadence_bench.run, plot_cadence, "lags")
+def cost() -> None:
+    run_flat("cost", cost_bench.run, plot_cost, "lags")
 
 
 def chaos() -> None:
@@ -262,7 +266,7 @@ def collections() -> None:
 
 
 GROUPS: dict[str, Callable[[], None]] = {
-    "cadence": cadence, "chaos": chaos, "collections": collections, "counters": counters,
+    "chaos": chaos, "cost": cost, "collections": collections, "counters": counters,
     "autoscale": autoscale, "sequences": sequences, "trends": trends, "policies": policies}
 
 

@@ -126,9 +126,12 @@ class Cadence:
     # A tick that did not write the lease (nothing to commit) renews it when its last write is
     # this old: the progress is persisted and the lease stays live while the holder ticks.
     renew_s: float = 5.0
-    # A task that finds another holder's lease live polls this long for it to be released (a
-    # scheduled housekeeping tick lets go within a second), then fails and is retried.
-    busy_wait_s: float = 2.0
+    # A task that finds another holder's lease live polls this long for it to be let go or to
+    # expire, then fails and is delivered again. Longer than the lease: the queue dispatches one
+    # task at a time to one instance, so a task that finds another holder either waits for the
+    # scheduled housekeeping (which lets go within a second) or came to a new instance because
+    # the old one is gone (restarted, moved): its lease expires within `lease_s`.
+    busy_wait_s: float = 12.0
     poll_s: float = 0.2
     # A holder adds what its invocations cost to internal/rollup_usage at most this often (one
     # write), and at the end of a housekeeping run.

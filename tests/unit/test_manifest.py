@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import cost_model
 import main
 import pytest
 import yaml
@@ -88,3 +89,15 @@ def test_the_tick_queue_dispatches_one_task_at_a_time_and_retries_soon() -> None
     assert queue["rateLimits"]["maxConcurrentDispatches"] == 1
     assert queue["retryConfig"]["minBackoffSeconds"] == 1
     assert queue["retryConfig"]["maxAttempts"] == 5
+
+
+def test_the_cost_model_prices_the_deployed_sizes() -> None:
+    """bench/cost_model.py prices the rollup and the callables at the sizes they deploy with."""
+    found = endpoints()
+    for name in ("rollup", "rolluptick"):
+        assert found[name]["availableMemoryMb"] == cost_model.ROLLUP_MB
+        assert found[name]["cpu"] == "gcf_gen1"
+    callable_ = found["increment"]
+    assert (callable_["cpu"], callable_["availableMemoryMb"] / 1024) == (
+        cost_model.CALLABLE_VCPU, cost_model.CALLABLE_GIB)
+    assert callable_["concurrency"] == cost_model.CALLABLE_CONCURRENCY
