@@ -15,6 +15,7 @@ from firebase_functions import options, scheduler_fn, tasks_fn
 
 from .. import cadence, config, waking
 from . import Request, db
+from .task_queues import RUNTIME_SERVICE_ACCOUNT, task_queue_invoker
 
 # One holder at a time does the work; the lease makes extra instances return at once. A
 # rollup instance keeps every active counter's shards in memory, hence 1 GiB.
@@ -49,6 +50,7 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
     cadence.serve(db(), successor=successor, woken=False, trigger="schedule")
 
 
+@task_queue_invoker(RUNTIME_SERVICE_ACCOUNT)  # the functions may enqueue it (task_queues.py)
 @tasks_fn.on_task_dispatched(
     **ROLLUP_RUNTIME,  # type: ignore[arg-type]
     # A successor lands on its predecessor's warm instance while that one finishes.
