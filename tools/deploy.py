@@ -229,8 +229,8 @@ def verify_task_queue(call: Call, project: str, account: str) -> None:
     problems = task_queue_problems(call, project, account)
     if problems:
         raise click.ClickException(
-            "the rollup's task queue is not wired: writes cannot wake a sleeping rollup (the "
-            "scheduled one still publishes every minute)\n  " + "\n  ".join(problems) + "\n"
+            "the rollup's task queue is not wired: no function can enqueue a rolluptick task "
+            "(the scheduled rollup still publishes every minute)\n  " + "\n  ".join(problems) + "\n"
             f"firebase-tools grants {ENQUEUER} and {INVOKER} from rolluptick's manifest at every "
             f"functions deploy, make deploy grants {ACT_AS}: run it again "
             "(docs/deploy.md, \"Task queue roles\")")

@@ -19,7 +19,7 @@ from firebase_functions.private import manifest
 TaskFunction = TypeVar("TaskFunction", bound=Callable[..., Any])
 
 # The account the functions run as, which enqueues `rolluptick` tasks (the callables after a
-# write, the rollup for its successor) and which the Admin SDK names in each task's OIDC token,
+# write, and the rollup's own functions) and which the Admin SDK names in each task's OIDC token,
 # so that Cloud Tasks dispatches the task as it. The functions set no service account: it is the
 # project's default compute account, PROJECT_NUMBER-compute@developer.gserviceaccount.com, which
 # no built-in parameter names. `make deploy` writes it into functions/.env.<project>;
