@@ -1,40 +1,59 @@
 """`make deploy PROJECT=<id>`: preflight checks, then the deploy steps in the order that is safe.
 
-1. Rules and indexes (and TTL policies) first: the rollup's and Top-K's queries fail in production
+1. The runtime service account into functions/.env.<project> (RUNTIME_SERVICE_ACCOUNT, the
+   project's default compute account): the deploy manifest names it as `rolluptick`'s invoker
+   (counting/api/task_queues.py), and firebase-tools reads the value there.
+2. Rules and indexes (and TTL policies): the rollup's and Top-K's queries fail in production
    until their composite indexes exist, and the new callables expect the new rules.
-2. Functions: the callables, the scheduled rollup and its task queue.
-3. Hosting: `firebase.json`'s predeploy builds web/dist for production first.
+3. Functions: the callables, the scheduled rollup and its task queue. firebase-tools grants the
+   runtime account the Cloud Tasks enqueuer role on the queue and the Cloud Run invoker role on
+   `rolluptick`.
+4. Hosting: `firebase.json`'s predeploy builds web/dist for production first.
+5. What firebase-tools does not grant: the runtime account may act as itself
+   (roles/iam.serviceAccountUser), which enqueueing a task with its OIDC token requires.
+6. A check that the three roles are in place; the deploy fails, saying which is missing, if not.
 
-The preflight stops before anything is deployed when: the project is missing or an emulator-only
-`demo-` one, the Firebase CLI has no login, the project has no web app (Hosting's
-`/__/firebase/init.json` would be empty), or the local checks (lint, unit, webunit with its
-check that a production bundle names no emulator, runtime-check) fail.
+Steps 1, 5 and 6 call Google's REST APIs with the Firebase CLI's credentials
+(tools/access_token.cjs). The preflight stops before anything is deployed when: the project is
+missing or an emulator-only `demo-` one, the Firebase CLI has no login, the project has no web
+app (Hosting's `/__/firebase/init.json` would be empty), or the local checks (lint, unit,
+webunit with its check that a production bundle names no emulator, runtime-check) fail.
 `--dry-run` prints the steps without running them. docs/deploy.md walks through the first deploy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
+from counting import config
 
 ROOT = Path(__file__).resolve().parent.parent
 FIREBASE = str(ROOT / "node_modules/.bin/firebase")
-STEPS: tuple[tuple[str, str], ...] = (
-    ("rules, indexes and TTL policies", "firestore"),
-    ("functions", "functions"),
-    ("web client (built by the predeploy)", "hosting"),
-)
+FUNCTIONS = ROOT / "functions"
 
+# The parameter rolluptick's manifest names as its invoker (counting/api/task_queues.py).
+RUNTIME_ACCOUNT = "RUNTIME_SERVICE_ACCOUNT"
+TASK = config.ROLLUP_TASK_FUNCTION
+ENQUEUER = "roles/cloudtasks.enqueuer"
+INVOKER = "roles/run.invoker"
+ACT_AS = "roles/iam.serviceAccountUser"
 
-def deploy_commands(project: str) -> list[list[str]]:
-    """The firebase commands of a deploy, in order."""
-    return [[FIREBASE, "deploy", "--project", project, "--only", only] for _, only in STEPS]
+Json = dict[str, Any]
+# A Google REST call: method, URL, JSON body (None: none) -> the JSON answer.
+Call = Callable[[str, str, Json | None], Json]
+Run = Callable[[Sequence[str]], None]
+Step = tuple[str, Callable[[], object]]
 
 
 def problem_with(project: str | None) -> str | None:
@@ -57,8 +76,201 @@ def firebase_json(*args: str) -> object:
                                    f"{(done.stderr or done.stdout).strip()[:300]}") from None
 
 
-def preflight(project: str, run: Callable[[Sequence[str]], None]) -> None:
-    if not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") and not firebase_json("login:list"):
+def access_token() -> str:
+    """An access token from the Firebase CLI's credentials (its login, FIREBASE_TOKEN or
+    Application Default Credentials, as `firebase deploy` picks them)."""
+    done = subprocess.run(["node", str(ROOT / "tools/access_token.cjs")], capture_output=True,
+                          text=True, cwd=ROOT, check=False)
+    if done.returncode != 0 or not done.stdout:
+        raise click.ClickException(f"no access token from the Firebase CLI's credentials: "
+                                   f"{done.stderr.strip()[:300]}")
+    return done.stdout.strip()
+
+
+def google_api(token: Callable[[], str]) -> Call:
+    """Calls Google's REST APIs with a fresh `token()` each (a deploy outlasts a token)."""
+
+    def call(method: str, url: str, body: Json | None) -> Json:
+        request = urllib.request.Request(
+            url, method=method, data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token()}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                found: Json = json.loads(answer.read() or b"{}")
+                return found
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode(errors="replace")
+            with contextlib.suppress(ValueError, KeyError, TypeError):  # Google's error shape
+                detail = str(json.loads(detail)["error"]["message"])
+            raise click.ClickException(f"{method} {url}: HTTP {error.code}: {detail[:300]}") \
+                from None
+        except urllib.error.URLError as error:
+            raise click.ClickException(f"{method} {url}: {error.reason}") from None
+
+    return call
+
+
+# Asked of every getIamPolicy: version 1 policies would hide the conditions of bindings.
+POLICY_V3: Json = {"options": {"requestedPolicyVersion": 3}}
+
+
+# The resources the task queue's roles are on, as the APIs name them.
+def function_url(project: str) -> str:
+    return (f"https://cloudfunctions.googleapis.com/v2/projects/{project}/locations/"
+            f"{config.REGION}/functions/{TASK}")
+
+
+def queue_url(project: str) -> str:
+    return (f"https://cloudtasks.googleapis.com/v2/projects/{project}/locations/{config.REGION}"
+            f"/queues/{TASK}")
+
+
+def run_url(service: str) -> str:
+    """`service` as Cloud Functions names it: projects/P/locations/R/services/S."""
+    return f"https://run.googleapis.com/v1/{service}"
+
+
+def account_url(project: str, account: str) -> str:
+    return f"https://iam.googleapis.com/v1/projects/{project}/serviceAccounts/{account}"
+
+
+def default_compute_account(call: Call, project: str) -> str:
+    """The account 2nd-gen functions run as when they name none, as ours do (a manifest test)."""
+    found = call("GET", f"https://cloudresourcemanager.googleapis.com/v1/projects/{project}", None)
+    return f"{found['projectNumber']}-compute@developer.gserviceaccount.com"
+
+
+def declared_account(env_file: Path) -> str | None:
+    """RUNTIME_SERVICE_ACCOUNT as functions/.env.<project> sets it, if it does."""
+    if not env_file.exists():
+        return None
+    for line in env_file.read_text().splitlines():
+        found = re.fullmatch(rf"\s*(?:export\s+)?{RUNTIME_ACCOUNT}\s*=\s*['\"]?([^'\"#\s]*)"
+                             r"['\"]?\s*(?:#.*)?", line)
+        if found:
+            return found[1]
+    return None
+
+
+def declare_account(call: Call, project: str, env_file: Path) -> str:
+    """Makes `env_file` (functions/.env.<project>) name the runtime service account, which
+    firebase-tools reads for the manifest's RUNTIME_SERVICE_ACCOUNT; returns the account."""
+    account = default_compute_account(call, project)
+    declared = declared_account(env_file)
+    if declared == account:
+        return account
+    if declared is not None:
+        raise click.ClickException(
+            f"functions/{env_file.name} sets {RUNTIME_ACCOUNT}={declared}, but the functions run "
+            f"as {account}, the project's default compute account: correct the line, or remove "
+            "it and make deploy writes it")
+    text = env_file.read_text() if env_file.exists() else ""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    env_file.write_text(
+        f"{text}# The account the functions run as: rolluptick's invoker (make deploy wrote it).\n"
+        f"{RUNTIME_ACCOUNT}={account}\n")
+    click.echo(f"wrote {RUNTIME_ACCOUNT}={account} into functions/{env_file.name}", err=True)
+    return account
+
+
+def grants(policy: Json, role: str, account: str) -> bool:
+    """Whether an IAM `policy` gives `account` `role` unconditionally."""
+    return any(binding.get("role") == role and "condition" not in binding
+               and f"serviceAccount:{account}" in binding.get("members", ())
+               for binding in policy.get("bindings", ()))
+
+
+def grant_act_as(call: Call, project: str, account: str) -> bool:
+    """Lets `account` act as itself (roles/iam.serviceAccountUser on the account): creating a
+    task whose OIDC token names an account requires iam.serviceAccounts.actAs on it, and the
+    Admin SDK names the caller's own. Returns whether the policy changed."""
+    url = account_url(project, account)
+    policy = call("POST", f"{url}:getIamPolicy", POLICY_V3)
+    if grants(policy, ACT_AS, account):
+        return False
+    bindings = [dict(binding) for binding in policy.get("bindings", ())]
+    mine = next((binding for binding in bindings
+                 if binding["role"] == ACT_AS and "condition" not in binding), None)
+    if mine is None:
+        bindings.append({"role": ACT_AS, "members": [f"serviceAccount:{account}"]})
+    else:
+        mine["members"] = [*mine.get("members", ()), f"serviceAccount:{account}"]
+    # The policy's etag makes a concurrent change fail this call rather than be overwritten.
+    call("POST", f"{url}:setIamPolicy", {"policy": {**policy, "bindings": bindings}})
+    click.echo(f"granted {account} {ACT_AS} on itself", err=True)
+    return True
+
+
+def task_queue_problems(call: Call, project: str, account: str) -> list[str]:
+    """What stops `account` from enqueueing rolluptick tasks that Cloud Tasks can dispatch:
+    empty when the function runs as it and it holds the enqueuer role on the queue, the invoker
+    role on the function's Cloud Run service and the service account user role on itself."""
+    service = call("GET", function_url(project), None).get("serviceConfig", {})
+    runs_as, run_service = service.get("serviceAccountEmail"), service.get("service")
+    problems = []
+    if runs_as != account:
+        problems.append(f"{TASK} runs as {runs_as}, not as {account} ({RUNTIME_ACCOUNT})")
+    policies = [
+        (ENQUEUER, f"the {TASK} queue",
+         call("POST", f"{queue_url(project)}:getIamPolicy", POLICY_V3)),
+        (INVOKER, f"the {TASK} Cloud Run service",
+         call("GET", f"{run_url(run_service)}:getIamPolicy?options.requestedPolicyVersion=3",
+              None)),
+        (ACT_AS, "itself",
+         call("POST", f"{account_url(project, account)}:getIamPolicy", POLICY_V3)),
+    ]
+    problems += [f"{account} lacks {role} on {on}"
+                 for role, on, policy in policies if not grants(policy, role, account)]
+    return problems
+
+
+def verify_task_queue(call: Call, project: str, account: str) -> None:
+    problems = task_queue_problems(call, project, account)
+    if problems:
+        raise click.ClickException(
+            "the rollup's task queue is not wired: no function can enqueue a rolluptick task "
+            "(the scheduled rollup still publishes every minute)\n  " + "\n  ".join(problems) + "\n"
+            f"firebase-tools grants {ENQUEUER} and {INVOKER} from rolluptick's manifest at every "
+            f"functions deploy, make deploy grants {ACT_AS}: run it again "
+            "(docs/deploy.md, \"Task queue roles\")")
+    click.echo(f"checked: {account} holds {ENQUEUER} on the {TASK} queue, {INVOKER} on its "
+               f"service, {ACT_AS} on itself", err=True)
+
+
+def plan(project: str, run: Run, call: Call, functions: Path = FUNCTIONS) -> list[Step]:
+    """The deploy's steps in order: each as --dry-run prints it (a firebase command, or as a
+    comment what make deploy does through Google's APIs) and what running it does."""
+    env_file = functions / f".env.{project}"
+
+    def account() -> str:
+        declared = declared_account(env_file)
+        assert declared is not None, "the first step writes it"
+        return declared
+
+    def firebase(only: str) -> Step:
+        command = [FIREBASE, "deploy", "--project", project, "--only", only]
+        return " ".join(command), lambda: run(command)
+
+    return [
+        (f"# {RUNTIME_ACCOUNT}=<project number>-compute@developer.gserviceaccount.com into "
+         f"functions/{env_file.name} (Resource Manager projects.get), unless it is there",
+         lambda: declare_account(call, project, env_file)),
+        firebase("firestore"),
+        firebase("functions"),
+        firebase("hosting"),
+        (f"# grant: {ACT_AS} on the runtime account to itself (IAM serviceAccounts."
+         "getIamPolicy, setIamPolicy)", lambda: grant_act_as(call, project, account())),
+        (f"# verify: the runtime account runs {TASK} and holds {ENQUEUER} on its queue, "
+         f"{INVOKER} on its Cloud Run service and {ACT_AS} on itself (Cloud Functions "
+         "functions.get, getIamPolicy of Cloud Tasks, Cloud Run and IAM)",
+         lambda: verify_task_queue(call, project, account())),
+    ]
+
+
+def preflight(project: str, run: Run) -> None:
+    if not (os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or os.environ.get("FIREBASE_TOKEN")
+            or firebase_json("login:list")):
         raise click.ClickException("the Firebase CLI is not logged in: npx firebase login")
     if not firebase_json("apps:list", "WEB", "--project", project):
         raise click.ClickException(
@@ -71,7 +283,8 @@ def preflight(project: str, run: Callable[[Sequence[str]], None]) -> None:
 @click.option("--project", envvar="PROJECT", help="The Firebase project (or $PROJECT).")
 @click.option("--dry-run", is_flag=True, help="Print the deploy steps; run nothing.")
 def main(project: str | None, dry_run: bool) -> None:
-    """Deploy rules and indexes, then functions, then hosting, to PROJECT."""
+    """Deploy rules and indexes, then functions, then hosting, to PROJECT, and wire the
+    rollup's task queue."""
     problem = problem_with(project)
     if problem is not None:
         raise click.UsageError(problem)
@@ -82,14 +295,16 @@ def main(project: str | None, dry_run: bool) -> None:
         if subprocess.run(command, cwd=ROOT, check=False).returncode != 0:
             raise click.ClickException(f"{command[0]} failed: nothing after it was deployed")
 
+    steps = plan(project, run, google_api(access_token))
     if dry_run:
-        for command in deploy_commands(project):
-            click.echo(" ".join(command))
+        for shown, _ in steps:
+            click.echo(shown)
         return
     preflight(project, run)
-    for (what, _), command in zip(STEPS, deploy_commands(project), strict=True):
-        click.echo(f"deploying {what}", err=True)
-        run(command)
+    for shown, step in steps:
+        if shown.startswith("#"):
+            click.echo(shown[2:], err=True)
+        step()
     click.echo(f"deployed to {project}: https://{project}.web.app", err=True)
 
 

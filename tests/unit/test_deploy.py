@@ -1,15 +1,71 @@
-"""`make deploy`'s plan (tools/deploy.py): what it refuses, and the order of its steps."""
+"""`make deploy`'s plan (tools/deploy.py): what it refuses, the order of its steps, and the
+task queue's roles it grants and checks, against a model of Google's APIs (no network)."""
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import click
 import deploy
 import pytest
 from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
+PROJECT = "my-app"
+ACCOUNT = "123456789-compute@developer.gserviceaccount.com"
+SERVICE = f"projects/{PROJECT}/locations/us-central1/services/rolluptick"
+QUEUE = deploy.queue_url(PROJECT)
+SELF = deploy.account_url(PROJECT, ACCOUNT)
+RUN = deploy.run_url(SERVICE)
+
+
+def binding(role: str, *accounts: str) -> dict[str, Any]:
+    return {"role": role, "members": [f"serviceAccount:{a}" for a in accounts]}
+
+
+class FakeGoogle:
+    """Google's APIs as a deploy calls them: the project's number, rolluptick's Cloud Functions
+    resource, and the IAM policies of its queue, its Cloud Run service and the runtime account.
+    `functions_deployed` does what firebase-tools does from rolluptick's manifest."""
+
+    def __init__(self, runs_as: str = ACCOUNT) -> None:
+        self.runs_as = runs_as
+        self.policies: dict[str, dict[str, Any]] = {
+            QUEUE: {"etag": "q1"}, RUN: {"etag": "r1"},
+            SELF: {"etag": "s1", "bindings": [binding("roles/iam.serviceAccountTokenCreator",
+                                                      "someone@my-app.iam.gserviceaccount.com")]}}
+        self.calls: list[str] = []
+
+    def functions_deployed(self) -> None:
+        self.policies[QUEUE]["bindings"] = [binding(deploy.ENQUEUER, ACCOUNT)]
+        self.policies[RUN]["bindings"] = [binding(deploy.INVOKER, ACCOUNT)]
+
+    def has_all_roles(self) -> FakeGoogle:
+        self.functions_deployed()
+        self.policies[SELF]["bindings"].append(binding(deploy.ACT_AS, ACCOUNT))
+        return self
+
+    def __call__(self, method: str, url: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        resource, _, verb = url.partition("?")[0].rpartition(":")
+        if url == f"https://cloudresourcemanager.googleapis.com/v1/projects/{PROJECT}":
+            self.calls.append("projects.get")
+            return {"projectId": PROJECT, "projectNumber": "123456789"}
+        if url == deploy.function_url(PROJECT):
+            self.calls.append("functions.get")
+            return {"serviceConfig": {"service": SERVICE, "serviceAccountEmail": self.runs_as}}
+        assert resource in self.policies, url
+        self.calls.append(f"{verb} {resource}")
+        if verb == "getIamPolicy":
+            assert "requestedPolicyVersion=3" in url or body == deploy.POLICY_V3  # conditions
+            return copy.deepcopy(self.policies[resource])
+        assert verb == "setIamPolicy" and method == "POST" and body is not None
+        assert body["policy"]["etag"] == self.policies[resource]["etag"]  # no blind overwrite
+        self.policies[resource] = {**body["policy"], "etag": "changed"}
+        return self.policies[resource]
 
 
 @pytest.mark.parametrize(("project", "why"), [
@@ -23,10 +79,119 @@ def test_no_deploy_without_a_real_project(project: str, why: str) -> None:
 def test_rules_and_indexes_go_first_then_functions_then_hosting() -> None:
     result = CliRunner().invoke(deploy.main, ["--project", "my-app", "--dry-run"])
     assert result.exit_code == 0, result.output
-    steps = [line.split() for line in result.output.splitlines()]
+    steps = [line.split() for line in result.output.splitlines() if not line.startswith("#")]
     assert [step[step.index("--only") + 1] for step in steps] == [
         "firestore", "functions", "hosting"]
     assert all(step[step.index("--project") + 1] == "my-app" for step in steps)
+
+
+def test_the_dry_run_shows_the_runtime_account_its_grant_and_the_check() -> None:
+    """The account is written before the functions deploy reads it; the grant and the check of
+    the task queue's roles come after everything is deployed."""
+    result = CliRunner().invoke(deploy.main, ["--project", "my-app", "--dry-run"])
+    lines = result.output.splitlines()
+    assert lines[0].startswith("# RUNTIME_SERVICE_ACCOUNT=<project number>-compute@")
+    assert "functions/.env.my-app" in lines[0]
+    assert [line.split()[-1] for line in lines[1:4]] == ["firestore", "functions", "hosting"]
+    assert lines[4].startswith(f"# grant: {deploy.ACT_AS}")
+    assert lines[5].startswith("# verify:")
+    assert all(role in lines[-1] for role in (deploy.ENQUEUER, deploy.INVOKER, deploy.ACT_AS))
+
+
+def test_a_deploy_grants_act_as_and_checks_every_role(tmp_path: Path) -> None:
+    """firebase-tools grants the enqueuer and invoker roles at the functions deploy; make deploy
+    adds the runtime account's service account user role on itself, then checks all three."""
+    google = FakeGoogle()
+    ran: list[str] = []
+
+    def run(command: Sequence[str]) -> None:
+        ran.append(command[-1])
+        if command[-1] == "functions":
+            assert (tmp_path / ".env.my-app").read_text().endswith(
+                f"RUNTIME_SERVICE_ACCOUNT={ACCOUNT}\n")
+            google.functions_deployed()
+
+    for _, step in deploy.plan(PROJECT, run, google, functions=tmp_path):
+        step()
+    assert ran == ["firestore", "functions", "hosting"]
+    assert deploy.grants(google.policies[SELF], deploy.ACT_AS, ACCOUNT)
+    assert deploy.task_queue_problems(google, PROJECT, ACCOUNT) == []
+    assert google.calls[0] == "projects.get" and "functions.get" in google.calls
+
+
+def test_a_deploy_fails_when_firebase_tools_granted_nothing(tmp_path: Path) -> None:
+    """Without the invoker in the manifest firebase-tools grants no role: the check says so."""
+    google = FakeGoogle()
+    steps = deploy.plan(PROJECT, lambda command: None, google, functions=tmp_path)
+    with pytest.raises(click.ClickException) as failed:
+        for _, step in steps:
+            step()
+    assert f"{ACCOUNT} lacks {deploy.ENQUEUER} on the rolluptick queue" in failed.value.message
+    assert f"{ACCOUNT} lacks {deploy.INVOKER} on the rolluptick Cloud Run service" \
+        in failed.value.message
+    assert f"lacks {deploy.ACT_AS}" not in failed.value.message  # granted by then
+
+
+def test_the_check_passes_when_the_runtime_account_holds_the_three_roles() -> None:
+    google = FakeGoogle().has_all_roles()
+    assert deploy.task_queue_problems(google, PROJECT, ACCOUNT) == []
+    deploy.verify_task_queue(google, PROJECT, ACCOUNT)
+    assert not any(call.startswith("setIamPolicy") for call in google.calls)  # only reads
+
+
+@pytest.mark.parametrize(("resource", "role", "on"), [
+    (QUEUE, deploy.ENQUEUER, "the rolluptick queue"),
+    (RUN, deploy.INVOKER, "the rolluptick Cloud Run service"),
+    (SELF, deploy.ACT_AS, "itself"),
+])
+def test_the_check_names_the_missing_role(resource: str, role: str, on: str) -> None:
+    """One role missing (or granted only under a condition) fails the deploy, saying which."""
+    google = FakeGoogle().has_all_roles()
+    for held in google.policies[resource]["bindings"]:
+        if held["role"] == role:
+            held["condition"] = {"title": "until friday", "expression": "request.time < ..."}
+    with pytest.raises(click.ClickException) as failed:
+        deploy.verify_task_queue(google, PROJECT, ACCOUNT)
+    assert f"{ACCOUNT} lacks {role} on {on}" in failed.value.message
+    assert "run it again" in failed.value.message
+    assert deploy.task_queue_problems(google, PROJECT, ACCOUNT) == [
+        f"{ACCOUNT} lacks {role} on {on}"]
+
+
+def test_the_check_fails_when_the_function_runs_as_another_account() -> None:
+    google = FakeGoogle(runs_as="other@my-app.iam.gserviceaccount.com").has_all_roles()
+    assert deploy.task_queue_problems(google, PROJECT, ACCOUNT) == [
+        f"rolluptick runs as other@my-app.iam.gserviceaccount.com, not as {ACCOUNT} "
+        "(RUNTIME_SERVICE_ACCOUNT)"]
+
+
+def test_granting_act_as_keeps_the_other_bindings_and_happens_once() -> None:
+    google = FakeGoogle()
+    assert deploy.grant_act_as(google, PROJECT, ACCOUNT)
+    assert google.policies[SELF]["bindings"] == [
+        binding("roles/iam.serviceAccountTokenCreator", "someone@my-app.iam.gserviceaccount.com"),
+        binding(deploy.ACT_AS, ACCOUNT)]
+    assert not deploy.grant_act_as(google, PROJECT, ACCOUNT)
+    assert google.calls.count(f"setIamPolicy {SELF}") == 1
+
+
+def test_the_runtime_account_is_added_to_the_projects_dotenv(tmp_path: Path) -> None:
+    """Kept beside what the file says already; a second deploy leaves it as it is."""
+    env_file = tmp_path / ".env.my-app"
+    env_file.write_text("ENFORCE_APP_CHECK=false")
+    assert deploy.declare_account(FakeGoogle(), PROJECT, env_file) == ACCOUNT
+    written = env_file.read_text()
+    assert written.startswith("ENFORCE_APP_CHECK=false\n")
+    assert written.endswith(f"\nRUNTIME_SERVICE_ACCOUNT={ACCOUNT}\n")
+    deploy.declare_account(FakeGoogle(), PROJECT, env_file)
+    assert env_file.read_text() == written
+
+
+def test_a_dotenv_naming_another_account_stops_the_deploy(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env.my-app"
+    env_file.write_text('RUNTIME_SERVICE_ACCOUNT="999-compute@developer.gserviceaccount.com"\n')
+    with pytest.raises(click.ClickException, match="the functions run as 123456789-compute@"):
+        deploy.declare_account(FakeGoogle(), PROJECT, env_file)
 
 
 

@@ -11,6 +11,7 @@ import main
 import pytest
 import yaml
 from counting import config, declarations
+from counting.api.task_queues import RUNTIME_SERVICE_ACCOUNT
 from firebase_functions.private import serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,11 +24,22 @@ ROLLUP = {"cpu": "gcf_gen1", "availableMemoryMb": 512, "timeoutSeconds": config.
 EXPECTED = {"rollup": ROLLUP, "rolluptick": ROLLUP}
 
 
-def endpoints() -> dict[str, Any]:
-    manifest = yaml.safe_load(serving.functions_as_yaml(
+def manifest() -> dict[str, Any]:
+    """What firebase-tools reads from the functions at deploy time (functions.yaml)."""
+    found: dict[str, Any] = yaml.safe_load(serving.functions_as_yaml(
         {name: getattr(main, name) for name in main.__all__}))
-    endpoints: dict[str, Any] = manifest["endpoints"]
+    return found
+
+
+def endpoints() -> dict[str, Any]:
+    endpoints: dict[str, Any] = manifest()["endpoints"]
     return endpoints
+
+
+def dotenv(name: str) -> dict[str, str]:
+    """A functions/ dotenv file's variables, as firebase-tools reads the simple lines we write."""
+    lines = (ROOT / "functions" / name).read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
 
 
 @pytest.mark.parametrize("name", main.__all__)
@@ -56,11 +68,10 @@ def test_callables_serve_many_requests_per_instance() -> None:
 def test_python_workers_serve_as_many_requests_as_the_callables_declare() -> None:
     """Deployed, a Python function serves its instance's requests on THREADS threads (default
     4 per CPU); functions/.env sets it to the concurrency every callable and trigger declares."""
-    env = dict(line.split("=", 1) for line in (ROOT / "functions" / ".env").read_text().splitlines()
-               if line and not line.startswith("#"))
     served = {n: e["concurrency"] for n, e in endpoints().items()
               if n not in ("rollup", "rolluptick")}
-    assert set(served.values()) == {int(env["THREADS"])}
+    assert set(served.values()) == {int(dotenv(".env")["THREADS"])}
+    assert "THREADS" not in dotenv(".env.local")  # the emulators serve as a deploy does
 
 
 def test_rollup_triggers() -> None:
@@ -68,6 +79,32 @@ def test_rollup_triggers() -> None:
     found = endpoints()
     assert found["rollup"]["scheduleTrigger"]["schedule"] == "every 1 minutes"
     assert found["rollup"]["scheduleTrigger"]["retryConfig"]["retryCount"] == 0
+
+
+def test_the_functions_runtime_account_may_enqueue_rollup_ticks() -> None:
+    """rolluptick's queue names the runtime service account as its invoker, a parameter
+    firebase-tools resolves at deploy time: it grants that account the Cloud Tasks enqueuer role
+    on the queue and the Cloud Run invoker role on the function."""
+    assert endpoints()["rolluptick"]["taskQueueTrigger"]["invoker"] == [
+        "{{ params.RUNTIME_SERVICE_ACCOUNT }}"]
+    declared = {param["name"]: param for param in manifest()["params"]}
+    assert declared[RUNTIME_SERVICE_ACCOUNT.name]["type"] == "string"
+    assert "default" not in declared[RUNTIME_SERVICE_ACCOUNT.name]  # per project, never guessed
+
+
+def test_every_function_runs_as_the_runtime_account() -> None:
+    """No function names its own service account: the callables and the rollup, which enqueue
+    rolluptick tasks, all run as the project's default compute account, the invoker above."""
+    assert all(endpoint.get("serviceAccountEmail") is None for endpoint in endpoints().values())
+
+
+def test_every_parameter_has_a_value_for_the_emulators_and_none_is_project_specific() -> None:
+    """The Functions emulator prompts for a parameter without a value (and a stack without a
+    terminal hangs); the runtime service account is per project, so functions/.env, which every
+    deploy reads, leaves it to functions/.env.<project>."""
+    local = {**dotenv(".env"), **dotenv(".env.local")}
+    assert {param["name"] for param in manifest()["params"]} <= set(local)
+    assert RUNTIME_SERVICE_ACCOUNT.name not in dotenv(".env")
 
 
 def test_collection_triggers_watch_the_declared_documents() -> None:

@@ -16,6 +16,7 @@ from firebase_functions import options, scheduler_fn, tasks_fn
 
 from .. import cadence, config
 from . import Request, db
+from .task_queues import RUNTIME_SERVICE_ACCOUNT, task_queue_invoker
 
 # A rollup instance keeps every active counter's shards in memory: 512 MiB. Each invocation is
 # one tick: at gen-1 CPU sizing (a third of a vCPU for 512 MiB, which allows one request per
@@ -45,6 +46,7 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
     cadence.holder_for(db()).housekeeping()
 
 
+@task_queue_invoker(RUNTIME_SERVICE_ACCOUNT)  # the functions may enqueue it (task_queues.py)
 @tasks_fn.on_task_dispatched(
     **ROLLUP_RUNTIME,  # type: ignore[arg-type]
     rate_limits=options.RateLimits(max_concurrent_dispatches=1),
