@@ -3,12 +3,15 @@ the stack's real triggers (the `increment` callable, `rolluptick` delivered by t
 emulator, `rollup` fired by the Scheduler stand-in) and priced by `cost_model`.
 
 Each loaded level sends increments (each with a request id) at a fixed rate, round robin over
-its counters, for at least three minutes; lag is acknowledgement -> a listener on the counters
-showing it. The rollup's figures are what it recorded in internal/rollup_usage over the level:
-a holder records at most every `usage_flush_s`, so after the load the level waits that long and
-makes one more increment, whose tick records the rest (it is counted in the level). Then idle:
+its counters, for WARM_S unmeasured (the emulator's workers start, the rollup meets the
+counters), then for at least three minutes measured; lag is acknowledgement -> a listener on
+the counters showing it. The rollup's figures are what it recorded in internal/rollup_usage over
+the level: a holder records at most every `usage_flush_s`, so after the load the level waits
+that long and makes one more increment, whose tick records the rest (it is counted in the
+level). Then idle:
 IDLE_S with nothing written, priced per month, and the first increment after it, IDLE_TRIALS
-times (`first_after_idle_s` is the worst).
+times (`first_after_idle_s` is the worst), after COOL_S in which the sweeps still read what the
+levels wrote.
 
 `*_usd_month` is the rollup's month at that level (compute, invocations, its Firestore
 operations and Cloud Tasks operations, the Scheduler job); `*_total_usd_month` adds the write
@@ -38,7 +41,10 @@ from google.cloud.firestore_v1.field_path import FieldPath
 LEVEL_S = float(os.environ.get("COST_LEVEL_S", 180))
 IDLE_S = float(os.environ.get("COST_IDLE_S", 600))
 IDLE_TRIALS = int(os.environ.get("COST_IDLE_TRIALS", 3))
-SENDERS = 48
+SENDERS = 16  # the Functions emulator starts a worker process per request in flight
+WARM_S = 15.0  # each level first runs this long unmeasured: workers started, counters met
+# Before the idle spells: the sweeps of the next 5.5 minutes still read what the levels wrote.
+COOL_S = config.MAX_REQUEST_S + 2 * config.ROLLUP_SWEEP_EVERY_S
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ class Level:
 
 
 LEVELS = (
-    Level("trickle", 0.1, 1, max(LEVEL_S, 300.0)),  # 30 increments at least
+    Level("trickle", 0.1, 1, LEVEL_S * 5 / 3),  # 300 s: 30 increments
     Level("steady", 1.0, 1, LEVEL_S),
     Level("busy", 100.0, 100, LEVEL_S),
 )
@@ -128,20 +134,25 @@ def load(db: firestore.Client, admin: Callables, level: Level) -> dict[str, Any]
     requests: list[tuple[float, float]] = []
     lock = threading.Lock()
     callers = [Callables(admin.token) for _ in range(SENDERS)]
-    total = round(level.rate * level.seconds)
-    time.sleep(2)  # the creations' ticks are done
-    before = usage(db)
-    began = time.monotonic()
+    warm = max(1, round(level.rate * WARM_S))
+    total = warm + round(level.rate * level.seconds)
+    started = time.monotonic()
+    before: dict[str, Any] = {}
+    began = math.inf
 
     def send(i: int) -> None:
-        time.sleep(max(0.0, began + i / level.rate - time.monotonic()))
+        nonlocal before, began
+        time.sleep(max(0.0, started + i / level.rate - time.monotonic()))
+        if i == warm:
+            before, began = usage(db), time.monotonic()
         counter = names[i % len(names)]
         sent = time.monotonic()
         callers[i % SENDERS].call("increment", counter=counter, request_id=uuid.uuid4().hex)
         acked = time.monotonic()
-        with lock:
-            acks[counter].append(acked)
-            requests.append((sent, acked - sent))
+        if i >= warm:
+            with lock:
+                acks[counter].append(acked)
+                requests.append((sent, acked - sent))
 
     try:
         with ThreadPoolExecutor(SENDERS) as pool:
@@ -149,13 +160,16 @@ def load(db: firestore.Client, admin: Callables, level: Level) -> dict[str, Any]
                 future.result()
         sent_s = time.monotonic() - began
         lags: list[tuple[float, float]] = []
-        for counter, times in acks.items():
-            wait_shown(watch, counter, len(times), began, 30)
-            for k, acked in enumerate(sorted(times), start=1):
+        for n, counter in enumerate(names):
+            times = sorted(acks[counter])
+            earlier = len(range(n, warm, len(names)))  # its warm-up increments
+            wait_shown(watch, counter, earlier + len(times), began, 30)
+            for k, acked in enumerate(times, start=earlier + 1):
                 shown = watch.shown(counter, k, acked)
                 if shown is not None:
                     lags.append((acked - began, shown - acked))
-        record_pending(db, admin, names[0], watch, len(acks[names[0]]) + 1)
+        record_pending(db, admin, names[0], watch,
+                       len(range(0, warm, len(names))) + len(acks[names[0]]) + 1)
     finally:
         watch.close()
     after = usage(db)
@@ -193,6 +207,8 @@ def idle(db: firestore.Client, admin: Callables) -> dict[str, Any]:
     watch = Watch(db, counter)
     spent: dict[str, float] = defaultdict(float)
     firsts: list[float] = []
+    print(f"cooling down for {COOL_S:.0f} s", flush=True)
+    time.sleep(COOL_S)
     try:
         for trial in range(IDLE_TRIALS):
             time.sleep(config.ROLLUP.usage_flush_s + 5)  # the last invocations are recorded

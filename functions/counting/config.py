@@ -134,8 +134,9 @@ class Cadence:
     busy_wait_s: float = 12.0
     poll_s: float = 0.2
     # A holder adds what its invocations cost to internal/rollup_usage at most this often (one
-    # write), and at the end of a housekeeping run.
-    usage_flush_s: float = 30.0
+    # write: about 25 cents a month while something is written every second), and at the end of
+    # a housekeeping run.
+    usage_flush_s: float = 10.0
 
 
 ROLLUP = Cadence()
