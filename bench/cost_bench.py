@@ -8,10 +8,10 @@ counters), then for at least three minutes measured; lag is acknowledgement -> a
 the counters showing it. The rollup's figures are what it recorded in internal/rollup_usage over
 the level: a holder records at most every `usage_flush_s`, so after the load the level waits
 that long and makes one more increment, whose tick records the rest (it is counted in the
-level). Then idle:
-IDLE_S with nothing written, priced per month, and the first increment after it, IDLE_TRIALS
-times (`first_after_idle_s` is the worst), after COOL_S in which the sweeps still read what the
-levels wrote.
+level). Idle: IDLE_S with nothing written, priced per month, and the first increment after it,
+IDLE_TRIALS times (`first_after_idle_s` is the worst). Idle comes first, on the fresh stack: after the
+levels, the scheduled runs go on sweeping what they wrote (5.5 minutes) and shrinking and
+folding their counters (after a 10-minute cool-down), which is the levels' cost, not idle's.
 
 `*_usd_month` is the rollup's month at that level (compute, invocations, its Firestore
 operations and Cloud Tasks operations, the Scheduler job); `*_total_usd_month` adds the write
@@ -43,8 +43,6 @@ IDLE_S = float(os.environ.get("COST_IDLE_S", 600))
 IDLE_TRIALS = int(os.environ.get("COST_IDLE_TRIALS", 3))
 SENDERS = 16  # the Functions emulator starts a worker process per request in flight
 WARM_S = 15.0  # each level first runs this long unmeasured: workers started, counters met
-# Before the idle spells: the sweeps of the next 5.5 minutes still read what the levels wrote.
-COOL_S = config.MAX_REQUEST_S + 2 * config.ROLLUP_SWEEP_EVERY_S
 
 
 @dataclass(frozen=True)
@@ -207,8 +205,6 @@ def idle(db: firestore.Client, admin: Callables) -> dict[str, Any]:
     watch = Watch(db, counter)
     spent: dict[str, float] = defaultdict(float)
     firsts: list[float] = []
-    print(f"cooling down for {COOL_S:.0f} s", flush=True)
-    time.sleep(COOL_S)
     try:
         for trial in range(IDLE_TRIALS):
             time.sleep(config.ROLLUP.usage_flush_s + 5)  # the last invocations are recorded
@@ -235,8 +231,10 @@ def idle(db: firestore.Client, admin: Callables) -> dict[str, Any]:
 def run() -> dict[str, Any]:
     db = firestore.Client(project=os.environ["GCLOUD_PROJECT"])
     admin = Callables(sign_up({"admin": True}).id_token)
-    levels = {level.name: load(db, admin, level) for level in LEVELS}
+    # Idle first: after the levels, the scheduled runs would still be shrinking and folding
+    # their counters (10 minutes after their load ends), which is not what idle costs.
     rested = idle(db, admin)
+    levels = {level.name: load(db, admin, level) for level in LEVELS}
     busy = levels["busy"]
     return {
         **{f"{name}_usd_month": figures["usd_month"] for name, figures in levels.items()},
