@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import firebase_admin
@@ -88,8 +89,13 @@ class Waker:
     """The write path's side of ticking (one per process): after a write, make sure a tick of
     its slot is enqueued. `enqueue(db, slot)` enqueues it (False: it existed already)."""
 
-    def __init__(self, enqueue: Callable[[firestore.Client, int], bool]) -> None:
+    def __init__(self, enqueue: Callable[[firestore.Client, int], bool], *,
+                 timeout_s: float = config.TICK_ENQUEUE_TIMEOUT_S) -> None:
         self._enqueue = enqueue
+        self._timeout_s = timeout_s
+        # The Admin SDK waits up to 120 s for Cloud Tasks and retries: a write waits this
+        # long at most (the call goes on in the background).
+        self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tick-enqueue")
         self._lock = threading.Lock()
         self._last: dict[tuple[str, str], int] = {}  # per database: the last slot enqueued
         self.created = 0  # tasks this process created
@@ -106,8 +112,8 @@ class Waker:
                 return False
             self._last[key] = slot
         try:
-            created = self._enqueue(db, slot)
-        except Exception as error:
+            created = self._calls.submit(self._enqueue, db, slot).result(self._timeout_s)
+        except Exception as error:  # refused, failed, or still waiting (TimeoutError)
             log.warning("could not enqueue the rollup's tick (the scheduler ticks within a "
                         "minute): %r", error)
             return False
