@@ -5,7 +5,8 @@ commit time of what it wrote. The write committed in the one-second slot s (its 
 whole second); the process's `Waker` enqueues a `rolluptick` task named for s and scheduled for
 s + 1, once per slot and process. Cloud Tasks refuses a second task of one name, so the writes of
 one second, on any number of instances, share one tick, which starts after every one of them has
-committed. Failures are logged, never raised: the scheduled backstop ticks within a minute. Deployed
+committed. Failures are logged, never raised: the scheduled backstop ticks within about 70 s
+(the lease of the tick instance expires, then the next minute's run comes). Deployed
 functions, the operator CLI and the demo seed use the Cloud Tasks waker made on first use;
 tests and the simulation `install` their own.
 """
@@ -103,7 +104,7 @@ class Waker:
 
     def after_write(self, db: firestore.Client, committed_at: dt.datetime) -> bool:
         """Returns True when this call created the slot's task. A failed enqueue is not tried
-        again for that slot (the backstop ticks within a minute; a flood of retries would only
+        again for that slot (the backstop ticks within about 70 s; a flood of retries would only
         slow every write while Cloud Tasks is down)."""
         slot = slot_of(committed_at)
         key = (db.project, getattr(db, "_database", "(default)"))
@@ -156,5 +157,5 @@ def after_write(db: firestore.Client, committed_at: dt.datetime) -> bool:
     try:
         return _installed.after_write(db, committed_at)
     except Exception:
-        log.exception("could not enqueue the rollup's tick (the scheduler ticks within a minute)")
+        log.exception("could not enqueue the rollup's tick (the scheduled run will tick)")
         return False
