@@ -15,8 +15,8 @@ http.globalAgent = new http.Agent({ keepAlive: false });
 
 // 2. A rejected promise nobody handles is logged, not fatal. The Emulator Hub's
 // "disableBackgroundTriggers" waits for every running function to finish and rejects after
-// 60 s, unhandled, when one runs longer (the rollup's invocations run for a minute): Node then
-// exits, and every emulator with it.
+// 60 s, unhandled, when one runs longer (a rollup task waiting out a lease, a slow backfill):
+// Node then exits, and every emulator with it.
 process.on("unhandledRejection", (reason) => {
   console.error("unhandled rejection in firebase-tools (the emulators keep running):", reason);
 });

@@ -6,9 +6,9 @@ process group of its own and kill the whole group on the way out, because the Py
 workers outlive `firebase emulators:*` otherwise.
 
 The rollup runs only as deployed: the Functions emulator serves `rollup` and `rolluptick`, the
-Cloud Tasks emulator dispatches `rolluptick` (successors and wake-ups), and `tools/scheduler.py`
-fires `rollup` every minute as Cloud Scheduler would (the emulator never fires scheduled
-functions). Ports and the project id come from firebase.json and .firebaserc.
+Cloud Tasks emulator dispatches `rolluptick` (one task per second written in), and
+`tools/scheduler.py` fires `rollup` every minute as Cloud Scheduler would (the emulator never
+fires scheduled functions). Ports and the project id come from firebase.json and .firebaserc.
 
 The Hosting emulator serves the web client from web/dist (`make` builds it first). Only `dev`
 keeps data: it imports emulator-data/ when it exists, seeds the demo documents and user when they
@@ -381,7 +381,7 @@ def describe() -> str:
             f"  Firestore emulator  {env['FIRESTORE_EMULATOR_HOST']}",
             f"  Auth emulator       {env['FIREBASE_AUTH_EMULATOR_HOST']}",
             f"  Functions (callables) {env['COUNTERS_FUNCTIONS_URL']}/<name>",
-            f"  Cloud Tasks         {env['CLOUD_TASKS_EMULATOR_HOST']} (rollup handovers)",
+            f"  Cloud Tasks         {env['CLOUD_TASKS_EMULATOR_HOST']} (rollup ticks)",
             f"  Scheduler stand-in  {SCHEDULED} every minute (log: {STATE / 'scheduler.log'})",
             f"  Emulator log        {STATE / 'firebase.log'}",
         ]

@@ -127,8 +127,9 @@ class Holder:
     # -- invocations --
 
     def tick_slot(self, slot: int | None, trigger: str = "write") -> Invocation:
-        """A task's invocation: one tick that starts after the end of `slot` (None: at once).
-        Raises `Busy`, `LeaseLost` or the tick's error after recording what it did, so that the
+        """A task's invocation: one tick that starts after the end of `slot` (None: at once),
+        unless a tick of this holder already started after it and no counter is owed. Raises
+        `Busy`, `LeaseLost` or the tick's error after recording what it did, so that the
         platform delivers the task again."""
         with self._lock:
             run = Invocation(trigger=trigger)
@@ -136,13 +137,17 @@ class Holder:
             try:
                 end = None if slot is None else waking.slot_end(slot)
                 if end is not None and self.rollup is not None and self.last_as_of is not None \
-                        and self.last_as_of >= end:
+                        and self.last_as_of >= end and not self.rollup.ledger.deferred:
                     run.outcome = Outcome.COVERED
                     return run
                 if not self._take(run, self._timing.busy_wait_s):
                     raise Busy(f"the rollup's lease is held by {self._holder_seen()}")
                 self._tick(run, end)
                 return run
+            except Exception as error:
+                if not isinstance(error, Busy):
+                    run.outcome = Outcome.FAILED
+                raise
             finally:
                 self._done(run, began, flush=False)
 
@@ -159,6 +164,9 @@ class Holder:
                     finally:
                         self._let_go(run)
                 return run
+            except Exception:
+                run.outcome = Outcome.FAILED
+                raise
             finally:
                 self._done(run, began, flush=True)
 
@@ -213,8 +221,11 @@ class Holder:
 
     def _tick(self, run: Invocation, not_before: dt.datetime | None) -> None:
         """One tick whose instant is at or after `not_before`. A lease found taken since this
-        holder's last write is taken again once, with an empty ledger."""
-        for attempt in (1, 2):
+        holder's last write is taken again once, with an empty ledger. Counters deferred by the
+        first-load budget get the next second's task, served by this warm holder; if it cannot
+        be created the task fails, to be delivered again."""
+        retaken = False
+        while True:
             rollup, status = self.rollup, self._status
             assert rollup is not None and status is not None
             try:
@@ -222,15 +233,14 @@ class Holder:
             except LeaseLost:
                 run.usage.add(rollup.store.take_usage())
                 self._drop()
-                if attempt == 2 or not self._take(run, self._timing.busy_wait_s):
-                    run.outcome = Outcome.FAILED
+                if retaken or not self._take(run, self._timing.busy_wait_s):
                     raise
+                retaken = True
                 continue
             except Exception as error:
                 run.usage.add(rollup.store.take_usage())
                 log.exception("rollup tick failed; it will be done again")
                 status.failed(error)
-                run.outcome = Outcome.FAILED
                 raise
             run.ticks += 1
             run.usage.add(stats.usage)
@@ -238,19 +248,14 @@ class Holder:
             self.last_as_of = stats.as_of
             if self._on_tick is not None:
                 self._on_tick(stats)
-            if not_before is not None and stats.as_of < not_before:
-                # Delivered before the slot ended (clocks differ): tick again after it.
-                run.early = True
-                self._clock.sleep((not_before - stats.as_of).total_seconds())
-                continue
-            break
+            if not_before is None or stats.as_of >= not_before:
+                break
+            # Delivered before the slot ended (clocks differ): tick again after it.
+            run.early = True
+            self._clock.sleep((not_before - stats.as_of).total_seconds())
         run.outcome = Outcome.TICKED
         if stats.owed and self._enqueue is not None:
-            # Counters deferred by the first-load budget: the next second's tick reads more.
-            try:
-                run.tasks += int(self._enqueue(waking.slot_of(stats.as_of) + 1))
-            except Exception:
-                log.exception("could not enqueue the next tick for deferred counters")
+            run.tasks += int(self._enqueue(waking.slot_of(stats.as_of) + 1))
 
     # -- usage --
 

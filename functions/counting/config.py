@@ -104,7 +104,7 @@ STRIPES = 16
 CHANGE_OVERLAP_S = 1.0
 SHARD_TOUCH_AFTER_S = CHANGE_OVERLAP_S / 2  # half: the truncation of instants costs nothing then
 SHARD_TOUCH_ATTEMPTS = 3
-ROLLUP_SWEEP_EVERY_S = 50.0  # below a minute: every housekeeping tick of a sleeping rollup sweeps
+ROLLUP_SWEEP_EVERY_S = 50.0  # below a minute: every scheduled housekeeping tick sweeps
 MAX_REQUEST_S = 270.0
 
 # The rollup's cadence (counting.cadence; docs/architecture.md, "Rollup cadence").
@@ -113,6 +113,8 @@ ROLLUP_USAGE_DOC = "rollup_usage"  # internal/rollup_usage: what rollup invocati
 # Writes are ticked in one-second slots: a write that commits in second s is taken in by a tick
 # task scheduled for s + 1 (named for s, so that the writes of one second share it).
 TICK_SLOT_S = 1
+# A write waits at most this long for its slot's task to be created.
+TICK_ENQUEUE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,9 +142,10 @@ class Cadence:
 
 
 ROLLUP = Cadence()
-# The deployed timeout of a rollup invocation: one tick (a first tick reads up to
-# FIRST_LOADS_PER_TICK counters whole), waiting for the lease, a margin.
-ROLLUP_TIMEOUT_S = 120
+# The deployed timeout of a rollup invocation, and its task's dispatch deadline: waiting for the
+# lease, one tick (a first tick reads up to FIRST_LOADS_PER_TICK counters whole), a margin. The
+# queue dispatches one task at a time: a hung tick holds the later ones back this long.
+ROLLUP_TIMEOUT_S = 60
 # Problems kept on the lease document for operators (counting.status).
 ROLLUP_RECENT_ERRORS = 10
 # The scheduler's housekeeping ticks at least every minute; a lease not written for this long

@@ -149,7 +149,7 @@ class Lease:
             raise LeaseLost("not held")
         option = self._db.write_option(last_update_time=self._update_time)
         # A commit renews too (its commit time is the document's update time): a long tick that
-        # commits keeps its lease. It persists the progress as of the last renewal or commit.
+        # commits keeps its lease. It persists the progress as of the tick's start (Store.begin).
         batch.update(self._ref, {"renewed_at": firestore.SERVER_TIMESTAMP,
                                  "watermark": self.watermark, "swept": self.swept,
                                  **self.status}, option=option)

@@ -66,14 +66,6 @@ class TickStats:
     def reads(self) -> int:
         return self.usage.reads
 
-    @property
-    def changed(self) -> bool:
-        """Anything written by clients since the last tick (counter or trend shards), or owed
-        from earlier: a holder with deferred counters keeps ticking until it has read them (one
-        that slept instead would hand its successor the same backlog, and a successor that lives
-        one housekeeping tick would defer them again, for ever)."""
-        return bool(self.changed_shards or self.written or self.owed
-                    or (self.trends and self.trends.changed_buckets))
 
 
 def to_micros(instant: dt.datetime) -> dt.datetime:

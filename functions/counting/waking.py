@@ -5,7 +5,8 @@ commit time of what it wrote. The write committed in the one-second slot s (its 
 whole second); the process's `Waker` enqueues a `rolluptick` task named for s and scheduled for
 s + 1, once per slot and process. Cloud Tasks refuses a second task of one name, so the writes of
 one second, on any number of instances, share one tick, which starts after every one of them has
-committed. Failures are logged, never raised: the scheduled backstop ticks within a minute. Deployed
+committed. Failures are logged, never raised: the scheduled backstop ticks within about 70 s
+(the lease of the tick instance expires, then the next minute's run comes). Deployed
 functions, the operator CLI and the demo seed use the Cloud Tasks waker made on first use;
 tests and the simulation `install` their own.
 """
@@ -18,6 +19,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import firebase_admin
@@ -88,8 +90,13 @@ class Waker:
     """The write path's side of ticking (one per process): after a write, make sure a tick of
     its slot is enqueued. `enqueue(db, slot)` enqueues it (False: it existed already)."""
 
-    def __init__(self, enqueue: Callable[[firestore.Client, int], bool]) -> None:
+    def __init__(self, enqueue: Callable[[firestore.Client, int], bool], *,
+                 timeout_s: float = config.TICK_ENQUEUE_TIMEOUT_S) -> None:
         self._enqueue = enqueue
+        self._timeout_s = timeout_s
+        # The Admin SDK waits up to 120 s for Cloud Tasks and retries: a write waits this
+        # long at most (the call goes on in the background).
+        self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tick-enqueue")
         self._lock = threading.Lock()
         self._last: dict[tuple[str, str], int] = {}  # per database: the last slot enqueued
         self.created = 0  # tasks this process created
@@ -97,7 +104,7 @@ class Waker:
 
     def after_write(self, db: firestore.Client, committed_at: dt.datetime) -> bool:
         """Returns True when this call created the slot's task. A failed enqueue is not tried
-        again for that slot (the backstop ticks within a minute; a flood of retries would only
+        again for that slot (the backstop ticks within about 70 s; a flood of retries would only
         slow every write while Cloud Tasks is down)."""
         slot = slot_of(committed_at)
         key = (db.project, getattr(db, "_database", "(default)"))
@@ -106,8 +113,8 @@ class Waker:
                 return False
             self._last[key] = slot
         try:
-            created = self._enqueue(db, slot)
-        except Exception as error:
+            created = self._calls.submit(self._enqueue, db, slot).result(self._timeout_s)
+        except Exception as error:  # refused, failed, or still waiting (TimeoutError)
             log.warning("could not enqueue the rollup's tick (the scheduler ticks within a "
                         "minute): %r", error)
             return False
@@ -150,5 +157,5 @@ def after_write(db: firestore.Client, committed_at: dt.datetime) -> bool:
     try:
         return _installed.after_write(db, committed_at)
     except Exception:
-        log.exception("could not enqueue the rollup's tick (the scheduler ticks within a minute)")
+        log.exception("could not enqueue the rollup's tick (the scheduled run will tick)")
         return False

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from callables import Callables
-from counting import cadence, config, counters, status, waking
+from counting import cadence, config, counters, ledger, status, waking
 from counting.lease import state_ref
 from google.cloud import firestore
 
@@ -74,6 +74,54 @@ def test_a_warm_holder_reads_only_what_changed(isolated_db: firestore.Client) ->
     # The lease, the shards written within the overlap (at most the two of the last second).
     assert second.usage.reads <= 3, second.usage
     assert second.usage.writes == 2, second.usage  # the counter and its fence
+    holder.close()
+
+
+def test_an_early_task_whose_lease_was_taken_ticks_after_its_slot(
+    isolated_db: firestore.Client,
+) -> None:
+    """A task delivered before its slot ends, to a holder whose lease the scheduled run took and
+    let go meanwhile: it takes the lease back once, and its last tick still starts after the
+    slot's end."""
+    counters.create_counter(isolated_db, "early", shards=1)
+    holder = cadence.Holder(isolated_db, cadence=FAST)
+    holder.tick_slot(None)
+    time.sleep(FAST.lease_s + 0.5)
+    assert cadence.Holder(isolated_db, cadence=FAST).housekeeping().outcome == \
+        cadence.Outcome.TICKED
+    slot = waking.slot_of(add(isolated_db, "early", 1))
+    run = holder.tick_slot(slot)  # at once: before the slot ends
+    assert run.outcome == cadence.Outcome.TICKED and run.early and run.ticks >= 2
+    assert holder.last_as_of is not None and holder.last_as_of >= waking.slot_end(slot)
+    assert rollup_count(isolated_db, "early") == 1
+    holder.close()
+
+
+def test_a_holder_that_owes_counters_does_not_take_a_late_task_as_done(
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counters deferred by the first-load budget get the next second's task; a late delivery
+    of an earlier slot is not skipped while any is owed: it reads the next one."""
+    monkeypatch.setattr(ledger, "FIRST_LOADS_PER_TICK", 1)
+    names = ("a", "b", "c")
+    for name in names:
+        counters.create_counter(isolated_db, name, shards=1)
+    slot = max(waking.slot_of(add(isolated_db, name, 1)) for name in names)
+    enqueued: list[int] = []
+
+    def enqueue(next_slot: int) -> bool:
+        enqueued.append(next_slot)
+        return True
+
+    holder = cadence.Holder(isolated_db, cadence=FAST, enqueue=enqueue)
+    time.sleep(max(0.0, (waking.slot_end(slot) - dt.datetime.now(dt.UTC)).total_seconds()))
+    first = holder.tick_slot(slot)
+    assert first.outcome == cadence.Outcome.TICKED and len(enqueued) == 1
+    assert [rollup_count(isolated_db, name) for name in names].count(1) == 1
+    assert holder.tick_slot(slot).outcome == cadence.Outcome.TICKED  # late, but one is owed
+    assert holder.tick_slot(slot).outcome == cadence.Outcome.TICKED
+    assert [rollup_count(isolated_db, name) for name in names] == [1, 1, 1]
+    assert holder.tick_slot(slot).outcome == cadence.Outcome.COVERED  # nothing owed now
     holder.close()
 
 

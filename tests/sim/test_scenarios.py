@@ -194,3 +194,4 @@ def test_a_fold_bills_its_deletes_apart() -> None:
     assert folded.complete and sorted(folded.deleted) == ["4", "5", "6", "7"]
     survivors = [survivor for survivor, amount in folded.moved.items() if amount]
     assert (usage.deletes, usage.writes) == (4, len(survivors) + 1)
+

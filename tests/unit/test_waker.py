@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
+import threading
+import time
 from typing import Any
 
 from counting import counters, waking
@@ -119,3 +121,19 @@ def test_a_failing_waker_never_fails_the_write() -> None:
         assert waking.after_write(object(), NOW) is False  # type: ignore[arg-type]
     finally:
         waking.install(previous)
+
+
+def test_a_write_waits_a_bounded_time_for_a_slow_cloud_tasks() -> None:
+    """Cloud Tasks that does not answer (the Admin SDK would wait two minutes) holds a write up
+    for the bound, not longer."""
+    release = threading.Event()
+
+    def enqueue(db: Any, slot: int) -> bool:
+        release.wait(10)
+        return True
+
+    waker = waking.Waker(enqueue, timeout_s=0.2)
+    began = time.monotonic()
+    assert waker.after_write(Db(), NOW) is False  # type: ignore[arg-type]
+    assert time.monotonic() - began < 2
+    release.set()

@@ -46,7 +46,7 @@ TRANSIENT = (Aborted, gexc.Aborted, gexc.DeadlineExceeded, gexc.InternalServerEr
 def count_event(watch: Watch, event: Event,
                 pauses: Sequence[float] = config.COLLECTION_RETRY_PAUSES_S,
                 sleep: Callable[[float], None] = time.sleep) -> collections.Applied:
-    """Apply the state one event leads to, once, then wake the rollup if it sleeps. Transient
+    """Apply the state one event leads to, once (its writes ask for their second's tick). Transient
     failures are retried here, after each of `pauses`: the deployed trigger is never retried by
     the platform, and applying a state again is safe (the record's compare-and-set)."""
     change = event.data
