@@ -9,9 +9,9 @@ the counters showing it. The rollup's figures are what it recorded in internal/r
 the level: a holder records at most every `usage_flush_s`, so after the load the level waits
 that long and makes one more increment, whose tick records the rest (it is counted in the
 level). Idle: IDLE_S with nothing written, priced per month, and the first increment after it,
-IDLE_TRIALS times (`first_after_idle_s` is the worst). Idle comes first, on the fresh stack: after the
-levels, the scheduled runs go on sweeping what they wrote (5.5 minutes) and shrinking and
-folding their counters (after a 10-minute cool-down), which is the levels' cost, not idle's.
+IDLE_TRIALS times (`first_after_idle_s` is the worst). Idle comes first, on the fresh stack:
+after the levels, the scheduled runs go on sweeping what they wrote (5.5 minutes) and shrinking
+and folding their counters (after a 10-minute cool-down), which is the levels' cost, not idle's.
 
 `*_usd_month` is the rollup's month at that level (compute, invocations, its Firestore
 operations and Cloud Tasks operations, the Scheduler job); `*_total_usd_month` adds the write
