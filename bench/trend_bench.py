@@ -25,6 +25,7 @@ from counter_bench import own_db, rollup_thread
 from counters_cli.load import percentile
 from counting import config, rollup, trends
 from counting.lease import Lease, state_ref
+from counting.partitions import WHOLE
 from google.cloud import firestore
 
 REGIONS = [f"region-{n:02d}" for n in range(20)]
@@ -159,7 +160,8 @@ def populate(db: firestore.Client, tags: int, now: dt.datetime) -> None:
 def empty_change_query(db: firestore.Client) -> float:
     """Seconds for the rollup's change query when nothing changed since `now`."""
     started = time.monotonic()
-    list(rollup.change_query(db, dt.datetime.now(dt.UTC)).stream())
+    for query in rollup.change_queries(db, dt.datetime.now(dt.UTC), WHOLE.stripes(1)):
+        list(query.stream())
     return time.monotonic() - started
 
 

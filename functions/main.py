@@ -38,7 +38,7 @@ from counting.api.counters import (  # noqa: E402
     increment,
     reset_counter,
 )
-from counting.api.rollup import rollup, rolluptick  # noqa: E402
+from counting.api.rollup import TICKS, rollup  # noqa: E402
 from counting.api.sequences import configure_sequence, next_number, reset_sequence  # noqa: E402
 from counting.api.trends import top_tags, track  # noqa: E402
 
@@ -46,6 +46,8 @@ cloud_logging(logging.INFO)
 # The collection counters' Firestore triggers (count_orders, count_posts_comments), one per path
 # pattern of counting/declarations.py: generated, so that adding a counter is adding a declaration.
 globals().update(TRIGGERS)
+# The rollup's tick functions (rolluptick, rolluptick1, ...), one per partition index.
+globals().update(TICKS)
 
 __all__ = [
     "configure_counter",
@@ -57,8 +59,8 @@ __all__ = [
     "reset_counter",
     "reset_sequence",
     "rollup",
-    "rolluptick",
     "top_tags",
     "track",
     *TRIGGERS,
+    *TICKS,
 ]

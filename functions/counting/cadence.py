@@ -34,9 +34,10 @@ from typing import Any
 
 from google.cloud import firestore
 
-from . import config, waking
+from . import config, partitions, waking
 from .config import AutoscaleParams, Cadence
 from .lease import Lease, LeaseLost, state_ref
+from .partitions import WHOLE, Part
 from .rollup import Rollup, TickStats
 from .status import StatusRecorder
 from .usage import Usage
@@ -48,11 +49,16 @@ class Outcome(StrEnum):
     TICKED = "ticked"
     COVERED = "covered"  # this holder already ticked after the slot's end: nothing to do
     BUSY = "busy"  # another holder's lease stayed live: the platform delivers it again
+    RETIRED = "retired"  # its partitioning was replaced: the current partitions were woken
     FAILED = "failed"  # the tick failed (or lost the lease): the platform delivers it again
 
 
 class Busy(Exception):
     """Another holder's lease is live: raised so that Cloud Tasks delivers the task again."""
+
+
+class Retired(Exception):
+    """The partition's lease was retired by a change of P (`partitions.change`)."""
 
 
 @dataclass(kw_only=True)
@@ -102,7 +108,8 @@ class Holder:
         self,
         db: firestore.Client,
         *,
-        enqueue: Callable[[int], bool] | None = None,
+        part: Part = WHOLE,
+        enqueue: Callable[[Part, int], bool] | None = None,
         owner: str | None = None,
         cadence: Cadence | None = None,
         scaling: AutoscaleParams | None = None,
@@ -110,13 +117,14 @@ class Holder:
         on_tick: Callable[[TickStats], None] | None = None,
     ) -> None:
         self._db = db
-        self._enqueue = enqueue  # a slot's task (False: it existed already)
+        self.part = part
+        self._enqueue = enqueue  # a partition's task for a slot (False: it existed already)
         self._timing = cadence or config.ROLLUP
         self._scaling = scaling
         self._clock = clock
         self._on_tick = on_tick
         self._lock = threading.Lock()
-        self.lease = Lease(db, state_ref(db), owner or new_owner(), self._timing.lease_s)
+        self.lease = Lease(db, state_ref(db, part), owner or new_owner(), self._timing.lease_s)
         self.rollup: Rollup | None = None  # with the lease: the ledger of the current holding
         self._status: StatusRecorder | None = None
         self.last_as_of: dt.datetime | None = None  # the current holding's last tick
@@ -144,6 +152,10 @@ class Holder:
                     raise Busy(f"the rollup's lease is held by {self._holder_seen()}")
                 self._tick(run, end)
                 return run
+            except Retired:
+                run.outcome = Outcome.RETIRED
+                self._wake_current(run, slot)
+                return run
             except Exception as error:
                 if not isinstance(error, Busy):
                     run.outcome = Outcome.FAILED
@@ -164,6 +176,9 @@ class Holder:
                     finally:
                         self._let_go(run)
                 return run
+            except Retired:
+                run.outcome = Outcome.RETIRED
+                return run
             except Exception:
                 run.outcome = Outcome.FAILED
                 raise
@@ -182,7 +197,8 @@ class Holder:
 
     def _take(self, run: Invocation, wait_s: float) -> bool:
         """Hold the lease: still held (the tick's first read checks it), or taken when it is
-        free, expired or released, polling up to `wait_s` while another holder's is live."""
+        free, expired or released, polling up to `wait_s` while another holder's is live.
+        Raises `Retired` when its partitioning was replaced."""
         if self.rollup is not None and self.lease.written_at is not None:
             return True
         deadline = self._clock.monotonic() + wait_s
@@ -193,13 +209,26 @@ class Holder:
                 run.usage.writes += 1
                 self._drop()
                 self.rollup = Rollup(self._db, self.lease, self._scaling,
-                                     renew_s=self._timing.renew_s)
+                                     renew_s=self._timing.renew_s, part=self.part)
                 self._status = StatusRecorder(self.lease, self._clock.now)
-                log.info("rollup lease taken by %s", self.lease.owner)
+                log.info("rollup lease of partition %s taken by %s", self.part, self.lease.owner)
                 return True
+            if self.lease.found is not None and self.lease.found.retired:
+                raise Retired(f"partition {self.part} was retired")
             if self._clock.monotonic() >= deadline:
                 return False
             self._clock.sleep(self._timing.poll_s)
+
+    def _wake_current(self, run: Invocation, slot: int | None) -> None:
+        """A retired partition's task: its writes belong to the current partitions now, which
+        start from where the retired ones were: wake them all for the slot."""
+        if self._enqueue is None:
+            return
+        count = partitions.read_count(self._db)
+        run.usage.reads += 1
+        when = waking.slot_of(self._clock.now()) if slot is None else slot
+        for part in partitions.parts(count):
+            run.tasks += int(self._enqueue(part, when))
 
     def _holder_seen(self) -> str:
         found = self.lease.found
@@ -255,7 +284,7 @@ class Holder:
             self._clock.sleep((not_before - stats.as_of).total_seconds())
         run.outcome = Outcome.TICKED
         if stats.owed and self._enqueue is not None:
-            run.tasks += int(self._enqueue(waking.slot_of(stats.as_of) + 1))
+            run.tasks += int(self._enqueue(self.part, waking.slot_of(stats.as_of) + 1))
 
     # -- usage --
 
@@ -298,29 +327,45 @@ class Holder:
         self._recorded_at = self._clock.monotonic()
 
 
-_holders: dict[tuple[str, str], Holder] = {}
+_holders: dict[tuple[str, str, Part], Holder] = {}
 _holders_lock = threading.Lock()
 
 
-def holder_for(db: firestore.Client) -> Holder:
-    """This process's holder for `db`'s database (deployed functions: one per instance). When
-    the instance shuts down (Cloud Run sends SIGTERM; the worker exits), it lets the lease go
-    and records what is pending."""
-    key = (db.project, getattr(db, "_database", "(default)"))
+def holder_for(db: firestore.Client, part: Part = WHOLE) -> Holder:
+    """This process's holder of `part` for `db`'s database (deployed functions: one per
+    instance and partition). When the instance shuts down (Cloud Run sends SIGTERM; the worker
+    exits), it lets the lease go and records what is pending. Holders of another P than
+    `part`'s are closed: that partitioning was replaced."""
+    database = getattr(db, "_database", "(default)")
+    key = (db.project, database, part)
+    stale: list[Holder] = []
     with _holders_lock:
+        for other in [k for k in _holders if k[:2] == key[:2] and k[2].count != part.count]:
+            stale.append(_holders.pop(other))
         if key not in _holders:
             holder = _holders[key] = Holder(
-                db, enqueue=lambda slot: waking.enqueue_tick(db, "deferred", slot))
+                db, part=part,
+                enqueue=lambda target, slot: waking.enqueue_tick(db, "deferred", target, slot))
             atexit.register(holder.close)
-        return _holders[key]
+        found = _holders[key]
+    for holder in stale:
+        holder.close()
+    return found
+
+
+def housekeeping(db: firestore.Client) -> list[Invocation]:
+    """The scheduled run: housekeeping of every partition of the current P, one after the
+    other (an idle partition's takes a few Firestore round trips)."""
+    return [holder_for(db, part).housekeeping()
+            for part in partitions.parts(partitions.read_count(db))]
 
 
 def loop(db: firestore.Client, *, period_s: float, stop: threading.Event,
-         scaling: AutoscaleParams | None = None,
+         part: Part = WHOLE, scaling: AutoscaleParams | None = None,
          on_tick: Callable[[TickStats], None] | None = None) -> None:
     """Tick every `period_s` until `stop`, then let the lease go: tests and benchmarks drive the
     rollup in-process on projects of their own, where no trigger runs."""
-    holder = Holder(db, scaling=scaling, on_tick=on_tick)
+    holder = Holder(db, part=part, scaling=scaling, on_tick=on_tick)
     try:
         while not stop.is_set():
             began = time.monotonic()

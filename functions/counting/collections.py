@@ -397,7 +397,8 @@ class Counting:
         for counter, delta in sorted(change.deltas.items()):
             target = self._configs.get(self.db, counter)
             shards.append(counters.shard_ref(self.db, counter, self._picker.pick(target)))
-            batch.update(shards[-1], counters.shard_write(delta, self._picker.rng))
+            batch.update(shards[-1], counters.shard_write(self.db, shards[-1], delta,
+                                                          self._picker.rng))
         results = batch.commit()
         counters.settle(self.db, zip(shards, results[1:], strict=True), self._picker.rng)
         committed: dt.datetime = results[0].update_time

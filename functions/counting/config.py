@@ -85,11 +85,6 @@ FOLD_CHUNK = 200
 # Exactly-once markers live at least this long (TTL deletion follows within about a day).
 REQUEST_MARKER_TTL = dt.timedelta(hours=24)
 
-# Shard writes carry a random `stripe` in 0..STRIPES-1 in front of their `updated_at` in the one
-# index the rollup queries, so no index range takes more than 1/STRIPES of all shard writes
-# (about 500 writes/s per range for sequential values in production).
-STRIPES = 16
-
 # Exact on real Firestore (docs/architecture.md, "Exact on real Firestore"). A shard's `updated_at`
 # is a server timestamp, which Firestore takes when the write's request starts; the write becomes
 # visible at its commit, later. The change query therefore reaches CHANGE_OVERLAP_S back before

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from . import autoscale, config, kinds, waking
+from . import autoscale, config, kinds, partitions, waking
 from .caching import TtlCache
 from .errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from .kinds import Consistency, Strategy
@@ -102,14 +102,16 @@ def paced_ref(db: firestore.Client, counter: str, uid: str) -> firestore.Documen
     return db.collection(config.COUNTERS, counter, config.PACED).document(user_key(uid))
 
 
-def shard_write(by: int, rng: random.Random) -> dict[str, Any]:
-    """The fields every write to a shard sets; `updated_at` and `stripe` feed the rollup query,
-    `writes` (one more per write, whatever `by`) is how the rollup measures the write rate."""
+def shard_write(db: firestore.Client, shard: firestore.DocumentReference, by: int,
+                rng: random.Random) -> dict[str, Any]:
+    """The fields every write to `shard` sets; `updated_at` and `stripe` feed the rollup query
+    of the partition that owns it (`counting.partitions`), `writes` (one more per write,
+    whatever `by`) is how the rollup measures the write rate."""
     return {
         "count": firestore.Increment(by),
         "writes": firestore.Increment(1),
         "updated_at": firestore.SERVER_TIMESTAMP,
-        "stripe": rng.randrange(config.STRIPES),
+        "stripe": partitions.shard_stripe(db, shard, rng),
     }
 
 
@@ -151,7 +153,7 @@ def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentRefer
             touches += 1
             try:
                 result = ref.update({"updated_at": firestore.SERVER_TIMESTAMP,
-                                     "stripe": rng.randrange(config.STRIPES)})
+                                     "stripe": partitions.shard_stripe(db, ref, rng)})
             except gexc.NotFound:
                 break  # folded away: the fold moved its count, which the rollup mirrors
             except Exception as error:  # the write itself is done; the sweep will find it
@@ -159,7 +161,7 @@ def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentRefer
                 break
         last = result.update_time if last is None else max(last, result.update_time)
     if last is not None:
-        waking.after_write(db, last)
+        waking.after_write(db, last, {partitions.home_of_shard(ref) for ref, _ in written})
 
 
 class ConfigCache:
@@ -353,7 +355,7 @@ def increment(
         ref = shard_ref(db, counter, picker.pick(target))
         paced = bool(policy.min_interval_s) and not admin
         if request_id is None and not policy.unique and not paced:
-            result = ref.update(shard_write(by, picker.rng))
+            result = ref.update(shard_write(db, ref, by, picker.rng))
             settle(db, [(ref, result)], picker.rng)
             committed: dt.datetime = result.update_time
             return committed
@@ -378,7 +380,7 @@ def increment(
                     if is_no_op(db, counter, by, policy, uid=uid, request_id=request_id):
                         return None
                     raise
-            batch.update(ref, shard_write(by, picker.rng))
+            batch.update(ref, shard_write(db, ref, by, picker.rng))
             try:
                 results = batch.commit()
             except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
@@ -480,7 +482,7 @@ def increment_many(
             batch.create(*request_marker(db, uid, request_id, counters=sorted(totals)))
         refs = [shard_ref(db, target.counter, picker.pick(target)) for target in targets]
         for ref, target in zip(refs, targets, strict=True):
-            batch.update(ref, shard_write(totals[target.counter], picker.rng))
+            batch.update(ref, shard_write(db, ref, totals[target.counter], picker.rng))
         results = commit_once(batch)
         if results is None:
             return 0
@@ -587,7 +589,7 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     shards = list(ref.collection(config.SHARDS).list_documents())
     for shard in shards:
         batch.set(shard, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP,
-                          "stripe": rng.randrange(config.STRIPES)}, merge=True)
+                          "stripe": partitions.shard_stripe(db, shard, rng)}, merge=True)
     batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
     results = batch.commit()
     settle(db, zip(shards, results[:-1], strict=True), rng)

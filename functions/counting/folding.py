@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from . import config
+from . import config, partitions
 
 if TYPE_CHECKING:
     from .store import Store
@@ -59,7 +59,8 @@ def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
                 batch.update(shards.document(survivor), {
                     "count": firestore.Increment(amount),
                     "updated_at": firestore.SERVER_TIMESTAMP,
-                    "stripe": random.randrange(config.STRIPES)})
+                    "stripe": partitions.shard_stripe(store.db, shards.document(survivor),
+                                                      random.Random())})
         try:
             store.commit(batch, deletes=len(chunk))
         except gexc.FailedPrecondition:

@@ -23,14 +23,14 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from . import config
+from .partitions import WHOLE, Part, lease_ref
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def state_ref(db: firestore.Client) -> firestore.DocumentReference:
-    """The rollup's state document: its lease, watermark and status."""
-    return db.collection(config.INTERNAL).document(config.ROLLUP_STATE_DOC)
+def state_ref(db: firestore.Client, part: Part = WHOLE) -> firestore.DocumentReference:
+    """A partition's state document: its lease, watermark and status."""
+    return lease_ref(db, part)
 
 
 class LeaseLost(Exception):
@@ -45,6 +45,7 @@ class LeaseView:
     live: bool  # held by `owner` and renewed within the TTL, as of `read_time`
     renewed_at: dt.datetime | None  # the commit time of the last write to the document
     read_time: dt.datetime
+    retired: bool = False  # its partitioning was replaced (`partitions.change`): never again
 
     @classmethod
     def of(cls, snapshot: firestore.DocumentSnapshot[Any], ttl: dt.timedelta) -> LeaseView:
@@ -59,6 +60,7 @@ class LeaseView:
             live=owner is not None and renewed_at is not None and read_time < renewed_at + ttl,
             renewed_at=renewed_at,
             read_time=read_time,
+            retired=bool(data.get("retired")),
         )
 
 
@@ -74,6 +76,9 @@ class Lease:
         self.swept: dt.datetime = EPOCH  # the last sweep's instant (counting.rollup)
         self.found: LeaseView | None = None  # the document as acquire() last read it
         self.status: dict[str, Any] = {}  # health figures, for operators: the next write's
+        # The stripes' spread its change query reads until `narrow_at` (`partitions.change`).
+        self.spread = 1
+        self.narrow_at = EPOCH
 
     @property
     def written_at(self) -> dt.datetime | None:
@@ -98,7 +103,7 @@ class Lease:
         `found` keeps what the read saw (the previous holder's state)."""
         snapshot = self._ref.get()
         found = self.found = LeaseView.of(snapshot, self._ttl)
-        if found.live and found.owner != self.owner:
+        if found.retired or (found.live and found.owner != self.owner):
             return False
         fields = {"owner": self.owner, "renewed_at": firestore.SERVER_TIMESTAMP,
                   **self._state()}
@@ -115,6 +120,8 @@ class Lease:
         self.watermark = data.get("watermark") or EPOCH
         # A lease from before sweeps existed sweeps from its watermark on.
         self.swept = data.get("swept") or self.watermark
+        self.spread = int(data.get("spread") or 1)
+        self.narrow_at = data.get("narrow_at") or EPOCH
         return True
 
     def renew(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:

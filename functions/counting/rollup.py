@@ -24,11 +24,12 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from . import config
+from . import config, partitions
 from .config import AutoscaleParams
 from .folding import fold_surplus
 from .lease import Lease
 from .ledger import Changes, Grow, Ledger, ShardValue
+from .partitions import WHOLE, Part
 from .store import Store
 from .trends import TrendRollup, TrendStats
 from .usage import Usage
@@ -84,23 +85,26 @@ def instant(value: Any) -> dt.datetime:
     return result
 
 
-def change_query(db: firestore.Client, since: dt.datetime) -> Any:
-    """Every shard (counters' and trend buckets') written after `since`."""
-    return (
+def change_queries(db: firestore.Client, since: dt.datetime, stripes: list[int]) -> list[Any]:
+    """Every shard (counters' and trend buckets') in `stripes` written after `since`: one query,
+    more while a partition also reads an earlier spread (`partitions`)."""
+    return [
         db.collection_group(config.SHARDS)
-        .where(filter=FieldFilter("stripe", "in", list(range(config.STRIPES))))
+        .where(filter=FieldFilter("stripe", "in", chunk))
         .where(filter=FieldFilter("updated_at", ">", since))
-    )
+        for chunk in partitions.chunks(stripes)
+    ]
 
 
 class Rollup:
-    """One lease holder: its watermark, its ledger, its store."""
+    """One lease holder of a partition: its watermark, its ledger, its store."""
 
     def __init__(self, db: firestore.Client, lease: Lease,
                  scaling: AutoscaleParams | None = None,
                  trends: Callable[[Store], TrendRollup] | None = None,
-                 renew_s: float = config.ROLLUP.renew_s) -> None:
+                 renew_s: float = config.ROLLUP.renew_s, part: Part = WHOLE) -> None:
         self._db = db
+        self.part = part
         self._renew_s = renew_s
         self.store = Store(db, lease)
         self.ledger = Ledger(scaling)
@@ -194,21 +198,31 @@ class Rollup:
             problems=tuple(self._problems),
         )
 
+    def stripes(self, as_of: dt.datetime) -> list[int]:
+        """The stripes this partition reads: after a change of P, for a while also those a
+        writer that still knows the old P may pick."""
+        lease = self.store.lease
+        return self.part.stripes(lease.spread if as_of < lease.narrow_at else self.part.count)
+
     def _changed_shards(
         self, reach: dt.datetime, as_of: dt.datetime, swept_from: dt.datetime | None
     ) -> tuple[Changes, dict[str, dict[str, Any]]]:
         """Counter shards and trend minute-bucket shards whose `updated_at` is in
         (reach, as_of].
 
-        `stripe in [all]` is one query that the (stripe, updated_at) index serves as one range
-        scan per stripe. On a sweep (`swept_from`: the last tick's instant), a shard a past tick
-        has already taken in is dropped: committed by then, and soon enough after its timestamp
-        for that tick's overlap to have found it. What is left is what the sweep is for, and a
-        new holder does not read whole every counter written in the last minutes."""
+        `stripe in [its stripes]` is one query that the (stripe, updated_at) index serves as one
+        range scan per stripe; what another partition owns (a shard written before its key's
+        stripe was its home's) is left to it. On a sweep (`swept_from`: the last tick's
+        instant), a shard a past tick has already taken in is dropped: committed by then, and
+        soon enough after its timestamp for that tick's overlap to have found it. What is left
+        is what the sweep is for, and a new holder does not read whole every counter written in
+        the last minutes."""
         changes: Changes = defaultdict(dict)
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         overlap = dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
-        for snapshot in self.store.query(change_query(self._db, reach), as_of):
+        queries = change_queries(self._db, reach, self.stripes(as_of))
+        found = self.store.each(lambda query: self.store.query(query, as_of), queries)
+        for snapshot in (snapshot for result in found for snapshot in result):
             if swept_from is not None:
                 committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
                 if committed <= swept_from and committed - stamped < overlap \
@@ -217,9 +231,11 @@ class Rollup:
             parent = snapshot.reference.parent.parent
             if parent is None:
                 continue
-            if parent.parent.id == config.COUNTERS:
+            kind = parent.parent.id
+            if kind == config.COUNTERS and self.part.owns(partitions.home_of(parent.id)):
                 changes[parent.id][snapshot.id] = ShardValue.of(snapshot.to_dict())
-            elif parent.parent.id == config.TREND_MINUTES:
+            elif kind == config.TREND_MINUTES and self.part.owns(
+                    partitions.home_of_hex(parent.id)):
                 trend_changes[parent.id][snapshot.id] = snapshot
         return changes, trend_changes
 
@@ -230,7 +246,8 @@ class Rollup:
             .where(filter=FieldFilter("above_min", "==", True))
             .select(["above_min"])
         )
-        return [snapshot.id for snapshot in self.store.query(query, as_of)]
+        return [snapshot.id for snapshot in self.store.query(query, as_of)
+                if self.part.owns(partitions.home_of(snapshot.id))]
 
     def _load(self, changed: list[str], watched: list[str], as_of: dt.datetime) -> None:
         """Read, at `as_of`, the documents of counters this holder has not seen, and every shard

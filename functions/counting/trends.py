@@ -19,7 +19,7 @@ from typing import Any, Literal
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from . import config, counters, kinds
+from . import config, counters, kinds, partitions
 from .kinds import Window
 from .store import Store
 from .usage import Usage
@@ -129,10 +129,10 @@ def hour_id(region: str, hour: int, tag: str) -> str:
 
 
 def spread_of(tag: str) -> int:
-    """The bucket documents' `spread` (0..STRIPES-1, from the tag's hash): the index that finds
-    expired buckets by `minute` (or `hour`) leads with it, so their writes, whose minutes
-    increase, spread over STRIPES ranges of the index instead of one."""
-    return int(tag_key(tag)[:8], 16) % config.STRIPES
+    """The bucket documents' `spread`: the tag's home (`counting.partitions`). The index that
+    finds expired buckets by `minute` (or `hour`) leads with it, so their writes, whose minutes
+    increase, spread over HOMES ranges of the index instead of one."""
+    return partitions.home_of(tag)
 
 
 def total_id(key: TotalKey) -> str:
@@ -181,7 +181,7 @@ def track(
     shards = [buckets.document(bucket).collection(config.SHARDS).document(
         str(rng.randrange(config.TREND_SHARDS))) for bucket in ids]
     for tag, shard in zip(distinct, shards, strict=True):
-        fields = {**counters.shard_write(1, rng), "region": region, "tag": tag,
+        fields = {**counters.shard_write(db, shard, 1, rng), "region": region, "tag": tag,
                   "minute": minute, config.EXPIRES_AT: expires_at}
         batch.set(shard, fields, merge=True)
     results = counters.commit_once(batch)
@@ -387,7 +387,7 @@ class TrendRollup:
             _, buckets = config.WINDOWS[window]
             last = bucket_of(window, now_minute) - buckets
             query = (self._db.collection(collection)
-                     .where(filter=FieldFilter("spread", "in", list(range(config.STRIPES))))
+                     .where(filter=FieldFilter("spread", "in", list(range(partitions.HOMES))))
                      .where(filter=FieldFilter(field_name, "<=", last))
                      .limit(config.TREND_EXPIRE_CHUNK))
             snapshots = self._store.query(query)

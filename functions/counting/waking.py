@@ -1,14 +1,15 @@
 """After a write, make sure a rollup tick follows it (docs/architecture.md, "Rollup cadence").
 
 Every write path of the domain ends in `counters.settle`, which calls `after_write` with the
-commit time of what it wrote. The write committed in the one-second slot s (its commit time's
-whole second); the process's `Waker` enqueues a `rolluptick` task named for s and scheduled for
-s + 1, once per slot and process. Cloud Tasks refuses a second task of one name, so the writes of
-one second, on any number of instances, share one tick, which starts after every one of them has
-committed. Failures are logged, never raised: the scheduled backstop ticks within about 70 s
-(the lease of the tick instance expires, then the next minute's run comes). Deployed
-functions, the operator CLI and the demo seed use the Cloud Tasks waker made on first use;
-tests and the simulation `install` their own.
+commit time of what it wrote and the homes of the keys it wrote (`counting.partitions`). The
+write committed in the one-second slot s (its commit time's whole second); for each partition
+that owns one of those homes, the process's `Waker` enqueues a task on that partition's queue
+named for s and scheduled for s + 1, once per slot, partition and process. Cloud Tasks refuses a
+second task of one name, so the writes of one second, on any number of instances, share one tick
+per partition, which starts after every one of them has committed. Failures are logged, never
+raised: the scheduled backstop ticks within about 70 s (the lease of the tick instance expires,
+then the next minute's run comes). Deployed functions, the operator CLI and the demo seed use
+the Cloud Tasks waker made on first use; tests and the simulation `install` their own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -27,7 +28,8 @@ from firebase_admin import exceptions as admin_exceptions
 from firebase_admin import functions as admin_functions
 from google.cloud import firestore
 
-from . import config
+from . import config, partitions
+from .partitions import Part
 
 log = logging.getLogger(__name__)
 
@@ -42,24 +44,28 @@ def slot_end(slot: int) -> dt.datetime:
     return dt.datetime.fromtimestamp((slot + 1) * config.TICK_SLOT_S, dt.UTC)
 
 
-def task_id(slot: int) -> str:
+def task_id(slot: int, part: Part = partitions.WHOLE) -> str:
     """The task's name: Cloud Tasks serves names with a spread-out prefix best (sequential ones
-    concentrate its lookups), so a short digest of the slot goes first."""
-    return f"{hashlib.sha256(str(slot).encode()).hexdigest()[:8]}-{slot}"
+    concentrate its lookups), so a short digest of the slot goes first. A name is kept for a
+    while after its task ran, so the partitioning is part of it."""
+    name = f"{slot}" if part.count == 1 else f"{slot}-{part.count}-{part.index}"
+    return f"{hashlib.sha256(name.encode()).hexdigest()[:8]}-{name}"
 
 
-def enqueue_tick(db: firestore.Client, reason: str, slot: int | None = None) -> bool:
-    """Enqueue a `rolluptick` invocation for `db`'s project (Cloud Tasks; the emulator's when
-    CLOUD_TASKS_EMULATOR_HOST is set): for `slot`, named for it and scheduled at its end (False
-    when that task exists already), or else at once. The task body is the callable envelope
-    `{"data": ...}` the task function reads."""
+def enqueue_tick(db: firestore.Client, reason: str, part: Part = partitions.WHOLE,
+                 slot: int | None = None) -> bool:
+    """Enqueue an invocation of `part`'s tick function for `db`'s project (Cloud Tasks; the
+    emulator's when CLOUD_TASKS_EMULATOR_HOST is set): for `slot`, named for it and scheduled at
+    its end (False when that task exists already), or else at once. The task body is the
+    callable envelope `{"data": ...}` the task function reads."""
     queue = admin_functions.task_queue(
-        f"locations/{config.REGION}/functions/{config.ROLLUP_TASK_FUNCTION}", app=_app(db.project))
+        f"locations/{config.REGION}/functions/{part.function}", app=_app(db.project))
     options = admin_functions.TaskOptions(dispatch_deadline_seconds=config.ROLLUP_TIMEOUT_S)
     if slot is not None:
-        options.task_id, options.schedule_time = task_id(slot), slot_end(slot)
+        options.task_id, options.schedule_time = task_id(slot, part), slot_end(slot)
+    data = {"reason": reason, "slot": slot, "partitions": part.count, "partition": part.index}
     try:
-        queue.enqueue({"data": {"reason": reason, "slot": slot}}, options)
+        queue.enqueue({"data": data}, options)
     except (admin_exceptions.AlreadyExistsError, admin_exceptions.ConflictError):
         return False
     except ValueError as error:
@@ -88,52 +94,67 @@ def _app(project: str) -> firebase_admin.App:
 
 class Waker:
     """The write path's side of ticking (one per process): after a write, make sure a tick of
-    its slot is enqueued. `enqueue(db, slot)` enqueues it (False: it existed already)."""
+    its slot is enqueued for each partition it wrote to. `enqueue(db, part, slot)` enqueues it
+    (False: it existed already); `count(db)` is P as the process knows it."""
 
-    def __init__(self, enqueue: Callable[[firestore.Client, int], bool], *,
+    def __init__(self, enqueue: Callable[[firestore.Client, Part, int], bool], *,
+                 count: Callable[[firestore.Client], int] = partitions.count,
                  timeout_s: float = config.TICK_ENQUEUE_TIMEOUT_S) -> None:
         self._enqueue = enqueue
+        self._count = count
         self._timeout_s = timeout_s
         # The Admin SDK waits up to 120 s for Cloud Tasks and retries: a write waits this
         # long at most (the call goes on in the background).
         self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tick-enqueue")
         self._lock = threading.Lock()
-        self._last: dict[tuple[str, str], int] = {}  # per database: the last slot enqueued
+        # Per database and partition: the last slot enqueued.
+        self._last: dict[tuple[str, str, Part], int] = {}
         self.created = 0  # tasks this process created
         self.refused = 0  # create calls refused because another process created that slot's
 
-    def after_write(self, db: firestore.Client, committed_at: dt.datetime) -> bool:
-        """Returns True when this call created the slot's task. A failed enqueue is not tried
-        again for that slot (the backstop ticks within about 70 s; a flood of retries would only
-        slow every write while Cloud Tasks is down)."""
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime,
+                    homes: Iterable[int] = (0,)) -> bool:
+        """Returns True when this call created a task. A failed enqueue is not tried again for
+        that slot (the backstop ticks within about 70 s; a flood of retries would only slow
+        every write while Cloud Tasks is down)."""
         slot = slot_of(committed_at)
-        key = (db.project, getattr(db, "_database", "(default)"))
+        database = getattr(db, "_database", "(default)")
+        count = self._count(db)
+        due: list[Part] = []
         with self._lock:
-            if self._last.get(key, -1) >= slot:
-                return False
-            self._last[key] = slot
-        try:
-            created = self._calls.submit(self._enqueue, db, slot).result(self._timeout_s)
-        except Exception as error:  # refused, failed, or still waiting (TimeoutError)
-            log.warning("could not enqueue the rollup's tick (the scheduler ticks within a "
-                        "minute): %r", error)
-            return False
-        with self._lock:
-            if created:
-                self.created += 1
-            else:
-                self.refused += 1
+            for part in sorted({Part(count, home % count) for home in homes}):
+                key = (db.project, database, part)
+                if self._last.get(key, -1) < slot:
+                    self._last[key] = slot
+                    due.append(part)
+        calls = [self._calls.submit(self._enqueue, db, part, slot) for part in due]
+        created = False
+        for call in calls:
+            try:
+                made = call.result(self._timeout_s)
+            except Exception as error:  # refused, failed, or still waiting (TimeoutError)
+                log.warning("could not enqueue the rollup's tick (the scheduler ticks within a "
+                            "minute): %r", error)
+                continue
+            with self._lock:
+                if made:
+                    self.created += 1
+                else:
+                    self.refused += 1
+            created = created or made
         return created
 
 
 class AfterWrite(Protocol):
-    def after_write(self, db: firestore.Client, committed_at: dt.datetime) -> bool: ...
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime,
+                    homes: Iterable[int] = ...) -> bool: ...
 
 
 class Never:
     """Enqueues nothing: for writers whose rollup runs in-process (tests, benchmarks)."""
 
-    def after_write(self, db: firestore.Client, committed_at: dt.datetime) -> bool:
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime,
+                    homes: Iterable[int] = ()) -> bool:
         return False
 
 
@@ -148,14 +169,15 @@ def install(waker: AfterWrite | None) -> AfterWrite | None:
     return previous
 
 
-def after_write(db: firestore.Client, committed_at: dt.datetime) -> bool:
-    """Called by the domain after each committed shard write, with its commit time; never raises
-    (the write is done: a client told otherwise would retry it)."""
+def after_write(db: firestore.Client, committed_at: dt.datetime, homes: Iterable[int]) -> bool:
+    """Called by the domain after each commit of shard writes, with its commit time and the
+    homes of the keys written; never raises (the write is done: a client told otherwise would
+    retry it)."""
     global _installed
     if _installed is None:
-        _installed = Waker(lambda target, slot: enqueue_tick(target, "write", slot))
+        _installed = Waker(lambda target, part, slot: enqueue_tick(target, "write", part, slot))
     try:
-        return _installed.after_write(db, committed_at)
+        return _installed.after_write(db, committed_at, homes)
     except Exception:
         log.exception("could not enqueue the rollup's tick (the scheduled run will tick)")
         return False

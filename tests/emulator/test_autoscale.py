@@ -21,6 +21,7 @@ from counting.lease import Lease, state_ref
 from google.cloud import firestore
 
 from ..waiting import eventually
+from .shards import write_shard
 
 # 1 shard carries 5 writes/s at the target utilisation; rates fall with a 2 s time constant.
 FAST = AutoscaleParams(shard_write_rate=10.0, rise_tau_s=1.0, fall_tau_s=2.0, cool_down_s=2.0,
@@ -201,7 +202,7 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client) -> No
     stale = counters.ConfigCache(ttl_s=600)  # a writer that will miss the shrink
     stale.get(db, "c")
     for n in range(8):
-        counters.shard_ref(db, "c", n).update(counters.shard_write(n + 1, random.Random()))
+        write_shard(db, "c", n, n + 1)
     lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     # No grow from the few writes here; shrink as soon as the rate is low.
@@ -209,7 +210,7 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client) -> No
     step = rollup.Rollup(db, lease, params)
     step.tick()  # meets the counter (36), measures no load: shrinks to 1 at once
     assert (num_shards(db, "c"), rollup_count(db, "c")) == (1, 36)
-    counters.shard_ref(db, "c", 5).update(counters.shard_write(100, random.Random()))
+    write_shard(db, "c", 5, 100)
     step.tick()
     assert rollup_count(db, "c") == 136 and shard_documents(db, "c") == 8  # still in grace
     # Ticks fold nothing until the grace has passed; then one folds the seven at once.
@@ -232,7 +233,7 @@ def test_an_increment_racing_a_fold_is_not_lost(
     db = isolated_db
     counters.create_counter(db, "r", shards=4)
     for n in range(4):
-        counters.shard_ref(db, "r", n).update(counters.shard_write(10, random.Random()))
+        write_shard(db, "r", n, 10)
     lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.3)
@@ -246,7 +247,7 @@ def test_an_increment_racing_a_fold_is_not_lost(
         # lease renewal asks for one too).
         if not raced and sys._getframe(1).f_code.co_name == "fold_surplus":
             raced.append(True)
-            counters.shard_ref(db, "r", 3).update(counters.shard_write(1000, random.Random()))
+            write_shard(db, "r", 3, 1000)
         return real_option(**kwargs)
 
     monkeypatch.setattr(db, "write_option", option_after_a_racing_increment)

@@ -18,6 +18,7 @@ import pytest
 from callables import Callables
 from counting import cadence, config, counters, ledger, status, waking
 from counting.lease import state_ref
+from counting.partitions import WHOLE, Part
 from google.cloud import firestore
 
 from tests.waiting import eventually
@@ -109,7 +110,8 @@ def test_a_holder_that_owes_counters_does_not_take_a_late_task_as_done(
     slot = max(waking.slot_of(add(isolated_db, name, 1)) for name in names)
     enqueued: list[int] = []
 
-    def enqueue(next_slot: int) -> bool:
+    def enqueue(part: Part, next_slot: int) -> bool:
+        assert part == WHOLE
         enqueued.append(next_slot)
         return True
 
@@ -237,5 +239,5 @@ def test_the_writes_of_one_second_share_one_task(db: firestore.Client, suffix: s
     """Tasks are named for their slot: the Cloud Tasks emulator refuses a second one, so the
     writers of one second, on any number of instances, enqueue its tick once."""
     slot = waking.slot_of(dt.datetime.now(dt.UTC)) + 3600 + int(suffix, 16) % 10**6
-    assert waking.enqueue_tick(db, "write", slot) is True
-    assert waking.enqueue_tick(db, "write", slot) is False
+    assert waking.enqueue_tick(db, "write", WHOLE, slot) is True
+    assert waking.enqueue_tick(db, "write", WHOLE, slot) is False

@@ -16,6 +16,7 @@ from counting.lease import Lease, LeaseLost, state_ref
 from google.cloud import firestore
 
 from ..waiting import eventually
+from .shards import write_shard
 
 
 def lease_for(db: firestore.Client, owner: str = "test") -> Lease:
@@ -231,9 +232,8 @@ def test_a_counter_that_cannot_be_published_does_not_stop_the_others(
     add(isolated_db, "gone", 1)
     step.tick()
     for shard in (0, 1):
-        counters.shard_ref(isolated_db, "big", shard).update(
-            counters.shard_write(2**62, random.Random()))
-    counters.shard_ref(isolated_db, "big", 0).update(counters.shard_write(2**62, random.Random()))
+        write_shard(isolated_db, "big", shard, 2**62)
+    write_shard(isolated_db, "big", 0, 2**62)
     add(isolated_db, "gone", 4)
     counters.counter_ref(isolated_db, "gone").delete()
     add(isolated_db, "fine", 5)

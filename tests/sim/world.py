@@ -35,9 +35,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from counting import cadence, collections, config, counters, declarations, ledger, trends, waking
+from counting import (
+    cadence,
+    collections,
+    config,
+    counters,
+    declarations,
+    ledger,
+    partitions,
+    trends,
+    waking,
+)
 from counting.config import AutoscaleParams
 from counting.errors import CounterError
+from counting.partitions import WHOLE, Part
 from counting.policy import Policy
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -128,7 +139,10 @@ class World:
             self.writers.append(self.sim.spawn(f"writer-{n}", functools.partial(self._writer, n),
                                                after_s=0.5 + n * 0.1))
         self.sim.spawn("chaos", self._chaos, after_s=5.0)
-        previous = waking.install(waking.Waker(lambda db, slot: self._enqueue(slot)))
+        known = partitions.KNOWN
+        partitions.KNOWN = partitions.Known(monotonic=self.sim.monotonic)  # P as writers know it
+        previous = waking.install(waking.Waker(
+            lambda db, part, slot: self._enqueue(part, slot), count=partitions.count))
         try:
             self.sim.run_until(end)
             self.writing = False
@@ -137,6 +151,7 @@ class World:
         finally:
             self.sim.shutdown()
             waking.install(previous)
+            partitions.KNOWN = known
         self.outcome.crashes += self.sim.crashes
         return self.outcome
 
@@ -181,9 +196,10 @@ class World:
             actor.owner = None
         return True
 
-    def _enqueue(self, slot: int) -> bool:
+    def _enqueue(self, part: Part, slot: int) -> bool:
         """Cloud Tasks: a task named for the slot, refused when it exists, dispatched a moment
         after the slot's end (now and then a little before it: clocks differ)."""
+        assert part == WHOLE
         if slot in self.slots:
             return False
         self.slots.add(slot)

@@ -8,9 +8,12 @@ import random
 import re
 import threading
 import time
+from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any
 
-from counting import counters, waking
+from counting import counters, partitions, waking
+from counting.partitions import WHOLE, Part
 from google.cloud.firestore_v1.types import Value
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, 250_000, tzinfo=dt.UTC)
@@ -44,11 +47,12 @@ def test_task_ids_are_valid_distinct_and_spread() -> None:
 def test_one_task_per_slot_and_process() -> None:
     enqueued: list[int] = []
 
-    def enqueue(db: Any, slot: int) -> bool:
+    def enqueue(db: Any, part: Part, slot: int) -> bool:
+        assert part == WHOLE
         enqueued.append(slot)
         return True
 
-    waker = waking.Waker(enqueue)
+    waker = waking.Waker(enqueue, count=lambda db: 1)
     db: Any = Db()
     assert waker.after_write(db, at(0.0)) is True
     assert waker.after_write(db, at(0.5)) is False  # the same second: its task is on its way
@@ -61,7 +65,7 @@ def test_one_task_per_slot_and_process() -> None:
 
 
 def test_a_task_another_process_created_counts_as_refused() -> None:
-    waker = waking.Waker(lambda db, slot: False)
+    waker = waking.Waker(lambda db, part, slot: False, count=lambda db: 1)
     assert waker.after_write(Db(), NOW) is False  # type: ignore[arg-type]
     assert (waker.created, waker.refused) == (0, 1)
 
@@ -69,11 +73,11 @@ def test_a_task_another_process_created_counts_as_refused() -> None:
 def test_a_failed_enqueue_is_not_retried_for_that_slot() -> None:
     calls: list[int] = []
 
-    def enqueue(db: Any, slot: int) -> bool:
+    def enqueue(db: Any, part: Part, slot: int) -> bool:
         calls.append(slot)
         raise RuntimeError("Cloud Tasks unavailable")
 
-    waker = waking.Waker(enqueue)
+    waker = waking.Waker(enqueue, count=lambda db: 1)
     db: Any = Db()
     assert waker.after_write(db, NOW) is False
     assert waker.after_write(db, at(0.1)) is False
@@ -92,11 +96,12 @@ class Written:
 def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
     """`counters.settle`, where the domain's write paths end, hands the process's waker the
     latest commit time of the shards it wrote; a commit that wrote no shard asks for nothing."""
-    seen: list[tuple[object, dt.datetime]] = []
+    seen: list[tuple[object, dt.datetime, set[int]]] = []
 
     class Recording:
-        def after_write(self, db: Any, committed_at: dt.datetime) -> bool:
-            seen.append((db, committed_at))
+        def after_write(self, db: Any, committed_at: dt.datetime,
+                        homes: Iterable[int] = ()) -> bool:
+            seen.append((db, committed_at, set(homes)))
             return False
 
     db = object()
@@ -104,21 +109,47 @@ def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
     try:
         counters.settle(db, [], random.Random())  # type: ignore[arg-type]
         assert seen == []
-        written: list[Any] = [(object(), Written(at(0.3))), (object(), Written(at(0.1)))]
+        written: list[Any] = [(shard("a"), Written(at(0.3))), (shard("b"), Written(at(0.1)))]
         counters.settle(db, written, random.Random())  # type: ignore[arg-type]
     finally:
         waking.install(previous)
-    assert seen == [(db, at(0.3))]
+    assert seen == [(db, at(0.3), {partitions.home_of("a"), partitions.home_of("b")})]
+
+
+def shard(counter: str) -> Any:
+    """A counter's shard reference, as far as `partitions.home_of_shard` reads it."""
+    counters_coll = SimpleNamespace(id="counters")
+    return SimpleNamespace(parent=SimpleNamespace(
+        parent=SimpleNamespace(id=counter, parent=counters_coll)))
+
+
+def test_a_write_wakes_each_partition_it_wrote_to_once_per_slot() -> None:
+    """With P = 4, the homes written pick the partitions; each gets its slot's task once."""
+    enqueued: list[tuple[Part, int]] = []
+
+    def enqueue(db: Any, part: Part, slot: int) -> bool:
+        enqueued.append((part, slot))
+        return True
+
+    waker = waking.Waker(enqueue, count=lambda db: 4)
+    db: Any = Db()
+    assert waker.after_write(db, NOW, {1, 5, 2}) is True
+    assert waker.after_write(db, at(0.5), {9, 3}) is True  # partition 3's first task
+    assert waker.after_write(db, at(0.6), {13}) is False  # partition 1's is on its way
+    slot = waking.slot_of(NOW)
+    assert enqueued == [(Part(4, 1), slot), (Part(4, 2), slot), (Part(4, 3), slot)]
+    assert waking.task_id(slot, Part(4, 1)) != waking.task_id(slot, Part(4, 2))
 
 
 def test_a_failing_waker_never_fails_the_write() -> None:
     class Broken:
-        def after_write(self, db: Any, committed_at: dt.datetime) -> bool:
+        def after_write(self, db: Any, committed_at: dt.datetime,
+                        homes: Iterable[int] = ()) -> bool:
             raise RuntimeError("no Cloud Tasks")
 
     previous = waking.install(Broken())
     try:
-        assert waking.after_write(object(), NOW) is False  # type: ignore[arg-type]
+        assert waking.after_write(object(), NOW, {0}) is False  # type: ignore[arg-type]
     finally:
         waking.install(previous)
 
@@ -128,11 +159,11 @@ def test_a_write_waits_a_bounded_time_for_a_slow_cloud_tasks() -> None:
     for the bound, not longer."""
     release = threading.Event()
 
-    def enqueue(db: Any, slot: int) -> bool:
+    def enqueue(db: Any, part: Part, slot: int) -> bool:
         release.wait(10)
         return True
 
-    waker = waking.Waker(enqueue, timeout_s=0.2)
+    waker = waking.Waker(enqueue, count=lambda db: 1, timeout_s=0.2)
     began = time.monotonic()
     assert waker.after_write(Db(), NOW) is False  # type: ignore[arg-type]
     assert time.monotonic() - began < 2

@@ -1,0 +1,234 @@
+"""The rollup's partitions: P holders share the change stream, each with its own lease,
+watermark and tick tasks, so the rollup's capacity grows with P (docs/architecture.md,
+"Partitions").
+
+Every key the rollup sums (a counter's id, a trending tag) has a home, a hash in 0..HOMES-1;
+partition p of P owns the keys whose home is p mod P. A shard write carries
+`stripe = home + HOMES * r` with r random below the writer's P, so that a partition's change
+query is `stripe in [its stripes]` on the existing index: HOMES / P homes times P spreads, 16
+values whatever P is, one query; and the index takes P times as many shard writes as with one
+partition (about 500 writes/s per stripe, for values that increase in time).
+
+P is configuration: `internal/rollup_partitions` (absent: 1), changed by `change` (the
+operator CLI's `counters rollup partitions N`). `change` is one transaction: it retires every
+lease of the old P (so no holder of the old P commits again: their commits are fenced by their
+lease documents) and writes every lease of the new P, each starting from the oldest progress of
+the old ones. A writer learns the new P within CONFIG_CACHE_TTL_S; until then its stripes may be
+the old P's, so the new leases read the old spread too until `narrow_at`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.cloud import firestore
+
+from . import config
+
+HOMES = 16
+CHOICES = (1, 2, 4, 8, 16)  # powers of two up to HOMES: every partition gets HOMES / P homes
+PARTITIONS_DOC = "rollup_partitions"  # internal/rollup_partitions: {count, changed_at}
+# Firestore's `in` takes at most 30 values: a wider set of stripes is read in several queries.
+IN_VALUES = 30
+# After a change, the new leases also read the stripes a writer with the old P may still pick:
+# writers learn P within CONFIG_CACHE_TTL_S, and a write's commit follows its timestamp by at
+# most MAX_REQUEST_S, which the sweeps (every ROLLUP_SWEEP_EVERY_S) reach back over.
+NARROW_AFTER_S = 2 * (config.CONFIG_CACHE_TTL_S + config.MAX_REQUEST_S
+                      + config.ROLLUP_SWEEP_EVERY_S)
+
+
+def home_of(key: str) -> int:
+    """A counter's or a tag's home: the first 32 bits of its SHA-256, modulo HOMES (a trend
+    bucket's id begins with the same digest of its tag: `trends.tag_key`)."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % HOMES
+
+
+def home_of_hex(digest: str) -> int:
+    """The home of a key from the hex SHA-256 digest a document id begins with."""
+    return int(digest[:8], 16) % HOMES
+
+
+def home_of_shard(shard: firestore.DocumentReference) -> int:
+    """The home of what a shard document belongs to: a counter, or a tag's minute bucket."""
+    parent = shard.parent.parent
+    assert parent is not None
+    if parent.parent.id == config.TREND_MINUTES:
+        return home_of_hex(parent.id)
+    return home_of(parent.id)
+
+
+@dataclass(frozen=True, order=True)
+class Part:
+    """Partition `index` of `count`."""
+
+    count: int
+    index: int
+
+    @property
+    def lease_id(self) -> str:
+        """Its lease document in `internal`: the one-partition rollup's keeps its old name."""
+        if self.count == 1:
+            return config.ROLLUP_STATE_DOC
+        return f"{config.ROLLUP_STATE_DOC}-{self.count}-{self.index}"
+
+    @property
+    def function(self) -> str:
+        """The task queue function that ticks it: one per partition index, each dispatching one
+        task at a time to one instance, which keeps the partition's ledger between ticks."""
+        return config.ROLLUP_TASK_FUNCTION + (str(self.index) if self.index else "")
+
+    def owns(self, home: int) -> bool:
+        return home % self.count == self.index
+
+    def homes(self) -> list[int]:
+        return [home for home in range(HOMES) if self.owns(home)]
+
+    def stripes(self, spread: int) -> list[int]:
+        """The stripes its change query reads: its homes, in each of `spread` spreads."""
+        return [home + HOMES * r for r in range(spread) for home in self.homes()]
+
+    def __str__(self) -> str:
+        return f"{self.index + 1} of {self.count}"
+
+
+WHOLE = Part(1, 0)
+
+
+def parts(count: int) -> list[Part]:
+    return [Part(count, index) for index in range(count)]
+
+
+def stripe(home: int, count: int, rng: random.Random) -> int:
+    """The stripe of a shard write whose key lives at `home`, by a writer that knows P = count."""
+    return home + HOMES * rng.randrange(count)
+
+
+def chunks(values: list[int]) -> list[list[int]]:
+    """`values` in pieces that one `in` filter takes."""
+    return [values[start:start + IN_VALUES] for start in range(0, len(values), IN_VALUES)]
+
+
+def partitions_ref(db: firestore.Client) -> firestore.DocumentReference:
+    return db.collection(config.INTERNAL).document(PARTITIONS_DOC)
+
+
+def lease_ref(db: firestore.Client, part: Part) -> firestore.DocumentReference:
+    return db.collection(config.INTERNAL).document(part.lease_id)
+
+
+# -- what P is --
+
+
+def read_count(db: firestore.Client) -> int:
+    """P as configured (one read)."""
+    count = (partitions_ref(db).get().to_dict() or {}).get("count")
+    return count if count in CHOICES else 1
+
+
+class Known:
+    """P as a writer knows it: read at most every CONFIG_CACHE_TTL_S per database."""
+
+    def __init__(self, ttl_s: float = config.CONFIG_CACHE_TTL_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._ttl_s = ttl_s
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._known: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def count(self, db: firestore.Client) -> int:
+        key = (db.project, getattr(db, "_database", "(default)"))
+        now = self._monotonic()
+        with self._lock:
+            known = self._known.get(key)
+        if known is not None and now - known[0] < self._ttl_s:
+            return known[1]
+        try:
+            count = read_count(db)
+        except Exception:
+            if known is None:
+                raise
+            count = known[1]  # keep what we knew: a write never fails for this
+        with self._lock:
+            self._known[key] = (now, count)
+        return count
+
+    def forget(self) -> None:
+        with self._lock:
+            self._known.clear()
+
+
+KNOWN = Known()
+
+
+def count(db: firestore.Client) -> int:
+    """P, as this process's writers know it."""
+    return KNOWN.count(db)
+
+
+# -- changing P --
+
+
+@dataclass(frozen=True, kw_only=True)
+class Changed:
+    before: int
+    after: int
+    watermark: dt.datetime  # where the new partitions start
+    spread: int  # the stripes' spread they read until narrow_at
+    narrow_at: dt.datetime
+
+
+def change(db: firestore.Client, new: int, *, now: dt.datetime | None = None) -> Changed:
+    """Set P to `new` (one transaction): retire every lease of the current P and write every
+    lease of the new one, starting at the oldest watermark and sweep of the old leases. Holders of
+    the old P fail their next commit (their lease was written) and find their lease retired;
+    nothing they committed is lost (the new leases start before it), and they commit nothing
+    after (fenced). Changing to the current P changes nothing."""
+    if new not in CHOICES:
+        raise ValueError(f"partitions: {new!r} is not one of {', '.join(map(str, CHOICES))}")
+    instant = now or dt.datetime.now(dt.UTC)
+    transaction = db.transaction()
+
+    @firestore.transactional
+    def run(transaction: Any) -> Changed:
+        settings = partitions_ref(db).get(transaction=transaction).to_dict() or {}
+        before = int(settings["count"]) if settings.get("count") in CHOICES else 1
+        olds = parts(before)
+        found = [(lease_ref(db, part).get(transaction=transaction).to_dict() or {})
+                 for part in olds]
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        watermark = min((data.get("watermark") or epoch) for data in found)
+        swept = min((data.get("swept") or data.get("watermark") or epoch) for data in found)
+        # Still in an earlier change's grace: keep reading that spread too.
+        spread = max([before, new] + [int(data.get("spread") or 1) for data in found
+                                      if (data.get("narrow_at") or epoch) > instant])
+        narrow_at = instant + dt.timedelta(seconds=NARROW_AFTER_S)
+        changed = Changed(before=before, after=new, watermark=watermark, spread=spread,
+                          narrow_at=narrow_at)
+        if new == before:
+            return changed
+        for part in olds:
+            transaction.set(lease_ref(db, part), {"owner": None, "retired": True}, merge=True)
+        for part in parts(new):
+            transaction.set(lease_ref(db, part), {
+                "owner": None, "retired": False, "watermark": watermark, "swept": swept,
+                "spread": spread, "narrow_at": narrow_at, "errors": []}, merge=True)
+        transaction.set(partitions_ref(db), {"count": new, "before": before,
+                                             "changed_at": firestore.SERVER_TIMESTAMP})
+        return changed
+
+    result: Changed = run(transaction)
+    KNOWN.forget()
+    return result
+
+
+def shard_stripe(db: firestore.Client, shard: firestore.DocumentReference,
+                 rng: random.Random) -> int:
+    """The `stripe` of a write to `shard`: its key's home, spread over P as the writer knows it."""
+    return stripe(home_of_shard(shard), count(db), rng)

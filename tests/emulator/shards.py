@@ -1,0 +1,14 @@
+"""Shard writes as the write path makes them, straight to one shard (tests that need a given
+shard's value)."""
+
+from __future__ import annotations
+
+import random
+
+from counting import counters
+from google.cloud import firestore
+
+
+def write_shard(db: firestore.Client, counter: str, shard: int, by: int) -> None:
+    ref = counters.shard_ref(db, counter, shard)
+    ref.update(counters.shard_write(db, ref, by, random.Random()))
