@@ -10,7 +10,7 @@ values whatever P is, one query; and the index takes P times as many shard write
 partition (about 500 writes/s per stripe, for values that increase in time).
 
 P is configuration: `internal/rollup_partitions` (absent: 1), changed by `change` (the
-operator CLI's `counters rollup partitions N`). `change` is one transaction: it retires every
+operator CLI's `counters partitions N`). `change` is one conditional commit: it retires every
 lease of the old P (so no holder of the old P commits again: their commits are fenced by their
 lease documents) and writes every lease of the new P, each starting from the oldest progress of
 the old ones. A writer learns the new P within CONFIG_CACHE_TTL_S; until then its stripes may be
@@ -26,15 +26,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from . import config
+from .errors import Aborted
 
 HOMES = 16
 CHOICES = (1, 2, 4, 8, 16)  # powers of two up to HOMES: every partition gets HOMES / P homes
 PARTITIONS_DOC = "rollup_partitions"  # internal/rollup_partitions: {count, changed_at}
+CHANGE_ATTEMPTS = 20  # a change is read and tried again while holders write their leases
 # Firestore's `in` takes at most 30 values: a wider set of stripes is read in several queries.
 IN_VALUES = 30
 # After a change, the new leases also read the stripes a writer with the old P may still pick:
@@ -184,48 +186,58 @@ class Changed:
     narrow_at: dt.datetime
 
 
-def change(db: firestore.Client, new: int, *, now: dt.datetime | None = None) -> Changed:
-    """Set P to `new` (one transaction): retire every lease of the current P and write every
-    lease of the new one, starting at the oldest watermark and sweep of the old leases. Holders of
-    the old P fail their next commit (their lease was written) and find their lease retired;
-    nothing they committed is lost (the new leases start before it), and they commit nothing
-    after (fenced). Changing to the current P changes nothing."""
+def change(db: firestore.Client, new: int, *, now: dt.datetime | None = None,
+           attempts: int = CHANGE_ATTEMPTS) -> Changed:
+    """Set P to `new`: one commit retires every lease of the current P and writes every lease of
+    the new one, starting at the oldest watermark and sweep of the old leases. The commit is
+    conditional on every document it replaces being as it was read (a holder's commit writes its
+    lease: then it is read and tried again), so the progress it carries over is the latest.
+    Holders of the old P fail their next commit (their lease was written) and find their lease
+    retired: nothing they committed is lost (the new leases start before it), and they commit
+    nothing after it (fenced). Changing to the current P changes nothing."""
     if new not in CHOICES:
         raise ValueError(f"partitions: {new!r} is not one of {', '.join(map(str, CHOICES))}")
-    instant = now or dt.datetime.now(dt.UTC)
-    transaction = db.transaction()
+    for _ in range(attempts):
+        try:
+            return _change_once(db, new, now or dt.datetime.now(dt.UTC))
+        except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound):
+            continue  # a holder (or another change) wrote in between: read again
+        finally:
+            KNOWN.forget()
+    raise Aborted(f"partitions: the leases kept changing; {attempts} attempts failed: retry")
 
-    @firestore.transactional
-    def run(transaction: Any) -> Changed:
-        settings = partitions_ref(db).get(transaction=transaction).to_dict() or {}
-        before = int(settings["count"]) if settings.get("count") in CHOICES else 1
-        olds = parts(before)
-        found = [(lease_ref(db, part).get(transaction=transaction).to_dict() or {})
-                 for part in olds]
-        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-        watermark = min((data.get("watermark") or epoch) for data in found)
-        swept = min((data.get("swept") or data.get("watermark") or epoch) for data in found)
-        # Still in an earlier change's grace: keep reading that spread too.
-        spread = max([before, new] + [int(data.get("spread") or 1) for data in found
-                                      if (data.get("narrow_at") or epoch) > instant])
-        narrow_at = instant + dt.timedelta(seconds=NARROW_AFTER_S)
-        changed = Changed(before=before, after=new, watermark=watermark, spread=spread,
-                          narrow_at=narrow_at)
-        if new == before:
-            return changed
-        for part in olds:
-            transaction.set(lease_ref(db, part), {"owner": None, "retired": True}, merge=True)
-        for part in parts(new):
-            transaction.set(lease_ref(db, part), {
-                "owner": None, "retired": False, "watermark": watermark, "swept": swept,
-                "spread": spread, "narrow_at": narrow_at, "errors": []}, merge=True)
-        transaction.set(partitions_ref(db), {"count": new, "before": before,
-                                             "changed_at": firestore.SERVER_TIMESTAMP})
+
+def _change_once(db: firestore.Client, new: int, instant: dt.datetime) -> Changed:
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    settings = partitions_ref(db).get()
+    data = settings.to_dict() or {}
+    before = int(data["count"]) if data.get("count") in CHOICES else 1
+    olds = [lease_ref(db, part).get() for part in parts(before)]
+    found = [snapshot.to_dict() or {} for snapshot in olds]
+    watermark = min((lease.get("watermark") or epoch) for lease in found)
+    swept = min((lease.get("swept") or lease.get("watermark") or epoch) for lease in found)
+    # Still within an earlier change's grace: keep reading that spread too.
+    spread = max([before, new] + [int(lease.get("spread") or 1) for lease in found
+                                  if (lease.get("narrow_at") or epoch) > instant])
+    changed = Changed(before=before, after=new, watermark=watermark, spread=spread,
+                      narrow_at=instant + dt.timedelta(seconds=NARROW_AFTER_S))
+    if new == before:
         return changed
-
-    result: Changed = run(transaction)
-    KNOWN.forget()
-    return result
+    batch = db.batch()
+    for snapshot in [settings, *olds]:
+        fields = ({"count": new, "before": before, "changed_at": firestore.SERVER_TIMESTAMP}
+                  if snapshot is settings else {"owner": None, "retired": True})
+        if snapshot.exists:
+            batch.update(snapshot.reference, fields,
+                         option=db.write_option(last_update_time=snapshot.update_time))
+        else:
+            batch.create(snapshot.reference, fields)
+    for part in parts(new):
+        batch.set(lease_ref(db, part), {
+            "owner": None, "retired": False, "watermark": watermark, "swept": swept,
+            "spread": spread, "narrow_at": changed.narrow_at, "errors": []}, merge=True)
+    batch.commit()
+    return changed
 
 
 def shard_stripe(db: firestore.Client, shard: firestore.DocumentReference,

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from google.cloud import firestore
 
-from . import config
+from . import config, partitions
 from .lease import Lease, LeaseView, state_ref
+from .partitions import WHOLE, Part
 from .rollup import TickStats
 
 
@@ -59,8 +60,9 @@ class RollupStatus:
     stale: str | None  # why the rollup looks stuck; None while healthy
 
 
-def read_status(db: firestore.Client) -> RollupStatus:
-    snapshot = state_ref(db).get()
+def read_status(db: firestore.Client, part: Part = WHOLE) -> RollupStatus:
+    """One partition's status (one read)."""
+    snapshot = state_ref(db, part).get()
     view = LeaseView.of(snapshot, dt.timedelta(seconds=config.ROLLUP.lease_s))
     data = snapshot.to_dict() or {}
     age = None if view.renewed_at is None else (view.read_time - view.renewed_at).total_seconds()
@@ -74,3 +76,9 @@ def read_status(db: firestore.Client) -> RollupStatus:
                         tick_s=data.get("tick_s"), lag_s=data.get("lag_s"),
                         holder_since=data.get("holder_since"),
                         errors=list(data.get("errors") or []), stale=stale)
+
+
+def read_statuses(db: firestore.Client) -> list[tuple[Part, RollupStatus]]:
+    """Every partition's status, for the current P (P + 1 reads)."""
+    return [(part, read_status(db, part))
+            for part in partitions.parts(partitions.read_count(db))]

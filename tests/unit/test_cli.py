@@ -4,8 +4,10 @@ domain replaced by fakes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
+import json
 import threading
 from typing import Any
 
@@ -17,8 +19,9 @@ from counters_cli import status as status_command
 from counters_cli.claims import changed_claims
 from counters_cli.load import percentile, run_load
 from counters_cli.session import Target, resolve_target
-from counting import counters, kinds, status, trends
+from counting import counters, kinds, partitions, status, trends, waking
 from counting.errors import NotFound
+from counting.partitions import WHOLE, Part
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -245,7 +248,7 @@ def test_status_exits_non_zero_when_the_rollup_is_stale(
                                  last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0, holder_since=AS_OF,
                                  errors=["2026-01-01T00:00:00Z big: sum outside 64-bit"],
                                  stale=stale)
-    monkeypatch.setattr(status_command, "read_status", lambda db: found)
+    monkeypatch.setattr(status_command, "read_statuses", lambda db: [(WHOLE, found)])
     result = invoke("status", code=1 if stale else 0)
     assert table_rows(result.stdout) == [
         ["state", "active"], ["holder", "h-1-x"], ["holder_since", "2024-05-01T12:00:00Z"],
@@ -279,3 +282,49 @@ def test_claims_grant_takes_exactly_one_role(roles: list[str]) -> None:
     assert result.exit_code == 2
     assert result.stderr.splitlines()[-1] == "Error: grant takes --admin or --tenant T"
     assert "target:" not in result.output
+
+
+def test_status_of_partitions_names_the_stale_one(
+    domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With P partitions, one table each; one stuck partition fails the command, named."""
+    healthy = status.RollupStatus(holder="h-1-x", active=True, last_tick_at=AS_OF,
+                                  last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0,
+                                  holder_since=AS_OF, errors=[], stale=None)
+    stuck = dataclasses.replace(healthy, active=False, last_tick_age_s=200.0,
+                                stale="no tick for 200 s", errors=["boom"])
+    monkeypatch.setattr(status_command, "read_statuses", lambda db: [
+        (Part(2, 0), healthy), (Part(2, 1), stuck)])
+    result = invoke("status", "--json", code=1)
+    figures = json.loads(result.stdout)
+    assert (figures["partitions"], figures["state"]) == (2, "active")
+    assert figures["stale"] == "partition 2 of 2: no tick for 200 s"
+    assert figures["errors"] == ["2 of 2: boom"]
+    assert [one["state"] for one in figures["by_partition"]] == [
+        "active", "idle (ticks when written)"]
+
+
+def test_partitions_shows_and_changes_the_count(
+    domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`partitions` prints P; `partitions N` changes it and wakes each new partition."""
+    monkeypatch.setattr(partitions, "read_count", lambda db: 1)
+    assert invoke("partitions").stdout == "partitions: 1\n"
+    changes: list[int] = []
+    woken: list[Part] = []
+
+    def change(db: Any, new: int) -> partitions.Changed:
+        changes.append(new)
+        return partitions.Changed(before=1, after=new, watermark=AS_OF, spread=4,
+                                  narrow_at=AS_OF)
+
+    def enqueue(db: Any, reason: str, part: Part, slot: int | None = None) -> bool:
+        woken.append(part)
+        return True
+
+    monkeypatch.setattr(partitions, "change", change)
+    monkeypatch.setattr(waking, "enqueue_tick", enqueue)
+    result = invoke("partitions", "4", "--json")
+    assert json.loads(result.stdout)["woken"] == 4
+    assert changes == [4] and woken == partitions.parts(4)
+    invoke("partitions", "3", code=2)  # not a power of two

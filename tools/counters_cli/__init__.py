@@ -34,7 +34,7 @@ def cli(ctx: click.Context, project: str | None) -> None:
 
 for command in (counters.create, counters.inc, counters.get, counters.reset, watch.watch,
                 trends.track, trends.top, sequences.seq, collections.backfill, claims.claims,
-                status.status, load.load):
+                status.status, status.partitions_command, load.load):
     cli.add_command(command)
 
 

@@ -84,7 +84,7 @@ def tick_function(index: int) -> Callable[[Request], None]:
 
 
 # What a tick task says it is for (`waking.enqueue_tick`); anything else counts as "task".
-TASK_REASONS = ("write", "deferred")
+TASK_REASONS = ("write", "deferred", "partitions")
 # Function name -> function, one per partition index (`rolluptick`, `rolluptick1`, ...); main.py
 # exports each under its name.
 TICKS: dict[str, Callable[[Request], None]] = {
