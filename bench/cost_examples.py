@@ -84,6 +84,34 @@ def row(load: Load) -> str:
             f"${m.rollup_usd:,.2f} | **${m.total_usd:,.2f}** | {per_million} |")
 
 
+def partition_month(*, busy: bool) -> float:
+    """What one more rollup partition adds to a month, beside the counters it publishes: its
+    housekeeping tick in the scheduled run each minute (billed 100 ms, HOUSEKEEPING_READS, the
+    lease taken, renewed and let go: the usage record and the invocation are shared), and, when
+    written every second, a tick a second of its own (an invocation, a task created and
+    delivered, 100 ms, the lease's read and the fence)."""
+    minutes = cost_model.MONTH_S / cost_model.SCHEDULE_S
+    usage = {"invocations": 0.0, "billed_seconds": minutes * TICK_S, "ticks": minutes,
+             "tasks": 0.0, "reads": minutes * HOUSEKEEPING_READS,
+             "writes": minutes * (HOUSEKEEPING_WRITES - 1), "deletes": 0.0}
+    idle = cost_model.rollup_usd(usage, 0)
+    if not busy:
+        return idle
+    seconds = cost_model.MONTH_S
+    ticking = {"invocations": seconds, "billed_seconds": seconds * TICK_S, "ticks": seconds,
+               "tasks": 0.0, "reads": seconds * TICK_READS, "writes": seconds * TICK_WRITES,
+               "deletes": 0.0}
+    # Its slot tasks' creations, one per second (refused duplicates aside).
+    return idle + cost_model.rollup_usd(ticking, 0) + seconds * cost_model.TASK_OPERATION
+
+
+def partition_row() -> str:
+    """The docs' figures of one more partition."""
+    return (f"${partition_month(busy=False):,.2f} a month idle, "
+            f"${partition_month(busy=True):,.2f} a month written every second")
+
+
 if __name__ == "__main__":
     for load in LOADS:
         print(row(load))
+    print("one more partition:", partition_row())

@@ -157,3 +157,15 @@ def test_the_docs_show_the_models_worked_figures() -> None:
     docs = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8").splitlines()
     assert [cost_examples.row(load) for load in cost_examples.LOADS if
             cost_examples.row(load) not in docs] == []
+
+
+def test_the_docs_show_what_one_more_partition_costs() -> None:
+    """docs/operations.md's partitions section quotes `cost_examples.partition_row`: idle, 43,200
+    housekeeping ticks a month of 100 ms with 6 reads and 3 writes."""
+    idle = cost_examples.partition_month(busy=False)
+    minutes = MONTH_S / 60
+    assert idle == pytest.approx(minutes * (
+        compute_usd(0.1, cost_model.ROLLUP_VCPU, cost_model.ROLLUP_GIB) + 6 * READ + 3 * WRITE))
+    assert cost_examples.partition_month(busy=True) > 30 * idle
+    docs = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert cost_examples.partition_row() in docs
