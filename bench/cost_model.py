@@ -139,13 +139,14 @@ def write_path_usd(requests: Sequence[Request], slot_tasks: float, counters: int
 
     Per increment: an invocation, two writes (shard and marker), the marker's TTL delete later.
     Compute: `instance_seconds` at the callables' concurrency. Configuration reads: one per
-    counter and writer instance every 5 s at most, never more than one per increment. Task
+    counter and writer instance every 5 s at most, never more than one per increment, and the
+    rollup's partition count (P) once per writer instance every 5 s at most. Task
     creations: each writer instance creates (or is refused, billed alike) the task of every
     slot it writes in, `slot_tasks x writer_instances`."""
     increments = len(requests)
     instances = writer_instances(requests)
-    config_reads = min(increments,
-                       counters * instances * math.ceil(_window_s(requests) / CONFIG_CACHE_S))
+    refreshes = instances * math.ceil(_window_s(requests) / CONFIG_CACHE_S)
+    config_reads = min(increments, counters * refreshes) + min(increments, refreshes)
     return (increments * INVOCATION
             + compute_usd(instance_seconds(requests, CALLABLE_CONCURRENCY),
                           CALLABLE_VCPU, CALLABLE_GIB)

@@ -96,9 +96,10 @@ def test_the_rollup_pays_its_compute_and_operations() -> None:
 
 def test_an_increment_pays_two_writes_an_invocation_and_a_ttl_delete() -> None:
     """One increment of 50 ms: its invocation, 100 ms of a callable, shard and marker writes,
-    the marker's TTL delete, a configuration read, one task creation for its slot."""
+    the marker's TTL delete, a configuration read and a read of P, one task creation for its
+    slot."""
     assert write_path_usd([(0.0, 0.05)], slot_tasks=1, counters=1) == pytest.approx(
-        INVOCATION + 0.1 * CALLABLE_S_USD + 2 * WRITE + DELETE + READ + TASK_OPERATION)
+        INVOCATION + 0.1 * CALLABLE_S_USD + 2 * WRITE + DELETE + 2 * READ + TASK_OPERATION)
 
 
 def test_every_writer_instance_creates_each_slot_task() -> None:
