@@ -127,7 +127,7 @@ bench: setup $(WEB)
 	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 	$(STACK) exec '$(PY) bench/run.py'
 
-# Preflight checks, then rules and indexes before functions before hosting, then the task queue's
+# Preflight checks, then rules and indexes before functions before hosting, then the task queues'
 # roles granted and checked (tools/deploy.py).
 deploy: setup
 	$(PY) tools/deploy.py --project "$(PROJECT)"

@@ -1,17 +1,20 @@
 """`make deploy PROJECT=<id>`: preflight checks, then the deploy steps in the order that is safe.
 
 1. The runtime service account into functions/.env.<project> (RUNTIME_SERVICE_ACCOUNT, the
-   project's default compute account): the deploy manifest names it as `rolluptick`'s invoker
-   (counting/api/task_queues.py), and firebase-tools reads the value there.
+   project's default compute account): the deploy manifest names it as the invoker of every
+   tick function (`rolluptick`, `rolluptick1` ... `rolluptick15`, one per partition index of the
+   rollup: counting/api/task_queues.py), and firebase-tools reads the value there.
 2. Rules and indexes (and TTL policies): the rollup's and Top-K's queries fail in production
    until their composite indexes exist, and the new callables expect the new rules.
-3. Functions: the callables, the scheduled rollup and its task queue. firebase-tools grants the
-   runtime account the Cloud Tasks enqueuer role on the queue and the Cloud Run invoker role on
-   `rolluptick`.
+3. Functions: the callables, the scheduled rollup and the tick functions, each with its own task
+   queue. firebase-tools grants the runtime account the Cloud Tasks enqueuer role on each queue
+   and the Cloud Run invoker role on each tick function.
 4. Hosting: `firebase.json`'s predeploy builds web/dist for production first.
 5. What firebase-tools does not grant: the runtime account may act as itself
    (roles/iam.serviceAccountUser), which enqueueing a task with its OIDC token requires.
-6. A check that the three roles are in place; the deploy fails, saying which is missing, if not.
+6. A check that every tick function runs as the runtime account and that the roles are in place
+   (the two on every tick function's queue and service, the third on the account); the deploy
+   fails, saying which function lacks which, if not.
 
 Steps 1, 5 and 6 call Google's REST APIs with the Firebase CLI's credentials
 (tools/access_token.cjs). The preflight stops before anything is deployed when: the project is
@@ -36,15 +39,18 @@ from pathlib import Path
 from typing import Any
 
 import click
-from counting import config
+from counting import config, partitions
 
 ROOT = Path(__file__).resolve().parent.parent
 FIREBASE = str(ROOT / "node_modules/.bin/firebase")
 FUNCTIONS = ROOT / "functions"
 
-# The parameter rolluptick's manifest names as its invoker (counting/api/task_queues.py).
+# The parameter the tick functions' manifests name as their invoker
+# (counting/api/task_queues.py).
 RUNTIME_ACCOUNT = "RUNTIME_SERVICE_ACCOUNT"
-TASK = config.ROLLUP_TASK_FUNCTION
+# The rollup's task queue functions, one per partition index (counting/partitions.py), each with
+# its own queue and Cloud Run service: rolluptick, rolluptick1, ..., rolluptick15.
+TICKS = [partitions.Part(partitions.HOMES, index).function for index in range(partitions.HOMES)]
 ENQUEUER = "roles/cloudtasks.enqueuer"
 INVOKER = "roles/run.invoker"
 ACT_AS = "roles/iam.serviceAccountUser"
@@ -114,15 +120,16 @@ def google_api(token: Callable[[], str]) -> Call:
 POLICY_V3: Json = {"options": {"requestedPolicyVersion": 3}}
 
 
-# The resources the task queue's roles are on, as the APIs name them.
-def function_url(project: str) -> str:
+# The resources the task queues' roles are on, as the APIs name them.
+def function_url(project: str, function: str) -> str:
     return (f"https://cloudfunctions.googleapis.com/v2/projects/{project}/locations/"
-            f"{config.REGION}/functions/{TASK}")
+            f"{config.REGION}/functions/{function}")
 
 
-def queue_url(project: str) -> str:
+def queue_url(project: str, function: str) -> str:
+    """A task queue function's queue, which Firebase names after the function."""
     return (f"https://cloudtasks.googleapis.com/v2/projects/{project}/locations/{config.REGION}"
-            f"/queues/{TASK}")
+            f"/queues/{function}")
 
 
 def run_url(service: str) -> str:
@@ -168,7 +175,8 @@ def declare_account(call: Call, project: str, env_file: Path) -> str:
     if text and not text.endswith("\n"):
         text += "\n"
     env_file.write_text(
-        f"{text}# The account the functions run as: rolluptick's invoker (make deploy wrote it).\n"
+        f"{text}# The account the functions run as: the tick functions' invoker (make deploy "
+        "wrote it).\n"
         f"{RUNTIME_ACCOUNT}={account}\n")
     click.echo(f"wrote {RUNTIME_ACCOUNT}={account} into functions/{env_file.name}", err=True)
     return account
@@ -202,26 +210,35 @@ def grant_act_as(call: Call, project: str, account: str) -> bool:
     return True
 
 
-def task_queue_problems(call: Call, project: str, account: str) -> list[str]:
-    """What stops `account` from enqueueing rolluptick tasks that Cloud Tasks can dispatch:
-    empty when the function runs as it and it holds the enqueuer role on the queue, the invoker
-    role on the function's Cloud Run service and the service account user role on itself."""
-    service = call("GET", function_url(project), None).get("serviceConfig", {})
+def tick_problems(call: Call, project: str, account: str, function: str) -> list[str]:
+    """What stops `account` from enqueueing tasks to the tick function `function` that Cloud
+    Tasks can dispatch: empty when the function runs as it and it holds the enqueuer role on the
+    function's queue and the invoker role on its Cloud Run service."""
+    service = call("GET", function_url(project, function), None).get("serviceConfig", {})
     runs_as, run_service = service.get("serviceAccountEmail"), service.get("service")
     problems = []
     if runs_as != account:
-        problems.append(f"{TASK} runs as {runs_as}, not as {account} ({RUNTIME_ACCOUNT})")
+        problems.append(f"{function} runs as {runs_as}, not as {account} ({RUNTIME_ACCOUNT})")
     policies = [
-        (ENQUEUER, f"the {TASK} queue",
-         call("POST", f"{queue_url(project)}:getIamPolicy", POLICY_V3)),
-        (INVOKER, f"the {TASK} Cloud Run service",
+        (ENQUEUER, f"the {function} queue",
+         call("POST", f"{queue_url(project, function)}:getIamPolicy", POLICY_V3)),
+        (INVOKER, f"the {function} Cloud Run service",
          call("GET", f"{run_url(run_service)}:getIamPolicy?options.requestedPolicyVersion=3",
               None)),
-        (ACT_AS, "itself",
-         call("POST", f"{account_url(project, account)}:getIamPolicy", POLICY_V3)),
     ]
-    problems += [f"{account} lacks {role} on {on}"
-                 for role, on, policy in policies if not grants(policy, role, account)]
+    return problems + [f"{account} lacks {role} on {on}"
+                       for role, on, policy in policies if not grants(policy, role, account)]
+
+
+def task_queue_problems(call: Call, project: str, account: str) -> list[str]:
+    """What stops `account` from enqueueing tick tasks that Cloud Tasks can dispatch, for every
+    tick function (`tick_problems`), then once what stops it acting as itself: empty when all is
+    in place."""
+    problems = [problem for function in TICKS
+                for problem in tick_problems(call, project, account, function)]
+    if not grants(call("POST", f"{account_url(project, account)}:getIamPolicy", POLICY_V3),
+                  ACT_AS, account):
+        problems.append(f"{account} lacks {ACT_AS} on itself")
     return problems
 
 
@@ -229,13 +246,16 @@ def verify_task_queue(call: Call, project: str, account: str) -> None:
     problems = task_queue_problems(call, project, account)
     if problems:
         raise click.ClickException(
-            "the rollup's task queue is not wired: no function can enqueue a rolluptick task "
-            "(the scheduled rollup still publishes every minute)\n  " + "\n  ".join(problems) + "\n"
-            f"firebase-tools grants {ENQUEUER} and {INVOKER} from rolluptick's manifest at every "
-            f"functions deploy, make deploy grants {ACT_AS}: run it again "
+            "the rollup's task queues are not wired: where a line below says, a tick task "
+            "cannot be enqueued or dispatched (the scheduled rollup still publishes every "
+            "minute)\n  "
+            + "\n  ".join(problems) + "\n"
+            f"firebase-tools grants {ENQUEUER} and {INVOKER} from each tick function's manifest at "
+            f"every functions deploy, make deploy grants {ACT_AS}: run it again "
             "(docs/deploy.md, \"Task queue roles\")")
-    click.echo(f"checked: {account} holds {ENQUEUER} on the {TASK} queue, {INVOKER} on its "
-               f"service, {ACT_AS} on itself", err=True)
+    click.echo(f"checked: {len(TICKS)} tick functions ({TICKS[0]} ... {TICKS[-1]}) run as "
+               f"{account}, which holds {ENQUEUER} on their queues, {INVOKER} on their services "
+               f"and {ACT_AS} on itself", err=True)
 
 
 def plan(project: str, run: Run, call: Call, functions: Path = FUNCTIONS) -> list[Step]:
@@ -261,9 +281,10 @@ def plan(project: str, run: Run, call: Call, functions: Path = FUNCTIONS) -> lis
         firebase("hosting"),
         (f"# grant: {ACT_AS} on the runtime account to itself (IAM serviceAccounts."
          "getIamPolicy, setIamPolicy)", lambda: grant_act_as(call, project, account())),
-        (f"# verify: the runtime account runs {TASK} and holds {ENQUEUER} on its queue, "
-         f"{INVOKER} on its Cloud Run service and {ACT_AS} on itself (Cloud Functions "
-         "functions.get, getIamPolicy of Cloud Tasks, Cloud Run and IAM)",
+        (f"# verify: the runtime account runs every tick function ({TICKS[0]} ... "
+         f"{TICKS[-1]}) and holds {ENQUEUER} on each one's queue, {INVOKER} on each one's Cloud "
+         f"Run service and {ACT_AS} on itself (Cloud Functions functions.get, getIamPolicy of "
+         "Cloud Tasks, Cloud Run and IAM)",
          lambda: verify_task_queue(call, project, account())),
     ]
 
@@ -284,7 +305,7 @@ def preflight(project: str, run: Run) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the deploy steps; run nothing.")
 def main(project: str | None, dry_run: bool) -> None:
     """Deploy rules and indexes, then functions, then hosting, to PROJECT, and wire the
-    rollup's task queue."""
+    rollup's task queues."""
     problem = problem_with(project)
     if problem is not None:
         raise click.UsageError(problem)

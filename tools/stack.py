@@ -5,8 +5,9 @@ runs CMD with the emulator variables exported and exits with its status. Both st
 process group of its own and kill the whole group on the way out, because the Python functions
 workers outlive `firebase emulators:*` otherwise.
 
-The rollup runs only as deployed: the Functions emulator serves `rollup` and `rolluptick`, the
-Cloud Tasks emulator dispatches `rolluptick` (one task per second written in), and
+The rollup runs only as deployed: the Functions emulator serves `rollup` and the tick functions
+(`rolluptick`, `rolluptick1` ... `rolluptick15`, one per partition index), the Cloud Tasks
+emulator dispatches them (one task per second written in, per partition), and
 `tools/scheduler.py` fires `rollup` every minute as Cloud Scheduler would (the emulator never
 fires scheduled functions). Ports and the project id come from firebase.json and .firebaserc.
 

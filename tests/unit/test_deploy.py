@@ -1,5 +1,5 @@
 """`make deploy`'s plan (tools/deploy.py): what it refuses, the order of its steps, and the
-task queue's roles it grants and checks, against a model of Google's APIs (no network)."""
+task queues' roles it grants and checks, against a model of Google's APIs (no network)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,20 @@ from typing import Any
 
 import click
 import deploy
+import main
 import pytest
 from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "my-app"
 ACCOUNT = "123456789-compute@developer.gserviceaccount.com"
-SERVICE = f"projects/{PROJECT}/locations/us-central1/services/rolluptick"
-QUEUE = deploy.queue_url(PROJECT)
+# The tick functions, one per partition index of the rollup: each has its queue and service.
+TICKS = ["rolluptick", *(f"rolluptick{index}" for index in range(1, 16))]
+QUEUES = {name: deploy.queue_url(PROJECT, name) for name in TICKS}
+SERVICES = {name: f"projects/{PROJECT}/locations/us-central1/services/{name}" for name in TICKS}
+RUNS = {name: deploy.run_url(service) for name, service in SERVICES.items()}
+FUNCTIONS = {deploy.function_url(PROJECT, name): name for name in TICKS}
 SELF = deploy.account_url(PROJECT, ACCOUNT)
-RUN = deploy.run_url(SERVICE)
 
 
 def binding(role: str, *accounts: str) -> dict[str, Any]:
@@ -28,21 +32,24 @@ def binding(role: str, *accounts: str) -> dict[str, Any]:
 
 
 class FakeGoogle:
-    """Google's APIs as a deploy calls them: the project's number, rolluptick's Cloud Functions
-    resource, and the IAM policies of its queue, its Cloud Run service and the runtime account.
-    `functions_deployed` does what firebase-tools does from rolluptick's manifest."""
+    """Google's APIs as a deploy calls them: the project's number, each tick function's Cloud
+    Functions resource, and the IAM policies of its queue, its Cloud Run service and the runtime
+    account. `functions_deployed` does what firebase-tools does from the tick functions'
+    manifests."""
 
-    def __init__(self, runs_as: str = ACCOUNT) -> None:
-        self.runs_as = runs_as
+    def __init__(self, runs_as: dict[str, str] | None = None) -> None:
+        self.runs_as = {name: ACCOUNT for name in TICKS} | (runs_as or {})
         self.policies: dict[str, dict[str, Any]] = {
-            QUEUE: {"etag": "q1"}, RUN: {"etag": "r1"},
+            **{url: {"etag": "q1"} for url in QUEUES.values()},
+            **{url: {"etag": "r1"} for url in RUNS.values()},
             SELF: {"etag": "s1", "bindings": [binding("roles/iam.serviceAccountTokenCreator",
                                                       "someone@my-app.iam.gserviceaccount.com")]}}
         self.calls: list[str] = []
 
     def functions_deployed(self) -> None:
-        self.policies[QUEUE]["bindings"] = [binding(deploy.ENQUEUER, ACCOUNT)]
-        self.policies[RUN]["bindings"] = [binding(deploy.INVOKER, ACCOUNT)]
+        for name in TICKS:
+            self.policies[QUEUES[name]]["bindings"] = [binding(deploy.ENQUEUER, ACCOUNT)]
+            self.policies[RUNS[name]]["bindings"] = [binding(deploy.INVOKER, ACCOUNT)]
 
     def has_all_roles(self) -> FakeGoogle:
         self.functions_deployed()
@@ -54,9 +61,11 @@ class FakeGoogle:
         if url == f"https://cloudresourcemanager.googleapis.com/v1/projects/{PROJECT}":
             self.calls.append("projects.get")
             return {"projectId": PROJECT, "projectNumber": "123456789"}
-        if url == deploy.function_url(PROJECT):
-            self.calls.append("functions.get")
-            return {"serviceConfig": {"service": SERVICE, "serviceAccountEmail": self.runs_as}}
+        if url in FUNCTIONS:
+            name = FUNCTIONS[url]
+            self.calls.append(f"functions.get {name}")
+            return {"serviceConfig": {"service": SERVICES[name],
+                                      "serviceAccountEmail": self.runs_as[name]}}
         assert resource in self.policies, url
         self.calls.append(f"{verb} {resource}")
         if verb == "getIamPolicy":
@@ -96,6 +105,7 @@ def test_the_dry_run_shows_the_runtime_account_its_grant_and_the_check() -> None
     assert lines[4].startswith(f"# grant: {deploy.ACT_AS}")
     assert lines[5].startswith("# verify:")
     assert all(role in lines[-1] for role in (deploy.ENQUEUER, deploy.INVOKER, deploy.ACT_AS))
+    assert "every tick function (rolluptick ... rolluptick15)" in lines[-1]
 
 
 def test_a_deploy_grants_act_as_and_checks_every_role(tmp_path: Path) -> None:
@@ -116,7 +126,8 @@ def test_a_deploy_grants_act_as_and_checks_every_role(tmp_path: Path) -> None:
     assert ran == ["firestore", "functions", "hosting"]
     assert deploy.grants(google.policies[SELF], deploy.ACT_AS, ACCOUNT)
     assert deploy.task_queue_problems(google, PROJECT, ACCOUNT) == []
-    assert google.calls[0] == "projects.get" and "functions.get" in google.calls
+    assert google.calls[0] == "projects.get"
+    assert all(f"functions.get {name}" in google.calls for name in TICKS)
 
 
 def test_a_deploy_fails_when_firebase_tools_granted_nothing(tmp_path: Path) -> None:
@@ -126,9 +137,10 @@ def test_a_deploy_fails_when_firebase_tools_granted_nothing(tmp_path: Path) -> N
     with pytest.raises(click.ClickException) as failed:
         for _, step in steps:
             step()
-    assert f"{ACCOUNT} lacks {deploy.ENQUEUER} on the rolluptick queue" in failed.value.message
-    assert f"{ACCOUNT} lacks {deploy.INVOKER} on the rolluptick Cloud Run service" \
-        in failed.value.message
+    for name in TICKS:
+        assert f"{ACCOUNT} lacks {deploy.ENQUEUER} on the {name} queue\n" in failed.value.message
+        assert f"{ACCOUNT} lacks {deploy.INVOKER} on the {name} Cloud Run service\n" \
+            in failed.value.message
     assert f"lacks {deploy.ACT_AS}" not in failed.value.message  # granted by then
 
 
@@ -139,9 +151,30 @@ def test_the_check_passes_when_the_runtime_account_holds_the_three_roles() -> No
     assert not any(call.startswith("setIamPolicy") for call in google.calls)  # only reads
 
 
+def test_the_check_reads_every_tick_functions_resources_and_the_account_once() -> None:
+    """Each tick function's resource, queue policy and service policy; the account's policy once
+    (acting as itself does not depend on the function)."""
+    google = FakeGoogle().has_all_roles()
+    deploy.task_queue_problems(google, PROJECT, ACCOUNT)
+    assert sorted(google.calls) == sorted(
+        [f"functions.get {name}" for name in TICKS]
+        + [f"getIamPolicy {url}" for url in [*QUEUES.values(), *RUNS.values()]]
+        + [f"getIamPolicy {SELF}"])
+
+
+def test_the_check_covers_every_task_queue_function_deployed() -> None:
+    """The functions whose roles the deploy checks are the ones main.py exports with a task
+    queue."""
+    deployed = [name for name in main.__all__
+                if vars(getattr(main, name))["__firebase_endpoint__"].taskQueueTrigger]
+    assert deploy.TICKS == deployed == TICKS
+
+
 @pytest.mark.parametrize(("resource", "role", "on"), [
-    (QUEUE, deploy.ENQUEUER, "the rolluptick queue"),
-    (RUN, deploy.INVOKER, "the rolluptick Cloud Run service"),
+    (QUEUES["rolluptick"], deploy.ENQUEUER, "the rolluptick queue"),
+    (RUNS["rolluptick"], deploy.INVOKER, "the rolluptick Cloud Run service"),
+    (QUEUES["rolluptick7"], deploy.ENQUEUER, "the rolluptick7 queue"),
+    (RUNS["rolluptick15"], deploy.INVOKER, "the rolluptick15 Cloud Run service"),
     (SELF, deploy.ACT_AS, "itself"),
 ])
 def test_the_check_names_the_missing_role(resource: str, role: str, on: str) -> None:
@@ -158,10 +191,10 @@ def test_the_check_names_the_missing_role(resource: str, role: str, on: str) -> 
         f"{ACCOUNT} lacks {role} on {on}"]
 
 
-def test_the_check_fails_when_the_function_runs_as_another_account() -> None:
-    google = FakeGoogle(runs_as="other@my-app.iam.gserviceaccount.com").has_all_roles()
-    assert deploy.task_queue_problems(google, PROJECT, ACCOUNT) == [
-        f"rolluptick runs as other@my-app.iam.gserviceaccount.com, not as {ACCOUNT} "
+def test_the_check_fails_when_a_tick_function_runs_as_another_account() -> None:
+    google = FakeGoogle(runs_as={"rolluptick7": "other@my-app.iam.gserviceaccount.com"})
+    assert deploy.task_queue_problems(google.has_all_roles(), PROJECT, ACCOUNT) == [
+        f"rolluptick7 runs as other@my-app.iam.gserviceaccount.com, not as {ACCOUNT} "
         "(RUNTIME_SERVICE_ACCOUNT)"]
 
 

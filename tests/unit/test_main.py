@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import main
 
+# The rollup's task queue functions, one per partition index: rolluptick, rolluptick1, ...,
+# rolluptick15 (counting/partitions.py).
+TICKS = {"rolluptick", *(f"rolluptick{index}" for index in range(1, 16))}
 EXPECTED = {
     "configure_counter",
     "create_counter",
@@ -11,7 +14,7 @@ EXPECTED = {
     "get_count",
     "reset_counter",
     "rollup",
-    "rolluptick",
+    *TICKS,
     "configure_sequence",
     "next_number",
     "reset_sequence",

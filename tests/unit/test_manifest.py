@@ -10,7 +10,7 @@ import cost_model
 import main
 import pytest
 import yaml
-from counting import config, declarations
+from counting import config, declarations, partitions
 from counting.api.task_queues import RUNTIME_SERVICE_ACCOUNT
 from firebase_functions.private import serving
 
@@ -21,7 +21,10 @@ CALLABLE = {"cpu": 1, "availableMemoryMb": 512, "concurrency": 80, "timeoutSecon
 # bench/cost_model.py prices.
 ROLLUP = {"cpu": "gcf_gen1", "availableMemoryMb": 512, "timeoutSeconds": config.ROLLUP_TIMEOUT_S,
           "minInstances": 0, "concurrency": 1, "maxInstances": 1}
-EXPECTED = {"rollup": ROLLUP, "rolluptick": ROLLUP}
+# The rollup's task queue functions, one per partition index (counting/partitions.py).
+TICKS = ["rolluptick", *(f"rolluptick{index}" for index in range(1, partitions.HOMES))]
+ROLLUPS = {"rollup", *TICKS}
+EXPECTED = dict.fromkeys(ROLLUPS, ROLLUP)
 
 
 def manifest() -> dict[str, Any]:
@@ -55,13 +58,13 @@ def test_only_the_rollup_runs_on_first_generation_cpu() -> None:
     """set_global_options would default cpu to gcf_gen1 (1/6 vCPU, one request at a time): only
     the rollup's one-request instances choose it."""
     gen1 = {name for name, endpoint in endpoints().items() if endpoint.get("cpu") == "gcf_gen1"}
-    assert gen1 == {"rollup", "rolluptick"}
+    assert gen1 == ROLLUPS
 
 
 def test_callables_serve_many_requests_per_instance() -> None:
     """Every client-facing callable serves at least 80 requests at once per instance."""
     callables = {n: e for n, e in endpoints().items() if "callableTrigger" in e}
-    assert len(callables) == len(main.__all__) - 2 - len(declarations.WATCHES)
+    assert len(callables) == len(main.__all__) - len(ROLLUPS) - len(declarations.WATCHES)
     assert all(e["concurrency"] >= 80 for e in callables.values())
 
 
@@ -69,7 +72,7 @@ def test_python_workers_serve_as_many_requests_as_the_callables_declare() -> Non
     """Deployed, a Python function serves its instance's requests on THREADS threads (default
     4 per CPU); functions/.env sets it to the concurrency every callable and trigger declares."""
     served = {n: e["concurrency"] for n, e in endpoints().items()
-              if n not in ("rollup", "rolluptick")}
+              if n not in ROLLUPS}
     assert set(served.values()) == {int(dotenv(".env")["THREADS"])}
     assert "THREADS" not in dotenv(".env.local")  # the emulators serve as a deploy does
 
@@ -82,11 +85,13 @@ def test_rollup_triggers() -> None:
 
 
 def test_the_functions_runtime_account_may_enqueue_rollup_ticks() -> None:
-    """rolluptick's queue names the runtime service account as its invoker, a parameter
+    """Each tick function's queue names the runtime service account as its invoker, a parameter
     firebase-tools resolves at deploy time: it grants that account the Cloud Tasks enqueuer role
     on the queue and the Cloud Run invoker role on the function."""
-    assert endpoints()["rolluptick"]["taskQueueTrigger"]["invoker"] == [
-        "{{ params.RUNTIME_SERVICE_ACCOUNT }}"]
+    found = endpoints()
+    for name in TICKS:
+        assert found[name]["taskQueueTrigger"]["invoker"] == [
+            "{{ params.RUNTIME_SERVICE_ACCOUNT }}"], name
     declared = {param["name"]: param for param in manifest()["params"]}
     assert declared[RUNTIME_SERVICE_ACCOUNT.name]["type"] == "string"
     assert "default" not in declared[RUNTIME_SERVICE_ACCOUNT.name]  # per project, never guessed
@@ -94,7 +99,7 @@ def test_the_functions_runtime_account_may_enqueue_rollup_ticks() -> None:
 
 def test_every_function_runs_as_the_runtime_account() -> None:
     """No function names its own service account: the callables and the rollup, which enqueue
-    rolluptick tasks, all run as the project's default compute account, the invoker above."""
+    tick tasks, all run as the project's default compute account, the invoker above."""
     assert all(endpoint.get("serviceAccountEmail") is None for endpoint in endpoints().values())
 
 
@@ -119,10 +124,11 @@ def test_collection_triggers_watch_the_declared_documents() -> None:
                                                                "count_posts_comments"}
 
 
-def test_the_tick_queue_dispatches_one_task_at_a_time_and_retries_soon() -> None:
-    """One warm holder keeps the ledger: one dispatch at once; a failed tick is tried again
-    within seconds."""
-    queue = endpoints()["rolluptick"]["taskQueueTrigger"]
+@pytest.mark.parametrize("name", TICKS)
+def test_each_tick_queue_dispatches_one_task_at_a_time_and_retries_soon(name: str) -> None:
+    """One warm holder keeps its partition's ledger: one dispatch at once; a failed tick is
+    tried again within seconds."""
+    queue = endpoints()[name]["taskQueueTrigger"]
     assert queue["rateLimits"]["maxConcurrentDispatches"] == 1
     assert queue["retryConfig"]["minBackoffSeconds"] == 1
     assert queue["retryConfig"]["maxAttempts"] == 5
@@ -131,7 +137,7 @@ def test_the_tick_queue_dispatches_one_task_at_a_time_and_retries_soon() -> None
 def test_the_cost_model_prices_the_deployed_sizes() -> None:
     """bench/cost_model.py prices the rollup and the callables at the sizes they deploy with."""
     found = endpoints()
-    for name in ("rollup", "rolluptick"):
+    for name in ROLLUPS:
         assert found[name]["availableMemoryMb"] == cost_model.ROLLUP_MB
         assert found[name]["cpu"] == "gcf_gen1"
     callable_ = found["increment"]

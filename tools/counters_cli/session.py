@@ -100,8 +100,8 @@ def connect(target: Target) -> firestore.Client:
     if target.emulator_host is not None:
         # The client library switches to the emulator (anonymous credentials) on this variable.
         os.environ["FIRESTORE_EMULATOR_HOST"] = target.emulator_host
-        # The domain's writes enqueue their second's `rolluptick` task: to the stack's Cloud
-        # Tasks emulator, beside the Firestore one.
+        # The domain's writes enqueue their second's tick tasks (one per partition written to):
+        # to the stack's Cloud Tasks emulator, beside the Firestore one.
         tasks_port = json.loads(FIREBASE_JSON.read_text())["emulators"]["tasks"]["port"]
         host = target.emulator_host.rpartition(":")[0]
         os.environ.setdefault("CLOUD_TASKS_EMULATOR_HOST", f"{host}:{tasks_port}")
