@@ -113,7 +113,7 @@ class Waker:
         self.refused = 0  # create calls refused because another process created that slot's
 
     def after_write(self, db: firestore.Client, committed_at: dt.datetime,
-                    homes: Iterable[int] = (0,)) -> bool:
+                    homes: Iterable[int]) -> bool:
         """Returns True when this call created a task. A failed enqueue is not tried again for
         that slot (the backstop ticks within about 70 s; a flood of retries would only slow
         every write while Cloud Tasks is down)."""
@@ -147,14 +147,14 @@ class Waker:
 
 class AfterWrite(Protocol):
     def after_write(self, db: firestore.Client, committed_at: dt.datetime,
-                    homes: Iterable[int] = ...) -> bool: ...
+                    homes: Iterable[int]) -> bool: ...
 
 
 class Never:
     """Enqueues nothing: for writers whose rollup runs in-process (tests, benchmarks)."""
 
     def after_write(self, db: firestore.Client, committed_at: dt.datetime,
-                    homes: Iterable[int] = ()) -> bool:
+                    homes: Iterable[int]) -> bool:
         return False
 
 

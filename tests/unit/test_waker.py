@@ -54,19 +54,19 @@ def test_one_task_per_slot_and_process() -> None:
 
     waker = waking.Waker(enqueue, count=lambda db: 1)
     db: Any = Db()
-    assert waker.after_write(db, at(0.0)) is True
-    assert waker.after_write(db, at(0.5)) is False  # the same second: its task is on its way
-    assert waker.after_write(db, at(1.0)) is True
-    assert waker.after_write(db, at(0.9)) is False  # a write answered late, in a slot ticked after
+    assert waker.after_write(db, at(0.0), {0}) is True
+    assert waker.after_write(db, at(0.5), {0}) is False  # the same second: its task is on its way
+    assert waker.after_write(db, at(1.0), {0}) is True
+    assert waker.after_write(db, at(0.9), {0}) is False  # answered late, in a slot ticked after
     assert enqueued == [waking.slot_of(NOW), waking.slot_of(NOW) + 1]
     other: Any = Db("other")
-    assert waker.after_write(other, at(1.0)) is True  # another project: its own rollup
+    assert waker.after_write(other, at(1.0), {0}) is True  # another project: its own rollup
     assert waker.created == 3
 
 
 def test_a_task_another_process_created_counts_as_refused() -> None:
     waker = waking.Waker(lambda db, part, slot: False, count=lambda db: 1)
-    assert waker.after_write(Db(), NOW) is False  # type: ignore[arg-type]
+    assert waker.after_write(Db(), NOW, {0}) is False  # type: ignore[arg-type]
     assert (waker.created, waker.refused) == (0, 1)
 
 
@@ -79,9 +79,9 @@ def test_a_failed_enqueue_is_not_retried_for_that_slot() -> None:
 
     waker = waking.Waker(enqueue, count=lambda db: 1)
     db: Any = Db()
-    assert waker.after_write(db, NOW) is False
-    assert waker.after_write(db, at(0.1)) is False
-    assert waker.after_write(db, at(1.0)) is False
+    assert waker.after_write(db, NOW, {0}) is False
+    assert waker.after_write(db, at(0.1), {0}) is False
+    assert waker.after_write(db, at(1.0), {0}) is False
     assert calls == [waking.slot_of(NOW), waking.slot_of(NOW) + 1]
 
 
@@ -100,7 +100,7 @@ def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
 
     class Recording:
         def after_write(self, db: Any, committed_at: dt.datetime,
-                        homes: Iterable[int] = ()) -> bool:
+                        homes: Iterable[int]) -> bool:
             seen.append((db, committed_at, set(homes)))
             return False
 
@@ -144,7 +144,7 @@ def test_a_write_wakes_each_partition_it_wrote_to_once_per_slot() -> None:
 def test_a_failing_waker_never_fails_the_write() -> None:
     class Broken:
         def after_write(self, db: Any, committed_at: dt.datetime,
-                        homes: Iterable[int] = ()) -> bool:
+                        homes: Iterable[int]) -> bool:
             raise RuntimeError("no Cloud Tasks")
 
     previous = waking.install(Broken())
@@ -165,6 +165,6 @@ def test_a_write_waits_a_bounded_time_for_a_slow_cloud_tasks() -> None:
 
     waker = waking.Waker(enqueue, count=lambda db: 1, timeout_s=0.2)
     began = time.monotonic()
-    assert waker.after_write(Db(), NOW) is False  # type: ignore[arg-type]
+    assert waker.after_write(Db(), NOW, {0}) is False  # type: ignore[arg-type]
     assert time.monotonic() - began < 2
     release.set()
