@@ -25,7 +25,7 @@ help:
 	@echo "make lint           ruff and mypy (strict)"
 	@echo "make unit           unit tests and a bounded simulation: no emulator, no network"
 	@echo "make sim SEEDS=n    simulate production Firestore over n seeds (SEED=n replays one)"
-	@echo "make webunit        the web client's unit tests (vitest): its counters module, the production bundle"
+	@echo "make webunit        the web client's unit tests (vitest): its counters module, the rollup health, the production bundle"
 	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
 	@echo "make emulator       tests against the stack, through the real callables"
 	@echo "make browser        the web client in Chromium (Playwright) against the stack"

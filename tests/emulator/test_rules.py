@@ -33,13 +33,17 @@ def test_clients_read_rollups_only(
     who: str, plain_user: User, admin_user: User, counter: str
 ) -> None:
     """Everyone reads counters/{id}; shards, markers and internal state stay hidden, but for the
-    rollup's health record, which admins read."""
+    rollup's partition count and its partitions' health records, which admins read."""
     token = {"signed_out": None, "user": plain_user.id_token, "admin": admin_user.id_token}[who]
     assert status("GET", f"counters/{counter}", token) == 200
     assert status("GET", f"counters/{counter}/shards/0", token) == 403
     assert status("GET", f"counters/{counter}/shards", token) == 403
-    assert status("GET", "internal/rollup", token) in ((200, 404) if who == "admin" else (403,))
-    assert status("GET", "internal/rollup_usage", token) == 403
+    for health in ("rollup", "rollup_partitions", "rollup-4-0", "rollup-16-15"):
+        assert status("GET", f"internal/{health}", token) in (
+            (200, 404) if who == "admin" else (403,)), health
+    for hidden in ("rollup_usage", "rollup-4", "rollup-4-0-old"):
+        assert status("GET", f"internal/{hidden}", token) == 403, hidden
+    assert status("GET", "internal", token) == 403
     assert status("GET", "requests", token) == 403
     assert status("GET", "counted_docs", token) == 403
     assert status("GET", "trends/global", token) in (200, 404)  # readable, perhaps not yet there

@@ -1,14 +1,16 @@
 // The operations dashboard (ops.html), for admins: every counter with its live count and a plot
-// of its write rate and shard count, its policy and strategy; the rollup's health from its lease
-// document; the trends of every region. Listing collections and reading internal/rollup are for
-// admins only (firestore.rules): anyone else sees the refusal. It runs on a Firebase app of its
-// own, so signing in here never replaces the app page's anonymous user.
+// of its write rate and shard count, its policy and strategy; the rollup's health from its
+// partitions' lease documents (health.js); the trends of every region. Listing collections and
+// reading internal/rollup* are for admins only (firestore.rules): anyone else sees the refusal. It
+// runs on a Firebase app of its own, so signing in here never replaces the app page's anonymous
+// user.
 import { onAuthStateChanged, signInWithEmailAndPassword, signOut } from "firebase/auth";
 import { collection, doc, onSnapshot } from "firebase/firestore";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { connect, LOCAL, loadConfig } from "./backend.js";
 import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
+import { leaseIds, partitionCount, rollupHealth } from "./health.js";
 
 const WINDOW_S = 5 * 60;
 // A plot spans its data, and a minute at least (a fresh plot is not a sliver of the window).
@@ -232,23 +234,25 @@ function plotOptions(box, left, right) {
   };
 }
 
+/** The rollup's health: P from internal/rollup_partitions, then the lease document of each of
+ * the P partitions (listened to again when P changes), merged by `rollupHealth`. */
 function watchHealth() {
   const xs = [];
   const tick = [];
   const lag = [];
   let plot = null;
   let lastRenewed = null;
-  return onSnapshot(doc(db, "internal", "rollup"), (snap) => {
+  let count = 0;
+  let leases = [];
+  const failed = (error) => showError(describe("Reading the rollup's health", error), HEALTH);
+  const stopLeases = () => {
+    for (const end of leases) end();
+    leases = [];
+  };
+  const show = (records) => {
     clearErrors(HEALTH);
-    const data = snap.data() ?? {};
-    const renewed = data.renewed_at ? data.renewed_at.toDate() : null;
-    const facts = [
-      ["last tick", renewed ? renewed.toLocaleTimeString() : "never"],
-      ["holder", data.owner ? `${data.owner} since ${data.holder_since?.toDate().toLocaleTimeString() ?? "?"}` : "none (released)"],
-      ["tick duration", data.tick_s === undefined ? "?" : `${data.tick_s} s`],
-      ["lag", data.lag_s === undefined ? "?" : `${data.lag_s} s`],
-    ];
-    $("health-facts").replaceChildren(...facts.flatMap(([name, value]) => {
+    const health = rollupHealth(records);
+    $("health-facts").replaceChildren(...health.facts.flatMap(([name, value]) => {
       const dt = document.createElement("dt");
       dt.textContent = name;
       const dd = document.createElement("dd");
@@ -256,17 +260,31 @@ function watchHealth() {
       dd.dataset.fact = name;
       return [dt, dd];
     }));
-    const errors = data.errors ?? [];
+    $("health-partitions").hidden = !health.partitions.length;
+    $("health-partitions").tBodies[0].replaceChildren(...health.partitions.map(({ name, facts, stale }) => {
+      const row = document.createElement("tr");
+      row.dataset.partition = name;
+      row.classList.toggle("stale", stale);
+      row.append(...[name, ...facts.map(([, value]) => value)].map((text) => {
+        const cell = document.createElement("td");
+        cell.textContent = text;
+        return cell;
+      }));
+      return row;
+    }));
+    const errors = health.errors;
     $("health-errors").replaceChildren(...(errors.length ? errors : ["no recent errors"]).map((text) => {
       const item = document.createElement("li");
       item.textContent = text;
       return item;
     }));
-    if (renewed && renewed.getTime() !== lastRenewed && data.tick_s !== undefined) {
-      lastRenewed = renewed.getTime();
-      xs.push(lastRenewed / 1000);
-      tick.push(Number(data.tick_s));
-      lag.push(Number(data.lag_s ?? 0));
+    const { point } = health;
+    // Only a later renewal adds a point: a new P's leases may carry older ones.
+    if (point && (lastRenewed === null || point.at > lastRenewed)) {
+      lastRenewed = point.at;
+      xs.push(point.at);
+      tick.push(point.tick);
+      lag.push(point.lag);
       while (xs.length && xs[0] < xs[xs.length - 1] - WINDOW_S) {
         xs.shift();
         tick.shift();
@@ -276,7 +294,22 @@ function watchHealth() {
       if (plot) plot.setData([xs, tick, lag]);
       else plot = new uPlot(plotOptions(box, "tick s", "lag s"), [xs, tick, lag], box);
     }
-  }, (error) => showError(describe("Reading the rollup's health", error), HEALTH));
+  };
+  const stopCount = onSnapshot(doc(db, "internal", "rollup_partitions"), (snap) => {
+    const wanted = partitionCount(snap.data());
+    if (wanted === count) return;
+    stopLeases();
+    count = wanted;
+    const records = Array(count).fill(undefined);
+    leases = leaseIds(count).map((id, index) => onSnapshot(doc(db, "internal", id), (lease) => {
+      records[index] = lease.data();
+      show(records);
+    }, failed));
+  }, failed);
+  return () => {
+    stopCount();
+    stopLeases();
+  };
 }
 
 function watchTrends() {
