@@ -257,7 +257,8 @@ class Holder:
         """One tick whose instant is at or after `not_before`. A lease found taken since this
         holder's last write is taken again once, with an empty ledger. Counters deferred by the
         first-load budget get the next second's task, served by this warm holder; if it cannot
-        be created the task fails, to be delivered again."""
+        be created the task fails, to be delivered again. Trend parts written (P > 1) get a task
+        of partition 0, which merges them."""
         retaken = False
         while True:
             rollup, status = self.rollup, self._status
@@ -290,6 +291,13 @@ class Holder:
         run.outcome = Outcome.TICKED
         if stats.owed and self._enqueue is not None:
             run.tasks += int(self._enqueue(self.part, waking.slot_of(stats.as_of) + 1))
+        merge_after = stats.trends.parts_at if stats.trends is not None else None
+        if merge_after is not None and self._enqueue is not None:
+            # Partition 0 merges the trend parts: its tick for the slot of their commit starts
+            # after it (a task of that slot that ran already did too). A lost task is made up
+            # for by its housekeeping, every minute.
+            merger = Part(self.part.count, 0)
+            run.tasks += int(self._enqueue(merger, waking.slot_of(merge_after)))
 
     # -- usage --
 

@@ -190,6 +190,11 @@ TRENDS = "trends"  # trends/{region} and trends/global: the Top-K and trending l
 TREND_MINUTES = "trend_minutes"
 TREND_HOURS = "trend_hours"  # rollup-only: per (region, hour, tag), the sum of its minutes
 TREND_TOTALS = "trend_totals"  # rollup-only: window count per (scope, window, tag) while > 0
+# With P > 1 rollup partitions: trends/{scope}/parts/{P}-{index}, a partition's own top lists of
+# the scope, which partition 0 merges into trends/{scope}; and internal/trend_parts-{P}-{index},
+# the scopes it published parts for and when (docs/architecture.md, "Trends").
+TREND_PARTS = "parts"
+TREND_PARTS_DOC = "trend_parts"
 GLOBAL_SCOPE = "global"  # the scope that sums every region; not a valid region name
 
 MAX_TAGS = 20

@@ -13,8 +13,10 @@ P is configuration: `internal/rollup_partitions` (absent: 1), changed by `change
 operator CLI's `counters partitions N`). `change` is one conditional commit: it retires every
 lease of the old P (so no holder of the old P commits again: their commits are fenced by their
 lease documents) and writes every lease of the new P, each starting from the oldest progress of
-the old ones. A writer learns the new P within CONFIG_CACHE_TTL_S; until then its stripes may be
-the old P's, so the new leases read the old spread too until `narrow_at`.
+the old ones, and deletes the new P's indexes of trend parts (a P chosen again must not merge
+the parts of its earlier time: `counting.trends`). A writer learns the new P within
+CONFIG_CACHE_TTL_S; until then its stripes may be the old P's, so the new leases read the old
+spread too until `narrow_at`.
 """
 
 from __future__ import annotations
@@ -86,6 +88,11 @@ class Part:
         task at a time to one instance, which keeps the partition's ledger between ticks."""
         return config.ROLLUP_TASK_FUNCTION + (str(self.index) if self.index else "")
 
+    @property
+    def trend_parts_id(self) -> str:
+        """Its index of published trend parts in `internal` (`counting.trends`; P > 1 only)."""
+        return f"{config.TREND_PARTS_DOC}-{self.count}-{self.index}"
+
     def owns(self, home: int) -> bool:
         return home % self.count == self.index
 
@@ -123,6 +130,10 @@ def partitions_ref(db: firestore.Client) -> firestore.DocumentReference:
 
 def lease_ref(db: firestore.Client, part: Part) -> firestore.DocumentReference:
     return db.collection(config.INTERNAL).document(part.lease_id)
+
+
+def trend_parts_ref(db: firestore.Client, part: Part) -> firestore.DocumentReference:
+    return db.collection(config.INTERNAL).document(part.trend_parts_id)
 
 
 # -- what P is --
@@ -236,6 +247,8 @@ def _change_once(db: firestore.Client, new: int, instant: dt.datetime) -> Change
         batch.set(lease_ref(db, part), {
             "owner": None, "retired": False, "watermark": watermark, "swept": swept,
             "spread": spread, "narrow_at": changed.narrow_at, "errors": []}, merge=True)
+        if part.index > 0:
+            batch.delete(trend_parts_ref(db, part))
     batch.commit()
     return changed
 

@@ -101,14 +101,15 @@ class Rollup:
 
     def __init__(self, db: firestore.Client, lease: Lease,
                  scaling: AutoscaleParams | None = None,
-                 trends: Callable[[Store], TrendRollup] | None = None,
+                 trends: Callable[..., TrendRollup] | None = None,
                  renew_s: float = config.ROLLUP.renew_s, part: Part = WHOLE) -> None:
         self._db = db
         self.part = part
         self._renew_s = renew_s
         self.store = Store(db, lease)
         self.ledger = Ledger(scaling)
-        self._trends = (trends or TrendRollup)(self.store)
+        # `trends` (tests: a TrendRollup with a clock) is called with the store and `part`.
+        self._trends = (trends or TrendRollup)(self.store, part=part)
         self.watermark = lease.watermark
         self.swept = lease.swept  # the instant of the last sweep
         self._problems: list[str] = []  # of the tick under way

@@ -2,8 +2,9 @@
 
 `track` is the write path (one commit per event: a blind shard write per distinct tag into its
 minute bucket); `TrendRollup` is one step of each rollup tick (bucket changes into hours and
-window totals, expiry, the top lists, `trends/{scope}`). How and why, once: docs/architecture.md,
-"Trends".
+window totals, expiry, the top lists, `trends/{scope}`), for the tags of one rollup partition:
+with P > 1 each partition publishes its own lists of a scope, and partition 0 merges them into
+`trends/{scope}`. How and why, once: docs/architecture.md, "Trends".
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from . import config, counters, kinds, partitions
 from .kinds import Window
+from .partitions import WHOLE, Part
 from .store import Store
 from .usage import Usage
 
@@ -86,6 +88,9 @@ class TrendStats:
     reads: int
     writes: int
     deletes: int
+    parts: int = 0  # part documents written (P > 1, partitions other than 0)
+    # The commit time of those writes: partition 0 must tick after it to merge them.
+    parts_at: dt.datetime | None = None
 
 
 # --- arithmetic ------------------------------------------------------------------------------
@@ -133,6 +138,14 @@ def spread_of(tag: str) -> int:
     finds expired buckets by `minute` (or `hour`) leads with it, so their writes, whose minutes
     increase, spread over HOMES ranges of the index instead of one."""
     return partitions.home_of(tag)
+
+
+def part_ref(db: firestore.Client, scope: str, part: Part) -> firestore.DocumentReference:
+    """A partition's lists of a scope: trends/{scope}/parts/{P}-{index}."""
+    scoped = db.collection(config.TRENDS).document(scope)
+    ref: firestore.DocumentReference = scoped.collection(config.TREND_PARTS).document(
+        f"{part.count}-{part.index}")
+    return ref
 
 
 def total_id(key: TotalKey) -> str:
@@ -249,26 +262,70 @@ def trends_document(lists: Mapping[Window, list[Item]], thresholds: Mapping[Wind
     return {"window": kinds.DEFAULT_WINDOW, **windows[kinds.DEFAULT_WINDOW], "windows": windows}
 
 
+def merge_lists(lists: Iterable[Mapping[Window, list[Item]]]) -> dict[Window, list[Item]]:
+    """The top TOP_K per window of the union of partitions' lists. Exact when each list is its
+    partition's exact top TOP_K and a tag is counted in one partition only (its home's): a tag
+    in the top TOP_K of the union is in the top TOP_K of its own partition."""
+    found: dict[Window, list[Item]] = {window: [] for window in kinds.WINDOWS}
+    for each in lists:
+        for window, items in each.items():
+            found[window].extend(items)
+    return {window: sorted(items, key=rank)[:config.TOP_K] for window, items in found.items()}
+
+
+def part_document(lists: Mapping[Window, list[Item]]) -> dict[str, Any]:
+    """trends/{scope}/parts/{P}-{index}: a partition's top TOP_K per window."""
+    return {"windows": {window: [{"tag": tag, "count": count} for tag, count in items]
+                        for window, items in lists.items()}}
+
+
+def lists_of(document: Mapping[str, Any] | None) -> dict[Window, list[Item]]:
+    """The lists of a part document (none when it does not exist)."""
+    windows = (document or {}).get("windows") or {}
+    return {window: [(str(item["tag"]), int(item["count"])) for item in windows.get(window) or []]
+            for window in kinds.WINDOWS}
+
+
 class TrendRollup:
-    """The trends state of one lease holder. `clock` (for tests) replaces the tick instant as
-    "now" when deciding which buckets are still in their window."""
+    """The trends state of one lease holder of partition `part`: the tags whose home it owns.
+    `clock` (for tests) replaces the tick instant as "now" when deciding which buckets are still
+    in their window.
+
+    With P = 1 it publishes `trends/{scope}` itself. With P > 1, partitions 1..P-1 publish their
+    lists of a scope to `trends/{scope}/parts/{P}-{index}`, and in the same commit the scope and
+    the tick's instant (the part's version) to their index `internal/trend_parts-{P}-{index}`;
+    partition 0 merges: every tick it reads the P - 1 indexes at the tick's instant, the parts
+    whose version changed (same instant: each index and its parts are consistent), and rewrites
+    `trends/{scope}` from its own lists and the others' (`merge_lists`). It merges nothing while
+    an index is missing: a partition that has not yet published since P changed would be left
+    out. A partition's first tick in a P publishes every known scope (the ids of `trends`),
+    empty lists included; after a part commit the holder wakes partition 0 for the slot of the
+    commit (`TrendStats.parts_at`)."""
 
     def __init__(
         self,
         store: Store,
         *,
+        part: Part = WHOLE,
         clock: Callable[[], dt.datetime] | None = None,
         thresholds: Mapping[Window, int] | None = None,
     ) -> None:
         self._store = store
         self._db = store.db
+        self._part = part
         self._clock = clock
         self._thresholds = thresholds or config.TRENDING_THRESHOLDS
         self._minutes: dict[str, MinuteBucket] = {}
         self._totals: dict[TotalKey, int] = {}
         self._boards: dict[tuple[str, Window], Board] = {}
+        # What it last wrote per scope: trends/{scope}'s content, or (P > 1, partitions
+        # other than 0) its part's.
         self._published: dict[str, dict[str, Any]] = {}
         self._expired_through: tuple[int, int] | None = None  # (minute, hour) last checked
+        # Partition 0 of P > 1: the other partitions' lists by (scope, index), and their versions.
+        self._parts: dict[tuple[str, int], dict[Window, list[Item]]] = {}
+        self._versions: dict[tuple[str, int], Any] = {}
+        self._indexed = False  # partitions other than 0: their index exists (checked once)
 
     def forget(self) -> None:
         self._minutes.clear()
@@ -276,6 +333,9 @@ class TrendRollup:
         self._boards.clear()
         self._published.clear()
         self._expired_through = None
+        self._parts.clear()
+        self._versions.clear()
+        self._indexed = False
 
     def tick(self, changes: Mapping[str, Mapping[str, Snapshot]], as_of: dt.datetime
              ) -> TrendStats:
@@ -300,12 +360,19 @@ class TrendRollup:
             by_board[(key.scope, key.window)][key.tag] = self._totals.get(key, 0)
         for (scope, window), values in by_board.items():
             rebuilt += self._update_board(scope, window, values)
-        published = self._publish({scope for scope, _ in by_board}, as_of)
+        scopes = {scope for scope, _ in by_board}
+        parts, parts_at, published = 0, None, 0
+        if self._part.count == 1:
+            published = self._publish({scope: self._lists(scope) for scope in scopes}, as_of)
+        elif self._part.index == 0:
+            published = self._merge(scopes, as_of)
+        else:
+            parts, parts_at = self._publish_parts(scopes, as_of)
         after = self._store.usage
         return TrendStats(changed_buckets=changed, expired_buckets=expired,
                           changed_totals=written, rebuilt_lists=rebuilt, published=published,
                           reads=after.reads - before.reads, writes=after.writes - before.writes,
-                          deletes=after.deletes - before.deletes)
+                          deletes=after.deletes - before.deletes, parts=parts, parts_at=parts_at)
 
     # -- step 1: changed buckets --
 
@@ -375,7 +442,8 @@ class TrendRollup:
     # -- step 2: expiry --
 
     def _expired(self, now_minute: int, entries: list[Entry]) -> int:
-        """Subtract and delete the buckets that left their window (checked once per minute)."""
+        """Subtract and delete the buckets of this partition's tags that left their window
+        (checked once per minute): `spread` is the tag's home."""
         hour = bucket_of("24h", now_minute)
         if self._expired_through == (now_minute, hour):
             return 0
@@ -387,7 +455,7 @@ class TrendRollup:
             _, buckets = config.WINDOWS[window]
             last = bucket_of(window, now_minute) - buckets
             query = (self._db.collection(collection)
-                     .where(filter=FieldFilter("spread", "in", list(range(partitions.HOMES))))
+                     .where(filter=FieldFilter("spread", "in", self._part.homes()))
                      .where(filter=FieldFilter(field_name, "<=", last))
                      .limit(config.TREND_EXPIRE_CHUNK))
             snapshots = self._store.query(query)
@@ -450,6 +518,7 @@ class TrendRollup:
             ref = coll.document(total_id(key))
             if self._totals[key] > 0:
                 batch.set(ref, {"scope": key.scope, "window": key.window, "tag": key.tag,
+                                "home": partitions.home_of(key.tag),
                                 "count": self._totals[key]})
             else:
                 batch.delete(ref)
@@ -480,9 +549,13 @@ class TrendRollup:
         return 0
 
     def _read_board(self, scope: str, window: Window) -> Board:
+        """The top TOP_K of this partition's tags (all of them with P = 1: that query predates
+        `home`)."""
         base = (self._db.collection(config.TREND_TOTALS)
                 .where(filter=FieldFilter("scope", "==", scope))
                 .where(filter=FieldFilter("window", "==", window)))
+        if self._part.count > 1:
+            base = base.where(filter=FieldFilter("home", "in", self._part.homes()))
         top = base.order_by("count", direction=firestore.Query.DESCENDING).order_by("tag")
         items = [(str(s.get("tag")), int(s.get("count")))
                  for s in self._store.query(top.limit(config.TOP_K))]
@@ -490,17 +563,22 @@ class TrendRollup:
 
     # -- step 5: the documents clients read --
 
-    def _publish(self, scopes: set[str], as_of: dt.datetime) -> int:
+    def _lists(self, scope: str) -> dict[Window, list[Item]]:
+        """This partition's top TOP_K of `scope` per window."""
+        lists: dict[Window, list[Item]] = {}
+        for window in kinds.WINDOWS:
+            board = self._boards.get((scope, window))
+            if board is None:
+                board = self._boards[(scope, window)] = self._read_board(scope, window)
+            lists[window] = board.items
+        return lists
+
+    def _publish(self, lists: Mapping[str, Mapping[Window, list[Item]]],
+                 as_of: dt.datetime) -> int:
+        """Write trends/{scope} for each scope whose content changed (P = 1, or the merge)."""
         changed: dict[str, dict[str, Any]] = {}
-        for scope in sorted(scopes):
-            lists: dict[Window, list[Item]] = {}
-            for window in kinds.WINDOWS:
-                board = self._boards.get((scope, window))
-                if board is None:
-                    board = self._read_board(scope, window)
-                    self._boards[(scope, window)] = board
-                lists[window] = board.items
-            content = trends_document(lists, self._thresholds)
+        for scope in sorted(lists):
+            content = trends_document(lists[scope], self._thresholds)
             if self._published.get(scope) != content:
                 changed[scope] = content
         if not changed:
@@ -517,3 +595,69 @@ class TrendRollup:
         self._store.commit(batch, deletes=deletes)
         self._published.update(changed)
         return len(changed)
+
+    def _publish_parts(self, scopes: set[str], as_of: dt.datetime
+                       ) -> tuple[int, dt.datetime | None]:
+        """P > 1, partitions other than 0: write the parts of the scopes whose lists changed,
+        and their versions to the index, in one commit. When the index does not exist (the
+        first tick in this P), every known scope's part is written, and the index created.
+        Returns the parts written and the commit's time."""
+        fresh = False
+        if not self._indexed:
+            index = self._store.get(partitions.trend_parts_ref(self._db, self._part))
+            fresh = not index.exists
+            if fresh:
+                known = self._db.collection(config.TRENDS).select(["window"])
+                scopes = scopes | {snapshot.id for snapshot in self._store.query(known)}
+        changed: dict[str, dict[str, Any]] = {}
+        for scope in sorted(scopes):
+            content = part_document(self._lists(scope))
+            if self._published.get(scope) != content:
+                changed[scope] = content
+        if not changed and not fresh:
+            self._indexed = True
+            return 0, None
+        batch = self._db.batch()
+        deletes = 0
+        for scope, content in changed.items():
+            ref = part_ref(self._db, scope, self._part)
+            if any(content["windows"].values()):
+                batch.set(ref, content)
+            else:
+                batch.delete(ref)  # read as empty lists
+                deletes += 1
+        batch.set(partitions.trend_parts_ref(self._db, self._part), {
+            "count": self._part.count, "index": self._part.index,
+            "scopes": {scope: as_of for scope in changed}}, merge=True)
+        self._store.commit(batch, deletes=deletes)
+        self._published.update(changed)
+        self._indexed = True
+        return len(changed), self._store.lease.written_at
+
+    def _merge(self, scopes: set[str], as_of: dt.datetime) -> int:
+        """P > 1, partition 0: read the other partitions' indexes and the parts whose version
+        changed, at `as_of`, and publish the scopes that changed here or there."""
+        others = partitions.parts(self._part.count)[1:]
+        indexes = self._store.get_all([partitions.trend_parts_ref(self._db, other)
+                                       for other in others], read_time=as_of)
+        if not all(index.exists for index in indexes):
+            return 0  # a partition has not published since P changed: its tags would be missing
+        stale: dict[tuple[str, int], Any] = {}
+        for other, index in zip(others, indexes, strict=True):
+            for scope, version in ((index.to_dict() or {}).get("scopes") or {}).items():
+                if self._versions.get((scope, other.index)) != version:
+                    stale[(scope, other.index)] = version
+        keys = sorted(stale)
+        for start in range(0, len(keys), config.TREND_READ_CHUNK):
+            chunk = keys[start:start + config.TREND_READ_CHUNK]
+            refs = [part_ref(self._db, scope, Part(self._part.count, index))
+                    for scope, index in chunk]
+            for key, snapshot in zip(chunk, self._store.get_all(refs, read_time=as_of),
+                                     strict=True):
+                self._parts[key] = lists_of(snapshot.to_dict() if snapshot.exists else None)
+                self._versions[key] = stale[key]
+        merged = {
+            scope: merge_lists([self._lists(scope), *(
+                self._parts.get((scope, other.index), {}) for other in others)])
+            for scope in scopes | {scope for scope, _ in stale}}
+        return self._publish(merged, as_of)

@@ -47,6 +47,9 @@ def test_clients_read_rollups_only(
     assert status("GET", "requests", token) == 403
     assert status("GET", "counted_docs", token) == 403
     assert status("GET", "trends/global", token) in (200, 404)  # readable, perhaps not yet there
+    # A rollup partition's lists, which partition 0 merges into trends/{scope}: server-only.
+    assert status("GET", "trends/global/parts/2-1", token) == 403
+    assert status("GET", "trends/global/parts", token) == 403
     for hidden in ("trend_minutes", "trend_hours", "trend_totals"):
         assert status("GET", hidden, token) == 403
 
@@ -61,6 +64,7 @@ def test_clients_write_nothing(who: str, plain_user: User, admin_user: User, cou
     assert status("PATCH", f"counters/{counter}-forged", token, body) == 403
     assert status("DELETE", f"counters/{counter}", token) == 403
     assert status("PATCH", "trends/global", token, body) == 403
+    assert status("PATCH", "trends/global/parts/2-1", token, body) == 403
 
 
 def test_a_user_without_claims_is_denied_a_tenant_plainly(

@@ -6,7 +6,7 @@ import datetime as dt
 import itertools
 
 import pytest
-from counting import config, inputs, kinds, trends
+from counting import config, inputs, kinds, partitions, trends
 from counting.errors import InvalidArgument
 from hypothesis import given
 from hypothesis import strategies as st
@@ -98,6 +98,22 @@ def test_rank_orders_count_desc_then_tag_asc(items: list[tuple[str, int]]) -> No
     ranked = sorted(items, key=trends.rank)
     for (tag_a, count_a), (tag_b, count_b) in itertools.pairwise(ranked):
         assert count_a > count_b or (count_a == count_b and tag_a <= tag_b)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=4), st.integers(1, 30), max_size=300),
+       st.sampled_from(partitions.CHOICES))
+def test_the_merge_of_each_partitions_top_is_the_exact_top(counts: dict[str, int],
+                                                           count: int) -> None:
+    """Each partition lists the top 100 of its own tags (a tag lives in its home's partition
+    only): the top 100 of their union is the top 100 of all tags."""
+    def top(items: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        return sorted(items, key=trends.rank)[:config.TOP_K]
+
+    lists = [{window: top([(tag, n) for tag, n in counts.items()
+                           if part.owns(partitions.home_of(tag))]) for window in kinds.WINDOWS}
+             for part in partitions.parts(count)]
+    assert trends.merge_lists(lists) == {window: top(list(counts.items()))
+                                         for window in kinds.WINDOWS}
 
 
 def test_tag_length_is_checked_on_the_stored_form() -> None:

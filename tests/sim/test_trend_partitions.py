@@ -1,0 +1,189 @@
+"""Trends with P rollup partitions, on the Firestore model: each partition keeps the totals and
+lists of its own tags, partition 0 merges the lists into trends/{scope}, which stays exact
+through expiry and changes of P."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import TypeVar, cast
+
+import pytest
+from counting import cadence, config, kinds, partitions, rollup, trends, waking
+from counting.config import AutoscaleParams
+from counting.kinds import Window
+from counting.lease import Lease, state_ref
+from counting.partitions import Part
+from google.cloud import firestore
+
+from tests.sim.firestore_model import Client, Latency, Model
+from tests.sim.virtual import Sim
+
+CALM = Latency(abort_p=0.0, lost_answer_p=0.0, slow_p=0.0, stuck_p=0.0)
+REGIONS = ("eu", "us")
+TAGS = [f"tag{n:03d}" for n in range(300)]  # more than TOP_K in every scope
+WEIGHTS = [1 / (n + 1) for n in range(len(TAGS))]
+
+Tally = Counter[tuple[str, str]]  # (scope, tag) -> events
+R = TypeVar("R")
+
+
+@pytest.fixture(autouse=True)
+def quiet() -> Iterator[None]:
+    logging.disable(logging.CRITICAL)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+class Scene:
+    """One actor at a time, each step run to its end: requests take time, as in production."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sim = Sim(random.Random(1))
+        self.model = Model(self.sim, random.Random(2), CALM)
+        self.db = cast(firestore.Client, Client(self.model))
+        self.rng = random.Random(3)
+        monkeypatch.setattr(partitions, "KNOWN", partitions.Known(monotonic=self.sim.monotonic))
+
+    def act(self, step: Callable[[], R]) -> R:
+        done: list[R] = []
+        actor = self.sim.spawn("step", lambda: done.append(step()))
+        while not actor.done:
+            self.sim.run_until(self.sim.monotonic() + 1.0)
+        assert not self.sim.crashes, self.sim.crashes
+        return done[0]
+
+    def later(self, seconds: float = 1.0) -> None:
+        self.sim.run_until(self.sim.monotonic() + seconds)
+
+    def holders(self, count: int, name: str) -> list[rollup.Rollup]:
+        """P = count (changed if it is not), and a holder of each partition."""
+        self.act(lambda: partitions.change(self.db, count, now=self.sim.wall()))
+        held = []
+        for part in partitions.parts(count):
+            lease = Lease(self.db, state_ref(self.db, part), f"{name}-{part.index}", 10.0)
+            assert self.act(lease.acquire)
+            held.append(rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part))
+        return held
+
+    def track(self, events: int, tally: Tally) -> None:
+        for _ in range(events):
+            region = self.rng.choice(REGIONS)
+            tags = sorted(set(self.rng.choices(TAGS, WEIGHTS, k=self.rng.randint(1, 6))))
+            self.act(functools.partial(trends.track, self.db, region, tags,
+                                       now=self.sim.wall(), rng=self.rng))
+            for tag in tags:
+                tally[(region, tag)] += 1
+                tally[(config.GLOBAL_SCOPE, tag)] += 1
+
+    def tick(self, held: list[rollup.Rollup]) -> list[rollup.TickStats]:
+        """Every partition ticks once, a second apart, partition 0 (the merger) last: as its
+        task for the slot of the others' part commits runs after them."""
+        stats = []
+        for holder in [*held[1:], held[0]]:
+            self.later()
+            stats.append(self.act(holder.tick))
+        self.later()
+        return stats
+
+    def published(self, scope: str, window: Window) -> list[tuple[str, int]]:
+        data = self.db.collection(config.TRENDS).document(scope).get().to_dict() or {}
+        items = ((data.get("windows") or {}).get(window) or {}).get("items") or []
+        return [(str(item["tag"]), int(item["count"])) for item in items]
+
+    def assert_exact(self, tallies: dict[Window, Tally]) -> None:
+        for scope in (*REGIONS, config.GLOBAL_SCOPE):
+            for window in kinds.WINDOWS:
+                expected = sorted(((tag, n) for (s, tag), n in tallies[window].items()
+                                   if s == scope and n > 0), key=trends.rank)[:config.TOP_K]
+                assert self.published(scope, window) == expected, (scope, window)
+
+
+def both(tally: Tally) -> dict[Window, Tally]:
+    return {window: tally for window in kinds.WINDOWS}
+
+
+def test_four_partitions_publish_the_exact_top_of_all_tags(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracks of 300 tags in two regions, rolled up by 4 partitions: trends/{scope} is the exact
+    top 100 of all of them, though each partition lists only its own tags."""
+    scene = Scene(monkeypatch)
+    held = scene.holders(4, "a")
+    tally: Tally = Counter()
+    for _ in range(4):
+        scene.track(100, tally)
+        scene.tick(held)
+    scene.assert_exact(both(tally))
+    part = scene.db.collection(config.TRENDS).document(config.GLOBAL_SCOPE).collection(
+        config.TREND_PARTS).document("4-1").get().to_dict() or {}
+    listed = trends.lists_of(part)["24h"]
+    assert listed and all(Part(4, 1).owns(partitions.home_of(tag)) for tag, _ in listed)
+
+
+def test_expiry_subtracts_each_bucket_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Buckets that leave the hour are subtracted by their tag's partition alone: the 1 h lists
+    keep exactly the later tracks, the 24 h lists all of them."""
+    scene = Scene(monkeypatch)
+    held = scene.holders(4, "a")
+    early: Tally = Counter()
+    scene.track(150, early)
+    scene.tick(held)
+    buckets = len(list(scene.db.collection(config.TREND_MINUTES).list_documents()))
+    scene.later(1800)
+    late: Tally = Counter()
+    scene.track(150, late)
+    scene.tick(held)
+    scene.later(3600 - 1800 + 120)  # the early minute has left the hour, the late not
+    expired = sum(stats.trends.expired_buckets for stats in scene.tick(held)
+                  if stats.trends is not None)
+    assert expired == buckets
+    scene.tick(held)
+    scene.assert_exact({"1h": late, "24h": early + late})
+
+
+def test_a_change_of_p_gives_the_exact_lists_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From 4 partitions to 2, to 1 and back to 4 (whose earlier parts are stale): after the new
+    partitions tick, trends/{scope} is exact again; the merger publishes nothing until every
+    partition has published its parts."""
+    scene = Scene(monkeypatch)
+    tally: Tally = Counter()
+    held = scene.holders(4, "a")
+    scene.track(200, tally)
+    scene.tick(held)
+    scene.assert_exact(both(tally))
+    for count, name in ((2, "b"), (1, "c"), (4, "d")):
+        held = scene.holders(count, name)
+        scene.track(100, tally)
+        if count > 1:
+            merger = scene.act(held[0].tick)
+            assert merger.trends is not None and merger.trends.published == 0
+        scene.tick(held)
+        scene.assert_exact(both(tally))
+
+
+def test_a_partition_that_wrote_parts_wakes_the_merger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a tick that wrote trend parts, the holder enqueues partition 0's task for the slot
+    of their commit."""
+    scene = Scene(monkeypatch)
+    scene.act(lambda: partitions.change(scene.db, 4, now=scene.sim.wall()))
+    tag = next(tag for tag in TAGS if Part(4, 1).owns(partitions.home_of(tag)))
+    scene.act(lambda: trends.track(scene.db, "eu", [tag], now=scene.sim.wall(), rng=scene.rng))
+    scene.later()
+    enqueued: list[tuple[Part, int]] = []
+    ticked: list[rollup.TickStats] = []
+
+    def enqueue(part: Part, slot: int) -> bool:
+        enqueued.append((part, slot))
+        return True
+
+    holder = cadence.Holder(scene.db, part=Part(4, 1), enqueue=enqueue, owner="one",
+                            clock=cadence.Clock(monotonic=scene.sim.monotonic,
+                                                now=scene.sim.wall, sleep=scene.sim.wait),
+                            on_tick=ticked.append)
+    scene.act(lambda: holder.tick_slot(None))
+    parts_at = ticked[0].trends.parts_at if ticked[0].trends is not None else None
+    assert parts_at is not None
+    assert enqueued == [(Part(4, 0), waking.slot_of(parts_at))]
