@@ -193,7 +193,8 @@ class Holder:
                 run.usage.writes += 1
                 self._drop()
                 self.rollup = Rollup(self._db, self.lease, self._scaling,
-                                     renew_s=self._timing.renew_s)
+                                     renew_s=self._timing.renew_s,
+                                     monotonic=self._clock.monotonic)
                 self._status = StatusRecorder(self.lease, self._clock.now)
                 log.info("rollup lease taken by %s", self.lease.owner)
                 return True
