@@ -214,7 +214,8 @@ class Holder:
                 run.usage.writes += 1
                 self._drop()
                 self.rollup = Rollup(self._db, self.lease, self._scaling,
-                                     renew_s=self._timing.renew_s, part=self.part)
+                                     renew_s=self._timing.renew_s, part=self.part,
+                                     monotonic=self._clock.monotonic)
                 self._status = StatusRecorder(self.lease, self._clock.now)
                 log.info("rollup lease of partition %s taken by %s", self.part, self.lease.owner)
                 return True

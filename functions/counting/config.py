@@ -14,6 +14,9 @@ REQUESTS = "requests"  # exactly-once markers, expired by the TTL policy on EXPI
 INTERNAL = "internal"  # server-only state: the rollup lease and watermark
 ROLLUP_STATE_DOC = "rollup"
 EXPIRES_AT = "expires_at"
+# On counters/{id}: the per-shard counts the rollup summed (shard id -> count; an absent shard
+# holds 0), so that a new holder reads one document instead of every shard.
+SHARD_COUNTS_FIELD = "shard_counts"
 
 # Requests one callable (or trigger) instance serves at once; functions/.env gives its Python
 # worker as many threads (THREADS).

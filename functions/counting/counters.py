@@ -307,6 +307,8 @@ def create_counter(
             "policy": (policy or Policy()).to_document(),
             "created_at": firestore.SERVER_TIMESTAMP,
             "updated_at": firestore.SERVER_TIMESTAMP,
+            # Every shard holds 0: the rollup's first read of this counter is this document.
+            config.SHARD_COUNTS_FIELD: {},
             **({} if collection is None else {COLLECTION_FIELD: collection}),
         },
     )
@@ -590,7 +592,10 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     for shard in shards:
         batch.set(shard, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP,
                           "stripe": partitions.shard_stripe(db, shard, rng)}, merge=True)
-    batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
+    # The rollup's per-shard counts are zeroed with the shards. Each zeroed shard is listed: it
+    # keeps its `writes`, which a holder reading these counts takes as a baseline, not a burst.
+    batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP,
+                       config.SHARD_COUNTS_FIELD: {shard.id: 0 for shard in shards}})
     results = batch.commit()
     settle(db, zip(shards, results[:-1], strict=True), rng)
     for markers in (config.VOTERS, config.PACED):

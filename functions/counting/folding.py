@@ -6,7 +6,8 @@ shard (Increment). The precondition means the amount moved is exactly what the
 shard held when it disappeared: an increment that lands in between fails the commit, which moves
 nothing and is retried next tick; an increment from a writer with a stale `num_shards` that comes
 after fails NOT_FOUND, and the write path redoes it on a current shard. At every instant the
-shards that exist sum to the counter's value.
+shards that exist sum to the counter's value. The same commit makes the same moves in the
+counter document's `shard_counts` (when it has them), so a new holder reading it is right too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
+from google.cloud.firestore_v1.field_path import FieldPath
 
 from . import config, partitions
 
@@ -34,10 +36,11 @@ class Folded:
 
 
 def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
-                 num_shards: int) -> Folded:
+                 num_shards: int, *, with_counts: bool) -> Folded:
     """Move every shard >= num_shards into shard (n mod num_shards), through the rollup's
     store: its commits are fenced (FailedPrecondition for a shard's precondition, LeaseLost
-    when the lease is gone)."""
+    when the lease is gone). `with_counts`: the counter document has `shard_counts`, to move
+    likewise (a document without them stays so: a partial map would be taken for the whole)."""
     shards = counter_ref.collection(config.SHARDS)
     snapshots = store.query(shards)
     surplus = [s for s in snapshots if s.id.isdigit() and int(s.id) >= num_shards]
@@ -61,6 +64,11 @@ def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
                     "updated_at": firestore.SERVER_TIMESTAMP,
                     "stripe": partitions.shard_stripe(store.db, shards.document(survivor),
                                                       random.Random())})
+        if with_counts:
+            batch.update(counter_ref, {
+                **{shard_count(snapshot.id): firestore.DELETE_FIELD for snapshot in chunk},
+                **{shard_count(survivor): firestore.Increment(amount)
+                   for survivor, amount in moved.items()}})
         try:
             store.commit(batch, deletes=len(chunk))
         except gexc.FailedPrecondition:
@@ -70,3 +78,8 @@ def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
         for survivor, amount in moved.items():
             result.moved[survivor] += amount
     return result
+
+
+def shard_count(shard: str) -> str:
+    """The field path of a shard's entry in `shard_counts` (ids are digits: quoted)."""
+    return FieldPath(config.SHARD_COUNTS_FIELD, shard).to_api_repr()

@@ -1,7 +1,8 @@
 """What one rollup holder knows, and every decision it takes from it: pure, no I/O.
 
-The ledger holds, per counter, the shard values as of the last tick, the published count and
-the autoscaling state. Given the shard values a tick read (`apply`), it returns the new sums and
+The ledger holds, per counter, the shard values as of the last tick, the published count, the
+per-shard counts published beside it (`shard_counts`, what a successor starts from) and the
+autoscaling state. Given the shard values a tick read (`apply`), it returns the new sums and
 measures the rates; `plan` turns them into the counter document updates and the grows to commit;
 the fold and eviction steps keep it equal to the shards that exist. `counting.rollup` does the
 reads and commits around it (docs/architecture.md, "Rollup"); tests/unit/test_ledger.py drives
@@ -21,8 +22,12 @@ from .config import AutoscaleParams
 # A counter not changed for this many ticks is dropped from the ledger (unless it still has
 # shards to shed, or a rate to bring down to 0).
 IDLE_TICKS_KEPT = 120
-# Counters first met by a holder are read whole, at most this many per tick (a tick reading 200
-# counters of 10 shards stays near a second); the others wait for the next ticks.
+# Counters first met by a holder: their documents are read, at most this many per tick (in
+# chunks, several at once); a document's `shard_counts` stands for the shards that did not change.
+DOCUMENT_LOADS_PER_TICK = 5000
+# Those whose document has no `shard_counts` (or that are owed a whole read: deferred) are read
+# whole, at most this many per tick (a tick reading 200 counters of 10 shards stays near a
+# second). The others wait for the next ticks.
 FIRST_LOADS_PER_TICK = 200
 # A rate sample never spans more than this (the first tick after a long pause).
 MAX_SAMPLE_S = 60.0
@@ -32,7 +37,9 @@ INT64 = (-(2**63), 2**63 - 1)
 @dataclass(frozen=True, kw_only=True)
 class ShardValue:
     count: int
-    writes: int  # one more per write to the shard: its growth is the number of writes
+    # One more per write to the shard: its growth is the number of writes. None for a shard known
+    # from `shard_counts` only: its next value read is the baseline, not a burst.
+    writes: int | None
 
     @classmethod
     def of(cls, data: dict[str, Any] | None) -> ShardValue:
@@ -41,6 +48,13 @@ class ShardValue:
 
 
 Changes = dict[str, dict[str, ShardValue]]  # counter -> shard id -> value at the tick's instant
+
+
+def persisted_counts(document: dict[str, Any]) -> dict[str, int] | None:
+    """The per-shard counts a holder published on the counter document; None when it has none
+    (a counter from before they were published: its shards are read whole)."""
+    counts = document.get(config.SHARD_COUNTS_FIELD)
+    return None if counts is None else {shard: int(n) for shard, n in counts.items()}
 
 
 @dataclass(kw_only=True)
@@ -94,11 +108,16 @@ class Held:
 
     shards: dict[str, ShardValue] | None  # None: not read (held for its scaling state only)
     written: int | None  # the count on counters/{id}; None: the document does not exist
+    # Its `shard_counts` as this holder last wrote or read it; None: the document has none.
+    persisted: dict[str, int] | None
     scaling: Scaling | None  # None when the document does not exist
     last_changed: int  # the tick that last saw one of its shards change
 
     def total(self) -> int:
         return sum(shard.count for shard in (self.shards or {}).values())
+
+    def counts(self) -> dict[str, int]:
+        return {shard: value.count for shard, value in (self.shards or {}).items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,36 +178,55 @@ class Ledger:
 
     # -- what to read --
 
-    def spread_first_loads(self, changes: Changes, since: dt.datetime) -> list[str]:
-        """Bound the counters read whole in one tick (a new holder meeting thousands at once
+    def spread_first_loads(self, changes: Changes, since: dt.datetime) -> None:
+        """Bound the counter documents read in one tick (a new holder meeting thousands at once
         would otherwise hold up every counter's publish). Changed counters past the budget are
         dropped from `changes` and remembered; later ticks read them whole at their own instant,
-        which includes what was dropped, and publish them. Returns those to read whole now."""
-        unread = [c for c in changes if c not in self.held or self.held[c].shards is None]
-        for counter in unread[FIRST_LOADS_PER_TICK:]:
-            del changes[counter]
-            self.deferred.add(counter)
-            if self.deferred_since is None:
-                self.deferred_since = since
-        room = FIRST_LOADS_PER_TICK - min(len(unread), FIRST_LOADS_PER_TICK)
+        which includes what was dropped, and publish them."""
+        unseen = [c for c in changes if c not in self.held]
+        for counter in unseen[DOCUMENT_LOADS_PER_TICK:]:
+            self._defer(changes, counter, since)
+
+    def first_loads(self, changes: Changes, since: dt.datetime) -> list[str]:
+        """With the changed counters' documents held: a counter whose document has
+        `shard_counts` takes its unchanged shards from it (`changes` has the others). The others
+        are read whole, at most FIRST_LOADS_PER_TICK, deferred ones included (what was dropped
+        from an earlier tick's changes is in no `shard_counts`); the rest are deferred as above.
+        Returns those to read whole now."""
+        whole = []
+        for counter in changes:
+            held = self.held[counter]
+            if held.shards is not None:
+                continue
+            if held.persisted is None or counter in self.deferred:
+                whole.append(counter)
+            else:
+                held.shards = {shard: ShardValue(count=count, writes=None)
+                               for shard, count in held.persisted.items()}
+        for counter in whole[FIRST_LOADS_PER_TICK:]:
+            self._defer(changes, counter, since)
+        room = FIRST_LOADS_PER_TICK - min(len(whole), FIRST_LOADS_PER_TICK)
         catch_up = sorted(self.deferred - changes.keys())[:room]
         self.deferred -= {*catch_up, *changes}
         self.retry.update(catch_up)  # published from the values read whole
-        return catch_up
+        return [*whole[:FIRST_LOADS_PER_TICK], *catch_up]
+
+    def _defer(self, changes: Changes, counter: str, since: dt.datetime) -> None:
+        del changes[counter]
+        self.deferred.add(counter)
+        if self.deferred_since is None:
+            self.deferred_since = since
 
     def unseen(self, counters: list[str]) -> list[str]:
         """Counters whose document the ledger does not hold."""
         return [c for c in dict.fromkeys(counters) if c not in self.held]
-
-    def unread(self, counters: list[str]) -> list[str]:
-        """Counters whose shards the ledger has not read."""
-        return [c for c in counters if self.held[c].shards is None]
 
     def hold(self, counter: str, document: dict[str, Any] | None) -> None:
         """Take in a counter's document (None: it does not exist)."""
         self.held[counter] = Held(
             shards=None,
             written=None if document is None else int(document.get("count") or 0),
+            persisted=None if document is None else persisted_counts(document),
             scaling=None if document is None else Scaling.from_document(document),
             last_changed=self.ticks,
         )
@@ -213,10 +251,16 @@ class Ledger:
             grown[counter] = 0
             for shard, value in shards.items():
                 before = held.shards.get(shard)
-                # A shard created afresh (after a fold) restarts its write counter.
-                grew = value.writes - (before.writes if before else 0)
-                writes[shard] = grew if grew >= 0 else value.writes
-                grown[counter] += value != before
+                assert value.writes is not None  # read from the shard
+                if before is None:  # a shard created afresh: its write counter starts at 0
+                    writes[shard] = value.writes
+                elif before.writes is None:  # known from `shard_counts`: a baseline, no sample
+                    writes[shard] = 0
+                else:  # a shard created afresh (after a fold) restarts its write counter
+                    grew = value.writes - before.writes
+                    writes[shard] = grew if grew >= 0 else value.writes
+                grown[counter] += before is None or value.count != before.count \
+                    or before.writes not in (None, value.writes)
                 held.shards[shard] = value
             sums[counter] = held.total()
             if held.scaling is not None and dt_s > 0:
@@ -251,14 +295,20 @@ class Ledger:
             if counter in self.held:
                 sums[counter] = self.held[counter].total()
         for counter, total in sums.items():
-            written = self.held[counter].written
+            held = self.held[counter]
+            if held.written is None:
+                continue  # no document to publish to
+            # The shard counts go whenever one of them moved, even when the sum did not: a
+            # successor takes the shards that do not change from them.
+            counts = held.counts()
+            if counts != held.persisted:
+                updates[counter][config.SHARD_COUNTS_FIELD] = counts
             if not INT64[0] <= total <= INT64[1]:
-                # Firestore stores 64-bit integers: this counter cannot be published (clients
+                # Firestore stores 64-bit integers: this count cannot be published (clients
                 # are kept from getting here by the bounds on increments).
                 problems.append(f"{counter}: sum {total} is outside 64-bit integers")
                 self.retry.add(counter)
-                continue
-            if written is not None and written != total:
+            elif held.written != total:
                 updates[counter].update({"count": total, "updated_at": as_of})
         for counter, held in self.held.items():
             state = held.scaling
@@ -291,8 +341,11 @@ class Ledger:
     def published(self, counter: str, fields: dict[str, Any]) -> None:
         """A counter's update was committed."""
         self.retry.discard(counter)
+        held = self.held[counter]
         if "count" in fields:
-            self.held[counter].written = fields["count"]
+            held.written = fields["count"]
+        if config.SHARD_COUNTS_FIELD in fields:
+            held.persisted = dict(fields[config.SHARD_COUNTS_FIELD])
 
     def failed(self, counter: str) -> None:
         """A counter's own write failed: publish it again next tick."""
@@ -332,14 +385,24 @@ class Ledger:
                 if held.scaling is not None and held.scaling.shrunk_at is not None
                 and now >= held.scaling.shrunk_at + self.params.fold_grace_s]
 
+    def persisted(self, counter: str) -> bool:
+        """Whether the counter's document has `shard_counts` (a fold moves counts in it too)."""
+        return self.held[counter].persisted is not None
+
     def folded(self, counter: str, deleted: list[str], moved: dict[str, int],
                complete: bool) -> None:
-        """Mirror a committed fold: the surplus shards are gone, their counts moved."""
+        """Mirror a committed fold: the surplus shards are gone, their counts moved (in the
+        shards and in `shard_counts`, when the document has it)."""
         held = self.held[counter]
         state = held.scaling
         assert state is not None
         for shard in deleted:
             state.shard_load.pop(shard, None)
+        if held.persisted is not None:
+            for shard in deleted:
+                held.persisted.pop(shard, None)
+            for survivor, amount in moved.items():
+                held.persisted[survivor] = held.persisted.get(survivor, 0) + amount
         if held.shards is not None:
             for shard in deleted:
                 held.shards.pop(shard, None)

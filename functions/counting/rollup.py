@@ -2,7 +2,8 @@
 changed into its rollup, measure write rates and scale shards to them; then the trending tags.
 
 `Rollup.tick` is the I/O around the pure `counting.ledger`: read what changed (one query), read
-whole the counters met for the first time, let the ledger sum, measure and plan, commit the plan
+the documents of the counters met for the first time (and whole those whose document has no
+`shard_counts`), let the ledger sum, measure and plan, commit the plan
 through the `counting.store` (every commit fenced by the lease, every operation counted), grow
 and fold, and hand the trend buckets to `counting.trends`. How and why, once:
 docs/architecture.md, "Rollup" and "Exact on real Firestore". Who ticks and when:
@@ -15,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,7 +47,9 @@ log = logging.getLogger(__name__)
 COUNTER_FAULTS = (gexc.NotFound, gexc.InvalidArgument, ValueError)
 PROBLEM_CHARS = 300  # of one reported problem
 COUNTER_FIELDS = ["count", "num_shards", "strategy", "min_shards", "max_shards", "rate",
-                  "low_since", "shrunk_at", "updated_at"]
+                  "low_since", "shrunk_at", "updated_at", config.SHARD_COUNTS_FIELD]
+# Documents per `get_all` of first loads; the chunks are read several at once.
+DOCUMENTS_PER_READ = 100
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,11 +106,11 @@ class Rollup:
     def __init__(self, db: firestore.Client, lease: Lease,
                  scaling: AutoscaleParams | None = None,
                  trends: Callable[..., TrendRollup] | None = None,
-                 renew_s: float = config.ROLLUP.renew_s, part: Part = WHOLE) -> None:
+                 renew_s: float = config.ROLLUP.renew_s, part: Part = WHOLE,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._db = db
         self.part = part
-        self._renew_s = renew_s
-        self.store = Store(db, lease)
+        self.store = Store(db, lease, renew_s=renew_s, monotonic=monotonic)
         self.ledger = Ledger(scaling)
         # `trends` (tests: a TrendRollup with a clock) is called with the store and `part`.
         self._trends = (trends or TrendRollup)(self.store, part=part)
@@ -144,14 +148,13 @@ class Rollup:
 
     def tick(self) -> TickStats:
         """One tick at the instant the lease is read and found still ours. The lease is written
-        by the tick's first commit, or at its end when its last write is `renew_s` old (the
-        progress persisted, the lease kept live)."""
+        by the tick's commits, and by the store before a read when its last write is `renew_s`
+        old (the progress persisted, the lease kept live however long the tick reads)."""
         started = dt.datetime.now(dt.UTC)
         self.store.take_usage()
         self._problems = []
         since = self.watermark
         as_of = to_micros(self.store.begin(self.durable_watermark, self.swept))
-        written_before = self.store.lease.written_at
         reach = self.reach(since, as_of)
         sweep = self.sweeps_at(as_of)
         changes, trend_changes = self._changed_shards(reach, as_of, since if sweep else None)
@@ -161,8 +164,11 @@ class Rollup:
             if ledger.params.enabled and ledger.ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
                 watched = self._above_min(as_of)
             # A counter deferred now is owed from this query's reach: a successor starts there.
-            catch_up = ledger.spread_first_loads(changes, reach)
-            self._load([*changes, *catch_up], watched, as_of)
+            ledger.spread_first_loads(changes, reach)
+            self._hold([*changes, *watched], as_of)
+            whole = ledger.first_loads(changes, reach)
+            self._hold(whole, as_of)  # deferred counters caught up
+            self._read_whole(whole, as_of)
             sums, grown = ledger.apply(changes, since, as_of)
             plan = ledger.plan(sums, as_of)
             for problem in plan.problems:
@@ -179,10 +185,6 @@ class Rollup:
         if sweep:
             self.swept = as_of
         ledger.end_tick(changes)
-        lease = self.store.lease
-        if lease.written_at == written_before and written_before is not None \
-                and (as_of - written_before).total_seconds() >= self._renew_s:
-            self.store.renew(self.durable_watermark, self.swept)
         written = {counter for counter, fields in plan.updates.items() if "count" in fields}
         return TickStats(
             as_of=as_of,
@@ -250,23 +252,33 @@ class Rollup:
         return [snapshot.id for snapshot in self.store.query(query, as_of)
                 if self.part.owns(partitions.home_of(snapshot.id))]
 
-    def _load(self, changed: list[str], watched: list[str], as_of: dt.datetime) -> None:
-        """Read, at `as_of`, the documents of counters this holder has not seen, and every shard
-        of changed counters whose shards it has not read (a watched counter nobody writes to
-        needs its document only: shrinking it reads no shard)."""
+    def _hold(self, counters: list[str], as_of: dt.datetime) -> None:
+        """Read, at `as_of`, the documents of the counters this holder has not seen, in chunks
+        read several at once (a watched counter nobody writes to needs its document only:
+        shrinking it reads no shard)."""
         coll = self._db.collection(config.COUNTERS)
-        unseen = self.ledger.unseen([*changed, *watched])
-        for snapshot in self.store.get_all([coll.document(c) for c in unseen],
-                                           field_paths=COUNTER_FIELDS, read_time=as_of):
-            self.ledger.hold(snapshot.id, (snapshot.to_dict() or {}) if snapshot.exists
-                             else None)
-        unread = self.ledger.unread(changed)
+        unseen = self.ledger.unseen(counters)
+        chunks = [unseen[start:start + DOCUMENTS_PER_READ]
+                  for start in range(0, len(unseen), DOCUMENTS_PER_READ)]
+
+        def documents(chunk: list[str]) -> list[Any]:
+            return self.store.get_all([coll.document(c) for c in chunk],
+                                      field_paths=COUNTER_FIELDS, read_time=as_of)
+
+        for snapshots in self.store.each(documents, chunks):
+            for snapshot in snapshots:
+                self.ledger.hold(snapshot.id, (snapshot.to_dict() or {}) if snapshot.exists
+                                 else None)
+
+    def _read_whole(self, counters: list[str], as_of: dt.datetime) -> None:
+        """Read, at `as_of`, every shard of each counter (one query each, several at once)."""
+        coll = self._db.collection(config.COUNTERS)
 
         def shards(counter: str) -> dict[str, ShardValue]:
             query = coll.document(counter).collection(config.SHARDS)
             return {s.id: ShardValue.of(s.to_dict()) for s in self.store.query(query, as_of)}
 
-        for counter, values in zip(unread, self.store.each(shards, unread), strict=True):
+        for counter, values in zip(counters, self.store.each(shards, counters), strict=True):
             self.ledger.hold_shards(counter, values)
 
     def _commit(self, updates: dict[str, dict[str, Any]]) -> None:
@@ -332,7 +344,8 @@ class Rollup:
         folded = 0
         for counter, num_shards in self.ledger.folds_due(as_of):
             ref = self._db.collection(config.COUNTERS).document(counter)
-            result = fold_surplus(self.store, ref, num_shards)
+            result = fold_surplus(self.store, ref, num_shards,
+                                  with_counts=self.ledger.persisted(counter))
             self.ledger.folded(counter, result.deleted, result.moved, result.complete)
             folded += len(result.deleted)
             if result.complete:

@@ -1,5 +1,6 @@
 """The rollup's I/O: snapshot reads and commits fenced by its lease, each counted as Firestore
-bills it, so that the rollup and the trends step keep no tallies of their own.
+bills it, so that the rollup and the trends step keep no tallies of their own; and it keeps the
+lease live through a tick that reads for long (a first tick after a handover, say).
 
 Reads bill one per document returned, and one for a query that returns nothing; a `get` bills
 one whether the document exists or not. A commit bills one write per write in it, the lease's
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -27,11 +29,18 @@ READ_THREADS = 8  # reads of many small queries (a counter's shards) run this ma
 
 
 class Store:
-    def __init__(self, db: firestore.Client, lease: Lease) -> None:
+    def __init__(self, db: firestore.Client, lease: Lease, *, renew_s: float,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """`lease` was just written (taken); it is renewed before a read when its last write is
+        `renew_s` old on the `monotonic` clock."""
         self.db = db
         self.lease = lease
+        self._renew_s = renew_s
+        self._monotonic = monotonic
+        self._written = monotonic()  # when this holder last wrote the lease
         self._usage = Usage()
         self._lock = threading.Lock()
+        self._renewing = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="store")
 
     def close(self) -> None:
@@ -65,17 +74,30 @@ class Store:
 
     def renew(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:
         """Renew the lease, persisting the progress; returns the renewal's commit time."""
+        written = self._monotonic()
         instant = self.lease.renew(watermark, swept)
+        self._written = written
         self._bill(writes=1)
         return instant
 
+    def _keep(self) -> None:
+        """Before a read: renew the lease when its last write is `renew_s` old, with the
+        progress as of the tick's start (`begin`), so that a tick reading longer than the lease
+        lives keeps it (LeaseLost, raised through the read, ends the tick). One renewal at a
+        time: the read pool's threads would otherwise race their own preconditions."""
+        with self._renewing:
+            if self._monotonic() - self._written >= self._renew_s:
+                self.renew(self.lease.watermark, self.lease.swept)
+
     def query(self, query: Any, read_time: dt.datetime | None = None) -> list[Snapshot]:
+        self._keep()
         found = list(query.stream(read_time=read_time) if read_time else query.stream())
         self._bill(reads=max(1, len(found)))
         return found
 
     def get(self, ref: firestore.DocumentReference,
             field_paths: list[str] | None = None) -> Snapshot:
+        self._keep()
         snapshot: Snapshot = ref.get(field_paths=field_paths)
         self._bill(reads=1)
         return snapshot
@@ -85,6 +107,7 @@ class Store:
                 read_time: dt.datetime | None = None) -> list[Snapshot]:
         if not refs:
             return []
+        self._keep()
         options: dict[str, Any] = {} if read_time is None else {"read_time": read_time}
         found = list(self.db.get_all(list(refs), field_paths=field_paths, **options))
         self._bill(reads=len(refs))
@@ -96,6 +119,8 @@ class Store:
 
     def commit(self, batch: firestore.WriteBatch, *, deletes: int = 0) -> list[Any]:
         """Commit `batch`, which holds `deletes` deletes, fenced by the lease (`Lease.commit`)."""
+        written = self._monotonic()
         results = self.lease.commit(batch)
+        self._written = written
         self._bill(writes=len(results) - deletes, deletes=deletes)
         return results

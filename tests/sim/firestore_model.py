@@ -39,6 +39,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1 import transforms
 from google.cloud.firestore_v1.base_query import FieldFilter
+from google.cloud.firestore_v1.field_path import parse_field_path
 from google.cloud.firestore_v1.types import document as document_pb
 from google.cloud.firestore_v1.types import write as write_pb
 from google.protobuf import timestamp_pb2
@@ -305,9 +306,9 @@ def failure(kind: type[gexc.GoogleAPICallError], message: str) -> gexc.GoogleAPI
 
 def apply_fields(base: dict[str, Any], fields: dict[str, Any], *, nested: bool,
                  stamp: dt.datetime, results: list[document_pb.Value]) -> dict[str, Any]:
-    """Apply a set (nested maps merge) or an update (dotted keys are paths) to `base`."""
+    """Apply a set (nested maps merge) or an update (keys are field paths) to `base`."""
     for key, value in sorted(fields.items()):
-        parts = [key] if nested else key.split(".")
+        parts = [key] if nested else parse_field_path(key)
         target = base
         for part in parts[:-1]:
             target = target.setdefault(part, {})

@@ -28,9 +28,9 @@ def quiet() -> Iterator[None]:
 
 
 class Scene:
-    def __init__(self) -> None:
+    def __init__(self, latency: Latency = CALM) -> None:
         self.sim = Sim(random.Random(1))
-        self.model = Model(self.sim, random.Random(2), CALM)
+        self.model = Model(self.sim, random.Random(2), latency)
         self.db = cast(firestore.Client, Client(self.model))
 
     def at(self, seconds: float) -> None:
@@ -39,7 +39,19 @@ class Scene:
     def holder(self, name: str) -> rollup.Rollup:
         lease = Lease(self.db, state_ref(self.db), name, 10.0)
         assert lease.acquire()
-        return rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False))
+        return rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False),
+                             monotonic=self.sim.monotonic)
+
+    def hand_over(self, holder: rollup.Rollup, t: float) -> rollup.Rollup:
+        """`holder` lets the lease go at `t`; a successor (an empty ledger) takes it."""
+        self.at(t)
+        holder.store.lease.release(holder.durable_watermark, holder.swept)
+        self.at(t + 1)
+        return self.holder("successor")
+
+    def write_shard(self, counter: str, shard: int, by: int) -> None:
+        ref = counters.shard_ref(self.db, counter, shard)
+        ref.update(counters.shard_write(self.db, ref, by, random.Random(shard)))
 
     def wide_counter(self, holder: str) -> rollup.Rollup:
         """The counter `wide`: 8 shards, 8 increments, and a holder that has met it."""
@@ -78,15 +90,24 @@ class Scene:
     def shards(self, counter: str) -> int:
         return counters.get_count(self.db, counter, "strong").count
 
+    def shard_counts(self, counter: str) -> dict[str, int] | None:
+        data = counters.counter_ref(self.db, counter).get().to_dict() or {}
+        counts: dict[str, int] | None = data.get("shard_counts")
+        return counts
+
 
 def test_a_counter_a_sweep_deferred_survives_a_handover(monkeypatch: pytest.MonkeyPatch) -> None:
     """After a gap with no tick, the first tick is a sweep that finds an untouched slow write
     but defers its counter (past the first-load budget) and hands over: the successor still
     publishes it, because the watermark it starts from is the sweep's reach."""
     monkeypatch.setattr(ledger, "FIRST_LOADS_PER_TICK", 1)
+    monkeypatch.setattr(ledger, "DOCUMENT_LOADS_PER_TICK", 1)
     scene = Scene()
     for name in ("a-other", "b-slow"):
         counters.create_counter(scene.db, name, shards=1)
+    # A counter from before shard_counts: read whole, it takes the tick's budget of whole reads,
+    # which would otherwise catch `b-slow` up at once.
+    counters.counter_ref(scene.db, "a-other").update({"shard_counts": firestore.DELETE_FIELD})
     t = 1.0
     scene.at(t)
     first = scene.holder("first")
@@ -153,7 +174,8 @@ def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
         scene.at(t)
         first.tick()
     counters.counter_ref(scene.db, "wide").update({"num_shards": 4})
-    folded = folding.fold_surplus(first.store, counters.counter_ref(scene.db, "wide"), 4)
+    folded = folding.fold_surplus(first.store, counters.counter_ref(scene.db, "wide"), 4,
+                                  with_counts=True)
     assert folded.complete and folded.deleted
     first.ledger.folded("wide", folded.deleted, folded.moved, folded.complete)  # as a tick does
     for _ in range(5):
@@ -182,16 +204,157 @@ def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
 
 def test_a_fold_bills_its_deletes_apart() -> None:
     """Deletes are priced apart from writes: the store counts a fold's deleted shards as deletes,
-    and its survivor increments and fencing write as writes."""
+    and its survivor increments, the move in the counter's shard_counts and the fencing write as
+    writes."""
     scene = Scene()
     holder = scene.wide_counter("holder")
     scene.at(2)
     holder.tick()
     counters.counter_ref(scene.db, "wide").update({"num_shards": 4})
     holder.store.take_usage()
-    folded = folding.fold_surplus(holder.store, counters.counter_ref(scene.db, "wide"), 4)
+    folded = folding.fold_surplus(holder.store, counters.counter_ref(scene.db, "wide"), 4,
+                                  with_counts=True)
     usage = holder.store.take_usage()
     assert folded.complete and sorted(folded.deleted) == ["4", "5", "6", "7"]
     survivors = [survivor for survivor, amount in folded.moved.items() if amount]
-    assert (usage.deletes, usage.writes) == (4, len(survivors) + 1)
+    assert (usage.deletes, usage.writes) == (4, len(survivors) + 2)
 
+
+
+def handover_reads(*, legacy: bool) -> int:
+    """20 counters of 10 shards, written and published by a first holder; after a handover each
+    is written once more. What the successor's tick reads (each sum checked exact). `legacy`:
+    the documents lack shard_counts, as a holder from before them left them."""
+    scene = Scene()
+    names = [f"c{n}" for n in range(20)]
+    for name in names:
+        counters.create_counter(scene.db, name, shards=10)
+    scene.at(1)
+    first = scene.holder("first")
+    for n, name in enumerate(names):
+        for shard in range(10):
+            scene.write_shard(name, shard, n + shard)
+    for t in range(2, 6):
+        scene.at(t)
+        first.tick()
+    if legacy:
+        for name in names:
+            counters.counter_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
+    successor = scene.hand_over(first, 10)
+    for name in names:
+        counters.increment(scene.db, name, 1)
+    scene.at(15)
+    stats = successor.tick()
+    scene.at(16)
+    for name in names:
+        assert scene.published(name) == scene.shards(name), name
+        assert sum((scene.shard_counts(name) or {}).values()) == scene.published(name), name
+    return counter_reads(stats)
+
+
+def counter_reads(stats: rollup.TickStats) -> int:
+    """A tick's reads but the trends step's."""
+    return stats.reads - (stats.trends.reads if stats.trends else 0)
+
+
+def test_a_successor_reads_each_changed_counters_document_not_its_shards() -> None:
+    """After a handover, a changed counter costs its document read (its shard_counts stand for
+    the shards that did not change), not a query of all its shards; a counter from before
+    shard_counts is still read whole, summed exactly, and given them."""
+    # The lease, the 20 changed shards, the 20 documents.
+    assert handover_reads(legacy=False) == 1 + 20 + 20
+    # ... and 20 queries of 10 shards.
+    assert handover_reads(legacy=True) == 1 + 20 + 20 + 20 * 10
+
+
+def test_a_successor_right_after_a_fold_is_exact() -> None:
+    """A fold moves the counter's shard_counts in its own commit: a successor that takes the
+    lease right after reads the document only, and is exact."""
+    scene = Scene()
+    first = scene.wide_counter("first")
+    scene.at(2)
+    first.tick()
+    ref = counters.counter_ref(scene.db, "wide")
+    ref.update({"num_shards": 4})
+    folded = folding.fold_surplus(first.store, ref, 4, with_counts=True)
+    assert folded.complete and folded.deleted
+    assert set(scene.shard_counts("wide") or {}) <= {"0", "1", "2", "3"}
+    successor = scene.hand_over(first, 3)
+    counters.increment(scene.db, "wide", 1)
+    scene.at(5)
+    stats = successor.tick()
+    scene.at(6)
+    assert scene.published("wide") == scene.shards("wide") == 9
+    assert counter_reads(stats) <= 1 + 4 + 1, stats  # lease, changed shards, the document
+
+
+def test_a_successor_after_a_reset_is_exact() -> None:
+    """A reset zeroes shard_counts with the shards: a successor, whether or not the first
+    holder ticked after the reset, is exact."""
+    for first_ticks in (False, True):
+        scene = Scene()
+        first = scene.wide_counter("first")
+        scene.at(2)
+        first.tick()
+        counters.reset_counter(scene.db, "wide")
+        if first_ticks:
+            scene.at(3)
+            first.tick()
+        successor = scene.hand_over(first, 4)
+        counters.increment(scene.db, "wide", 1)
+        scene.at(6)
+        successor.tick()
+        scene.at(7)
+        assert scene.published("wide") == scene.shards("wide") == 1
+
+
+def test_a_change_that_nets_to_zero_is_handed_over() -> None:
+    """+1 on one shard and -1 on another leave the count alone, yet move shard_counts: the
+    holder publishes them, so a successor's sum after the next write is exact."""
+    scene = Scene()
+    counters.create_counter(scene.db, "flat", shards=2)
+    scene.at(1)
+    first = scene.holder("first")
+    scene.write_shard("flat", 0, 1)
+    scene.write_shard("flat", 1, -1)
+    scene.at(2)
+    first.tick()
+    scene.at(3)
+    assert scene.published("flat") == 0 and scene.shard_counts("flat") == {"0": 1, "1": -1}
+    successor = scene.hand_over(first, 3)
+    scene.write_shard("flat", 0, 1)
+    scene.at(5)
+    successor.tick()
+    scene.at(6)
+    assert scene.published("flat") == scene.shards("flat") == 1
+
+
+def test_a_tick_reading_longer_than_the_lease_keeps_it() -> None:
+    """Reads of 6 s each: a first tick reads the lease, the changes and the counters to watch
+    for 18 s before its first commit, past the 10 s lease. The store renews the lease between
+    the reads, so a second holder trying to take it meanwhile is refused, and the tick
+    publishes."""
+    scene = Scene(Latency(read=(6.0, 6.0), abort_p=0.0, lost_answer_p=0.0, slow_p=0.0,
+                          stuck_p=0.0))
+    counters.create_counter(scene.db, "c", shards=2)
+    scene.at(1)
+    counters.increment(scene.db, "c", 1)
+    scene.at(2)
+    lease = Lease(scene.db, state_ref(scene.db), "holder", 10.0)
+    assert lease.acquire()
+    holder = rollup.Rollup(scene.db, lease, AutoscaleParams(), monotonic=scene.sim.monotonic)
+    outcome: dict[str, object] = {}
+
+    def tick() -> None:
+        outcome["tick"] = holder.tick()
+
+    def take() -> None:
+        outcome["taken"] = Lease(scene.db, state_ref(scene.db), "taker", 10.0).acquire()
+
+    scene.sim.spawn("holder", tick)
+    scene.sim.spawn("taker", take, after_s=9.0)  # reads the lease after it would expire
+    scene.sim.run_until(120.0)
+    scene.sim.shutdown()
+    assert outcome["taken"] is False
+    assert isinstance(outcome["tick"], rollup.TickStats)
+    assert scene.published("c") == 1

@@ -156,13 +156,19 @@ class World:
         return self.outcome
 
     def _setup(self) -> None:
-        """The admin creates the counters (again after an error: creating is idempotent)."""
+        """The admin creates the counters (again after an error: creating is idempotent). One
+        is as the code before `shard_counts` made it: holders read it whole until one gives it
+        them."""
         made = [(name, self.rng.choice((1, 2, 4)), Policy(by=(1, 5))) for name in PLAIN]
         made += [(LIKES, 2, Policy(unique=True)), (VIEWS, 2, Policy(min_interval_s=5))]
         for name, shards, policy in made:
             answered, _ = self._attempts(functools.partial(
                 counters.create_counter, self.db, name, shards=shards, policy=policy), retry=True)
             assert answered, f"could not create {name}"
+        legacy = counters.counter_ref(self.db, PLAIN[-1])
+        answered, _ = self._attempts(functools.partial(
+            legacy.update, {config.SHARD_COUNTS_FIELD: firestore.DELETE_FIELD}), retry=True)
+        assert answered, "could not make a legacy counter"
 
     # -- rollup invocations --
 
@@ -514,14 +520,15 @@ def unprotected() -> Iterator[None]:
 
 @contextlib.contextmanager
 def small_budget() -> Iterator[None]:
-    """A first-load budget of 2 counters a tick (200 in production), so that a few counters
-    exercise what thousands would: deferred counters, and the watermark they hold back."""
-    saved = ledger.FIRST_LOADS_PER_TICK
-    ledger.FIRST_LOADS_PER_TICK = 2
+    """First-load budgets of 3 documents and 2 whole reads a tick (5000 and 200 in production),
+    so that a few counters exercise what thousands would: deferred counters, and the watermark
+    they hold back."""
+    saved = ledger.DOCUMENT_LOADS_PER_TICK, ledger.FIRST_LOADS_PER_TICK
+    ledger.DOCUMENT_LOADS_PER_TICK, ledger.FIRST_LOADS_PER_TICK = 3, 2
     try:
         yield
     finally:
-        ledger.FIRST_LOADS_PER_TICK = saved
+        ledger.DOCUMENT_LOADS_PER_TICK, ledger.FIRST_LOADS_PER_TICK = saved
 
 
 def run(seed: int, *, protected: bool = True, settings: Settings | None = None) -> Outcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from counting import ledger
 from counting.config import AutoscaleParams
 from counting.ledger import Ledger, ShardValue
@@ -116,20 +117,104 @@ def test_a_pinned_counter_does_not_grow() -> None:
 
 
 def test_first_loads_are_bounded_and_hold_the_durable_watermark_back() -> None:
-    """Past the per-tick budget, changed counters wait; until they are read, the watermark a
-    successor may start from stays at the tick that deferred them."""
+    """Past the per-tick budget of whole reads, changed counters wait; until they are read, the
+    watermark a successor may start from stays at the tick that deferred them."""
     book = Ledger(FAST)
     limit = ledger.FIRST_LOADS_PER_TICK
     changes = {f"c{n}": {"0": value(1, 1)} for n in range(limit + 3)}
-    assert book.spread_first_loads(changes, at(0)) == []
+    book.spread_first_loads(changes, at(0))
+    for counter in changes:
+        book.hold(counter, {"count": 0})  # no shard_counts: read whole
+    assert book.first_loads(changes, at(0)) == list(changes)
     assert len(changes) == limit and len(book.deferred) == 3
     assert book.durable(at(5)) == at(0)
     for counter in changes:
-        held(book, counter, changes[counter])
-    catch_up = book.spread_first_loads({}, at(1))
+        book.hold_shards(counter, changes[counter])
+    book.spread_first_loads({}, at(1))
+    catch_up = book.first_loads({}, at(1))
     assert len(catch_up) == 3 and book.retry == set(catch_up)
     book.end_tick({})
     assert book.durable(at(5)) == at(5)
+
+
+def test_documents_are_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the per-tick budget of documents, changed counters the ledger has not seen wait."""
+    monkeypatch.setattr(ledger, "DOCUMENT_LOADS_PER_TICK", 2)
+    book = Ledger(FAST)
+    held(book, "known", {"0": value(1, 1)})
+    changes = {name: {"0": value(2, 2)} for name in ("known", "a", "b", "c")}
+    book.spread_first_loads(changes, at(0))
+    assert list(changes) == ["known", "a", "b"] and book.deferred == {"c"}
+    assert book.durable(at(5)) == at(0)
+
+
+def test_a_counter_with_shard_counts_is_not_read_whole() -> None:
+    """A document's shard_counts stand for the shards that did not change: the sum is exact
+    with no shard read. A counter deferred before is read whole all the same (what was dropped
+    from a past tick's changes is in no shard_counts)."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    document = {"count": 12, "shard_counts": {"0": 5, "1": 7, "2": 0}}
+    book.deferred.add("owed")
+    changes = {"c": {"1": value(8, 20)}, "owed": {"0": value(1, 1)}}
+    book.hold("c", document)
+    book.hold("owed", document)
+    assert book.first_loads(changes, at(0)) == ["owed"]
+    sums, _ = book.apply({"c": changes["c"]}, at(0), at(1))
+    assert sums == {"c": 13}
+
+
+def test_shard_counts_are_published_whenever_one_moves() -> None:
+    """A shard count that moved is published with the others even when the sum did not (+1 on
+    one shard, -1 on another); once published, nothing is written again."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    book.hold("c", {"count": 0, "shard_counts": {}})
+    book.first_loads({"c": {}}, at(0))
+    sums, _ = book.apply({"c": {"0": value(1, 1), "1": value(-1, 1)}}, at(0), at(1))
+    fields = book.plan(sums, at(1)).updates["c"]
+    assert fields["shard_counts"] == {"0": 1, "1": -1} and "count" not in fields
+    book.published("c", fields)
+    sums, _ = book.apply({"c": {"0": value(1, 1)}}, at(1), at(2))
+    assert "shard_counts" not in book.plan(sums, at(2)).updates.get("c", {})
+
+
+def test_a_legacy_counter_gets_its_shard_counts_with_its_next_publish() -> None:
+    """A document without shard_counts (a counter from before them) is read whole, then given
+    them."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    book.hold("old", {"count": 3})
+    assert book.first_loads({"old": {"0": value(3, 3)}}, at(0)) == ["old"]
+    book.hold_shards("old", {"0": value(3, 3), "1": value(0, 0)})
+    sums, _ = book.apply({"old": {"0": value(3, 3)}}, at(0), at(1))
+    fields = book.plan(sums, at(1)).updates["old"]
+    assert fields["shard_counts"] == {"0": 3, "1": 0} and "count" not in fields
+
+
+def test_a_shard_known_from_shard_counts_is_a_baseline_not_a_burst() -> None:
+    """A shard first seen through shard_counts has no write counter to measure from: its first
+    value read (this tick or a later one) samples 0 writes, however many it has had, and the
+    next ones measure from it."""
+    book = Ledger(FAST)
+    book.hold("c", {"count": 0, "num_shards": 2, "shard_counts": {"0": 0, "1": 0}})
+    book.first_loads({"c": {}}, at(0))
+    book.apply({"c": {"0": value(0, 1_000_000)}}, at(0), at(1))
+    book.apply({"c": {"1": value(0, 2_000_000)}}, at(1), at(2))
+    state = book.held["c"].scaling
+    assert state is not None and state.rate == 0.0
+    book.apply({"c": {"0": value(0, 1_000_010)}}, at(2), at(3))
+    assert state.rate > 0.0
+
+
+def test_a_fold_moves_the_shard_counts_it_mirrors() -> None:
+    """A committed fold moves the persisted shard counts as it moves the shards: nothing is
+    published for it."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    book.hold("c", {"count": 9, "num_shards": 2, "shard_counts": {"0": 4, "1": 2, "2": 3}})
+    book.first_loads({"c": {}}, at(0))
+    assert book.persisted("c")
+    book.folded("c", ["2"], {"0": 3}, complete=True)
+    assert book.held["c"].persisted == {"0": 7, "1": 2} == book.held["c"].counts()
+    sums, _ = book.apply({"c": {}}, at(0), at(1))
+    assert "shard_counts" not in book.plan(sums, at(1)).updates.get("c", {})
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 5)), min_size=1, max_size=40))
@@ -141,7 +226,7 @@ def test_the_sum_equals_the_shards_however_they_are_read(writes: list[tuple[int,
     held(book, "c", shards)
     for tick, (shard, by) in enumerate(writes, start=1):
         old = shards[str(shard)]
-        shards[str(shard)] = value(old.count + by, old.writes + 1)
+        shards[str(shard)] = value(old.count + by, (old.writes or 0) + 1)
         reread = {str((shard + 1) % 4): shards[str((shard + 1) % 4)]}
         sums, _ = book.apply({"c": {str(shard): shards[str(shard)], **reread}},
                              at(tick - 1), at(tick))
