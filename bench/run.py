@@ -7,7 +7,9 @@ Results go to bench/results/<name>.json and bench/results/<name>.png. Arguments 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
+import math
 import platform
 import sys
 from collections.abc import Callable
@@ -23,6 +25,7 @@ import cost_bench  # noqa: E402
 import counter_bench  # noqa: E402
 import matplotlib  # noqa: E402
 import policy_bench  # noqa: E402
+import scale_bench  # noqa: E402
 import sequence_bench  # noqa: E402
 import trend_bench  # noqa: E402
 
@@ -265,9 +268,57 @@ def collections() -> None:
     ], plot_collections)
 
 
+def plot_scale(results: dict[str, Any]) -> None:
+    fig, ((capacity, lag), (drain, shares)) = plt.subplots(2, 2, figsize=(14, 9))
+    for count, run in results["capacity_by_partitions"]["runs"].items():
+        steps = run["steps"]
+        capacity.plot([row["k"] for row in steps], [row["tick_s"] for row in steps], marker="o",
+                      label=f"P = {count}: {run['capacity']['counters_per_s']:,.0f} counters/s")
+    capacity.axhline(scale_bench.TICK_LIMIT_S, color="red", linestyle="--", label="1 s")
+    capacity.set(title="Warm tick, k changed counters (slowest of P holders, median of 3)",
+                 xlabel="changed counters per tick", ylabel="seconds")
+    capacity.legend()
+    series, figures = results["series"], results["lag"]
+    lag.hist(series["lags_s"], bins=40)
+    lag.axvline(figures["lag_p99_s"], color="red", linestyle="--",
+                label=f"p99 {figures['lag_p99_s']:.2f} s")
+    lag.set(title=f"Commit -> published, {figures['achieved_rate']:,.0f} distinct counters/s, "
+                  f"P = {figures['partitions']}", xlabel="seconds", ylabel="increments")
+    lag.legend()
+    distinct = results["distinct_counters"]
+    for name in ("committed", "published"):
+        points = series[name]
+        drain.plot([t for t, _ in points], list(itertools.accumulate(n for _, n in points)),
+                   label=name)
+    drain.set(title=f"{distinct['counters']:,} counters changed once, P = "
+                    f"{distinct['partitions']} (drain {distinct['drain_s'] or math.nan:.1f} s, "
+                    f"exact {distinct['exact']})", xlabel="seconds since the first write",
+              ylabel="counters")
+    drain.legend()
+    balance = results["balance"]
+    width = 0.4
+    for offset, name in ((-width / 2, "lag_run"), (width / 2, "distinct_run")):
+        changed = balance[name]
+        mean = sum(changed) / len(changed)
+        shares.bar([i + offset for i in range(len(changed))], [n / mean for n in changed],
+                   width=width, label=name.replace("_", " "))
+    shares.axhline(balance["target"], color="red", linestyle="--", label="target")
+    shares.set_xticks(range(scale_bench.BALANCE_P),
+                      [f"partition {i + 1}" for i in range(scale_bench.BALANCE_P)])
+    shares.set(title="Changed counters per partition / mean", ylabel="share of the mean")
+    shares.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "scale.png", dpi=100)
+
+
+def scale() -> None:
+    run_flat("scale", scale_bench.run, plot_scale, "series")
+
+
 GROUPS: dict[str, Callable[[], None]] = {
     "chaos": chaos, "cost": cost, "collections": collections, "counters": counters,
-    "autoscale": autoscale, "sequences": sequences, "trends": trends, "policies": policies}
+    "autoscale": autoscale, "sequences": sequences, "trends": trends, "policies": policies,
+    "scale": scale}
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,618 @@
+"""Does the rollup grow with its partitions? What one holder absorbs, what P holders absorb side
+by side, how evenly the partitions share the counters, the lag at 1,000 distinct counters a
+second, and 50,000 counters changed once (docs/benchmarks.md, "Scale").
+
+Each part runs on a project of its own, where no trigger of the stack ticks. Its holders are
+`cadence.Holder`s ticked on command, or `cadence.loop`s ticking every second, each in a spawned
+process with its own Firestore client: holders in threads of one process would share one GIL.
+Writes go through the domain's batch increment (`counters.increment_many`, at most MAX_BATCH
+distinct counters a commit) from a thread pool; the commit time of each comes from the hook every
+domain write path ends in (`waking.install`). Only the public pieces are used (create_counter,
+increment_many, Holder/loop with a partition, TickStats, partitions.change/home_of/parts), so
+that the rollup's internals may change under the benchmark.
+
+Sizes come from the environment (SCALE_COUNTERS, SCALE_DISTINCT, SCALE_LAG_S, SCALE_RATE); the
+figures say which were used.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import multiprocessing
+import os
+import random
+import statistics
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from typing import Any
+
+from counter_bench import own_db
+from counters_cli.load import percentile
+from counting import cadence, config, counters, partitions, waking
+from counting.rollup import TickStats
+from google.cloud import firestore
+
+COUNTERS = int(os.environ.get("SCALE_COUNTERS", 4000))  # of the capacity runs
+DISTINCT = int(os.environ.get("SCALE_DISTINCT", 10_000))
+SCALED_DOWN = (
+    "distinct_counters: 10,000 counters, not the issue's 50,000. At 50,000 the Firestore emulator "
+    "(which evaluates the rollup's change query by scanning the shards and keeps every version "
+    "in memory) slowed to about one request a second with four holders ticking, and a lone "
+    "change query did not return within 100 s; the drain grows faster than linearly with the "
+    "counters there.")
+LAG_S = float(os.environ.get("SCALE_LAG_S", 30))
+RATE = int(os.environ.get("SCALE_RATE", 1000))  # distinct counters a second, in the lag run
+LAG_COUNTERS = 3 * RATE  # each changed every 3 s on average: warm, and distinct within a second
+STEPS = (0, 125, 250, 500, 1000, 2000, 4000)  # changed counters per tick (0: its fixed cost)
+REPEATS = 3  # ticks per step; the step's figure is their median
+PARTITIONS = (1, 2, 4)
+BALANCE_P = 4
+TICK_LIMIT_S = 1.0  # a holder keeps up while its ticks take less than their period
+PERIOD_S = 1.0
+LAG_BATCHES_PER_S = 40  # 1,000 a second: 25 distinct counters a commit, every 25 ms
+WRITE_THREADS = 8
+CREATE_THREADS = 32
+DRAIN_TIMEOUT_S = 300.0
+ANSWER_TIMEOUT_S = 120.0  # a holder process that does not answer a command by then is stuck
+
+
+# -- holders, each in a process of its own --
+
+
+def tick_record(stats: TickStats) -> dict[str, Any]:
+    """What a holder process reports of one tick (picklable)."""
+    return {"as_of": stats.as_of.timestamp(), "end": time.time(), "seconds": stats.seconds,
+            "changed": stats.changed_counters, "written": stats.written, "owed": stats.owed,
+            "problems": list(stats.problems)}
+
+
+def serve(conn: Connection, project: str, count: int, index: int) -> None:
+    """A holder of partition `index` of `count`, in its own process: `tick` ticks once (wall and
+    CPU seconds around it), `loop` runs `cadence.loop` every PERIOD_S in a thread until `stop`
+    (`progress` reports its ticks so far), `close` lets the lease go and ends the process."""
+    waking.install(waking.Never())
+    db = firestore.Client(project=project)
+    part = partitions.Part(count, index)
+    holder: cadence.Holder | None = None
+    ticks: list[dict[str, Any]] = []
+    stop = threading.Event()
+    looping: threading.Thread | None = None
+    cpu_at_start = 0.0
+    while True:
+        command = conn.recv()
+        if command == "tick":
+            if holder is None:
+                holder = cadence.Holder(db, part=part,
+                                        on_tick=lambda stats: ticks.append(tick_record(stats)))
+            ticks.clear()
+            began, cpu = time.monotonic(), time.process_time()
+            try:
+                outcome, error = str(holder.tick_slot(None, trigger="bench").outcome), None
+            except Exception as failure:
+                outcome, error = "failed", repr(failure)
+            conn.send({"wall": time.monotonic() - began, "cpu": time.process_time() - cpu,
+                       "outcome": outcome, "error": error, "ticks": list(ticks)})
+        elif command == "loop":
+            cpu_at_start = time.process_time()
+            looping = threading.Thread(target=cadence.loop, args=(db,), kwargs={
+                "period_s": PERIOD_S, "stop": stop, "part": part,
+                "on_tick": lambda stats: ticks.append(tick_record(stats))})
+            looping.start()
+            conn.send(None)
+        elif command == "progress":
+            conn.send(list(ticks))
+        elif command == "stop":
+            stop.set()
+            if looping is not None:
+                looping.join(ANSWER_TIMEOUT_S / 2)
+            conn.send({"ticks": list(ticks), "cpu": time.process_time() - cpu_at_start})
+        elif command == "close":
+            if holder is not None:
+                holder.close()
+            conn.send(None)
+            return
+
+
+class Holders:
+    """The P holder processes of a project: commands go to all of them at once."""
+
+    def __init__(self, project: str, count: int) -> None:
+        context = multiprocessing.get_context("spawn")  # gRPC clients do not survive a fork
+        self.count = count
+        self._pipes: list[Connection] = []
+        self._processes: list[Any] = []
+        for part in partitions.parts(count):
+            mine, theirs = context.Pipe()
+            process = context.Process(target=serve, args=(theirs, project, count, part.index),
+                                      daemon=True)
+            process.start()
+            self._pipes.append(mine)
+            self._processes.append(process)
+
+    def ask(self, command: str) -> list[Any]:
+        for pipe in self._pipes:
+            pipe.send(command)
+        answers = []
+        for pipe in self._pipes:
+            if not pipe.poll(ANSWER_TIMEOUT_S):
+                raise TimeoutError(f"a holder process did not answer {command!r}")
+            answers.append(pipe.recv())
+        return answers
+
+    def close(self) -> None:
+        try:
+            self.ask("close")
+        finally:
+            for process in self._processes:
+                process.join(30)
+                if process.is_alive():
+                    process.terminate()
+
+
+def clear(project: str) -> None:
+    """Delete every document of the project from the emulator: what a part leaves behind would
+    slow the emulator down for the next (it keeps every document's versions in memory)."""
+    host = os.environ["FIRESTORE_EMULATOR_HOST"]
+    url = f"http://{host}/emulator/v1/projects/{project}/databases/(default)/documents"
+    urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=120).read()
+
+
+@contextmanager
+def holders_of(project: str, count: int) -> Iterator[Holders]:
+    holders = Holders(project, count)
+    try:
+        yield holders
+    finally:
+        holders.close()
+
+
+# -- the write path --
+
+
+class Writer:
+    """Domain batch increments of distinct counters from a thread pool, each batch with its
+    commit time (the process's waker while it is installed: `settle` hands every domain write's
+    commit time to it, in the writing thread)."""
+
+    def __init__(self, db: firestore.Client, threads: int = WRITE_THREADS) -> None:
+        self._db = db
+        # Trusted for the whole run: this one process stands for the many instances of a busy
+        # app, whose caches are warm; re-reading 500 configurations a batch every
+        # CONFIG_CACHE_TTL_S would measure the cache, not the rollup. No counter here changes
+        # its shards (one write every few seconds is far below a shard's rate).
+        self._configs = counters.ConfigCache(ttl_s=24 * 3600)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="scale-writer")
+        self._local = threading.local()
+        self.sent: defaultdict[str, int] = defaultdict(int)  # increments acknowledged
+        self._lock = threading.Lock()
+
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime,
+                    homes: Iterable[int] = ()) -> bool:
+        self._local.committed_at = committed_at
+        return False
+
+    def prime(self, names: list[str]) -> float:
+        """Read every configuration once, in parallel; returns the seconds it took."""
+        began = time.monotonic()
+        list(self._pool.map(lambda name: self._configs.get(self._db, name), names))
+        return time.monotonic() - began
+
+    def batch(self, names: list[str]) -> float:
+        """One commit of +1 on each of `names` (distinct): its commit time, epoch seconds."""
+        counters.increment_many(self._db, [(name, 1) for name in names], configs=self._configs)
+        committed: dt.datetime = self._local.committed_at
+        with self._lock:
+            for name in names:
+                self.sent[name] += 1
+        return committed.timestamp()
+
+    def submit(self, names: list[str]) -> Future[float]:
+        return self._pool.submit(self.batch, names)
+
+    def write(self, names: list[str]) -> list[tuple[float, list[str]]]:
+        """+1 on each of `names` (distinct), MAX_BATCH a commit, as fast as the pool goes:
+        (commit time, names) per commit."""
+        chunks = [names[i:i + config.MAX_BATCH] for i in range(0, len(names), config.MAX_BATCH)]
+        return list(zip(self._pool.map(self.batch, chunks), chunks, strict=True))
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+
+@contextmanager
+def writer_of(db: firestore.Client) -> Iterator[Writer]:
+    writer = Writer(db)
+    previous = waking.install(writer)
+    try:
+        yield writer
+    finally:
+        waking.install(previous)
+        writer.close()
+
+
+def create(db: firestore.Client, count: int) -> tuple[list[str], float]:
+    """`count` counters of one shard each (names spread over the homes by their hash); returns
+    their names and the seconds it took."""
+    names = [f"scale-{n:06d}" for n in range(count)]
+    began = time.monotonic()
+    with ThreadPoolExecutor(CREATE_THREADS) as pool:
+        list(pool.map(lambda name: counters.create_counter(db, name, shards=1), names))
+    return names, time.monotonic() - began
+
+
+def exactness(db: firestore.Client, sent: dict[str, int], names: list[str]) -> dict[str, Any]:
+    """Every counter's published `count` against its shard sum and the increments sent to it
+    (two streamed reads)."""
+    published = {snapshot.id: int((snapshot.to_dict() or {}).get("count") or 0)
+                 for snapshot in db.collection(config.COUNTERS).select(["count"]).stream()}
+    sums: defaultdict[str, int] = defaultdict(int)
+    for shard in db.collection_group(config.SHARDS).select(["count"]).stream():
+        parent = shard.reference.parent.parent
+        if parent is not None and parent.parent.id == config.COUNTERS:
+            sums[parent.id] += int((shard.to_dict() or {}).get("count") or 0)
+    wrong = [name for name in names
+             if not published.get(name) == sums[name] == sent.get(name, 0)]
+    return {"exact": not wrong, "wrong": len(wrong),
+            "examples": [{"counter": name, "count": published.get(name), "shard_sum": sums[name],
+                          "sent": sent.get(name, 0)} for name in wrong[:5]]}
+
+
+def wait_drained(holders: Holders, last_commit: float,
+                 timeout_s: float = DRAIN_TIMEOUT_S) -> list[list[dict[str, Any]]]:
+    """Poll the looping holders until each has ticked at or after `last_commit` and owes
+    nothing; returns their ticks so far."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        progress = holders.ask("progress")
+        if all(ticks and ticks[-1]["as_of"] >= last_commit and ticks[-1]["owed"] == 0
+               for ticks in progress) or time.monotonic() > deadline:
+            return list(progress)
+        time.sleep(0.5)
+
+
+def machine_busy() -> tuple[float, float]:
+    """The machine's CPU seconds (all cores) spent busy and in all, from /proc/stat."""
+    with open("/proc/stat") as stat:
+        fields = [float(value) for value in stat.readline().split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
+def cores_busy(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """How many cores were busy on average between two `machine_busy` readings."""
+    spent = after[1] - before[1]
+    return (after[0] - before[0]) / spent * (os.cpu_count() or 1) if spent > 0 else 0.0
+
+
+def emulator_pids() -> list[int]:
+    """The Firestore emulator's Java process on this machine (from /proc), whose CPU time tells
+    the emulator's share of a tick from the holders'."""
+    found = []
+    for entry in (name for name in os.listdir("/proc") if name.isdigit()):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"java") and any(b"firestore" in arg.lower() for arg in argv[1:]):
+            found.append(int(entry))
+    return found
+
+
+def cpu_of(pids: list[int]) -> float:
+    """CPU seconds (user and system) the processes have used."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def problems_of(ticks: Iterable[dict[str, Any]]) -> list[str]:
+    return [problem for tick in ticks for problem in tick["problems"]]
+
+
+# -- capacity --
+
+
+def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writer,
+                rng: random.Random) -> dict[str, Any]:
+    """P = `count` holders, each ticking in its process: warm them (every counter changed once,
+    ticks until none owes a first load), then per step k, REPEATS times: change k distinct
+    counters, tick every holder at once and time them. Stops after the first step whose ticks
+    take TICK_LIMIT_S or more."""
+    partitions.change(db, count)
+    warm_began = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    problems: list[str] = []
+    java = emulator_pids()
+    with holders_of(db.project, count) as holders:
+        writer.write(names)
+        warm_ticks = 0
+        while True:
+            results = holders.ask("tick")
+            warm_ticks += 1
+            failures += [r["error"] for r in results if r["error"]]
+            if warm_ticks > 200 or all(not r["error"] and all(t["owed"] == 0 for t in r["ticks"])
+                                       for r in results):
+                break
+        warm_s = time.monotonic() - warm_began
+        for k in (k for k in STEPS if k <= len(names)):
+            reps: list[list[dict[str, Any]]] = []
+            busy: list[float] = []
+            ours: list[float] = []
+            emulator: list[float] = []
+            for _ in range(REPEATS):
+                writer.write(rng.sample(names, k))
+                before, emulator_before, began = machine_busy(), cpu_of(java), time.monotonic()
+                results = holders.ask("tick")
+                busy.append(cores_busy(before, machine_busy()))
+                emulator.append(cpu_of(java) - emulator_before)
+                ours.append((emulator[-1] + sum(r["cpu"] for r in results))
+                            / (time.monotonic() - began))
+                failures += [r["error"] for r in results if r["error"]]
+                problems += problems_of(t for r in results for t in r["ticks"])
+                reps.append(results)
+            slowest = [max(r["wall"] for r in results) for results in reps]
+            changed = [sum(t["changed"] for r in results for t in r["ticks"]) for results in reps]
+            cpu = [sum(r["cpu"] for r in results) for results in reps]
+            per_counter = [c / n for c, n in zip(cpu, changed, strict=True) if n]
+            rows.append({
+                "k": k,
+                "tick_s": statistics.median(slowest),  # the slowest holder's, median of REPEATS
+                "tick_s_per_holder": [statistics.median(results[i]["wall"] for results in reps)
+                                      for i in range(count)],
+                "changed_counters": statistics.median(changed),
+                "cpu_s_per_changed_counter": statistics.median(per_counter) if per_counter
+                else None,
+                "emulator_cpu_s": statistics.median(emulator) if java else None,
+                # Cores the emulator and the holders kept busy during the concurrent ticks, and
+                # the whole machine's (other work on it included).
+                "cores_ours": statistics.median(ours) if java else None,
+                "cores_busy": statistics.median(busy),
+            })
+            print(f"   P={count} k={k}: tick {rows[-1]['tick_s']:.3f} s, "
+                  f"changed {rows[-1]['changed_counters']}, cores ours "
+                  f"{rows[-1]['cores_ours'] or 0:.2f}, busy {rows[-1]['cores_busy']:.2f}",
+                  flush=True)
+            if rows[-1]["tick_s"] >= TICK_LIMIT_S:
+                break
+    return {"partitions": count, "capacity": capacity_of(rows), "warm_s": warm_s,
+            "warm_ticks": warm_ticks, "steps": rows, "failures": failures,
+            "problems": problems[:10]}
+
+
+def capacity_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The largest k whose ticks take less than TICK_LIMIT_S, interpolated linearly between the
+    last step under it and the first step over it; with no step over it, the largest step
+    (`bounded`: false, the capacity is at least that)."""
+    under = [row for row in rows if row["tick_s"] < TICK_LIMIT_S]
+    over = [row for row in rows if row["tick_s"] >= TICK_LIMIT_S]
+    if not under:
+        first = over[0]
+        return {"counters_per_s": first["k"] * TICK_LIMIT_S / first["tick_s"], "bounded": True,
+                "note": "every step was over the limit: extrapolated down from the first"}
+    low = under[-1]
+    if not over:
+        return {"counters_per_s": low["k"], "bounded": False}
+    high = over[0]
+    share = (TICK_LIMIT_S - low["tick_s"]) / (high["tick_s"] - low["tick_s"])
+    return {"counters_per_s": low["k"] + share * (high["k"] - low["k"]), "bounded": True}
+
+
+def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
+    """capacity_per_holder (the P = 1 run) and capacity_by_partitions, on one project."""
+    db = own_db()
+    rng = random.Random(1)
+    names, create_s = create(db, COUNTERS)
+    runs: dict[str, dict[str, Any]] = {}
+    with writer_of(db) as writer:
+        prime_s = writer.prime(names)
+        for count in PARTITIONS:
+            runs[str(count)] = capacity_at(db, count, names, writer, rng)
+        check = exactness(db, writer.sent, names)
+    clear(db.project)
+    one = runs["1"]
+    per_holder = {
+        "counters_per_s": one["capacity"]["counters_per_s"],
+        "bounded": one["capacity"]["bounded"],
+        "counters": COUNTERS, "shards_per_counter": 1, "steps": one["steps"],
+        "method": "P = 1 of capacity_by_partitions: one warm holder in its own process; k "
+                  "distinct counters changed (domain batch increments), then one tick timed; "
+                  f"median of {REPEATS} per step; linear between the steps around "
+                  f"{TICK_LIMIT_S} s",
+    }
+    base = one["capacity"]["counters_per_s"]
+    by_partitions: dict[str, Any] = {
+        "counters": COUNTERS, "create_s": create_s, "config_prime_s": prime_s,
+        "aggregate_counters_per_s": {p: run["capacity"]["counters_per_s"]
+                                     for p, run in runs.items()},
+        "speedup": {p: run["capacity"]["counters_per_s"] / base for p, run in runs.items()},
+        "cpu_s_per_changed_counter": {
+            p: statistics.median(row["cpu_s_per_changed_counter"] for row in run["steps"]
+                                 if row["cpu_s_per_changed_counter"] is not None)
+            for p, run in runs.items()},
+        "cores": os.cpu_count(),
+        "runs": runs,
+        "exact": check,
+    }
+    by_partitions["limit"] = limit_of(by_partitions)
+    return per_holder, by_partitions
+
+
+def limit_of(figures: dict[str, Any]) -> str:
+    """Which limit stops the aggregate from growing: the machine's cores (busy during the
+    concurrent ticks at the capacity) or the design (cores to spare, yet no growth)."""
+    runs = figures["runs"]
+    widest = runs[str(PARTITIONS[-1])]
+    last = widest["steps"]
+    at_limit = next((row for row in last if row["tick_s"] >= TICK_LIMIT_S), last[-1])
+    cores = figures["cores"] or 1
+    speedup = figures["speedup"][str(PARTITIONS[-1])]
+    ours, busy = at_limit["cores_ours"], at_limit["cores_busy"]
+    where = (f"at P = {PARTITIONS[-1]}, k = {at_limit['k']}, speedup {speedup:.2f} over P = 1; "
+             f"during the concurrent ticks the emulator and the holders kept "
+             f"{'?' if ours is None else f'{ours:.2f}'} of {cores} cores busy, the whole machine "
+             f"{busy:.2f}")
+    if not widest["capacity"]["bounded"]:
+        return f"not reached: the largest step took less than {TICK_LIMIT_S} s ({where})"
+    if ours is not None and ours >= 0.8 * cores:
+        return f"machine: the emulator and the holders share the cores ({where})"
+    if busy >= 0.8 * cores:
+        return f"machine: its cores were busy, partly with work of others ({where})"
+    return f"design: cores to spare, yet no growth ({where})"
+
+
+# -- lag and balance --
+
+
+def lag_run() -> dict[str, Any]:
+    """P = BALANCE_P holders looping every second, each in its process; RATE distinct counters a
+    second (of LAG_COUNTERS) for LAG_S; per write, its commit -> the end of the first tick of its
+    partition whose instant is at or after the commit."""
+    db = own_db()
+    rng = random.Random(2)
+    names, create_s = create(db, LAG_COUNTERS)
+    partitions.change(db, BALANCE_P)
+    writes: list[tuple[float, list[str]]] = []
+    with writer_of(db) as writer:
+        prime_s = writer.prime(names)
+        with holders_of(db.project, BALANCE_P) as holders:
+            holders.ask("loop")
+            warm = writer.write(names)  # every holder meets its counters: first loads, not lag
+            wait_drained(holders, max(at for at, _ in warm))
+            per_batch = RATE // LAG_BATCHES_PER_S
+            began, began_at = time.monotonic(), time.time()
+            futures: list[tuple[Future[float], list[str]]] = []
+            for second in range(int(LAG_S)):
+                chosen = rng.sample(names, per_batch * LAG_BATCHES_PER_S)
+                for j in range(LAG_BATCHES_PER_S):
+                    time.sleep(max(0.0, began + second + j / LAG_BATCHES_PER_S
+                                   - time.monotonic()))
+                    batch = chosen[j * per_batch:(j + 1) * per_batch]
+                    futures.append((writer.submit(batch), batch))
+            writes = [(future.result(), batch) for future, batch in futures]
+            written_s = time.monotonic() - began
+            wait_drained(holders, max(at for at, _ in writes), timeout_s=60)
+            stopped = holders.ask("stop")
+        check = exactness(db, writer.sent, names)
+    clear(db.project)
+    ticks = [result["ticks"] for result in stopped]
+    lags, unseen = [], 0
+    for committed, batch in writes:
+        for name in batch:
+            mine = ticks[partitions.home_of(name) % BALANCE_P]
+            end = next((t["end"] for t in mine if t["as_of"] >= committed), None)
+            if end is None:
+                unseen += 1
+            else:
+                lags.append(end - committed)
+    sent = sum(len(batch) for _, batch in writes)
+    first = min(at for at, _ in writes)
+    last = max(at for at, _ in writes)
+    return {
+        "partitions": BALANCE_P, "counters": LAG_COUNTERS, "create_s": create_s,
+        "config_prime_s": prime_s, "offered_rate": RATE, "seconds": LAG_S, "increments": sent,
+        "achieved_rate": sent / max(written_s, last - first),
+        "lag_p50_s": percentile(lags, 50), "lag_p99_s": percentile(lags, 99),
+        "lag_max_s": max(lags), "unseen": unseen,
+        "tick_s_p99": percentile([t["seconds"] for mine in ticks for t in mine
+                                  if t["end"] >= began_at], 99),
+        "cpu_s_per_holder": [result["cpu"] for result in stopped],
+        # The whole run's, the warm-up's first loads included.
+        "changed_per_partition": [sum(t["changed"] for t in mine) for mine in ticks],
+        "problems": problems_of(t for mine in ticks for t in mine)[:10],
+        "exact": check,
+        "lags_s": lags,
+    }
+
+
+def balance(changed: list[int]) -> float:
+    return max(changed) / statistics.mean(changed)
+
+
+# -- 50,000 distinct counters --
+
+
+def distinct_run() -> dict[str, Any]:
+    """DISTINCT counters, each changed once as fast as the write path goes, while P =
+    BALANCE_P holders loop; drain_s is from the last commit to the end of the last tick that
+    published a count."""
+    db = own_db()
+    names, create_s = create(db, DISTINCT)
+    partitions.change(db, BALANCE_P)
+    with writer_of(db) as writer:
+        prime_s = writer.prime(names)
+        with holders_of(db.project, BALANCE_P) as holders:
+            holders.ask("loop")
+            began = time.time()
+            writes = writer.write(random.Random(3).sample(names, len(names)))
+            write_s = time.time() - began
+            last_commit = max(at for at, _ in writes)
+            drained = wait_drained(holders, last_commit)
+            stopped = holders.ask("stop")
+        check = exactness(db, writer.sent, names)
+    clear(db.project)
+    ticks = [result["ticks"] for result in stopped]
+    published = sorted((t["end"], t["written"]) for mine in ticks for t in mine if t["written"])
+    last_publish = published[-1][0] if published else None
+    return {
+        "counters": DISTINCT, "partitions": BALANCE_P, "create_s": create_s,
+        "config_prime_s": prime_s, "write_s": write_s, "writes_per_s": DISTINCT / write_s,
+        "drain_s": None if last_publish is None else last_publish - last_commit,
+        "drained": all(ticks and ticks[-1]["as_of"] >= last_commit and ticks[-1]["owed"] == 0
+                       for ticks in drained),
+        "exact": check["exact"], "check": check,
+        "ticks": sum(len(mine) for mine in ticks),
+        "tick_s_max": max(t["seconds"] for mine in ticks for t in mine),
+        "changed_per_partition": [sum(t["changed"] for t in mine) for mine in ticks],
+        "problems": problems_of(t for mine in ticks for t in mine)[:10],
+        "published": [(end - began, n) for end, n in published],
+        "committed": sorted((at - began, len(batch)) for at, batch in writes),
+    }
+
+
+def run() -> dict[str, Any]:
+    began = time.monotonic()
+    print(f"== scale: capacity, {COUNTERS:,} counters, P = {PARTITIONS}", flush=True)
+    per_holder, by_partitions = capacity_runs()
+    print(json.dumps(by_partitions, indent=1), flush=True)  # in the log, should a later part fail
+    print(f"== scale: lag, {RATE}/s for {LAG_S:.0f} s, P = {BALANCE_P}", flush=True)
+    lag = lag_run()
+    print(json.dumps({k: v for k, v in lag.items() if k != "lags_s"}, indent=1), flush=True)
+    print(f"== scale: {DISTINCT:,} distinct counters, P = {BALANCE_P}", flush=True)
+    distinct = distinct_run()
+    lags = lag.pop("lags_s")
+    published, committed = distinct.pop("published"), distinct.pop("committed")
+    return {
+        "capacity_per_holder": per_holder,
+        "capacity_by_partitions": by_partitions,
+        "balance_max_over_mean": balance(lag["changed_per_partition"]),
+        "balance": {"lag_run": lag["changed_per_partition"],
+                    "distinct_run": distinct["changed_per_partition"],
+                    "distinct_run_max_over_mean": balance(distinct["changed_per_partition"]),
+                    "target": 1.25},
+        "lag_p99_s": lag["lag_p99_s"],
+        "lag": lag,
+        "distinct_counters": distinct,
+        "sizes": {"counters": COUNTERS, "distinct": DISTINCT, "lag_s": LAG_S, "rate": RATE,
+                  "steps": list(STEPS), "repeats": REPEATS,
+                  "scaled_down": max(STEPS) > COUNTERS or DISTINCT < 50_000 or LAG_S < 30,
+                  "why": SCALED_DOWN},
+        "run_s": time.monotonic() - began,
+        "series": {"lags_s": lags, "published": published, "committed": committed},
+    }
+
