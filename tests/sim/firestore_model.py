@@ -15,10 +15,15 @@ What it models:
   create-only) are checked against the documents' last versions; a failed one writes nothing.
 - Failures drawn by the run: a commit aborted before it applies (nothing written), or one whose
   answer is lost after it applied (the caller sees an error, the write is there).
+- Transactions (`db.transaction()` run by `firestore.transactional`): reads at the server's
+  "now" that lock the documents read until the transaction ends (another commit that writes one
+  waits for it, as Firestore's pessimistic locks make it), writes committed together, and a
+  commit refused (`Aborted`, which the decorator retries up to its attempts) when a document the
+  transaction read has changed since (a write in flight when it read).
 - Requests take virtual time (`virtual.Sim.wait`); an actor whose process died sends nothing.
 
 What it does not model: indexes (queries scan), billing beyond counting documents read and
-written, document size limits, transactions (the domain uses none), listeners.
+written, document size limits, lock timeouts and wound-wait between transactions, listeners.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class Model:
         self.reads = 0
         self.writes = 0
         self.on_commit: list[Callable[[Committed], None]] = []
+        self.locks: dict[Path, object] = {}  # documents read by a transaction under way
         self._lock = threading.RLock()
 
     # -- time --
@@ -174,9 +180,17 @@ class Model:
 
     # -- writes --
 
-    def commit(self, writes: list[Write]) -> list[write_pb.WriteResult]:
+    def commit(self, writes: list[Write], read: dict[Path, int | None] | None = None,
+               holder: object = None) -> list[write_pb.WriteResult]:
+        """Apply `writes` at one commit time, once no other transaction holds a lock on a
+        document written. A transaction's commit (`holder`) gives what it `read` (path -> the
+        commit of the version it saw, None: absent), and is aborted when one of those documents
+        has changed since."""
         started = self._arrive()
-        delay = self._commit_delay()
+        while self.sim.current() is not None and any(
+                self.locks.get(w.path, holder) is not holder for w in writes):
+            self.sim.wait(0.005)
+        delay = self._commit_delay() + (self.sim.now_us - started)
         draw = self.rng.random()
         if draw < self.latency.abort_p:
             self._answer(started + delay)
@@ -186,6 +200,11 @@ class Model:
             commit_us = max(started + delay, self.max_read_us + 1,
                             *(self._last_us(w.path) + 1 for w in writes))
             try:
+                for path, seen in (read or {}).items():
+                    last = self.latest(path)
+                    if (None if last is None or last.data is None else last.commit_us) != seen:
+                        raise failure(gexc.Aborted, f"{'/'.join(path)} changed since the "
+                                      "transaction read it")
                 results, changes = self._apply(writes, started, commit_us)
             except gexc.GoogleAPICallError as error:  # a precondition: nothing was written
                 refused = error
@@ -383,8 +402,12 @@ class DocumentReference:
         return CollectionReference(self._model, self._path + names)
 
     def get(self, field_paths: Iterable[str] | None = None,
+            transaction: Transaction | None = None,
             read_time: dt.datetime | None = None, **_: Any) -> Snapshot:
-        return self._model.read([self._path], read_time)[0]
+        snapshot = self._model.read([self._path], read_time)[0]
+        if transaction is not None:
+            transaction.saw(snapshot)
+        return snapshot
 
     def create(self, fields: dict[str, Any]) -> write_pb.WriteResult:
         return self._model.commit([Write("create", self._path, fields)])[0]
@@ -518,6 +541,51 @@ class WriteBatch:
         return self._model.commit(self._writes)
 
 
+class Transaction(WriteBatch):
+    """A read-write transaction, as `firestore.transactional` drives it: `_begin`, the
+    function's reads (`get(transaction=...)`) and writes, then `_commit` (retried from `_begin`
+    when it is aborted) or `_rollback`."""
+
+    _max_attempts = 5
+    _read_only = False
+
+    def __init__(self, model: Model) -> None:
+        super().__init__(model)
+        self._id: bytes | None = None
+        self._read: dict[Path, int | None] = {}
+        self._begun = 0
+
+    def saw(self, snapshot: Snapshot) -> None:
+        """A read of the transaction: the document stays locked until it ends."""
+        path = snapshot.reference._path
+        seen = None if snapshot.update_time is None else \
+            self._model._us(as_datetime(snapshot.update_time))
+        self._read.setdefault(path, seen)
+        self._model.locks.setdefault(path, self)
+
+    def _clean_up(self) -> None:
+        for path in self._read:
+            if self._model.locks.get(path) is self:
+                del self._model.locks[path]
+        self._writes, self._read, self._id = [], {}, None
+
+    def _begin(self, retry_id: bytes | None = None) -> None:
+        self._begun += 1
+        self._id = f"transaction-{self._begun}".encode()
+
+    def _commit(self) -> list[write_pb.WriteResult]:
+        try:
+            return self._model.commit(self._writes, read=self._read, holder=self)
+        finally:
+            self._clean_up()
+
+    def _rollback(self) -> None:
+        self._clean_up()
+
+    def commit(self) -> list[write_pb.WriteResult]:
+        raise TypeError("a transaction commits through firestore.transactional")
+
+
 class Client:
     """What the domain calls `db`."""
 
@@ -538,13 +606,21 @@ class Client:
     def batch(self) -> WriteBatch:
         return WriteBatch(self._model)
 
+    def transaction(self) -> Transaction:
+        return Transaction(self._model)
+
     def write_option(self, *, exists: bool | None = None,
                      last_update_time: dt.datetime | None = None) -> Option:
         return Option(exists=exists, last_update_time=last_update_time)
 
     def get_all(self, refs: Iterable[DocumentReference], field_paths: Any = None,
+                transaction: Transaction | None = None,
                 read_time: dt.datetime | None = None, **_: Any) -> Iterator[Snapshot]:
-        return iter(self._model.read([ref._path for ref in refs], read_time))
+        found = self._model.read([ref._path for ref in refs], read_time)
+        if transaction is not None:
+            for snapshot in found:
+                transaction.saw(snapshot)
+        return iter(found)
 
     def recursive_delete(self, reference: CollectionReference) -> int:
         refs = reference.list_documents()
