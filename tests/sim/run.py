@@ -7,7 +7,9 @@ simulation sees the bug the protection guards against). `failing` lists the seed
 check: `make sim SEED=n` replays one exactly and prints what it found. Of the protected runs:
 `partitions_at_start` counts the runs that started with each P, `partition_changes` the changes
 of P made while writers wrote, `retired` the invocations answered RETIRED, and
-`handovers_by_partition` the lease takeovers of each partition ("2 of 4").
+`handovers_by_partition` the lease takeovers of each partition ("2 of 4"), `struck_by_instance`
+the invocations chaos killed or paused on each partition index's instances and the scheduled
+one.
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ def main() -> int:
             part: sum(o.handovers.get(part, 0) for o in outcomes)
             for part in sorted({p for o in outcomes for p in o.handovers},
                                key=lambda p: (int(p.split()[-1]), int(p.split()[0])))},
+        "struck_by_instance": {
+            instance: sum(o.struck.get(instance, 0) for o in outcomes)
+            for instance in sorted({i for o in outcomes for i in o.struck})},
         "seconds_per_seed": round(sum(r["seconds"] for r in runs) / max(1, len(runs)), 2),
         "wall_s": round(time.perf_counter() - started, 1),
     }

@@ -114,6 +114,8 @@ class Outcome:
     partitions: list[int] = field(default_factory=list)  # P at the start, then each change's
     retired: int = 0  # invocations answered RETIRED (a task or a run of a replaced partition)
     handovers: dict[str, int] = field(default_factory=dict)  # partition -> lease takeovers
+    struck: dict[str, int] = field(default_factory=dict)  # "tick-<index>", SCHEDULED -> kills
+    # and pauses of its invocations
 
     @property
     def partition_changes(self) -> int:
@@ -248,7 +250,7 @@ class World:
         self.outcome.invocations += 1
         doom = self.dooms.pop(target, None) if self.writing else None
         if doom is not None:
-            self.sim.spawn("chaos-strike", functools.partial(self._strike, actor, doom))
+            self.sim.spawn("chaos-strike", functools.partial(self._strike, actor, doom, target))
         try:
             call()
         except Exception:  # Busy, a lost lease, Firestore: recorded and raised for a retry
@@ -263,12 +265,12 @@ class World:
 
     def _holder(self, instance: str, part: Part) -> cadence.Holder:
         """`instance`'s holder of `part`, made on first use, as `cadence.holder_for` keeps
-        them: the instance's holders of another P are closed first (that partitioning was
-        replaced). The invocation's actor acts for it from here on (`_fenced`)."""
+        them: the instance's holders of another P are closed first (`cadence.replaced`). The
+        invocation's actor acts for it from here on (`_fenced`)."""
         actor = self.sim.current()
         assert actor is not None
         holders = self.instances.setdefault(instance, {})
-        for stale in [other for other in holders if other.count != part.count]:
+        for stale in cadence.replaced(holders, part):
             holders.pop(stale).close()
         holder = holders.get(part)
         if holder is None:
@@ -392,7 +394,7 @@ class World:
                 else f"tick-{self.rng.randrange(self._count())}"
             self.dooms[target] = doom
 
-    def _strike(self, victim: Any, doom: str) -> None:
+    def _strike(self, victim: Any, doom: str, target: str) -> None:
         self.sim.wait(self.rng.uniform(0.0, 0.1))
         if victim.done or victim.killed:
             return
@@ -402,6 +404,7 @@ class World:
         else:
             victim.pause_s = self.rng.uniform(5.0, 25.0)  # past the lease's 10 s, or not
             self.outcome.pauses += 1
+        self.outcome.struck[target] = self.outcome.struck.get(target, 0) + 1
 
     # -- writers --
 
