@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -345,17 +345,30 @@ _holders: dict[tuple[str, str, Part], Holder] = {}
 _holders_lock = threading.Lock()
 
 
+def replaced(holders: Mapping[Part, Holder], part: Part) -> list[Part]:
+    """The holders of an instance that a task of `part` closes: those of another P, whose
+    partitioning was replaced. Not one that holds its lease while `part`'s holder holds none:
+    the task may be a late one of a retired P (answered RETIRED), and closing the current
+    partition's warm holder for it would cost a whole read of its counters at its next task.
+    Once `part`'s holder holds its lease, the other P's holders go."""
+    requested = holders.get(part)
+    warm = requested is not None and requested.rollup is not None
+    return [other for other, holder in holders.items()
+            if other.count != part.count and (warm or holder.rollup is None)]
+
+
 def holder_for(db: firestore.Client, part: Part = WHOLE) -> Holder:
     """This process's holder of `part` for `db`'s database (deployed functions: one per
     instance and partition). When the instance shuts down (Cloud Run sends SIGTERM; the worker
     exits), it lets the lease go and records what is pending. Holders of another P than
-    `part`'s are closed: that partitioning was replaced."""
+    `part`'s are closed (`replaced`): that partitioning was replaced."""
     database = getattr(db, "_database", "(default)")
     key = (db.project, database, part)
     stale: list[Holder] = []
     with _holders_lock:
-        for other in [k for k in _holders if k[:2] == key[:2] and k[2].count != part.count]:
-            stale.append(_holders.pop(other))
+        mine = {k[2]: holder for k, holder in _holders.items() if k[:2] == key[:2]}
+        for other in replaced(mine, part):
+            stale.append(_holders.pop((*key[:2], other)))
         if key not in _holders:
             holder = _holders[key] = Holder(
                 db, part=part,

@@ -17,12 +17,8 @@ What it models:
   answer is lost after it applied (the caller sees an error, the write is there).
 - Requests take virtual time (`virtual.Sim.wait`); an actor whose process died sends nothing.
 
-- Transactions as `firestore.transactional` runs them (`partitions.change`): reads in one see
-  the documents' last versions; its commit applies only if none of them has changed since (else
-  it is aborted, and `transactional` runs it again).
-
 What it does not model: indexes (queries scan), billing beyond counting documents read and
-written, document size limits, listeners.
+written, document size limits, transactions (the domain uses none), listeners.
 """
 
 from __future__ import annotations
@@ -179,10 +175,7 @@ class Model:
 
     # -- writes --
 
-    def commit(self, writes: list[Write], read: dict[Path, dt.datetime | None] | None = None
-               ) -> list[write_pb.WriteResult]:
-        """Apply `writes` at once; a transaction's also require that the documents it `read`
-        still have the update times it saw (None: missing)."""
+    def commit(self, writes: list[Write]) -> list[write_pb.WriteResult]:
         started = self._arrive()
         delay = self._commit_delay()
         draw = self.rng.random()
@@ -194,7 +187,6 @@ class Model:
             commit_us = max(started + delay, self.max_read_us + 1,
                             *(self._last_us(w.path) + 1 for w in writes))
             try:
-                self._check_reads(read or {})
                 results, changes = self._apply(writes, started, commit_us)
             except gexc.GoogleAPICallError as error:  # a precondition: nothing was written
                 refused = error
@@ -211,14 +203,6 @@ class Model:
             raise failure(gexc.ServiceUnavailable,
                           "simulated: the commit applied, its answer was lost")
         return results
-
-    def _check_reads(self, read: dict[Path, dt.datetime | None]) -> None:
-        for path, seen in read.items():
-            last = self.latest(path)
-            now = None if last is None or last.data is None else self.sim.instant(last.commit_us)
-            if now != seen:
-                raise failure(gexc.Aborted, f"{'/'.join(path)} changed since the transaction "
-                                            "read it")
 
     def _commit_delay(self) -> int:
         draw = self.rng.random()
@@ -400,12 +384,8 @@ class DocumentReference:
         return CollectionReference(self._model, self._path + names)
 
     def get(self, field_paths: Iterable[str] | None = None,
-            read_time: dt.datetime | None = None, transaction: Transaction | None = None,
-            **_: Any) -> Snapshot:
-        snapshot = self._model.read([self._path], read_time)[0]
-        if transaction is not None:
-            transaction.read[self._path] = snapshot.update_time
-        return snapshot
+            read_time: dt.datetime | None = None, **_: Any) -> Snapshot:
+        return self._model.read([self._path], read_time)[0]
 
     def create(self, fields: dict[str, Any]) -> write_pb.WriteResult:
         return self._model.commit([Write("create", self._path, fields)])[0]
@@ -539,34 +519,6 @@ class WriteBatch:
         return self._model.commit(self._writes)
 
 
-class Transaction(WriteBatch):
-    """What `firestore.transactional` drives: begin, the function's reads and writes, commit
-    (Aborted when a document it read changed: `transactional` runs it again), rollback."""
-
-    _read_only = False
-    _max_attempts = 5
-
-    def __init__(self, model: Model) -> None:
-        super().__init__(model)
-        self.read: dict[Path, dt.datetime | None] = {}
-        self._id: bytes | None = None
-
-    def _clean_up(self) -> None:
-        self._writes, self.read, self._id = [], {}, None
-
-    def _begin(self, retry_id: bytes | None = None) -> None:
-        self._id = b"simulated"
-
-    def _rollback(self) -> None:
-        self._clean_up()
-
-    def _commit(self) -> list[write_pb.WriteResult]:
-        try:
-            return self._model.commit(self._writes, self.read)
-        finally:
-            self._clean_up()
-
-
 class Client:
     """What the domain calls `db`."""
 
@@ -586,9 +538,6 @@ class Client:
 
     def batch(self) -> WriteBatch:
         return WriteBatch(self._model)
-
-    def transaction(self) -> Transaction:
-        return Transaction(self._model)
 
     def write_option(self, *, exists: bool | None = None,
                      last_update_time: dt.datetime | None = None) -> Option:

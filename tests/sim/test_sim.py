@@ -40,10 +40,23 @@ def test_without_the_protection_straddling_writes_are_lost() -> None:
     assert any(world.run(seed, protected=False).lost for seed in range(4))
 
 
+def test_four_partitions_and_a_change_of_p_keep_every_count() -> None:
+    """With four partitions, changed to two while writers write, every count reaches its rollup
+    exactly, tasks of the retired partitions are answered RETIRED, and every partition's lease
+    changes hands."""
+    outcome = world.run(1, settings=world.Settings(partitions=4, changes=1))
+    assert outcome.ok, describe(outcome)
+    assert outcome.partitions == [4, 2]
+    assert outcome.retired > 0
+    handed_over = {part for part, n in outcome.handovers.items() if n}
+    assert {"1 of 4", "2 of 4", "3 of 4", "4 of 4", "1 of 2", "2 of 2"} <= handed_over
+
+
 def test_a_seed_replays_exactly() -> None:
     """The same seed gives the same run."""
     def fingerprint() -> tuple[object, ...]:
-        outcome = world.run(5)
-        return (outcome.writes, outcome.invocations, outcome.kills, outcome.pauses)
+        outcome = world.run(5, settings=world.Settings(partitions=2, changes=2))
+        return (outcome.writes, outcome.invocations, outcome.kills, outcome.pauses,
+                outcome.partitions, outcome.retired, sorted(outcome.handovers.items()))
 
     assert fingerprint() == fingerprint()

@@ -10,18 +10,27 @@ Actors (each a thread of `virtual.Sim`):
   instance;
 - the orders' trigger: every committed change of an order becomes an event, delivered after a
   delay, sometimes twice, in any order, and again after a failure (at-least-once);
-- rollup invocations as deployed: `Holder.tick_slot` for each slot's task (named, so one per
-  slot; dispatched after the slot's end, one at a time, to one instance whose holder lives on
-  between tasks; a failed or killed one is delivered again after a backoff, a few are delivered
-  twice at once to a second instance), and `Holder.housekeeping` every minute on an instance of
-  its own (never overlapping). A killed instance loses its holder: a new one starts empty;
-- chaos: kills and pauses of rollup invocations mid-tick, and of writers.
+- rollup invocations as deployed, P partitions (`counting.partitions`): `Holder.tick_slot` for
+  each task of a slot and partition (named for both, so one each; dispatched after the slot's
+  end, one at a time per partition index, to that index's instance, whose holder of the
+  partition lives on between tasks, and is replaced when a task of another P comes; a failed or
+  killed one is delivered again after a backoff, a few are delivered twice at once to a second
+  instance), and `Holder.housekeeping` of every partition of the current P every minute on an
+  instance of its own (never overlapping). A killed instance loses its holders: a new one starts
+  empty;
+- the operator: P is 1, 2 or 4 at the start, and changed (`partitions.change`, one conditional
+  commit) up to three times while writers write; every actor is a process that learns P within
+  CONFIG_CACHE_TTL_S. Tasks of a retired partition are answered RETIRED and wake the current
+  partitions;
+- chaos: kills and pauses of rollup invocations mid-tick, on every partition's instances and on
+  the scheduled one, and of writers.
 
 Checks at quiescence: every counter's rollup equals its shards (else `lost`), its shards lie
 within what clients were acknowledged and what they could not tell (else `doubled` or `lost`);
 the collection counters equal what the final orders count; each trend total equals its buckets
-and the tracks acknowledged; no holder committed rollup documents without holding the lease
-(`fenced_violations`).
+and the tracks acknowledged; no holder committed rollup documents without holding its
+partition's lease (`fenced_violations`). The outcome also tells the partitionings the run went
+through, the RETIRED answers, and the lease handovers of each partition.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import math
 import random
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -48,7 +58,7 @@ from counting import (
 )
 from counting.config import AutoscaleParams
 from counting.errors import CounterError
-from counting.partitions import WHOLE, Part
+from counting.partitions import Part
 from counting.policy import Policy
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -66,6 +76,13 @@ TAGS = ("coffee", "tea", "rain", "sun")
 STATUSES = ("new", "paid", "shipped")
 RETRIES = 3  # a client's attempts at one request with a request_id
 ORDERS = next(w for w in declarations.WATCHES if w.documents == "orders/{order}")
+COUNTS = (1, 2, 4)  # the numbers of partitions a run starts with and changes between
+PARTITIONS_PATH = (config.INTERNAL, partitions.PARTITIONS_DOC)
+# Every partition's lease document -> the partition.
+LEASES: dict[tuple[str, ...], Part] = {
+    (config.INTERNAL, part.lease_id): part
+    for count in partitions.CHOICES for part in partitions.parts(count)}
+SCHEDULED = "scheduled"  # the scheduled function's instance
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,7 +92,10 @@ class Settings:
     writers: int = 4
     kill_p: float = 0.35  # of a chaos step on a holder: kill it (else pause it)
     writer_kill_p: float = 0.3  # of a chaos step: kill a writer instead
+    scheduled_doom_p: float = 0.15  # of a step on a holder: strike the scheduled instance's
     latency: Latency = field(default_factory=Latency)
+    partitions: int | None = None  # P at the start (None: one of COUNTS, drawn per seed)
+    changes: int | None = None  # changes of P while writers write (None: 0 to 3, drawn)
 
 
 @dataclass
@@ -91,6 +111,15 @@ class Outcome:
     writer_kills: int = 0
     invocations: int = 0
     writes: int = 0  # client writes attempted
+    partitions: list[int] = field(default_factory=list)  # P at the start, then each change's
+    retired: int = 0  # invocations answered RETIRED (a task or a run of a replaced partition)
+    handovers: dict[str, int] = field(default_factory=dict)  # partition -> lease takeovers
+    struck: dict[str, int] = field(default_factory=dict)  # "tick-<index>", SCHEDULED -> kills
+    # and pauses of its invocations
+
+    @property
+    def partition_changes(self) -> int:
+        return max(0, len(self.partitions) - 1)
 
     @property
     def ok(self) -> bool:
@@ -104,6 +133,28 @@ class Expected:
 
     sure: int = 0
     unsure: int = 0  # the largest amount the unsure attempts may have added
+
+
+class ProcessesKnow(partitions.Known):
+    """P as the processes know it: every actor is a process of its own, with its own cache of
+    P on the virtual clock. The operator changes P from a process of its own too: its `forget`
+    reaches no other (a writer learns the new P within CONFIG_CACHE_TTL_S)."""
+
+    def __init__(self, sim: Sim) -> None:
+        super().__init__(monotonic=sim.monotonic)
+        self._sim = sim
+        self._processes: dict[str, partitions.Known] = {}
+
+    def count(self, db: firestore.Client) -> int:
+        actor = self._sim.current()
+        name = actor.name if actor is not None else ""
+        known = self._processes.get(name)
+        if known is None:
+            known = self._processes[name] = partitions.Known(monotonic=self._sim.monotonic)
+        return known.count(db)
+
+    def forget(self) -> None:
+        pass
 
 
 class World:
@@ -120,14 +171,26 @@ class World:
         self.expected: dict[str, Expected] = defaultdict(Expected)
         self.tracks: dict[tuple[str, str], Expected] = defaultdict(Expected)
         self.writing = True
-        self.doom: str | None = None  # what chaos does to the next invocation
-        self.instances: dict[str, cadence.Holder] = {}  # live instances' holders
-        self.started = 0  # instances started
-        self.slots: set[int] = set()  # task names taken
-        self.dispatching = False  # the tick queue dispatches one task at a time
+        # What chaos does to the next invocation of an instance: "tick-<index>" (a partition
+        # index's instances, the extra ones included) or SCHEDULED.
+        self.dooms: dict[str, str] = {}
+        # Live instances' holders, by partition.
+        self.instances: dict[str, dict[Part, cadence.Holder]] = {}
+        self.started = 0  # holders started
+        self.leases: dict[str, tuple[str, ...]] = {}  # a holder's owner -> its lease's path
+        self.tasks: set[str] = set()  # task names taken
+        self.dispatching: set[int] = set()  # the partition indexes whose queue dispatches one
         self.writers: list[Any] = []
+        self.last_owner: dict[tuple[str, ...], str] = {}  # a lease's path -> its last holder
+        start = settings.partitions or self.rng.choice(COUNTS)
+        self.outcome.partitions.append(start)
+        changes = self.rng.choice((0, 1, 1, 2, 3)) if settings.changes is None \
+            else settings.changes
+        self.change_at = sorted(self.rng.uniform(8.0, settings.active_s - 8.0)
+                                for _ in range(changes))
         self.model.on_commit.append(self._fenced)
         self.model.on_commit.append(self._order_events)
+        self.model.on_commit.append(self._partitioning)
 
     # -- the run --
 
@@ -139,10 +202,16 @@ class World:
             self.writers.append(self.sim.spawn(f"writer-{n}", functools.partial(self._writer, n),
                                                after_s=0.5 + n * 0.1))
         self.sim.spawn("chaos", self._chaos, after_s=5.0)
+        self.sim.spawn("operator", self._operator, after_s=1.0)
         known = partitions.KNOWN
-        partitions.KNOWN = partitions.Known(monotonic=self.sim.monotonic)  # P as writers know it
-        previous = waking.install(waking.Waker(
-            lambda db, part, slot: self._enqueue(part, slot), count=partitions.count))
+        partitions.KNOWN = ProcessesKnow(self.sim)
+        waker = waking.Waker(lambda db, part, slot: self._enqueue(part, slot),
+                             count=partitions.count)
+        # One enqueue at a time, in the order the waker asks (its partitions'), while the
+        # writer waits: its four threads would draw from the run's generator in any order.
+        waker._calls.shutdown()
+        waker._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tick-enqueue")
+        previous = waking.install(waker)
         try:
             self.sim.run_until(end)
             self.writing = False
@@ -151,14 +220,18 @@ class World:
         finally:
             self.sim.shutdown()
             waking.install(previous)
+            waker._calls.shutdown()
             partitions.KNOWN = known
         self.outcome.crashes += self.sim.crashes
         return self.outcome
 
     def _setup(self) -> None:
-        """The admin creates the counters (again after an error: creating is idempotent). One
-        is as the code before `shard_counts` made it: holders read it whole until one gives it
-        them."""
+        """The admin sets P and creates the counters (again after an error: both are
+        idempotent). One counter is as the code before `shard_counts` made it: holders read it
+        whole until one gives it them."""
+        if self.outcome.partitions[0] != 1:
+            self._change(self.outcome.partitions[0])
+            assert self._count() == self.outcome.partitions[0], "could not set the partitions"
         made = [(name, self.rng.choice((1, 2, 4)), Policy(by=(1, 5))) for name in PLAIN]
         made += [(LIKES, 2, Policy(unique=True)), (VIEWS, 2, Policy(min_interval_s=5))]
         for name, shards, policy in made:
@@ -172,66 +245,99 @@ class World:
 
     # -- rollup invocations --
 
-    def _holder(self, name: str) -> cadence.Holder:
-        return cadence.Holder(self.db, enqueue=self._enqueue, owner=name, scaling=SCALING,
-                              clock=self.clock)
-
-    def _invoke(self, instance: str, call: Callable[[cadence.Holder], object]) -> bool:
-        """One invocation on `instance`'s holder (made when the instance starts); False when it
-        failed (the platform retries it). A killed instance's holder is gone with it."""
+    def _invoke(self, instance: str, target: str, call: Callable[[], object]) -> bool:
+        """One invocation on `instance`, whose holders live as long as it does; False when it
+        failed (the platform retries it). Chaos strikes it when `target` is doomed. A killed
+        instance's holders are gone with it."""
         actor = self.sim.current()
         assert actor is not None
-        holder = self.instances.get(instance)
-        if holder is None:
-            self.started += 1
-            holder = self.instances[instance] = self._holder(f"{instance}-{self.started}")
-        actor.owner = holder.lease.owner
+        holders = self.instances.setdefault(instance, {})
         self.outcome.invocations += 1
-        if self.doom and self.writing:
-            self.sim.spawn("chaos-strike", functools.partial(self._strike, actor, self.doom))
-            self.doom = None
+        doom = self.dooms.pop(target, None) if self.writing else None
+        if doom is not None:
+            self.sim.spawn("chaos-strike", functools.partial(self._strike, actor, doom, target))
         try:
-            call(holder)
+            call()
         except Exception:  # Busy, a lost lease, Firestore: recorded and raised for a retry
             return False
         except BaseException:
-            if self.instances.get(instance) is holder:
+            if self.instances.get(instance) is holders:
                 del self.instances[instance]
             raise
         finally:
             actor.owner = None
         return True
 
+    def _holder(self, instance: str, part: Part) -> cadence.Holder:
+        """`instance`'s holder of `part`, made on first use, as `cadence.holder_for` keeps
+        them: the instance's holders of another P are closed first (`cadence.replaced`). The
+        invocation's actor acts for it from here on (`_fenced`)."""
+        actor = self.sim.current()
+        assert actor is not None
+        holders = self.instances.setdefault(instance, {})
+        for stale in cadence.replaced(holders, part):
+            holders.pop(stale).close()
+        holder = holders.get(part)
+        if holder is None:
+            self.started += 1
+            holder = holders[part] = cadence.Holder(
+                self.db, part=part, enqueue=self._enqueue, owner=f"{instance}-{self.started}",
+                scaling=SCALING, clock=self.clock)
+            self.leases[holder.lease.owner] = (config.INTERNAL, part.lease_id)
+        actor.owner = holder.lease.owner
+        return holder
+
+    def _ran(self, run: cadence.Invocation) -> None:
+        if run.outcome == cadence.Outcome.RETIRED:
+            self.outcome.retired += 1
+
+    def _tick(self, instance: str, part: Part, slot: int) -> None:
+        """A task's invocation on the instance of its partition index."""
+        self._ran(self._holder(instance, part).tick_slot(slot))
+
+    def _housekeeping(self) -> None:
+        """The scheduled invocation: every partition of the current P, one after the other,
+        as `cadence.housekeeping` runs them."""
+        for part in partitions.parts(partitions.read_count(self.db)):
+            self._ran(self._holder(SCHEDULED, part).housekeeping())
+
     def _enqueue(self, part: Part, slot: int) -> bool:
-        """Cloud Tasks: a task named for the slot, refused when it exists, dispatched a moment
-        after the slot's end (now and then a little before it: clocks differ)."""
-        assert part == WHOLE
-        if slot in self.slots:
+        """Cloud Tasks: a task on the queue of the partition's index, named for the slot and the
+        partition, refused when it exists, dispatched a moment after the slot's end (now and then
+        a little before it: clocks differ)."""
+        name = waking.task_id(slot, part)
+        if name in self.tasks:
             return False
-        self.slots.add(slot)
+        self.tasks.add(name)
         due = (waking.slot_end(slot) - self.sim.wall()).total_seconds()
         delay = max(0.0, due + self.rng.uniform(-0.05, 0.4))
-        self.sim.spawn(f"tick-{slot}", functools.partial(self._dispatch, slot, 1), after_s=delay)
+        self.sim.spawn(f"task-{name}", functools.partial(self._dispatch, part, slot, 1),
+                       after_s=delay)
         if self.rng.random() < 0.05:  # Cloud Run past its max instances for a moment
-            self.sim.spawn(f"tick-{slot}-dup", functools.partial(
-                self._invoke, f"extra-{slot}", lambda h: h.tick_slot(slot)),
+            extra = f"extra-{name}"
+            self.sim.spawn(f"task-{name}-dup", functools.partial(
+                self._invoke, extra, f"tick-{part.index}",
+                functools.partial(self._tick, extra, part, slot)),
                 after_s=delay + self.rng.uniform(0.0, 0.5))
         return True
 
-    def _dispatch(self, slot: int, attempt: int) -> None:
-        """One delivery attempt: the queue dispatches one task at a time, to the tick
-        instance. A failed or killed attempt is retried after a backoff, up to 5 attempts."""
-        while self.dispatching:
+    def _dispatch(self, part: Part, slot: int, attempt: int) -> None:
+        """One delivery attempt: the queue of the partition's index dispatches one task at a
+        time, to that index's instance. A failed or killed attempt is retried after a backoff,
+        up to 5 attempts."""
+        while part.index in self.dispatching:
             self.sim.wait(0.05)
-        self.dispatching = True
+        self.dispatching.add(part.index)
+        instance = f"tick-{part.index}"
         done = False
         try:
-            done = self._invoke("tick", lambda h: h.tick_slot(slot))
+            done = self._invoke(instance, instance,
+                                functools.partial(self._tick, instance, part, slot))
         finally:
-            self.dispatching = False
+            self.dispatching.discard(part.index)
             if not done and attempt < 5:
-                self.sim.spawn(f"tick-{slot}-{attempt + 1}",
-                               functools.partial(self._dispatch, slot, attempt + 1),
+                self.sim.spawn(f"task-{waking.task_id(slot, part)}-{attempt + 1}",
+                               functools.partial(self._dispatch, part, slot, attempt + 1),
                                after_s=min(10.0, 2.0 ** (attempt - 1)))
 
     def _scheduler(self) -> None:
@@ -241,10 +347,30 @@ class World:
         while True:
             n += 1
             execution = self.sim.spawn(f"scheduled-{n}", functools.partial(
-                self._invoke, "scheduled", lambda h: h.housekeeping()))
+                self._invoke, SCHEDULED, SCHEDULED, self._housekeeping))
             while not execution.done:
                 self.sim.wait(1.0)
             self.sim.wait(60.0 - (self.sim.monotonic() % 60.0))
+
+    def _operator(self) -> None:
+        """Changes P to another of COUNTS at the drawn instants (`counters rollup partitions
+        N`, run again after an error: a change to the current P changes nothing)."""
+        for at in self.change_at:
+            self.sim.wait(at - self.sim.monotonic())
+            self._change(self.rng.choice([count for count in COUNTS if count != self._count()]))
+
+    def _change(self, new: int) -> None:
+        for _ in range(RETRIES):
+            try:
+                partitions.change(self.db, new, now=self.sim.wall())
+                return
+            except (gexc.GoogleAPICallError, ValueError):  # ValueError: aborted at every attempt
+                continue
+
+    def _count(self) -> int:
+        """P as configured now (the world sees the database without a request)."""
+        version = self.model.latest(PARTITIONS_PATH)
+        return int(((version.data if version else None) or {}).get("count") or 1)
 
     def _kill_writer(self) -> None:
         """An instance of the write path dies wherever it is (between a commit and its touch,
@@ -260,16 +386,20 @@ class World:
                                            after_s=self.rng.uniform(0.1, 2.0)))
 
     def _chaos(self) -> None:
-        """Now and then a writer dies, or the next rollup invocation is killed or paused a
-        moment after it starts (mid-tick: between its Firestore calls)."""
+        """Now and then a writer dies, or the next rollup invocation of a partition index of the
+        current P (or of the scheduled instance) is killed or paused a moment after it starts
+        (mid-tick: between its Firestore calls)."""
         while self.writing:
             self.sim.wait(self.rng.uniform(3.0, 12.0))
             if self.rng.random() < self.settings.writer_kill_p:
                 self._kill_writer()
-            else:
-                self.doom = "kill" if self.rng.random() < self.settings.kill_p else "pause"
+                continue
+            doom = "kill" if self.rng.random() < self.settings.kill_p else "pause"
+            target = SCHEDULED if self.rng.random() < self.settings.scheduled_doom_p \
+                else f"tick-{self.rng.randrange(self._count())}"
+            self.dooms[target] = doom
 
-    def _strike(self, victim: Any, doom: str) -> None:
+    def _strike(self, victim: Any, doom: str, target: str) -> None:
         self.sim.wait(self.rng.uniform(0.0, 0.1))
         if victim.done or victim.killed:
             return
@@ -279,6 +409,7 @@ class World:
         else:
             victim.pause_s = self.rng.uniform(5.0, 25.0)  # past the lease's 10 s, or not
             self.outcome.pauses += 1
+        self.outcome.struck[target] = self.outcome.struck.get(target, 0) + 1
 
     # -- writers --
 
@@ -428,22 +559,40 @@ class World:
     # -- checks --
 
     def _fenced(self, done: Committed) -> None:
-        """A holder's commit of anything but the lease itself must carry its fence: a write of
-        the lease document, which it held until this commit."""
+        """A holder's commit of anything but internal documents must carry its fence: a write
+        of its partition's lease document, which it held until this commit."""
         actor = self.sim.current()
         if actor is None or actor.owner is None:
             return
-        lease_path = (config.INTERNAL, config.ROLLUP_STATE_DOC)
+        lease_path = self.leases[actor.owner]
         others = [path for path, _, _ in done.changes if path[0] != config.INTERNAL]
         if not others:
             return
-        fence = next(((before, after) for path, before, after in done.changes
-                      if path == lease_path), None)
-        held = fence is not None and fence[0] is not None and fence[0].data is not None \
-            and fence[0].data.get("owner") == actor.owner
+        fence = next((before for path, before, _ in done.changes if path == lease_path), None)
+        held = fence is not None and fence.data is not None \
+            and fence.data.get("owner") == actor.owner
         if not held:
             self.outcome.fenced_violations.append(
-                f"{actor.owner} committed {'/'.join(others[0])} without holding the lease")
+                f"{actor.owner} committed {'/'.join(others[0])} without holding "
+                f"{'/'.join(lease_path)}")
+
+    def _partitioning(self, done: Committed) -> None:
+        """Note each change of P the operator made, and each lease taken by another holder than
+        the one that held it last (a handover: released, expired or retaken)."""
+        for path, before, after in done.changes:
+            if path == PARTITIONS_PATH and done.actor == "operator":
+                was = ((before.data if before else None) or {}).get("count") or 1
+                now = (after.data or {}).get("count") or 1
+                if now != was:
+                    self.outcome.partitions.append(int(now))
+            part = LEASES.get(path)
+            owner = (after.data or {}).get("owner") if part is not None else None
+            if part is None or owner is None:
+                continue
+            last = self.last_owner.get(path)
+            if last is not None and last != owner:
+                self.outcome.handovers[str(part)] = self.outcome.handovers.get(str(part), 0) + 1
+            self.last_owner[path] = owner
 
     def _check(self) -> None:
         docs = {path: versions[-1].data for path, versions in self.model.docs.items()
