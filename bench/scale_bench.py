@@ -441,16 +441,21 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
         "aggregate_counters_per_s": {p: run["capacity"]["counters_per_s"]
                                      for p, run in runs.items()},
         "speedup": {p: run["capacity"]["counters_per_s"] / base for p, run in runs.items()},
-        "cpu_s_per_changed_counter": {
-            p: statistics.median(row["cpu_s_per_changed_counter"] for row in run["steps"]
-                                 if row["cpu_s_per_changed_counter"] is not None)
-            for p, run in runs.items()},
+        "cpu_s_per_changed_counter": {p: median_cpu(run) for p, run in runs.items()},
         "cores": os.cpu_count(),
         "runs": runs,
         "exact": check,
     }
     by_partitions["limit"] = limit_of(by_partitions)
     return per_holder, by_partitions
+
+
+def median_cpu(run: dict[str, Any]) -> float | None:
+    """A run's holder CPU seconds per changed counter, over the steps that changed some (None
+    when even its empty tick took over the limit)."""
+    found = [row["cpu_s_per_changed_counter"] for row in run["steps"]
+             if row["cpu_s_per_changed_counter"] is not None]
+    return statistics.median(found) if found else None
 
 
 def limit_of(figures: dict[str, Any]) -> str:
