@@ -36,6 +36,7 @@ from typing import Any
 from counter_bench import own_db
 from counters_cli.load import percentile
 from counting import cadence, config, counters, partitions, waking
+from counting.config import AutoscaleParams
 from counting.rollup import TickStats
 from google.cloud import firestore
 
@@ -53,9 +54,12 @@ LAG_COUNTERS = 3 * RATE  # each changed every 3 s on average: warm, and distinct
 STEPS = (0, 125, 250, 500, 1000, 2000, 4000)  # changed counters per tick (0: its fixed cost)
 REPEATS = 3  # ticks per step; the step's figure is their median
 PARTITIONS = (1, 2, 4)
-# Shards per counter: a counter changed every second stays within what its shards sustain, so no
-# tick grows one (a grow is two commits and a read, once per counter: the autoscale benchmark's).
-SHARDS = 4
+# One shard per counter, and holders that measure rates but do not scale: a counter changed every
+# second would grow to 2 shards in the first ticks (two commits and a read, once per counter: the
+# autoscale benchmark's), and the emulator answers each change query by scanning every shard, so
+# more shards would measure the emulator (production reads the index).
+SHARDS = 1
+NO_GROWTH = AutoscaleParams(enabled=False)
 BALANCE_P = 4
 TICK_LIMIT_S = 1.0  # a holder keeps up while its ticks take less than their period
 PERIOD_S = 1.0
@@ -92,7 +96,7 @@ def serve(conn: Connection, project: str, count: int, index: int) -> None:
         command = conn.recv()
         if command == "tick":
             if holder is None:
-                holder = cadence.Holder(db, part=part,
+                holder = cadence.Holder(db, part=part, scaling=NO_GROWTH,
                                         on_tick=lambda stats: ticks.append(tick_record(stats)))
             ticks.clear()
             began, cpu = time.monotonic(), time.process_time()
@@ -105,7 +109,7 @@ def serve(conn: Connection, project: str, count: int, index: int) -> None:
         elif command == "loop":
             cpu_at_start = time.process_time()
             looping = threading.Thread(target=cadence.loop, args=(db,), kwargs={
-                "period_s": PERIOD_S, "stop": stop, "part": part,
+                "period_s": PERIOD_S, "stop": stop, "part": part, "scaling": NO_GROWTH,
                 "on_tick": lambda stats: ticks.append(tick_record(stats))})
             looping.start()
             conn.send(None)
@@ -241,7 +245,7 @@ def writer_of(db: firestore.Client) -> Iterator[Writer]:
 
 
 def create(db: firestore.Client, count: int) -> tuple[list[str], float]:
-    """`count` counters of one shard each (names spread over the homes by their hash); returns
+    """`count` counters of SHARDS shards each (names spread over the homes by their hash); returns
     their names and the seconds it took."""
     names = [f"scale-{n:06d}" for n in range(count)]
     began = time.monotonic()
