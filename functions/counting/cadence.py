@@ -345,46 +345,68 @@ _holders: dict[tuple[str, str, Part], Holder] = {}
 _holders_lock = threading.Lock()
 
 
-def replaced(holders: Mapping[Part, Holder], part: Part) -> list[Part]:
-    """The holders of an instance that a task of `part` closes: those of another P, whose
-    partitioning was replaced. Not one that holds its lease while `part`'s holder holds none:
-    the task may be a late one of a retired P (answered RETIRED), and closing the current
-    partition's warm holder for it would cost a whole read of its counters at its next task.
-    Once `part`'s holder holds its lease, the other P's holders go."""
-    requested = holders.get(part)
-    warm = requested is not None and requested.rollup is not None
-    return [other for other, holder in holders.items()
-            if other.count != part.count and (warm or holder.rollup is None)]
+def closed_after(holders: Mapping[Part, object], part: Part, outcome: Outcome) -> list[Part]:
+    """The holders of an instance to close after an invocation of `part`'s holder ended with
+    `outcome`: that holder when its partitioning was retired; the holders of every other P once
+    it has ticked, which it does only under a lease of the current partitioning. Nothing
+    before: a late task of a retired P must not close the current partition's warm holder (its
+    next task would read its counters whole)."""
+    if outcome == Outcome.RETIRED:
+        return [part]
+    if outcome == Outcome.TICKED:
+        return [other for other in holders if other.count != part.count]
+    return []
 
 
 def holder_for(db: firestore.Client, part: Part = WHOLE) -> Holder:
     """This process's holder of `part` for `db`'s database (deployed functions: one per
-    instance and partition). When the instance shuts down (Cloud Run sends SIGTERM; the worker
-    exits), it lets the lease go and records what is pending. Holders of another P than
-    `part`'s are closed (`replaced`): that partitioning was replaced."""
-    database = getattr(db, "_database", "(default)")
-    key = (db.project, database, part)
-    stale: list[Holder] = []
+    instance and partition), made on first use. When the instance shuts down (Cloud Run sends
+    SIGTERM; the worker exits), it lets the lease go and records what is pending."""
+    key = (db.project, getattr(db, "_database", "(default)"), part)
     with _holders_lock:
-        mine = {k[2]: holder for k, holder in _holders.items() if k[:2] == key[:2]}
-        for other in replaced(mine, part):
-            stale.append(_holders.pop((*key[:2], other)))
         if key not in _holders:
             holder = _holders[key] = Holder(
                 db, part=part,
                 enqueue=lambda target, slot: waking.enqueue_tick(db, "deferred", target, slot))
             atexit.register(holder.close)
-        found = _holders[key]
+        return _holders[key]
+
+
+def invoke(db: firestore.Client, part: Part, call: Callable[[Holder], Invocation]
+           ) -> Invocation:
+    """Run one invocation on this process's holder of `part`, then close the holders it made
+    useless (`closed_after`)."""
+    run = call(holder_for(db, part))
+    database = (db.project, getattr(db, "_database", "(default)"))
+    with _holders_lock:
+        mine = {key[2]: holder for key, holder in _holders.items() if key[:2] == database}
+        stale = [_holders.pop((*database, other))
+                 for other in closed_after(mine, part, run.outcome)]
     for holder in stale:
         holder.close()
-    return found
+    return run
+
+
+def tick_task(db: firestore.Client, part: Part, slot: int | None, trigger: str) -> Invocation:
+    """A task's invocation (`Holder.tick_slot`)."""
+    return invoke(db, part, lambda holder: holder.tick_slot(slot, trigger))
 
 
 def housekeeping(db: firestore.Client) -> list[Invocation]:
     """The scheduled run: housekeeping of every partition of the current P, one after the
-    other (an idle partition's takes a few Firestore round trips)."""
-    return [holder_for(db, part).housekeeping()
-            for part in partitions.parts(partitions.read_count(db))]
+    other (an idle partition's takes a few Firestore round trips). One that fails does not keep
+    the others from theirs; the run then fails, after them, with its error."""
+    done: list[Invocation] = []
+    failure: Exception | None = None
+    for part in partitions.parts(partitions.read_count(db)):
+        try:
+            done.append(invoke(db, part, Holder.housekeeping))
+        except Exception as error:
+            log.exception("housekeeping of partition %s failed", part)
+            failure = failure or error
+    if failure is not None:
+        raise failure
+    return done
 
 
 def loop(db: firestore.Client, *, period_s: float, stop: threading.Event,

@@ -79,6 +79,8 @@ class Lease:
         # The stripes' spread its change query reads until `narrow_at` (`partitions.change`).
         self.spread = 1
         self.narrow_at = EPOCH
+        # Publish every trends/{scope} at the first tick (`partitions.change`, `counting.trends`).
+        self.republish = False
 
     @property
     def written_at(self) -> dt.datetime | None:
@@ -122,6 +124,7 @@ class Lease:
         self.swept = data.get("swept") or self.watermark
         self.spread = int(data.get("spread") or 1)
         self.narrow_at = data.get("narrow_at") or EPOCH
+        self.republish = bool(data.get("republish"))
         return True
 
     def renew(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:

@@ -348,8 +348,11 @@ class Ledger:
             held.persisted = dict(fields[config.SHARD_COUNTS_FIELD])
 
     def failed(self, counter: str) -> None:
-        """A counter's own write failed: publish it again next tick."""
+        """A counter's own write failed: publish it again next tick, its shard counts with it
+        (the rollup removes them from the document meanwhile)."""
         self.retry.add(counter)
+        if counter in self.held:
+            self.held[counter].persisted = None
 
     def bounded(self, grow: Grow, bounds: dict[str, Any]) -> Grow | None:
         """Take in the counter's current bounds before a grow (an operator may have pinned it

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import random
 import threading
 import time
@@ -34,6 +35,8 @@ from google.cloud import firestore
 
 from . import config
 from .errors import Aborted
+
+log = logging.getLogger(__name__)
 
 HOMES = 16
 CHOICES = (1, 2, 4, 8, 16)  # powers of two up to HOMES: every partition gets HOMES / P homes
@@ -146,7 +149,10 @@ def read_count(db: firestore.Client) -> int:
 
 
 class Known:
-    """P as a writer knows it: read at most every CONFIG_CACHE_TTL_S per database."""
+    """P as a writer knows it: read at most every CONFIG_CACHE_TTL_S per database. A writer that
+    cannot read it takes P = 1 until the next read: stripe = home, which every partition of
+    every P reads, and the task of partition 1 of 1, which, retired, wakes the current ones. A
+    write never fails for this, nor goes on with a P it can no longer check."""
 
     def __init__(self, ttl_s: float = config.CONFIG_CACHE_TTL_S,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -164,10 +170,9 @@ class Known:
             return known[1]
         try:
             count = read_count(db)
-        except Exception:
-            if known is None:
-                raise
-            count = known[1]  # keep what we knew: a write never fails for this
+        except Exception as error:
+            log.warning("could not read the rollup's partitions (taking 1): %r", error)
+            count = 1
         with self._lock:
             self._known[key] = (now, count)
         return count
@@ -197,8 +202,7 @@ class Changed:
     narrow_at: dt.datetime
 
 
-def change(db: firestore.Client, new: int, *, now: dt.datetime | None = None,
-           attempts: int = CHANGE_ATTEMPTS) -> Changed:
+def change(db: firestore.Client, new: int, *, attempts: int = CHANGE_ATTEMPTS) -> Changed:
     """Set P to `new`: one commit retires every lease of the current P and writes every lease of
     the new one, starting at the oldest watermark and sweep of the old leases. The commit is
     conditional on every document it replaces being as it was read (a holder's commit writes its
@@ -210,7 +214,7 @@ def change(db: firestore.Client, new: int, *, now: dt.datetime | None = None,
         raise ValueError(f"partitions: {new!r} is not one of {', '.join(map(str, CHOICES))}")
     for _ in range(attempts):
         try:
-            return _change_once(db, new, now or dt.datetime.now(dt.UTC))
+            return _change_once(db, new)
         except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound):
             continue  # a holder (or another change) wrote in between: read again
         finally:
@@ -218,12 +222,17 @@ def change(db: firestore.Client, new: int, *, now: dt.datetime | None = None,
     raise Aborted(f"partitions: the leases kept changing; {attempts} attempts failed: retry")
 
 
-def _change_once(db: firestore.Client, new: int, instant: dt.datetime) -> Changed:
+def _change_once(db: firestore.Client, new: int) -> Changed:
+    """One attempt: the settings, then every old lease in one read, then the conditional commit.
+    Instants are Firestore's (the settings' read time), as the holders compare them with theirs."""
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     settings = partitions_ref(db).get()
+    instant: dt.datetime = settings.read_time
     data = settings.to_dict() or {}
     before = int(data["count"]) if data.get("count") in CHOICES else 1
-    olds = [lease_ref(db, part).get() for part in parts(before)]
+    by_path = {snapshot.reference.path: snapshot for snapshot in
+               db.get_all([lease_ref(db, part) for part in parts(before)])}
+    olds = [by_path[lease_ref(db, part).path] for part in parts(before)]
     found = [snapshot.to_dict() or {} for snapshot in olds]
     watermark = min((lease.get("watermark") or epoch) for lease in found)
     swept = min((lease.get("swept") or lease.get("watermark") or epoch) for lease in found)
@@ -246,7 +255,8 @@ def _change_once(db: firestore.Client, new: int, instant: dt.datetime) -> Change
     for part in parts(new):
         batch.set(lease_ref(db, part), {
             "owner": None, "retired": False, "watermark": watermark, "swept": swept,
-            "spread": spread, "narrow_at": changed.narrow_at, "errors": []}, merge=True)
+            "spread": spread, "narrow_at": changed.narrow_at, "republish": True, "errors": []},
+            merge=True)
         if part.index > 0:
             batch.delete(trend_parts_ref(db, part))
     batch.commit()

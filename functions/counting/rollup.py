@@ -13,6 +13,7 @@ docs/architecture.md, "Rollup" and "Exact on real Firestore". Who ticks and when
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -312,6 +313,12 @@ class Rollup:
         except COUNTER_FAULTS as error:
             self._report(f"{counter}: {error}")
             self.ledger.failed(counter)
+            # Its `shard_counts` may now lag its shards: a successor must read them whole.
+            batch = self._db.batch()
+            batch.update(self._db.collection(config.COUNTERS).document(counter),
+                         {config.SHARD_COUNTS_FIELD: firestore.DELETE_FIELD})
+            with contextlib.suppress(*COUNTER_FAULTS):
+                self.store.commit(batch)
 
     def _report(self, problem: str) -> None:
         problem = problem[:PROBLEM_CHARS]

@@ -362,12 +362,29 @@ class TrendRollup:
             rebuilt += self._update_board(scope, window, values)
         scopes = {scope for scope, _ in by_board}
         parts, parts_at, published = 0, None, 0
-        if self._part.count == 1:
-            published = self._publish({scope: self._lists(scope) for scope in scopes}, as_of)
-        elif self._part.index == 0:
-            published = self._merge(scopes, as_of)
-        else:
-            parts, parts_at = self._publish_parts(scopes, as_of)
+        lease = self._store.lease
+        # The first holder of the partition that publishes trends/{scope} after a change of P:
+        # the old partitions' last lists may not have reached it (a part not merged yet, a
+        # publish fenced out by the change), so every scope is published once; its commit says
+        # so on the lease.
+        republish = lease.republish and self._part.index == 0
+        if republish:
+            scopes |= self._known_scopes()
+            lease.status["republish"] = False
+        try:
+            if self._part.count == 1:
+                published = self._publish({scope: self._lists(scope) for scope in scopes},
+                                          as_of)
+            elif self._part.index == 0:
+                published = self._merge(scopes, as_of)
+            else:
+                parts, parts_at = self._publish_parts(scopes, as_of)
+        except BaseException:
+            if republish:
+                lease.status["republish"] = True
+            raise
+        if republish:
+            lease.republish = False
         after = self._store.usage
         return TrendStats(changed_buckets=changed, expired_buckets=expired,
                           changed_totals=written, rebuilt_lists=rebuilt, published=published,
@@ -573,6 +590,11 @@ class TrendRollup:
             lists[window] = board.items
         return lists
 
+    def _known_scopes(self) -> set[str]:
+        """Every scope with a `trends` document (one read each)."""
+        known = self._db.collection(config.TRENDS).select(["window"])
+        return {snapshot.id for snapshot in self._store.query(known)}
+
     def _publish(self, lists: Mapping[str, Mapping[Window, list[Item]]],
                  as_of: dt.datetime) -> int:
         """Write trends/{scope} for each scope whose content changed (P = 1, or the merge)."""
@@ -607,8 +629,7 @@ class TrendRollup:
             index = self._store.get(partitions.trend_parts_ref(self._db, self._part))
             fresh = not index.exists
             if fresh:
-                known = self._db.collection(config.TRENDS).select(["window"])
-                scopes = scopes | {snapshot.id for snapshot in self._store.query(known)}
+                scopes = scopes | self._known_scopes()
         changed: dict[str, dict[str, Any]] = {}
         for scope in sorted(scopes):
             content = part_document(self._lists(scope))

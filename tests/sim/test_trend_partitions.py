@@ -61,7 +61,7 @@ class Scene:
 
     def holders(self, count: int, name: str) -> list[rollup.Rollup]:
         """P = count (changed if it is not), and a holder of each partition."""
-        self.act(lambda: partitions.change(self.db, count, now=self.sim.wall()))
+        self.act(lambda: partitions.change(self.db, count))
         held = []
         for part in partitions.parts(count):
             lease = Lease(self.db, state_ref(self.db, part), f"{name}-{part.index}", 10.0)
@@ -168,7 +168,7 @@ def test_a_partition_that_wrote_parts_wakes_the_merger(monkeypatch: pytest.Monke
     """After a tick that wrote trend parts, the holder enqueues partition 0's task for the slot
     of their commit."""
     scene = Scene(monkeypatch)
-    scene.act(lambda: partitions.change(scene.db, 4, now=scene.sim.wall()))
+    scene.act(lambda: partitions.change(scene.db, 4))
     tag = next(tag for tag in TAGS if Part(4, 1).owns(partitions.home_of(tag)))
     scene.act(lambda: trends.track(scene.db, "eu", [tag], now=scene.sim.wall(), rng=scene.rng))
     scene.later()
@@ -187,3 +187,32 @@ def test_a_partition_that_wrote_parts_wakes_the_merger(monkeypatch: pytest.Monke
     parts_at = ticked[0].trends.parts_at if ticked[0].trends is not None else None
     assert parts_at is not None
     assert enqueued == [(Part(4, 0), waking.slot_of(parts_at))]
+
+
+def test_a_part_the_merger_never_took_in_is_published_after_a_change_to_one(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partition 2 of 4 publishes its part, then P goes to 1 before partition 1 of 4 merged it.
+    The one partition re-reads those buckets unchanged (their documents already hold them), so
+    no total moves: its first tick publishes every scope anyway (`republish` on its lease)."""
+    scene = Scene(monkeypatch)
+    held = scene.holders(4, "a")
+    tally: Tally = Counter()
+    scene.track(50, tally)
+    scene.tick(held)
+    tag = next(f"solo{n}" for n in range(1000) if Part(4, 1).owns(partitions.home_of(f"solo{n}")))
+    for _ in range(500):
+        scene.act(lambda: trends.track(scene.db, "eu", [tag], now=scene.sim.wall(),
+                                       rng=scene.rng))
+    tally[("eu", tag)] += 500
+    tally[(config.GLOBAL_SCOPE, tag)] += 500
+    scene.later()
+    stats = scene.act(held[1].tick)
+    assert stats.trends is not None and stats.trends.parts > 0
+    scene.later()
+    one = scene.holders(1, "b")
+    scene.later(2)
+    scene.act(one[0].tick)
+    scene.later(2)
+    assert (tag, 500) in scene.published("eu", "24h")
+    scene.assert_exact(both(tally))

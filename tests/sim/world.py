@@ -13,10 +13,11 @@ Actors (each a thread of `virtual.Sim`):
 - rollup invocations as deployed, P partitions (`counting.partitions`): `Holder.tick_slot` for
   each task of a slot and partition (named for both, so one each; dispatched after the slot's
   end, one at a time per partition index, to that index's instance, whose holder of the
-  partition lives on between tasks, and is replaced when a task of another P comes; a failed or
-  killed one is delivered again after a backoff, a few are delivered twice at once to a second
-  instance), and `Holder.housekeeping` of every partition of the current P every minute on an
-  instance of its own (never overlapping). A killed instance loses its holders: a new one starts
+  partition lives on between tasks, and is closed once it answers RETIRED (or once the current
+  partition ticked there: `cadence.closed_after`); a failed or killed one is delivered again
+  after a backoff, a few are delivered twice at once to a second instance), and
+  `Holder.housekeeping` of every partition of the current P every minute on an instance of its
+  own (never overlapping). A killed instance loses its holders: a new one starts
   empty;
 - the operator: P is 1, 2 or 4 at the start, and changed (`partitions.change`, one conditional
   commit) up to three times while writers write; every actor is a process that learns P within
@@ -270,13 +271,10 @@ class World:
 
     def _holder(self, instance: str, part: Part) -> cadence.Holder:
         """`instance`'s holder of `part`, made on first use, as `cadence.holder_for` keeps
-        them: the instance's holders of another P are closed first (`cadence.replaced`). The
-        invocation's actor acts for it from here on (`_fenced`)."""
+        them. The invocation's actor acts for it from here on (`_fenced`)."""
         actor = self.sim.current()
         assert actor is not None
         holders = self.instances.setdefault(instance, {})
-        for stale in cadence.replaced(holders, part):
-            holders.pop(stale).close()
         holder = holders.get(part)
         if holder is None:
             self.started += 1
@@ -287,19 +285,24 @@ class World:
         actor.owner = holder.lease.owner
         return holder
 
-    def _ran(self, run: cadence.Invocation) -> None:
+    def _ran(self, instance: str, part: Part, run: cadence.Invocation) -> None:
+        """After an invocation, the instance closes the holders it made useless, as
+        `cadence.invoke` does (`cadence.closed_after`)."""
         if run.outcome == cadence.Outcome.RETIRED:
             self.outcome.retired += 1
+        holders = self.instances.get(instance, {})
+        for stale in cadence.closed_after(holders, part, run.outcome):
+            holders.pop(stale).close()
 
     def _tick(self, instance: str, part: Part, slot: int) -> None:
         """A task's invocation on the instance of its partition index."""
-        self._ran(self._holder(instance, part).tick_slot(slot))
+        self._ran(instance, part, self._holder(instance, part).tick_slot(slot))
 
     def _housekeeping(self) -> None:
         """The scheduled invocation: every partition of the current P, one after the other,
         as `cadence.housekeeping` runs them."""
         for part in partitions.parts(partitions.read_count(self.db)):
-            self._ran(self._holder(SCHEDULED, part).housekeeping())
+            self._ran(SCHEDULED, part, self._holder(SCHEDULED, part).housekeeping())
 
     def _enqueue(self, part: Part, slot: int) -> bool:
         """Cloud Tasks: a task on the queue of the partition's index, named for the slot and the
@@ -362,7 +365,7 @@ class World:
     def _change(self, new: int) -> None:
         for _ in range(RETRIES):
             try:
-                partitions.change(self.db, new, now=self.sim.wall())
+                partitions.change(self.db, new)
                 return
             except (gexc.GoogleAPICallError, ValueError):  # ValueError: aborted at every attempt
                 continue

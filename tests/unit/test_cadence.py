@@ -1,35 +1,31 @@
 """Which holders an instance of a tick function keeps when tasks of several partitionings reach
-it (`cadence.replaced`): the current partition's warm holder outlives a late task of a retired
-P."""
+it (`cadence.closed_after`): the current partition's warm holder outlives a late task of a
+retired P; a retired holder goes; the other P's go once the current partition has ticked."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import cast
-
 from counting import cadence
+from counting.cadence import Outcome
 from counting.partitions import Part
 
 OLD, NEW = Part(4, 1), Part(2, 1)
+BOTH = {OLD: object(), NEW: object()}
 
 
-def holder(*, warm: bool) -> cadence.Holder:
-    """A holder as `replaced` sees it: holding its lease and ledger, or not."""
-    return cast(cadence.Holder, SimpleNamespace(rollup=object() if warm else None))
+def test_a_late_task_of_a_retired_p_closes_only_its_own_holder() -> None:
+    """Even a retired holder still warm in memory (it had ticked before the change) answers
+    RETIRED, and only it goes: the current partition's warm holder stays."""
+    assert cadence.closed_after(BOTH, OLD, Outcome.RETIRED) == [OLD]
 
 
-def test_a_late_task_of_a_retired_p_keeps_the_current_warm_holder() -> None:
-    """The retired P's task gets a holder of its own (it answers RETIRED); the warm one stays."""
-    assert cadence.replaced({NEW: holder(warm=True)}, OLD) == []
-    assert cadence.replaced({NEW: holder(warm=True), OLD: holder(warm=False)}, OLD) == []
+def test_holders_of_another_p_go_once_the_current_partition_ticked() -> None:
+    assert cadence.closed_after(BOTH, NEW, Outcome.TICKED) == [OLD]
+    assert cadence.closed_after({**BOTH, Part(2, 0): object()}, NEW, Outcome.TICKED) == [OLD]
 
 
-def test_holders_of_another_p_go_once_the_partition_holds_its_lease() -> None:
-    holders = {OLD: holder(warm=True), NEW: holder(warm=True)}
-    assert cadence.replaced(holders, NEW) == [OLD]
-    assert cadence.replaced({OLD: holder(warm=True)}, NEW) == []  # until NEW's first tick
-
-
-def test_holders_of_another_p_without_a_lease_go_at_once() -> None:
-    assert cadence.replaced({OLD: holder(warm=False), Part(2, 0): holder(warm=False)},
-                            NEW) == [OLD]  # the same P: kept
+def test_nothing_goes_on_any_other_outcome() -> None:
+    """A task that found another holder's lease, failed, or had its slot covered proves
+    nothing about which partitioning is current."""
+    for outcome in (Outcome.BUSY, Outcome.FAILED, Outcome.COVERED):
+        assert cadence.closed_after(BOTH, NEW, outcome) == []
+        assert cadence.closed_after(BOTH, OLD, outcome) == []

@@ -182,3 +182,20 @@ def test_a_task_of_a_retired_partition_wakes_the_current_ones() -> None:
     run = holder.tick_slot(41)
     assert run.outcome == cadence.Outcome.RETIRED
     assert woken == [(Part(2, 0), 41), (Part(2, 1), 41)]
+
+
+def test_a_writer_that_cannot_read_p_takes_one() -> None:
+    """Stripe = home (read by every partition of every P) and partition 1 of 1's task (which,
+    retired, wakes the current ones): the write goes on, and nothing it writes is missed."""
+
+    class Unreadable:
+        project = "p"
+
+        def collection(self, name: str) -> object:
+            raise RuntimeError("Firestore unavailable")
+
+    known = partitions.Known()
+    assert known.count(cast(firestore.Client, Unreadable())) == 1
+    for count in CHOICES:
+        for part in partitions.parts(count):
+            assert set(part.homes()) <= set(part.stripes(1 if count == 1 else count))

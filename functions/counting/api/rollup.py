@@ -66,7 +66,8 @@ def tick_function(index: int) -> Callable[[Request], None]:
                 or index >= count:
             log.warning("task for another partition ignored: %r", data)
             return  # a task no tick can serve: delivering it again would not help
-        cadence.holder_for(db(), Part(count, index)).tick_slot(
+        cadence.tick_task(
+            db(), Part(count, index),
             slot if isinstance(slot, int) and not isinstance(slot, bool) else None,
             trigger=reason if reason in TASK_REASONS else "task")
 
