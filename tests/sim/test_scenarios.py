@@ -3,9 +3,7 @@ hand, so each scenario is exactly the interleaving it names."""
 
 from __future__ import annotations
 
-import logging
 import random
-from collections.abc import Iterator
 from typing import cast
 
 import pytest
@@ -18,13 +16,6 @@ from tests.sim.firestore_model import Client, Latency, Model, Write
 from tests.sim.virtual import Sim
 
 CALM = Latency(abort_p=0.0, lost_answer_p=0.0, slow_p=0.0, stuck_p=0.0)
-
-
-@pytest.fixture(autouse=True)
-def quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 class Scene:
@@ -52,6 +43,14 @@ class Scene:
     def write_shard(self, counter: str, shard: int, by: int) -> None:
         ref = counters.shard_ref(self.db, counter, shard)
         ref.update(counters.shard_write(self.db, ref, by, random.Random(shard)))
+
+    def twenty_counters(self) -> tuple[list[str], rollup.Rollup]:
+        """Counters c0..c19 of 10 shards, and a first holder that took the lease after them."""
+        names = [f"c{n}" for n in range(20)]
+        for name in names:
+            counters.create_counter(self.db, name, shards=10)
+        self.at(1)
+        return names, self.holder("first")
 
     def wide_counter(self, holder: str) -> rollup.Rollup:
         """The counter `wide`: 8 shards, 8 increments, and a holder that has met it."""
@@ -143,11 +142,7 @@ def test_a_new_holders_sweep_reads_whole_only_what_no_tick_took_in() -> None:
     """Counters written minutes ago and published are returned by a new holder's sweep, which
     does not read them whole again (1 + shards reads each); an untouched slow write is."""
     scene = Scene()
-    names = [f"c{n}" for n in range(20)]
-    for name in names:
-        counters.create_counter(scene.db, name, shards=10)
-    scene.at(1)
-    first = scene.holder("first")
+    names, first = scene.twenty_counters()
     for name in names:
         counters.increment(scene.db, name, 1)
     t = 1.0
@@ -226,11 +221,7 @@ def handover_reads(*, legacy: bool) -> int:
     is written once more. What the successor's tick reads (each sum checked exact). `legacy`:
     the documents lack shard_counts, as a holder from before them left them."""
     scene = Scene()
-    names = [f"c{n}" for n in range(20)]
-    for name in names:
-        counters.create_counter(scene.db, name, shards=10)
-    scene.at(1)
-    first = scene.holder("first")
+    names, first = scene.twenty_counters()
     for n, name in enumerate(names):
         for shard in range(10):
             scene.write_shard(name, shard, n + shard)

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from tests.sim import world
@@ -15,13 +12,6 @@ from tests.sim.run import describe
 # 202: housekeeping holders living one tick each deferred the same counters for ever;
 # 676: a fenced commit whose answer was lost cost every holder its lease (Lease._resync).
 SEEDS = [*range(24), 202, 676]
-
-
-@pytest.fixture(autouse=True)
-def quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)  # holders log every failure they survive
-    yield
-    logging.disable(logging.NOTSET)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

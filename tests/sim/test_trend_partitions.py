@@ -5,10 +5,9 @@ through expiry and changes of P."""
 from __future__ import annotations
 
 import functools
-import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TypeVar, cast
 
 import pytest
@@ -29,13 +28,6 @@ WEIGHTS = [1 / (n + 1) for n in range(len(TAGS))]
 
 Tally = Counter[tuple[str, str]]  # (scope, tag) -> events
 R = TypeVar("R")
-
-
-@pytest.fixture(autouse=True)
-def quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 class Scene:
