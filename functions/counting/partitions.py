@@ -25,7 +25,6 @@ import datetime as dt
 import hashlib
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from . import config
+from .caching import TtlCache
 from .errors import Aborted
 
 log = logging.getLogger(__name__)
@@ -158,28 +158,24 @@ class Known:
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._ttl_s = ttl_s
         self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._known: dict[tuple[str, str], tuple[float, int]] = {}
+        self._cache: TtlCache[tuple[str, str], int] = TtlCache(ttl_s, monotonic)
 
     def count(self, db: firestore.Client) -> int:
         key = (db.project, getattr(db, "_database", "(default)"))
-        now = self._monotonic()
-        with self._lock:
-            known = self._known.get(key)
-        if known is not None and now - known[0] < self._ttl_s:
-            return known[1]
+        known = self._cache.get(key)
+        if known is not None:
+            return known
+        asked = self._monotonic()
         try:
             count = read_count(db)
         except Exception as error:
             log.warning("could not read the rollup's partitions (taking 1): %r", error)
             count = 1
-        with self._lock:
-            self._known[key] = (now, count)
+        self._cache.put(key, count, at=asked)
         return count
 
     def forget(self) -> None:
-        with self._lock:
-            self._known.clear()
+        self._cache = TtlCache(self._ttl_s, self._monotonic)
 
 
 KNOWN = Known()
