@@ -339,8 +339,11 @@ class Counting:
     It holds the write path's per-instance configuration cache and shard picker."""
 
     def __init__(self, db: firestore.Client, watch: Watch, *,
-                 configs: ConfigCache | None = None, picker: ShardPicker | None = None) -> None:
+                 source: firestore.Client | None = None, configs: ConfigCache | None = None,
+                 picker: ShardPicker | None = None) -> None:
         self.db = db
+        # The watched documents' database (the backend's own unless it lives in another one).
+        self.source = source or db
         self.watch = watch
         self._configs = configs or counters.default_configs()
         self._picker = picker or counters.default_picker()
@@ -487,7 +490,7 @@ def backfill(counting: Counting, declarations: Iterable[str] | None = None,
         entries = read_entries(record)
         if all(entry.deleted for name, entry in entries.items() if names is None or name in names):
             return None
-        document = db.document(path).get()
+        document = counting.source.document(path).get()
         if document.exists:
             return None  # counted in step 1 (or by its trigger since)
         observed = Observed(path=path, data=None, version=nanos(document.read_time))
@@ -522,7 +525,8 @@ def backfill(counting: Counting, declarations: Iterable[str] | None = None,
                 if progress is not None:
                     progress(done)
 
-    run(present, watched_documents(db, counting.watch.documents, page), removal=False)
+    run(present, watched_documents(counting.source, counting.watch.documents, page),
+        removal=False)
     run(gone, records(db, page), removal=True)
     done.deltas = {counter: delta for counter, delta in totals.items() if delta}
     return done

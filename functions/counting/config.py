@@ -1,8 +1,12 @@
-"""The one place for collection names, limits and defaults."""
+"""The one place for collection names, limits and defaults, and for where the backend lives
+(`Placement`)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .kinds import Window
@@ -248,3 +252,83 @@ COLLECTION_APPLY_ATTEMPTS = 20
 # Backfill reads watched documents this many at a time and applies them on this many threads.
 BACKFILL_PAGE = 300
 BACKFILL_THREADS = 8
+
+# ---------------------------------------------------------------------------------------------
+# Where the backend lives (docs/adopt.md).
+# ---------------------------------------------------------------------------------------------
+# Every collection id the backend creates, top level or below its own documents: a prefix goes
+# before each, so that an install in a project's default database claims no name of the app's
+# own (collection group indexes and TTL policies are per collection id).
+COLLECTION_IDS = {name: globals()[name] for name in (
+    "COUNTERS", "SHARDS", "REQUESTS", "INTERNAL", "VOTERS", "PACED", "SEQUENCES", "BUSINESS_DAYS",
+    "NUMBER_REQUESTS", "TRENDS", "TREND_MINUTES", "TREND_HOURS", "TREND_TOTALS", "TREND_PARTS",
+    "COUNTED_DOCS")}
+DEFAULT_DATABASE = "(default)"
+# Firestore's rules for a database id, firebase-tools' for a codebase's function prefix.
+_DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
+COLLECTION_PREFIX_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,29}")
+FUNCTION_PREFIX_PATTERN = re.compile(r"[a-z](?:[a-z0-9-]{0,28}[a-z0-9])?")
+# The variables an install's functions/.env sets (counters init writes them).
+PLACEMENT_VARIABLES = {"database": "COUNTERS_DATABASE",
+                       "collection_prefix": "COUNTERS_COLLECTION_PREFIX",
+                       "function_prefix": "COUNTERS_FUNCTION_PREFIX",
+                       "watched_database": "COUNTERS_WATCHED_DATABASE"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where the backend's data and functions are: its Firestore `database`, a
+    `collection_prefix` on every collection id of COLLECTION_IDS, the `function_prefix` that
+    firebase.json gives its codebase (deployed function ids are `prefix-name`), and the
+    `watched_database` holding the documents that collection counters count. This repository's
+    own stack uses the defaults."""
+
+    database: str = DEFAULT_DATABASE
+    collection_prefix: str = ""
+    function_prefix: str = ""
+    watched_database: str = DEFAULT_DATABASE
+
+    def __post_init__(self) -> None:
+        for name in ("database", "watched_database"):
+            value = getattr(self, name)
+            if value != DEFAULT_DATABASE and not _DATABASE_ID.fullmatch(value):
+                raise ValueError(f"{PLACEMENT_VARIABLES[name]}: {value!r} is not a Firestore "
+                                 "database id (4-63 of a-z 0-9 -, a letter first) or (default)")
+        for name, pattern, what in (
+                ("collection_prefix", COLLECTION_PREFIX_PATTERN, "1-30 of a-z 0-9 _"),
+                ("function_prefix", FUNCTION_PREFIX_PATTERN, "1-30 of a-z 0-9 -")):
+            value = getattr(self, name)
+            if value and not pattern.fullmatch(value):
+                raise ValueError(f"{PLACEMENT_VARIABLES[name]}: {value!r} must be empty or "
+                                 f"{what}, a letter first")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Placement:
+        return cls(**{name: env[variable] for name, variable in PLACEMENT_VARIABLES.items()
+                      if env.get(variable)})
+
+    def env(self) -> dict[str, str]:
+        """The variables that say this placement (what `from_env` reads)."""
+        return {variable: getattr(self, name) for name, variable in PLACEMENT_VARIABLES.items()}
+
+    def collection(self, base: str) -> str:
+        return self.collection_prefix + base
+
+    def function_id(self, name: str) -> str:
+        """The deployed id of the function exported as `name` (firebase-tools' prefixing)."""
+        return f"{self.function_prefix}-{name}" if self.function_prefix else name
+
+
+PLACEMENT = Placement()
+
+
+def place(placement: Placement) -> None:
+    """Make `placement` the process's: the collection names above follow its prefix. Called once
+    when this module loads (from the environment), and by the operator CLI for `--backend`."""
+    global PLACEMENT
+    PLACEMENT = placement
+    for name, base in COLLECTION_IDS.items():
+        globals()[name] = placement.collection(base)
+
+
+place(Placement.from_env(os.environ))

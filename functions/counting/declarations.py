@@ -1,22 +1,75 @@
-"""The app's collection counters: adding one is adding a declaration here (docs/api.md,
-"Collection counters"). Each pattern gets one Firestore trigger, `count_` and its collection ids
-(`counting.collections.Watch`), which the deploy picks up from main.py."""
+"""The app's collection counters, declared in `declarations.json` beside main.py (docs/api.md,
+"Collection counters"): a list of `{"counter", "documents", "group_by"?, "sum"?,
+"expected_rate"?}`. Each path pattern gets one Firestore trigger, `count_` and its collection ids
+(`counting.collections.Watch`), which the deploy picks up from main.py: adding a counter is adding
+a declaration and deploying. This repository's file declares the demo's counters (comments per
+post, orders and revenue per status); an install starts with none (docs/adopt.md)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 from .collections import Declaration, Watch, watches
-from .errors import FailedPrecondition, NotFound
+from .errors import FailedPrecondition, InvalidArgument, NotFound
 
-DECLARATIONS = (
-    # How many comments each post has.
-    Declaration(counter="comments:{post}", documents="posts/{post}/comments/{comment}"),
-    # How many orders have each status, and the sum of their amounts.
-    Declaration(counter="orders:{status}", documents="orders/{order}", group_by="status"),
-    Declaration(counter="revenue:{status}", documents="orders/{order}", group_by="status",
-                sum="amount"),
-)
+# Where a deployed codebase (and this repository's functions/) keeps the declarations: beside
+# main.py. A `counting` package installed elsewhere (the operator CLI's wheel) finds none there,
+# and reads an install's with `use(load(path))`.
+FILE = Path(__file__).resolve().parent.parent / "declarations.json"
+# Each pattern is a deployed function: a bound on what one file may ask for.
+MAX_DECLARATIONS = 50
+MAX_FILE_BYTES = 64 * 1024
+_FIELDS = {"counter", "documents", "group_by", "sum", "expected_rate"}
 
-WATCHES: tuple[Watch, ...] = tuple(watches(DECLARATIONS))
+
+def parse(text: str, origin: str = "declarations.json") -> tuple[Declaration, ...]:
+    """The declarations a file's text lists, every one checked (InvalidArgument names the
+    entry at fault)."""
+    if len(text.encode()) > MAX_FILE_BYTES:
+        raise InvalidArgument(f"{origin}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        raw: Any = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidArgument(f"{origin}: not JSON ({error})") from None
+    if not isinstance(raw, list) or len(raw) > MAX_DECLARATIONS:
+        raise InvalidArgument(f"{origin}: must be a list of at most {MAX_DECLARATIONS} "
+                              "declarations")
+    found: list[Declaration] = []
+    for number, entry in enumerate(raw, 1):
+        if not isinstance(entry, dict) or not {"counter", "documents"} <= entry.keys() <= _FIELDS:
+            raise InvalidArgument(f"{origin}: entry {number} must be an object with counter and "
+                                  "documents, and optionally group_by, sum, expected_rate")
+        strings = {k: v for k, v in entry.items() if k != "expected_rate"}
+        rate = entry.get("expected_rate")
+        if not all(isinstance(v, str) for v in strings.values()) or not (
+                rate is None or (type(rate) in (int, float) and 0 < rate <= 1_000_000)):
+            raise InvalidArgument(f"{origin}: entry {number}: counter, documents, group_by and "
+                                  "sum are strings, expected_rate a number in (0, 1e6]")
+        found.append(Declaration(**entry))
+    watches(found)  # names and trigger names unique
+    return tuple(found)
+
+
+def load(path: Path) -> tuple[Declaration, ...]:
+    """The declarations in `path`; none when it does not exist."""
+    return parse(path.read_text(), str(path)) if path.exists() else ()
+
+
+DECLARATIONS: tuple[Declaration, ...] = ()
+WATCHES: tuple[Watch, ...] = ()
+
+
+def use(declared: Sequence[Declaration]) -> None:
+    """Make `declared` the process's declarations (main.py's triggers are made from them)."""
+    global DECLARATIONS, WATCHES
+    DECLARATIONS = tuple(declared)
+    WATCHES = tuple(watches(DECLARATIONS))
+
+
+use(load(FILE))
 
 
 def owner(counter: str) -> str | None:
@@ -30,7 +83,7 @@ def watch_of(name: str) -> Watch:
         if name == watch.function_name or any(d.name == name for d in watch.declarations):
             return watch
     known = sorted({d.name for d in DECLARATIONS} | {w.function_name for w in WATCHES})
-    raise NotFound(f"no declaration {name!r}; declared: {', '.join(known)}")
+    raise NotFound(f"no declaration {name!r}; declared: {', '.join(known) or 'none'}")
 
 
 def check_plain(counter: str) -> None:

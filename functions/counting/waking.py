@@ -59,7 +59,8 @@ def enqueue_tick(db: firestore.Client, reason: str, part: Part = partitions.WHOL
     its end (False when that task exists already), or else at once. The task body is the
     callable envelope `{"data": ...}` the task function reads."""
     queue = admin_functions.task_queue(
-        f"locations/{config.REGION}/functions/{part.function}", app=_app(db.project))
+        f"locations/{config.REGION}/functions/{config.PLACEMENT.function_id(part.function)}",
+        app=_app(db.project))
     options = admin_functions.TaskOptions(dispatch_deadline_seconds=config.ROLLUP_TIMEOUT_S)
     if slot is not None:
         options.task_id, options.schedule_time = task_id(slot, part), slot_end(slot)

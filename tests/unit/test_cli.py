@@ -155,7 +155,7 @@ def domain(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     def get_count(db: object, counter: str, consistency: str = "rollup") -> object:
         raise NotFound(f"counter: {counter!r} does not exist")
 
-    monkeypatch.setattr(session, "connect", lambda target: object())
+    monkeypatch.setattr(session, "connect", lambda target, firebase_json: object())
     monkeypatch.setattr(trends, "top_tags", top_tags)
     monkeypatch.setattr(trends, "track", track)
     monkeypatch.setattr(counters, "get_count", get_count)

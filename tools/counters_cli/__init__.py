@@ -13,10 +13,11 @@ they share.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import click
 
-from . import claims, collections, counters, load, sequences, status, trends, watch
+from . import claims, collections, counters, install, load, sequences, status, trends, watch
 from .session import CommandGroup, Session, resolve_target
 
 
@@ -26,15 +27,21 @@ from .session import CommandGroup, Session, resolve_target
                    "Application Default Credentials. Without one, or with "
                    "FIRESTORE_EMULATOR_HOST set, the emulator (default 127.0.0.1:8080, "
                    "project demo-counters).")
+@click.option("--backend", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+              help="An install's folder in a host project (counters init): its database, "
+                   "collection prefix and declarations. Default: this repository's backend.")
 @click.pass_context
-def cli(ctx: click.Context, project: str | None) -> None:
+def cli(ctx: click.Context, project: str | None, backend: Path | None) -> None:
     """Operate distributed counters, ticket sequences and trending tags."""
     ctx.obj = Session(resolve_target(project, os.environ))
+    if backend is not None:
+        ctx.obj.use_backend(backend)
 
 
 for command in (counters.create, counters.inc, counters.get, counters.reset, watch.watch,
                 trends.track, trends.top, sequences.seq, collections.backfill, claims.claims,
-                status.status, status.partitions_command, load.load):
+                status.status, status.partitions_command, load.load, install.init,
+                install.remove, install.emulator_rules):
     cli.add_command(command)
 
 

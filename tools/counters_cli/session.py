@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from counting import config, declarations
 from counting.errors import CounterError
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
@@ -63,13 +64,36 @@ class Session:
         self.out = Console(highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._db: firestore.Client | None = None
+        self.firebase_json = FIREBASE_JSON
+
+    def use_backend(self, folder: Path) -> None:
+        """Operate the install in `folder`: its placement (.env) and declarations, and the
+        emulators of its host project's firebase.json."""
+        env = folder / ".env"
+        if not env.exists():
+            raise click.UsageError(f"--backend: {env} not found (an install made by counters init "
+                                   "has one)")
+        try:
+            config.place(config.Placement.from_env(dotenv(env.read_text())))
+            declarations.use(declarations.load(folder / declarations.FILE.name))
+        except (ValueError, CounterError) as error:
+            raise click.UsageError(f"--backend: {error}") from None
+        self.firebase_json = folder.resolve().parent / "firebase.json"
 
     def db(self) -> firestore.Client:
         """The Firestore client; announces the target first (the first line of output)."""
         if self._db is None:
             self.err.print(self.target.describe(), style="bold red" if self.production else None)
-            self._db = connect(self.target)
+            self._db = connect(self.target, self.firebase_json)
         return self._db
+
+    def watched_db(self) -> firestore.Client:
+        """The client of the database whose documents collection counters count."""
+        database = config.PLACEMENT.watched_database
+        if database == config.PLACEMENT.database:
+            return self.db()
+        return firestore.Client(project=self.target.project, database=database,
+                                credentials=self.db()._credentials)
 
     @property
     def production(self) -> bool:
@@ -96,19 +120,26 @@ pass_session = click.make_pass_decorator(Session)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 
 
-def connect(target: Target) -> firestore.Client:
+def dotenv(text: str) -> dict[str, str]:
+    """The variables of a functions .env file (KEY=VALUE lines; # comments)."""
+    pairs = (line.split("=", 1) for line in text.splitlines()
+             if "=" in line and not line.lstrip().startswith("#"))
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def connect(target: Target, firebase_json: Path = FIREBASE_JSON) -> firestore.Client:
     if target.emulator_host is not None:
         # The client library switches to the emulator (anonymous credentials) on this variable.
         os.environ["FIRESTORE_EMULATOR_HOST"] = target.emulator_host
         # The domain's writes enqueue their second's tick tasks (one per partition written to):
         # to the stack's Cloud Tasks emulator, beside the Firestore one.
-        tasks_port = json.loads(FIREBASE_JSON.read_text())["emulators"]["tasks"]["port"]
+        tasks_port = json.loads(firebase_json.read_text())["emulators"]["tasks"]["port"]
         host = target.emulator_host.rpartition(":")[0]
         os.environ.setdefault("CLOUD_TASKS_EMULATOR_HOST", f"{host}:{tasks_port}")
         check_reachable(target.emulator_host)
-        return firestore.Client(project=target.project)
+        return firestore.Client(project=target.project, database=config.PLACEMENT.database)
     try:
-        return firestore.Client(project=target.project)
+        return firestore.Client(project=target.project, database=config.PLACEMENT.database)
     except auth_exceptions.DefaultCredentialsError as exc:
         raise click.ClickException(
             "no Application Default Credentials: run `gcloud auth application-default login` "

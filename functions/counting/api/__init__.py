@@ -50,8 +50,15 @@ _CODES: list[tuple[type[Exception], https_fn.FunctionsErrorCode]] = [
 
 @functools.cache
 def db() -> firestore.Client:
-    """The instance's Firestore client (anonymous credentials under the emulator)."""
-    return firestore.Client()
+    """The instance's Firestore client, on the backend's database (anonymous credentials under
+    the emulator)."""
+    return firestore.Client(database=config.PLACEMENT.database)
+
+
+@functools.cache
+def watched_db() -> firestore.Client:
+    """The client of the database holding the documents collection counters count."""
+    return firestore.Client(database=config.PLACEMENT.watched_database)
 
 
 # Firestore errors that are transient by nature (contention, overload, an outage) reach the

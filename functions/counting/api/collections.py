@@ -27,7 +27,7 @@ from google.events.cloud.firestore import DocumentEventData
 from .. import collections, config, declarations
 from ..collections import Counting, Observed, Watch
 from ..errors import Aborted
-from . import db
+from . import db, watched_db
 
 Event: TypeAlias = "firestore_fn.Event[Change[DocumentSnapshot[Any] | None]]"
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 @functools.cache
 def counting(watch: Watch) -> Counting:
-    return Counting(db(), watch)
+    return Counting(db(), watch, source=watched_db())
 
 
 # What a retry may fix: contention (lost races on the record, Firestore's ABORTED) and outages.
@@ -89,7 +89,9 @@ def trigger(watch: Watch) -> Callable[[CloudEvent], None]:
     handler.__name__ = handler.__qualname__ = watch.function_name
     # The SDK types its entry as the handler; what it deploys takes the raw CloudEvent.
     sdk_entry = cast(Callable[[CloudEvent], None],
-                     firestore_fn.on_document_written(document=watch.documents)(handler))
+                     firestore_fn.on_document_written(
+                         document=watch.documents,
+                         database=config.PLACEMENT.watched_database)(handler))
 
     @functools.wraps(sdk_entry)  # keeps the SDK's endpoint description for the deploy
     def entry(raw: CloudEvent) -> None:

@@ -1,0 +1,248 @@
+"""Adding counters to an app that already runs on Firebase (docs/adopt.md), on the emulators.
+
+The fixture host app (tests/adopt/host: its own function in the default codebase, rules that
+guard its `orders`, a Hosting page) gets the backend from `counters init`, as docs/adopt.md says,
+once in a database of its own and once under a collection prefix in the default database. On an
+Emulator Suite started from the host's own firebase.json: the host's function, rules and page
+work as before, its orders are not counted until it declares a counter, and the counters'
+callables, rollup and listeners work. `counters remove` then gives back the host's files as they
+were, and the host runs without the backend.
+
+`make adopt` runs this module alone: it starts emulator stacks of its own (the machine's emulator
+ports, taken as tools/stack.py takes them), so it cannot run inside `make exec`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import stack
+from callables import Callables, sign_up
+from click.testing import CliRunner
+from counters_cli import cli
+from google.cloud import firestore
+
+from tests.waiting import eventually
+
+FIXTURE = Path(__file__).parent / "host"
+PROJECT = "demo-host"
+HOST = "127.0.0.1"
+PORTS = {"auth": 9099, "firestore": 8080, "functions": 5001, "hosting": 5000, "tasks": 9499}
+FUNCTIONS = f"http://{HOST}:{PORTS['functions']}/{PROJECT}/us-central1"
+FIRESTORE = f"http://{HOST}:{PORTS['firestore']}/v1/projects/{PROJECT}/databases"
+READY_S = 240.0
+ARTIFACTS = stack.ROOT / "tests" / "artifacts"
+
+pytestmark = pytest.mark.skipif(not os.environ.get("COUNTERS_ADOPT"),
+                                reason="run by `make adopt` (it starts emulators of its own)")
+
+
+def counters(*args: str) -> str:
+    """Run the operator command as a user would, failing the test on a non-zero exit."""
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """The project's files, without what running it leaves (venvs, caches, emulator logs)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not {"venv", "__pycache__"} & set(p.parts)
+            and p.suffix != ".log"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def emulator_ports() -> None:
+    stack.hold_ports("exec")  # held by this process until it exits
+    os.environ.update({
+        "GCLOUD_PROJECT": PROJECT,
+        "FIRESTORE_EMULATOR_HOST": f"{HOST}:{PORTS['firestore']}",
+        "FIREBASE_AUTH_EMULATOR_HOST": f"{HOST}:{PORTS['auth']}",
+        "CLOUD_TASKS_EMULATOR_HOST": f"{HOST}:{PORTS['tasks']}",
+    })
+
+
+@contextmanager
+def emulators(host: Path, label: str) -> Iterator[Path]:
+    """The Emulator Suite as the host runs it (`firebase emulators:start` in its folder), its
+    function workers from the repository's venv."""
+    for codebase in ("functions", "counters"):
+        if (host / codebase).is_dir() and not (host / codebase / "venv").exists():
+            (host / codebase / "venv").symlink_to(stack.ROOT / "functions" / "venv")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = ARTIFACTS / f"adopt-{label}.log"
+    env = {**os.environ, **stack.offline_emulator_env(), **stack.java_env(), **stack.firebase_env()}
+    firebase = stack.start_group(
+        [str(stack.ROOT / "node_modules/.bin/firebase"), "emulators:start", "--only",
+         ",".join(PORTS), "--project", PROJECT], env, log, cwd=host)
+    try:
+        eventually(lambda: answers(f"{FUNCTIONS}/hello", firebase, log), READY_S)
+        if (host / "counters").is_dir():
+            eventually(lambda: answers(f"{FUNCTIONS}/counters-get_count", firebase, log),
+                       READY_S)
+        yield log
+    finally:
+        stack.stop_group(firebase)
+        firebase.wait()  # reaped, whatever stop_group saw
+
+
+def answers(url: str, firebase: Any, log: Path) -> bool:
+    if firebase.poll() is not None:
+        raise AssertionError(f"firebase exited; see {log}")
+    try:
+        return requests.post(url, json={"data": {}}, timeout=10).status_code in (200, 400, 401)
+    except requests.ConnectionError:
+        return False
+
+
+# --- what the host sees ----------------------------------------------------------------------
+
+
+def rest(method: str, database: str, path: str, token: str | None,
+         fields: dict[str, Any] | None = None) -> int:
+    """A client's Firestore request (REST, as the SDKs send it): its HTTP status."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    url = f"{FIRESTORE}/{database}/documents/{path}"
+    if method == "CREATE":
+        parent, _, doc = path.rpartition("/")
+        url = f"{FIRESTORE}/{database}/documents/{parent}?documentId={doc}"
+        method = "POST"
+    body = None if fields is None else {"fields": {
+        k: {"integerValue": str(v)} if isinstance(v, int) else {"stringValue": v}
+        for k, v in fields.items()}}
+    return requests.request(method, url, json=body, headers=headers, timeout=30).status_code
+
+
+def check_host_as_before(host_db: str = "(default)") -> None:
+    """The host's function and page answer, and its rules allow and refuse as they did."""
+    assert requests.get(f"{FUNCTIONS}/hello", timeout=30).text == "hello from the host app"
+    page = requests.get(f"http://{HOST}:{PORTS['hosting']}/", timeout=30)
+    assert "The host app's own page." in page.text
+    alice, bob = sign_up(project=PROJECT), sign_up(project=PROJECT)
+    order = f"orders/o-{alice.uid}"
+    assert rest("CREATE", host_db, order, alice.id_token,
+                {"owner": alice.uid, "status": "paid", "amount": 5}) == 200
+    assert rest("GET", host_db, order, alice.id_token) == 200
+    assert rest("GET", host_db, order, bob.id_token) == 403
+    assert rest("CREATE", host_db, f"orders/o-x-{bob.uid}", bob.id_token,
+                {"owner": alice.uid, "status": "paid", "amount": 5}) == 403
+    assert rest("GET", host_db, "anything/else", alice.id_token) == 403
+
+
+def check_counters(database: str, prefix: str) -> str:
+    """The backend's callables, rollup and a listener, where the install put its data; returns
+    a counter that the rollup has published."""
+    admin = Callables(sign_up({"admin": True}, project=PROJECT).id_token, base_url=FUNCTIONS)
+    user = Callables(sign_up(project=PROJECT).id_token, base_url=FUNCTIONS)
+    counter = f"likes-{time.time_ns()}"
+    admin.call("counters-create_counter", counter=counter, shards=4)
+    db = firestore.Client(project=PROJECT, database=database)
+    seen: list[int] = []
+    ready = threading.Event()
+
+    def on_snapshot(snapshots: list[Any], *_: Any) -> None:
+        for snapshot in snapshots:
+            if snapshot.exists:
+                seen.append(int(snapshot.get("count")))
+                ready.set()
+
+    watch = db.collection(f"{prefix}counters").document(counter).on_snapshot(on_snapshot)
+    try:
+        assert ready.wait(30)
+        for n in range(5):
+            assert user.call("counters-increment", counter=counter, request_id=f"r{n}")["applied"]
+        eventually(lambda: seen and seen[-1] == 5, 60)
+    finally:
+        watch.unsubscribe()  # type: ignore[no-untyped-call]
+    anyone = sign_up(project=PROJECT).id_token
+    assert rest("GET", database, f"{prefix}counters/{counter}", anyone) == 200
+    assert rest("GET", database, f"{prefix}internal/rollup", anyone) == 403
+    assert rest("GET", database, f"{prefix}counters/{counter}/{prefix}shards/0", anyone) == 403
+    return counter
+
+
+def orders_counted(database: str, prefix: str) -> dict[str, int]:
+    db = firestore.Client(project=PROJECT, database=database)
+    return {s.id: int(s.get("count")) for s in db.collection(f"{prefix}counters").stream()
+            if s.id.startswith("orders:")}
+
+
+# --- the install, in each of its two places --------------------------------------------------
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Path:
+    copy = tmp_path / "host"
+    shutil.copytree(FIXTURE, copy)
+    return copy
+
+
+@pytest.mark.parametrize(("args", "database", "prefix"), [
+    ((), "counters", ""),
+    (("--prefix", "ctr_"), "(default)", "ctr_"),
+], ids=["own-database", "prefix"])
+def test_add_counters_then_remove_them(host: Path, args: tuple[str, ...], database: str,
+                                       prefix: str) -> None:
+    before = tree(host)
+    shown = counters("init", str(host), "--dry-run", *args)
+    assert "firebase.json" in shown and "counters/main.py" in shown
+    assert tree(host) == before  # a dry run writes nothing
+
+    counters("init", str(host), *args)
+    installed = tree(host)
+    firebase = json.loads((host / "firebase.json").read_text())
+    assert [c.get("codebase", "default") for c in firebase["functions"]] == ["default",
+                                                                              "counters"]
+    assert "hosting" in firebase and firebase["hosting"] == json.loads(
+        before["firebase.json"])["hosting"]
+    assert json.loads((host / "counters/declarations.json").read_text()) == []
+    assert counters("init", str(host), *args).strip() == "nothing to change"
+    assert tree(host) == installed
+
+    label = "db" if database != "(default)" else "prefix"
+    with emulators(host, f"{label}-installed") as log:
+        if database != "(default)":
+            # The emulator loads no rules once firebase.json lists two databases.
+            counters("emulator-rules", str(host), "--project", PROJECT)
+        check_host_as_before()
+        published = check_counters(database, prefix)
+        # The host's orders are the host's: nothing counts them (the rollup has run since).
+        assert orders_counted(database, prefix) == {}
+        assert published not in orders_counted(database, prefix)
+        declare_a_collection_counter(host, database, prefix, log)
+
+    counters("remove", str(host))
+    after = tree(host)
+    assert {k: v for k, v in after.items() if k != "firebase.json"} == {
+        k: v for k, v in before.items() if k != "firebase.json"}
+    assert json.loads(after["firebase.json"]) == json.loads(before["firebase.json"])
+    with emulators(host, f"{label}-removed"):
+        check_host_as_before()
+        assert requests.post(f"{FUNCTIONS}/counters-increment", json={"data": {}},
+                             timeout=30).status_code == 404
+
+
+def declare_a_collection_counter(host: Path, database: str, prefix: str, log: Path) -> None:
+    """docs/adopt.md, "Counting the app's own documents": declare, deploy (here: the Functions
+    emulator reloads the codebase), backfill what was there before, and the trigger counts what
+    comes after."""
+    (host / "counters/declarations.json").write_text(json.dumps([
+        {"counter": "orders:{status}", "documents": "orders/{order}", "group_by": "status"}]))
+    eventually(lambda: "counters-count_orders" in log.read_text(), READY_S)
+    shown = counters("--backend", str(host / "counters"), "backfill", "orders")
+    assert "1 counted now" in shown, shown
+    eventually(lambda: orders_counted(database, prefix) == {"orders:paid": 1}, 60)
+    alice = sign_up(project=PROJECT)
+    assert rest("CREATE", "(default)", f"orders/new-{alice.uid}", alice.id_token,
+                {"owner": alice.uid, "status": "paid", "amount": 7}) == 200
+    eventually(lambda: orders_counted(database, prefix) == {"orders:paid": 2}, 60)

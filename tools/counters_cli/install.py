@@ -1,0 +1,485 @@
+"""`counters init`, `counters remove` and `counters emulator-rules`: add the backend to a Firebase
+project that already has its own functions, rules and site, take it out again, and give a local
+Firestore emulator the rules of every database (docs/adopt.md).
+
+An install is a folder in the host project (`counters/` by default: the functions codebase, its
+`.env` saying where the data lives, `declarations.json`, and in a database of its own, that
+database's rules and indexes) and entries in the host's `firebase.json`:
+
+- a functions codebase of that name, whose function ids firebase-tools prefixes with it
+  (`counters-increment`), beside the host's codebases;
+- with `--database` (the default, `counters`): a `firestore` entry for that database, with its own
+  rules, indexes and TTL policies; the host's entry stays as it is (in list form);
+- with `--prefix`: the backend's collections in the default database, every id prefixed, its
+  rules added to the host's rules file as a block of their own and its indexes and TTL policies
+  to the host's index file;
+- a Cloud Tasks emulator entry, when the host configures emulators and has none.
+
+Nothing else of the host's changes. `install.json` in the folder records what was added, so that
+`counters remove` takes out exactly that. Running `init` again changes nothing (it brings the
+backend's code up to this version, and keeps the host's edits of the install's `.env` and
+declarations).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import counting
+import requests
+from counting import config
+
+import counters_cli
+
+# Where init finds what it writes: a wheel carries it in counters_cli/backend/ (make packages);
+# this repository's checkout keeps it at its root and in functions/.
+_PACKED = Path(counters_cli.__file__).resolve().parent / "backend"
+_REPO = Path(counters_cli.__file__).resolve().parents[2]
+RECORD = "install.json"
+# The backend's part of the repository's rules file lies between these lines.
+RULES_BEGIN = re.compile(r"^ *// counters: begin\..*$", re.MULTILINE)
+RULES_END = re.compile(r"^ *// counters: end$", re.MULTILINE)
+# How init marks the block it adds to a host's rules file.
+MARK_BEGIN = "// counters:begin {name} (added by `counters init`; `counters remove` takes it out)"
+MARK_END = "// counters:end {name}"
+FUNCTIONS_IGNORE = ["venv", ".git", "*.local", "__pycache__", RECORD]
+# The default Cloud Tasks emulator port, given to a host whose emulators have none.
+TASKS_EMULATOR = {"host": "127.0.0.1", "port": 9499}
+LINE = 100  # the longest line dumps() writes an object on
+
+
+def source(name: str) -> Path:
+    """A file of the backend as this command ships it."""
+    packed = _PACKED / name
+    if packed.exists():
+        return packed
+    at_root = name in ("firestore.rules", "firestore.indexes.json")
+    return (_REPO if at_root else _REPO / "functions") / name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Install:
+    """One install: its `name` (folder, codebase and function prefix) and its placement."""
+
+    name: str
+    database: str  # config.DEFAULT_DATABASE with a collection prefix
+    collection_prefix: str
+
+    def __post_init__(self) -> None:
+        if not config.FUNCTION_PREFIX_PATTERN.fullmatch(self.name):
+            raise click.UsageError(f"--name: {self.name!r} must be 1-30 of a-z 0-9 -, a letter "
+                                   "first, not ending in -")
+        if (self.database == config.DEFAULT_DATABASE) == (not self.collection_prefix):
+            raise click.UsageError("give the backend a database of its own (--database) or a "
+                                   "collection prefix in the default database (--prefix)")
+        try:
+            self.placement  # noqa: B018 (validates the values)
+        except ValueError as error:
+            raise click.UsageError(str(error)) from None
+
+    @property
+    def placement(self) -> config.Placement:
+        return config.Placement(database=self.database, collection_prefix=self.collection_prefix,
+                                function_prefix=self.name)
+
+    @property
+    def own_database(self) -> bool:
+        return self.database != config.DEFAULT_DATABASE
+
+    def record(self) -> dict[str, Any]:
+        return {"name": self.name, "database": self.database,
+                "collection_prefix": self.collection_prefix}
+
+    @classmethod
+    def recorded(cls, folder: Path) -> Install | None:
+        path = folder / RECORD
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(name=data["name"], database=data["database"],
+                   collection_prefix=data["collection_prefix"])
+
+
+# --- what the backend's files become in an install -------------------------------------------
+
+
+def rules_block(collection_prefix: str) -> str:
+    """The backend's rules (the repository's, between the markers), each collection id
+    prefixed; indented as the body of a `match /databases/.../documents` block."""
+    text = source("firestore.rules").read_text()
+    begin, end = RULES_BEGIN.search(text), RULES_END.search(text)
+    assert begin is not None and end is not None, "the backend's rules are marked"
+    block = text[begin.end():end.start()].strip("\n")
+    ids = "|".join(re.escape(base) for base in config.COLLECTION_IDS.values())
+    return re.sub(rf"(match /)({ids})(/)", rf"\g<1>{collection_prefix}\g<2>\g<3>", block)
+
+
+def database_block(body: str) -> str:
+    """`body` as the rules of the documents of the database the file is deployed to."""
+    return f"  match /databases/{{database}}/documents {{\n{body}\n  }}\n"
+
+
+def own_rules(install: Install) -> str:
+    """The rules file of a database of the backend's own: its rules, and nothing else allowed."""
+    return ("rules_version = '2';\n\n"
+            "// The counters backend's database: clients read what these rules allow; every "
+            "write goes\n// through its functions (the Admin SDK bypasses rules). Written by "
+            "`counters init`.\n"
+            "service cloud.firestore {\n"
+            + database_block(rules_block("")) + "}\n")
+
+
+def insert_rules(host: str, block: str, name: str) -> str:
+    """The host's rules with `block` added, marked, as the last thing in its service."""
+    end = last_brace(host)
+    marked = (f"  {MARK_BEGIN.format(name=name)}\n{block}  {MARK_END.format(name=name)}\n")
+    head = host[:end].rstrip(" ")
+    if not head.endswith("\n"):
+        head += "\n"
+    return head + marked + host[end:]
+
+
+def remove_rules(host: str, name: str) -> str:
+    pattern = re.compile(rf"^ *{re.escape(MARK_BEGIN.format(name=name))}\n.*?"
+                         rf"^ *{re.escape(MARK_END.format(name=name))}\n", re.MULTILINE | re.DOTALL)
+    return pattern.sub("", host, count=1)
+
+
+def last_brace(rules: str) -> int:
+    """Where the service block of a rules file closes: its last `}`, after which only blank
+    lines and comments may follow."""
+    end = rules.rfind("}")
+    if end < 0 or any(line.strip() and not line.strip().startswith("//")
+                      for line in rules[end + 1:].splitlines()):
+        raise click.ClickException("the host's rules file does not end with its service block's "
+                                   "closing brace: add the backend's rules by hand "
+                                   "(docs/adopt.md)")
+    return end
+
+
+def indexes(collection_prefix: str) -> dict[str, Any]:
+    """The backend's indexes and field overrides (TTL policies included), ids prefixed."""
+    data: dict[str, Any] = json.loads(source("firestore.indexes.json").read_text())
+    for entry in [*data["indexes"], *data["fieldOverrides"]]:
+        entry["collectionGroup"] = collection_prefix + entry["collectionGroup"]
+    return data
+
+
+def merge_indexes(host: dict[str, Any], ours: dict[str, Any], *, add: bool) -> dict[str, Any]:
+    """The host's index file with ours added (or taken out): entries are compared whole."""
+    merged = dict(host)
+    for key in ("indexes", "fieldOverrides"):
+        kept = [entry for entry in host.get(key, []) if entry not in ours[key]]
+        merged[key] = kept + (ours[key] if add else [])
+    return merged
+
+
+def env_file(install: Install) -> str:
+    """The codebase's .env: the repository's deploy parameters and where the data lives."""
+    placement = "".join(f"{variable}={value}\n" for variable, value in
+                        install.placement.env().items())
+    return (source(".env").read_text().rstrip("\n") + "\n"
+            "# Where this backend lives (docs/adopt.md); firebase.json's codebase prefix is "
+            f"{install.name!r}.\n" + placement)
+
+
+# --- the host's files ------------------------------------------------------------------------
+
+
+@dataclass
+class Changes:
+    """Files to write (path -> new text, None: delete) and the folder to remove."""
+
+    root: Path
+    files: dict[Path, str | None] = field(default_factory=dict)
+    remove_folder: Path | None = None
+
+    def put(self, path: Path, text: str | None) -> None:
+        current = path.read_text() if path.exists() else None
+        if current != text:
+            self.files[path] = text
+
+    def describe(self, echo: Callable[[str], None]) -> None:
+        for path, text in sorted(self.files.items()):
+            current = path.read_text() if path.exists() else None
+            name = str(path.relative_to(self.root))
+            if text is None:
+                echo(f"delete {name}")
+            elif current is None:
+                echo(f"create {name} ({len(text.splitlines())} lines)")
+            else:
+                echo("".join(difflib.unified_diff(current.splitlines(True), text.splitlines(True),
+                                                  f"a/{name}", f"b/{name}")).rstrip("\n"))
+        if self.remove_folder is not None:
+            echo(f"delete {self.remove_folder.relative_to(self.root)}/")
+
+    def apply(self) -> None:
+        for path, text in self.files.items():
+            if text is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+        if self.remove_folder is not None:
+            shutil.rmtree(self.remove_folder)
+
+
+def dumps(data: Any) -> str:
+    """JSON as firebase.json is usually written: two-space indents, lists of plain values and
+    small objects of them on one line."""
+    return _dumps(data, "") + "\n"
+
+
+def _dumps(data: Any, indent: str) -> str:
+    inner = indent + "  "
+    if isinstance(data, dict) and data and not _flat(data, indent):
+        items = (f"{inner}{json.dumps(k, ensure_ascii=False)}: {_dumps(v, inner)}"
+                 for k, v in data.items())
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(data, list) and data and not all(_plain(v) for v in data):
+        return "[\n" + ",\n".join(inner + _dumps(v, inner) for v in data) + f"\n{indent}]"
+    if isinstance(data, dict):
+        return ("{ " + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {_dumps(v, inner)}"
+                                 for k, v in data.items()) + " }") if data else "{}"
+    return json.dumps(data, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _plain(value: Any) -> bool:
+    return not isinstance(value, dict | list)
+
+
+def _flat(data: dict[str, Any], indent: str) -> bool:
+    """An object of plain values that fits on one line."""
+    return (all(_plain(v) for v in data.values())
+            and len(indent) + len(json.dumps(data, ensure_ascii=False)) + 6 <= LINE)
+
+
+def read_firebase_json(root: Path) -> dict[str, Any]:
+    path = root / "firebase.json"
+    if not path.exists():
+        raise click.ClickException(f"{path} not found: run this in a Firebase project's folder "
+                                   "(or name it)")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def as_list(entry: Any) -> list[dict[str, Any]]:
+    if entry is None:
+        return []
+    return list(entry) if isinstance(entry, list) else [entry]
+
+
+def codebase(install: Install) -> dict[str, Any]:
+    return {"source": install.name, "codebase": install.name, "prefix": install.name,
+            "runtime": "python311", "ignore": FUNCTIONS_IGNORE}
+
+
+def firestore_entry(install: Install) -> dict[str, Any]:
+    return {"database": install.database, "rules": f"{install.name}/firestore.rules",
+            "indexes": f"{install.name}/firestore.indexes.json"}
+
+
+def plan_init(root: Path, install: Install) -> Changes:
+    firebase = read_firebase_json(root)
+    folder = root / install.name
+    recorded = Install.recorded(folder)
+    if recorded is not None and recorded != install:
+        raise click.ClickException(f"{folder} holds an install with {recorded.record()}: "
+                                   "`counters remove` it first to place the backend elsewhere")
+    if recorded is None and folder.exists():
+        raise click.ClickException(f"{folder} exists and is not an install: choose another "
+                                   "--name")
+    changes = Changes(root)
+    record: dict[str, Any] = {**install.record(), "firebase_json": {}}
+    added = record["firebase_json"]
+    if recorded is not None:
+        added.update(json.loads((folder / RECORD).read_text())["firebase_json"])
+
+    functions = as_list(firebase.get("functions"))
+    others = [c for c in functions if c.get("codebase", "default") != install.name]
+    if any(c.get("source") == install.name for c in others):
+        raise click.ClickException(f"a codebase of the host's has its source in {install.name}/")
+    if not functions or isinstance(firebase.get("functions"), dict):
+        added.setdefault("functions_was", "object" if functions else "absent")
+    firebase["functions"] = [*others, codebase(install)]
+
+    stores = as_list(firebase.get("firestore"))
+    if install.own_database:
+        others_db = [s for s in stores if s.get("database", config.DEFAULT_DATABASE)
+                     != install.database]
+        if isinstance(firebase.get("firestore"), dict) or not stores:
+            added.setdefault("firestore_was", "object" if stores else "absent")
+        default = [{"database": config.DEFAULT_DATABASE, **s} if "database" not in s else s
+                   for s in others_db]
+        firebase["firestore"] = [*default, firestore_entry(install)]
+        changes.put(folder / "firestore.rules", own_rules(install))
+        changes.put(folder / "firestore.indexes.json", dumps(indexes("")))
+    else:
+        plan_shared_database(root, install, stores, changes, add=True)
+
+    emulators = firebase.get("emulators")
+    if isinstance(emulators, dict) and "tasks" not in emulators:
+        emulators["tasks"] = TASKS_EMULATOR
+        added["tasks_emulator"] = True
+
+    changes.put(root / "firebase.json", dumps(firebase))
+    package = Path(counting.__file__).resolve().parent
+    for path in sorted(package.rglob("*.py")):
+        changes.put(folder / "counting" / path.relative_to(package), path.read_text())
+    for name in ("main.py", "requirements.txt"):
+        changes.put(folder / name, source(name).read_text())
+    keep = {".env": env_file(install), ".env.local": source(".env.local").read_text(),
+            "declarations.json": "[]\n", ".gitignore": "venv/\n__pycache__/\n"}
+    for name, text in keep.items():  # the host's to edit once written
+        if not (folder / name).exists():
+            changes.put(folder / name, text)
+    changes.put(folder / RECORD, dumps(record))
+    return changes
+
+
+def plan_shared_database(root: Path, install: Install, stores: list[dict[str, Any]],
+                         changes: Changes, *, add: bool) -> None:
+    """The backend's rules and indexes in (or out of) the host's files for the default
+    database."""
+    default = [s for s in stores if s.get("database", config.DEFAULT_DATABASE)
+               == config.DEFAULT_DATABASE]
+    if not default or "rules" not in default[0] or "indexes" not in default[0]:
+        raise click.ClickException(
+            "firebase.json deploys no rules and indexes files for the default database: a "
+            "--prefix install adds its rules and indexes to them. Add them first (`firebase init "
+            "firestore`), or give the backend a database of its own (--database)")
+    rules_path, indexes_path = root / default[0]["rules"], root / default[0]["indexes"]
+    rules = rules_path.read_text()
+    rules = remove_rules(rules, install.name)
+    if add:
+        rules = insert_rules(rules, database_block(rules_block(install.collection_prefix)),
+                             install.name)
+    changes.put(rules_path, rules)
+    host_indexes = json.loads(indexes_path.read_text()) if indexes_path.exists() else {}
+    changes.put(indexes_path, dumps(merge_indexes(
+        host_indexes, indexes(install.collection_prefix), add=add)))
+
+
+def plan_remove(root: Path, name: str) -> Changes:
+    folder = root / name
+    install = Install.recorded(folder)
+    if install is None:
+        raise click.ClickException(f"{folder}/{RECORD} not found: no install named {name!r} here")
+    added = json.loads((folder / RECORD).read_text())["firebase_json"]
+    firebase = read_firebase_json(root)
+    changes = Changes(root, remove_folder=folder)
+
+    functions = [c for c in as_list(firebase.get("functions")) if c.get("codebase") != name]
+    restore(firebase, "functions", functions, added.get("functions_was"))
+    stores = as_list(firebase.get("firestore"))
+    if install.own_database:
+        kept = [s for s in stores if s.get("database") != install.database]
+        if added.get("firestore_was") == "object":
+            kept = [{k: v for k, v in s.items() if k != "database"} for s in kept]
+        restore(firebase, "firestore", kept, added.get("firestore_was"))
+    else:
+        plan_shared_database(root, install, stores, changes, add=False)
+    if added.get("tasks_emulator"):
+        firebase.get("emulators", {}).pop("tasks", None)
+    changes.put(root / "firebase.json", dumps(firebase))
+    return changes
+
+
+def restore(firebase: dict[str, Any], key: str, kept: list[dict[str, Any]],
+            was: str | None) -> None:
+    """Put back the shape init found: absent, one object, or a list."""
+    if was == "absent" and not kept:
+        firebase.pop(key, None)
+    elif was == "object" and len(kept) == 1:
+        firebase[key] = kept[0]
+    else:
+        firebase[key] = kept
+
+
+# --- the commands ----------------------------------------------------------------------------
+
+
+def run(changes: Changes, dry_run: bool) -> None:
+    if not changes.files and changes.remove_folder is None:
+        click.echo("nothing to change")
+        return
+    changes.describe(click.echo)
+    if dry_run:
+        click.echo("(dry run: nothing written)")
+        return
+    changes.apply()
+
+
+host_dir = click.argument("host", type=click.Path(file_okay=False, path_type=Path),
+                          default=".")
+name_option = click.option("--name", default="counters", show_default=True,
+                           help="The install's folder, functions codebase and function-id "
+                                "prefix.")
+dry_run_option = click.option("--dry-run", is_flag=True, help="Show the changes; write nothing.")
+
+
+@click.command()
+@host_dir
+@name_option
+@click.option("--database", metavar="ID",
+              help="A Firestore database of the backend's own (default: counters, unless "
+                   "--prefix is given).")
+@click.option("--prefix", "collection_prefix", metavar="PREFIX", default="",
+              help="Keep the backend's collections in the default database instead, each id "
+                   "starting with PREFIX (e.g. counters_).")
+@dry_run_option
+def init(host: Path, name: str, database: str | None, collection_prefix: str,
+         dry_run: bool) -> None:
+    """Add the counters backend to the Firebase project in HOST (default: here), beside its own
+    functions, rules and site: a functions codebase NAME, and its data in a database of its own
+    or under a prefix. Run again, it changes nothing. Then: docs/adopt.md."""
+    if database is None:
+        database = config.DEFAULT_DATABASE if collection_prefix else "counters"
+    install = Install(name=name, database=database, collection_prefix=collection_prefix)
+    changes = plan_init(host.resolve(), install)
+    run(changes, dry_run)
+    if changes.files and not dry_run:
+        click.echo(f"next: python3.11 -m venv {name}/venv && {name}/venv/bin/pip install -r "
+                   f"{name}/requirements.txt; then deploy with `firebase deploy --only "
+                   f"functions:{name},firestore` (docs/adopt.md)")
+
+
+@click.command()
+@host_dir
+@name_option
+@dry_run_option
+def remove(host: Path, name: str, dry_run: bool) -> None:
+    """Take the install NAME out of the project in HOST: its firebase.json entries, rules and
+    indexes, and its folder. What it deployed stays until deleted (docs/adopt.md, "Removing")."""
+    run(plan_remove(host.resolve(), name), dry_run)
+
+
+@click.command("emulator-rules")
+@host_dir
+@click.option("--emulator", metavar="HOST:PORT", envvar="FIRESTORE_EMULATOR_HOST",
+              default="127.0.0.1:8080", show_default=True)
+@click.option("--project", "project", metavar="ID", envvar="GCLOUD_PROJECT", required=True)
+def emulator_rules(host: Path, emulator: str, project: str) -> None:
+    """Load each database's rules of the project in HOST into a running Firestore emulator, as a
+    deploy gives each database its own: the emulator loads none on its own once firebase.json
+    lists more than one database."""
+    for store in as_list(read_firebase_json(host.resolve()).get("firestore")):
+        if "rules" not in store:
+            continue
+        database = store.get("database", config.DEFAULT_DATABASE)
+        answer = requests.put(
+            f"http://{emulator}/emulator/v1/projects/{project}/databases/{database}"
+            ":securityRules", timeout=30, json={"rules": {"files": [
+                {"name": store["rules"], "content": (host / store["rules"]).read_text()}]}})
+        if answer.status_code != 200:
+            raise click.ClickException(f"the emulator refused {store['rules']}: "
+                                       f"{answer.text[:2000]}")
+        click.echo(f"{database}: {store['rules']} loaded into {emulator}")
