@@ -33,6 +33,7 @@
  * @typedef {import("./index.js").Transport} Transport
  * @typedef {import("./index.js").CountersClientOptions} CountersClientOptions
  * @typedef {import("./index.js").RetryOptions} RetryOptions
+ * @typedef {import("./index.js").FirebaseTransportOptions} FirebaseTransportOptions
  */
 
 // Codes a retry with the same request_id may fix: network failures surface as `internal`
@@ -482,21 +483,51 @@ export class CountersClient {
   }
 }
 
+// Where a backend deployed under prefixes keeps its functions and counters. firebase-tools names
+// the functions of a codebase with a "prefix" `${prefix}-${id}`, and refuses a prefix of any other
+// shape than this (its validatePrefix).
+const FUNCTION_PREFIX = /^([a-z](?:[a-z0-9-]*[a-z0-9])?)?$/;
+const FUNCTION_PREFIX_MAX = 30;
+const COLLECTION_PREFIX = /^[a-z0-9_]{0,40}$/;
+
+/** The callables' and the counters collection's names; a bad or unknown option is a TypeError,
+ * so that a typo never sends taps to a function or collection that does not exist.
+ * @param {FirebaseTransportOptions} options */
+function backendNames({ functionPrefix = "", collectionPrefix = "", ...unknown }) {
+  const extra = Object.keys(unknown);
+  if (extra.length > 0) {
+    throw new TypeError(`firebaseTransport: unknown option ${extra.join(", ")} (there are functionPrefix and collectionPrefix)`);
+  }
+  if (typeof functionPrefix !== "string" || functionPrefix.length > FUNCTION_PREFIX_MAX || !FUNCTION_PREFIX.test(functionPrefix)) {
+    throw new TypeError(`firebaseTransport: functionPrefix ${JSON.stringify(functionPrefix)} is not a codebase prefix: ` +
+      `a lowercase letter, then lowercase letters, digits and dashes, not ending with a dash, at most ${FUNCTION_PREFIX_MAX} characters`);
+  }
+  if (typeof collectionPrefix !== "string" || !COLLECTION_PREFIX.test(collectionPrefix)) {
+    throw new TypeError(`firebaseTransport: collectionPrefix ${JSON.stringify(collectionPrefix)} is not ` +
+      "0 to 40 lowercase letters, digits and underscores");
+  }
+  const callable = (name) => (functionPrefix ? `${functionPrefix}-${name}` : name);
+  return { increment: callable("increment"), getCount: callable("get_count"), counters: `${collectionPrefix}counters` };
+}
+
 /**
  * The transport over the Firebase JS SDK: the `increment` and `get_count` callables and a
- * listener on counters/{counter}. Pass the modules so that this file imports no SDK itself.
+ * listener on counters/{counter}, under the prefixes `options` names. Pass the modules so that
+ * this file imports no SDK itself.
  * @param {{db: unknown, functions: unknown}} app
  * @param {import("./index.js").FirestoreFunctions} firestore firebase/firestore
  * @param {import("./index.js").FunctionsFunctions} functionsSdk firebase/functions
+ * @param {FirebaseTransportOptions} [options]
  * @returns {Transport}
  */
-export function firebaseTransport({ db, functions }, { doc, onSnapshot }, { httpsCallable }) {
-  const increment = httpsCallable(functions, "increment");
-  const getCount = httpsCallable(functions, "get_count");
+export function firebaseTransport({ db, functions }, { doc, onSnapshot }, { httpsCallable }, options = {}) {
+  const names = backendNames(options);
+  const increment = httpsCallable(functions, names.increment);
+  const getCount = httpsCallable(functions, names.getCount);
   return {
     increment: async (data) => (await increment(data)).data,
     getCount: async (data) => (await getCount(data)).data,
     listen: (counter, onData, onError) =>
-      onSnapshot(doc(db, "counters", counter), (snap) => onData(snap.exists() ? snap.data() : null), onError),
+      onSnapshot(doc(db, names.counters, counter), (snap) => onData(snap.exists() ? snap.data() : null), onError),
   };
 }

@@ -185,13 +185,27 @@ export interface FunctionsFunctions {
   httpsCallable(functions: any, name: string): (data?: any) => Promise<{ data: any }>;
 }
 
+/** Where the backend keeps its functions and counters. */
+export interface FirebaseTransportOptions {
+  /** The `prefix` of the functions' codebase in the backend's firebase.json: the callables are
+   * then `${functionPrefix}-increment` and `${functionPrefix}-get_count`. A lowercase letter,
+   * then lowercase letters, digits and dashes, not ending with a dash; at most 30 characters.
+   * Default "": `increment` and `get_count`. */
+  functionPrefix?: string;
+  /** Counter documents are `${collectionPrefix}counters/{id}`: lowercase letters, digits and
+   * underscores, at most 40. Default "". */
+  collectionPrefix?: string;
+}
+
 /**
  * The transport over the Firebase JS SDK: the `increment` and `get_count` callables and a
- * listener on counters/{counter}. `app.db` is the Firestore instance (for a named database,
- * `getFirestore(app, "name")`), `app.functions` the Functions instance of the backend's region.
+ * listener on `${collectionPrefix}counters/{counter}`. `app.db` is the Firestore instance (for a
+ * named database, `getFirestore(app, "name")`), `app.functions` the Functions instance of the
+ * backend's region. Throws a TypeError on an unknown or malformed option.
  */
 export declare function firebaseTransport(
   app: { db: unknown; functions: unknown },
   firestore: FirestoreFunctions,
   functions: FunctionsFunctions,
+  options?: FirebaseTransportOptions,
 ): Transport;
