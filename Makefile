@@ -31,7 +31,7 @@ help:
 	@echo "make lint           ruff and mypy (strict)"
 	@echo "make unit           unit tests and a bounded simulation: no emulator, no network"
 	@echo "make sim SEEDS=n    simulate production Firestore over n seeds (SEED=n replays one)"
-	@echo "make webunit        the web client's unit tests (vitest): its counters module, the rollup health, the production bundle"
+	@echo "make webunit        the web client's unit tests (vitest): the counters client and its package as a host app installs it, the rollup health, the production bundle"
 	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
 	@echo "make emulator       tests against the stack, through the real callables"
 	@echo "make browser        the web client in Chromium (Playwright) against the stack"
@@ -106,7 +106,10 @@ unit: setup
 sim: setup
 	$(PY) tests/sim/run.py $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),200))
 
+# The client package is tested as a host app gets it: installed from its tarball, a host's code
+# type-checked against its index.d.ts (web/test/host), its exports compared with the declared ones.
 webunit: $(CLIENT)
+	node_modules/.bin/tsc -p web/test/host
 	node_modules/.bin/vitest run --root web
 
 # A deploy installs functions/requirements.txt alone, while functions/venv also holds the dev
