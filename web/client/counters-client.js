@@ -1,5 +1,6 @@
 // The counters client: what an app needs to count taps exactly once and show the count right,
-// online or not. It knows nothing of the page; another app imports it as it is.
+// online or not. It knows nothing of the page: it is the package @counters/client, which the web
+// app installs as another app would (README.md); its types, what each field means, are in index.d.ts.
 //
 // - Taps are queued durably (IndexedDB) with their request_id before anything is sent, sent when
 //   the browser is online, and removed only once the server answered. A reload, an app restart or
@@ -25,41 +26,14 @@
 // Firestore and Functions come in through `firebaseTransport`, so the logic is tested without them.
 
 /**
- * @typedef {object} Tap
- * @property {string} id the request_id
- * @property {string} counter
- * @property {number} by
- * @property {boolean} ordered sent only after the counter's earlier taps were answered
- * @property {number} seq the order taps were made in
- * @property {string | null} committedAt RFC 3339, once the server applied it; null while queued
- * @property {string | null} uid the user it is (or will be) sent as; fixed once attempted
- * @property {boolean} attempted whether it was ever sent (the server may have applied it)
- * @property {number | null} firstSentAt ms since the epoch of its first send (device clock)
- * @property {number} failedRounds flushes whose retries all failed transiently
- * @property {number | null} ackedAt ms since the epoch when the server acknowledged it
- *
- * @typedef {object} Rollup
- * @property {number} count
- * @property {bigint} asOf microseconds since the epoch
- *
- * @typedef {object} CounterState what an app shows for one counter
- * @property {number | null} rollup the rollup's count; null before the first snapshot
- * @property {number} unconfirmed the sum of acknowledged taps the rollup does not include yet
- * @property {number} pending the sum of taps not answered yet (queued or in flight)
- * @property {number | null} shown rollup + unconfirmed + pending (null without a rollup)
- * @property {boolean} exists false once a snapshot said the counter does not exist
- * @property {Record<string, any> | null} data the counter document's fields
- *
- * @typedef {object} IncrementAnswer
- * @property {boolean} applied
- * @property {string} [committed_at]
- *
- * @typedef {object} Transport
- * @property {(data: {counter: string, by: number, request_id: string}) => Promise<IncrementAnswer>} increment
- * @property {(data: {counter: string}) => Promise<Record<string, any>>} getCount
- * @property {(counter: string, onData: (data: Record<string, any> | null) => void,
- *             onError: (error: Error) => void) => () => void} listen
- *   calls onData with the counter document's fields (null when it does not exist)
+ * @typedef {import("./index.js").Tap} Tap
+ * @typedef {import("./index.js").Rollup} Rollup
+ * @typedef {import("./index.js").CounterState} CounterState
+ * @typedef {import("./index.js").IncrementAnswer} IncrementAnswer
+ * @typedef {import("./index.js").Transport} Transport
+ * @typedef {import("./index.js").CountersClientOptions} CountersClientOptions
+ * @typedef {import("./index.js").RetryOptions} RetryOptions
+ * @typedef {import("./index.js").FirebaseTransportOptions} FirebaseTransportOptions
  */
 
 // Codes a retry with the same request_id may fix: network failures surface as `internal`
@@ -128,8 +102,7 @@ export function newRequestId(prefix = "tap") {
  * (the caller keeps the same request_id, so a retry never counts twice).
  * @template T
  * @param {() => Promise<T>} send
- * @param {{attempts?: number, transient?: Set<string>, onRetry?: (attempt: number, error: any) => void,
- *          wait?: (ms: number) => Promise<void>}} [options]
+ * @param {RetryOptions} [options]
  * @returns {Promise<T>} */
 export async function withRetries(send, options = {}) {
   const { attempts = 6, transient = TRANSIENT, onRetry = () => {}, wait = sleep } = options;
@@ -202,30 +175,7 @@ const HOUR_MS = 3600_000;
 
 /** Counts taps exactly once and tells what to show for each counter it watches. */
 export class CountersClient {
-  /**
-   * @param {object} options
-   * @param {Transport} options.transport
-   * @param {TapStore} options.store
-   * @param {() => string | null} options.user the signed-in user's uid, null when signed out:
-   *   nothing is sent then; call flush() once signed in (and after a user change)
-   * @param {() => boolean} [options.online] whether sending may succeed (navigator.onLine);
-   *   call flush() when it becomes true
-   * @param {number} [options.inFlight] at most this many increments at once
-   * @param {(tap: Tap, answer: IncrementAnswer) => void} [options.onAnswered] the server answered
-   * @param {(tap: Tap, error: any) => void} [options.onRejected] a tap is dropped from the queue
-   *   uncounted or maybe counted: the server refused it for good (e.g. PERMISSION_DENIED,
-   *   RESOURCE_EXHAUSTED), or `counters/user-changed`, `counters/expired`, `counters/gave-up`
-   * @param {(error: any) => void} [options.onTransientError] a send failed; it will be retried
-   * @param {number} [options.retryLaterMs] when a tap's retries are exhausted online, the next
-   *   flush starts this much later
-   * @param {number} [options.timeoutMs] a transport call not answered by then is a transient failure
-   * @param {number} [options.markerTtlMs] an attempted tap older than this is not sent again
-   *   (the server remembers request ids for 24 h)
-   * @param {number} [options.maxFailedRounds] a tap whose retries ran out this many times is dropped
-   * @param {number} [options.ackedTtlMs] acknowledged taps are forgotten after this long, watched or not
-   * @param {() => number} [options.now] the clock (ms since the epoch)
-   * @param {(ms: number) => Promise<void>} [options.wait] how retries wait (tests pass their own)
-   */
+  /** @param {CountersClientOptions} options */
   constructor({ transport, store, user, online = () => true, inFlight = 4, onAnswered = () => {},
     onRejected = () => {}, onTransientError = () => {}, retryLaterMs = 15000, timeoutMs = 30000,
     markerTtlMs = 23 * HOUR_MS, maxFailedRounds = 40, ackedTtlMs = HOUR_MS, now = Date.now,
@@ -533,21 +483,51 @@ export class CountersClient {
   }
 }
 
+// Where a backend deployed under prefixes keeps its functions and counters. firebase-tools names
+// the functions of a codebase with a "prefix" `${prefix}-${id}`, and refuses a prefix of any other
+// shape than this (its validatePrefix).
+const FUNCTION_PREFIX = /^([a-z](?:[a-z0-9-]*[a-z0-9])?)?$/;
+const FUNCTION_PREFIX_MAX = 30;
+const COLLECTION_PREFIX = /^[a-z0-9_]{0,40}$/;
+
+/** The callables' and the counters collection's names; a bad or unknown option is a TypeError,
+ * so that a typo never sends taps to a function or collection that does not exist.
+ * @param {FirebaseTransportOptions} options */
+function backendNames({ functionPrefix = "", collectionPrefix = "", ...unknown }) {
+  const extra = Object.keys(unknown);
+  if (extra.length > 0) {
+    throw new TypeError(`firebaseTransport: unknown option ${extra.join(", ")} (there are functionPrefix and collectionPrefix)`);
+  }
+  if (typeof functionPrefix !== "string" || functionPrefix.length > FUNCTION_PREFIX_MAX || !FUNCTION_PREFIX.test(functionPrefix)) {
+    throw new TypeError(`firebaseTransport: functionPrefix ${JSON.stringify(functionPrefix)} is not a codebase prefix: ` +
+      `a lowercase letter, then lowercase letters, digits and dashes, not ending with a dash, at most ${FUNCTION_PREFIX_MAX} characters`);
+  }
+  if (typeof collectionPrefix !== "string" || !COLLECTION_PREFIX.test(collectionPrefix)) {
+    throw new TypeError(`firebaseTransport: collectionPrefix ${JSON.stringify(collectionPrefix)} is not ` +
+      "0 to 40 lowercase letters, digits and underscores");
+  }
+  const callable = (name) => (functionPrefix ? `${functionPrefix}-${name}` : name);
+  return { increment: callable("increment"), getCount: callable("get_count"), counters: `${collectionPrefix}counters` };
+}
+
 /**
  * The transport over the Firebase JS SDK: the `increment` and `get_count` callables and a
- * listener on counters/{counter}. Pass the modules so that this file imports no SDK itself.
- * @param {{db: any, functions: any}} app
- * @param {{doc: Function, onSnapshot: Function}} firestore firebase/firestore
- * @param {{httpsCallable: Function}} functionsSdk firebase/functions
+ * listener on counters/{counter}, under the prefixes `options` names. Pass the modules so that
+ * this file imports no SDK itself.
+ * @param {{db: unknown, functions: unknown}} app
+ * @param {import("./index.js").FirestoreFunctions} firestore firebase/firestore
+ * @param {import("./index.js").FunctionsFunctions} functionsSdk firebase/functions
+ * @param {FirebaseTransportOptions} [options]
  * @returns {Transport}
  */
-export function firebaseTransport({ db, functions }, { doc, onSnapshot }, { httpsCallable }) {
-  const increment = httpsCallable(functions, "increment");
-  const getCount = httpsCallable(functions, "get_count");
+export function firebaseTransport({ db, functions }, { doc, onSnapshot }, { httpsCallable }, options = {}) {
+  const names = backendNames(options);
+  const increment = httpsCallable(functions, names.increment);
+  const getCount = httpsCallable(functions, names.getCount);
   return {
     increment: async (data) => (await increment(data)).data,
     getCount: async (data) => (await getCount(data)).data,
     listen: (counter, onData, onError) =>
-      onSnapshot(doc(db, "counters", counter), (snap) => onData(snap.exists() ? snap.data() : null), onError),
+      onSnapshot(doc(db, names.counters, counter), (snap) => onData(snap.exists() ? snap.data() : null), onError),
   };
 }
