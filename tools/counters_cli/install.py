@@ -79,7 +79,8 @@ class Install:
                                    "first, not ending in -")
         if (self.database == config.DEFAULT_DATABASE) == (not self.collection_prefix):
             raise click.UsageError("give the backend a database of its own (--database) or a "
-                                   "collection prefix in the default database (--prefix)")
+                                   "collection prefix in the default database (--prefix): one "
+                                   "or the other")
         try:
             self.placement  # noqa: B018 (validates the values)
         except ValueError as error:
@@ -154,13 +155,20 @@ def remove_rules(host: str, name: str) -> str:
 
 
 def last_brace(rules: str) -> int:
-    """Where the service block of a rules file closes: its last `}`, after which only blank
-    lines and comments may follow."""
-    end = rules.rfind("}")
-    if end < 0 or any(line.strip() and not line.strip().startswith("//")
-                      for line in rules[end + 1:].splitlines()):
-        raise click.ClickException("the host's rules file does not end with its service block's "
-                                   "closing brace: add the backend's rules by hand "
+    """Where the service block of a rules file closes, after which only blank lines and comments
+    may follow (braces in comments and strings do not count)."""
+    code = re.sub(r"//[^\n]*|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"",
+                  lambda m: " " * len(m.group()), rules)
+    service = re.search(r"\bservice\s+cloud\.firestore\s*\{", code)
+    depth, end = 0, -1
+    for at in range(service.end() - 1 if service else len(code), len(code)):
+        depth += {"{": 1, "}": -1}.get(code[at], 0)
+        if depth == 0:
+            end = at
+            break
+    if end < 0 or code[end + 1:].strip():
+        raise click.ClickException("the host's rules file does not end with its `service "
+                                   "cloud.firestore` block: add the backend's rules by hand "
                                    "(docs/adopt.md)")
     return end
 
