@@ -8,10 +8,12 @@ post, orders and revenue per status); an install starts with none (docs/adopt.md
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import config
 from .collections import Declaration, Watch, watches
 from .errors import FailedPrecondition, InvalidArgument, NotFound
 
@@ -49,8 +51,28 @@ def parse(text: str, origin: str = "declarations.json") -> tuple[Declaration, ..
             raise InvalidArgument(f"{origin}: entry {number}: counter, documents, group_by and "
                                   "sum are strings, expected_rate a number in (0, 1e6]")
         found.append(Declaration(**entry))
-    watches(found)  # names and trigger names unique
+    for watch in watches(found):  # names and trigger names unique
+        check_watchable(watch, origin)
     return tuple(found)
+
+
+# A deployed function's id (firebase-tools): a letter, then letters, digits, _ and -.
+_FUNCTION_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
+
+
+def check_watchable(watch: Watch, origin: str) -> None:
+    """A pattern must make a valid function id, and may not watch the backend's own collections
+    (each counter write would fire a trigger that writes a counter: a loop)."""
+    deployed = config.PLACEMENT.function_id(watch.function_name)
+    if not _FUNCTION_ID.fullmatch(deployed):
+        raise InvalidArgument(f"{origin}: {watch.documents!r} makes the trigger id {deployed!r}: "
+                              "collection ids of A-Z a-z 0-9 _ -, at most 63 characters in all")
+    if config.PLACEMENT.watched_database == config.PLACEMENT.database:
+        own = {getattr(config, name) for name in config.COLLECTION_IDS}
+        taken = own.intersection(watch.documents.split("/")[::2])
+        if taken:
+            raise InvalidArgument(f"{origin}: {watch.documents!r} watches the backend's own "
+                                  f"collection {sorted(taken)[0]!r}")
 
 
 def load(path: Path) -> tuple[Declaration, ...]:

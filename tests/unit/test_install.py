@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from counters_cli import cli, install
+from counters_cli import cli, install, session
 from counting import config, declarations
 from counting.errors import InvalidArgument
 
@@ -156,10 +156,19 @@ def test_init_outside_a_firebase_project_says_so(tmp_path: Path) -> None:
     (json.dumps([{"counter": f"n{i}:{{o}}", "documents": f"o{i}/{{o}}"}
                  for i in range(declarations.MAX_DECLARATIONS + 1)]), "at most 50"),
     (" " * (declarations.MAX_FILE_BYTES + 1), "larger than"),
+    (json.dumps([{"counter": "n:{c}", "documents": "counters/{c}"}]), "backend's own"),
+    (json.dumps([{"counter": "n:{s}", "documents": "x/{c}/shards/{s}"}]), "backend's own"),
+    (json.dumps([{"counter": "n:{x}", "documents": "{c}/{x}"}]), "trigger id"),
+    (json.dumps([{"counter": "n:{x}", "documents": "caf\u00e9/{x}"}]), "trigger id"),
+    (json.dumps([{"counter": "n:{x}", "documents": "o" * 58 + "/{x}"}]), "trigger id"),
 ])
 def test_declarations_files_are_checked(text: str, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         declarations.parse(text)
+
+
+def test_the_longest_trigger_id() -> None:
+    assert declarations.parse(json.dumps([{"counter": "n:{x}", "documents": "o" * 57 + "/{x}"}]))
 
 
 def test_the_most_declarations_a_file_may_hold() -> None:
@@ -198,3 +207,110 @@ def test_an_installs_manifest_names_its_databases(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, cwd=ROOT / "functions", check=False, timeout=120)
     assert bad.returncode != 0 and "COUNTERS_DATABASE" in bad.stderr
+
+
+def edit_firebase_json(host: Path, **entries: object) -> dict[str, object]:
+    firebase = json.loads((host / "firebase.json").read_text())
+    firebase.update(entries)
+    (host / "firebase.json").write_text(json.dumps(firebase))
+    return firebase
+
+
+@pytest.mark.parametrize(("functions", "args", "message"), [
+    ([{"source": "functions"}, {"source": "other", "codebase": "counters"}], (),
+     "codebase 'counters' already"),
+    ([{"source": "functions", "prefix": "counters"}], (), "prefixes its functions"),
+    ([{"source": "counters", "codebase": "mine"}], (), "source in counters/"),
+    ({"source": "functions"}, ("--name", "default"), "host's own codebase"),
+])
+def test_init_never_takes_a_codebase_of_the_hosts(host: Path, functions: object,
+                                                  args: tuple[str, ...], message: str) -> None:
+    edit_firebase_json(host, functions=functions)
+    before = files(host)
+    assert message in counters("init", str(host), *args, code=1).output
+    assert files(host) == before
+
+
+def test_init_never_takes_a_database_of_the_hosts_or_another_installs(host: Path) -> None:
+    edit_firebase_json(host, firestore=[
+        {"database": "(default)", "rules": "firestore.rules", "indexes": "firestore.indexes.json"},
+        {"database": "counters", "rules": "firestore.rules"}])
+    assert "deploys a database 'counters'" in counters("init", str(host), code=1).output
+    counters("init", str(host), "--database", "tallies")
+    assert "deploys a database 'tallies'" in counters("init", str(host), "--name", "second",
+                                                      "--database", "tallies", code=1).output
+    counters("init", str(host), "--name", "third", "--prefix", "c_")
+    assert "keeps its data there" in counters("init", str(host), "--name", "fourth",
+                                              "--prefix", "c_", code=1).output
+
+
+def test_remove_gives_back_the_exact_text_and_odd_shapes(host: Path) -> None:
+    odd = ('{"functions": {"source": "functions", "runtime": "python311"},\n'
+           ' "firestore": {"database": "shop", "rules": "firestore.rules", '
+           '"indexes": "firestore.indexes.json"}}\n')
+    (host / "firebase.json").write_text(odd)
+    counters("init", str(host))
+    firebase = json.loads((host / "firebase.json").read_text())
+    assert firebase["firestore"][0] == {"database": "shop", "rules": "firestore.rules",
+                                        "indexes": "firestore.indexes.json"}
+    counters("remove", str(host))
+    assert (host / "firebase.json").read_text() == odd
+
+    counters("init", str(host))
+    edited = json.loads((host / "firebase.json").read_text())
+    edited["hosting"] = {"public": "site"}  # the host's change after the install stays
+    (host / "firebase.json").write_text(json.dumps(edited))
+    counters("remove", str(host))
+    assert json.loads((host / "firebase.json").read_text()) == {
+        **json.loads(odd), "hosting": {"public": "site"}}
+
+
+def test_a_deploy_target_in_object_form_is_left_to_the_user(host: Path) -> None:
+    edit_firebase_json(host, firestore={"target": "main", "rules": "firestore.rules"})
+    assert "deploy target" in counters("init", str(host), code=1).output
+
+
+def test_comments_in_firebase_json_are_refused_in_words(host: Path) -> None:
+    (host / "firebase.json").write_text('{\n  // a comment\n  "hosting": {}\n}\n')
+    assert "not plain JSON" in counters("init", str(host), code=1).output
+
+
+def test_braces_in_comments_and_strings_do_not_end_the_service(host: Path) -> None:
+    rules = host / "firestore.rules"
+    text = rules.read_text().replace("service cloud.firestore {", "/* } */ service cloud.firestore {"
+                                     " // }\n  function f() { return 'a}b'; }")
+    rules.write_text(text + "/* trailing } */\n")
+    counters("init", str(host), "--prefix", "c_")
+    assert "match /c_counters/{counter}" in rules.read_text()
+    counters("remove", str(host))
+    assert rules.read_text() == text + "/* trailing } */\n"
+
+
+def test_an_interrupted_install_can_be_removed(host: Path, monkeypatch: pytest.MonkeyPatch
+                                               ) -> None:
+    before = files(host)
+    written: list[Path] = []
+    real = Path.write_text
+
+    def fail_on_firebase_json(path: Path, text: str) -> int:
+        if path.name == "firebase.json":
+            raise OSError("disk full")
+        written.append(path)
+        return real(path, text)
+
+    monkeypatch.setattr(Path, "write_text", fail_on_firebase_json)
+    with pytest.raises(OSError):
+        install.plan_init(host, install.Install(name="counters", database="counters",
+                                                collection_prefix="")).apply()
+    monkeypatch.undo()
+    assert written[0].name == install.RECORD
+    counters("remove", str(host))
+    assert files(host) == before
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("A=1\n# B=2\nC = 3 # note\n", {"A": "1", "C": "3"}),
+    ("A=\"x # y\"\nB='z' # w\nC=a#b\n", {"A": "x # y", "B": "z", "C": "a#b"}),
+])
+def test_dotenv_reads_what_firebase_tools_reads(text: str, expected: dict[str, str]) -> None:
+    assert session.dotenv(text) == expected

@@ -29,11 +29,15 @@ from .session import CommandGroup, Session, resolve_target
                    "project demo-counters).")
 @click.option("--backend", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
               help="An install's folder in a host project (counters init): its database, "
-                   "collection prefix and declarations. Default: this repository's backend.")
+                   "collection prefix and declarations. Default: ./counters when it holds an "
+                   "install, else this repository's backend.")
 @click.pass_context
 def cli(ctx: click.Context, project: str | None, backend: Path | None) -> None:
     """Operate distributed counters, ticket sequences and trending tags."""
     ctx.obj = Session(resolve_target(project, os.environ))
+    if backend is None and (Path("counters") / install.RECORD).exists():
+        backend = Path("counters")
+        ctx.obj.err.print(f"backend: the install in {backend.resolve()}")
     if backend is not None:
         ctx.obj.use_backend(backend)
 

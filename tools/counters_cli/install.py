@@ -24,6 +24,7 @@ declarations).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 import shutil
@@ -157,8 +158,8 @@ def remove_rules(host: str, name: str) -> str:
 def last_brace(rules: str) -> int:
     """Where the service block of a rules file closes, after which only blank lines and comments
     may follow (braces in comments and strings do not count)."""
-    code = re.sub(r"//[^\n]*|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"",
-                  lambda m: " " * len(m.group()), rules)
+    code = re.sub(r"//[^\n]*|/\*.*?\*/|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"",
+                  lambda m: " " * len(m.group()), rules, flags=re.DOTALL)
     service = re.search(r"\bservice\s+cloud\.firestore\s*\{", code)
     depth, end = 0, -1
     for at in range(service.end() - 1 if service else len(code), len(code)):
@@ -204,11 +205,14 @@ def env_file(install: Install) -> str:
 
 @dataclass
 class Changes:
-    """Files to write (path -> new text, None: delete) and the folder to remove."""
+    """Files to write (path -> new text, None: delete) and the folder to remove. `record` is
+    written first and the host's files last, so that an interrupted run leaves an install that
+    `counters remove` finds."""
 
     root: Path
     files: dict[Path, str | None] = field(default_factory=dict)
     remove_folder: Path | None = None
+    record: Path | None = None
 
     def put(self, path: Path, text: str | None) -> None:
         current = path.read_text() if path.exists() else None
@@ -230,7 +234,14 @@ class Changes:
             echo(f"delete {self.remove_folder.relative_to(self.root)}/")
 
     def apply(self) -> None:
-        for path, text in self.files.items():
+        folder = self.record.parent if self.record is not None else None
+
+        def order(path: Path) -> tuple[bool, bool, bool]:
+            return (path != self.record, folder not in path.parents,
+                    path.name == "firebase.json")
+
+        for path in sorted(self.files, key=order):
+            text = self.files[path]
             if text is None:
                 path.unlink(missing_ok=True)
             else:
@@ -270,12 +281,23 @@ def _flat(data: dict[str, Any], indent: str) -> bool:
             and len(indent) + len(json.dumps(data, ensure_ascii=False)) + 6 <= LINE)
 
 
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise click.ClickException(f"{path} is not plain JSON ({error}); comments, which "
+                                   "firebase-tools allows, are not: add the entries by hand "
+                                   "(docs/adopt.md)") from None
+
+
 def read_firebase_json(root: Path) -> dict[str, Any]:
     path = root / "firebase.json"
     if not path.exists():
         raise click.ClickException(f"{path} not found: run this in a Firebase project's folder "
                                    "(or name it)")
-    data: dict[str, Any] = json.loads(path.read_text())
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise click.ClickException(f"{path} is not a JSON object")
     return data
 
 
@@ -295,6 +317,40 @@ def firestore_entry(install: Install) -> dict[str, Any]:
             "indexes": f"{install.name}/firestore.indexes.json"}
 
 
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def other_installs(root: Path, name: str) -> list[Install]:
+    return [found for record in sorted(root.glob(f"*/{RECORD}"))
+            if record.parent.name != name and (found := Install.recorded(record.parent))]
+
+
+def check_free(root: Path, firebase: dict[str, Any], install: Install) -> None:
+    """Refuse a name, database or prefix the host (or another install) uses already."""
+    if install.name == "default":
+        raise click.ClickException("--name default is the host's own codebase")
+    for config_ in as_list(firebase.get("functions")):
+        if config_.get("codebase", "default") == install.name:
+            raise click.ClickException(f"firebase.json has a codebase {install.name!r} already: "
+                                       "choose another --name")
+        if config_.get("prefix") == install.name and config_.get("codebase") != install.name:
+            raise click.ClickException(f"codebase {config_.get('codebase', 'default')!r} "
+                                       f"prefixes its functions with {install.name!r} already: "
+                                       "choose another --name")
+        if config_.get("source") == install.name and config_.get("codebase") != install.name:
+            raise click.ClickException(f"a codebase of the host's has its source in "
+                                       f"{install.name}/: choose another --name")
+    stores = as_list(firebase.get("firestore"))
+    if install.own_database and any(s.get("database") == install.database for s in stores):
+        raise click.ClickException(f"firebase.json deploys a database {install.database!r} "
+                                   "already: choose another --database")
+    for other in other_installs(root, install.name):
+        if (other.database, other.collection_prefix) == (install.database,
+                                                         install.collection_prefix):
+            raise click.ClickException(f"install {other.name!r} keeps its data there already")
+
+
 def plan_init(root: Path, install: Install) -> Changes:
     firebase = read_firebase_json(root)
     folder = root / install.name
@@ -305,40 +361,32 @@ def plan_init(root: Path, install: Install) -> Changes:
     if recorded is None and folder.exists():
         raise click.ClickException(f"{folder} exists and is not an install: choose another "
                                    "--name")
-    changes = Changes(root)
-    record: dict[str, Any] = {**install.record(), "firebase_json": {}}
-    added = record["firebase_json"]
-    if recorded is not None:
-        added.update(json.loads((folder / RECORD).read_text())["firebase_json"])
+    if recorded is None:
+        check_free(root, firebase, install)
+    record: dict[str, Any] = (read_json(folder / RECORD) if recorded is not None else
+                              {**install.record(), "before": {}, "written": {}})
+    before = record["before"]
+    before.setdefault("functions", firebase.get("functions"))
+    before.setdefault("firestore", firebase.get("firestore"))
+    changes = Changes(root, record=folder / RECORD)
+    host_files: dict[Path, str] = {}
 
-    functions = as_list(firebase.get("functions"))
-    others = [c for c in functions if c.get("codebase", "default") != install.name]
-    if any(c.get("source") == install.name for c in others):
-        raise click.ClickException(f"a codebase of the host's has its source in {install.name}/")
-    if not functions or isinstance(firebase.get("functions"), dict):
-        added.setdefault("functions_was", "object" if functions else "absent")
+    others = [c for c in as_list(firebase.get("functions")) if c.get("codebase") != install.name]
     firebase["functions"] = [*others, codebase(install)]
-
     stores = as_list(firebase.get("firestore"))
     if install.own_database:
-        others_db = [s for s in stores if s.get("database", config.DEFAULT_DATABASE)
-                     != install.database]
-        if isinstance(firebase.get("firestore"), dict) or not stores:
-            added.setdefault("firestore_was", "object" if stores else "absent")
-        default = [{"database": config.DEFAULT_DATABASE, **s} if "database" not in s else s
-                   for s in others_db]
-        firebase["firestore"] = [*default, firestore_entry(install)]
+        firebase["firestore"] = [*listed(firebase.get("firestore"), install),
+                                 firestore_entry(install)]
         changes.put(folder / "firestore.rules", own_rules(install))
         changes.put(folder / "firestore.indexes.json", dumps(indexes("")))
     else:
-        plan_shared_database(root, install, stores, changes, add=True)
-
+        host_files.update(shared_database(root, install, stores, record, add=True))
     emulators = firebase.get("emulators")
     if isinstance(emulators, dict) and "tasks" not in emulators:
         emulators["tasks"] = TASKS_EMULATOR
-        added["tasks_emulator"] = True
+        record["tasks_emulator"] = True
+    host_files[root / "firebase.json"] = dumps(firebase)
 
-    changes.put(root / "firebase.json", dumps(firebase))
     package = Path(counting.__file__).resolve().parent
     for path in sorted(package.rglob("*.py")):
         changes.put(folder / "counting" / path.relative_to(package), path.read_text())
@@ -349,31 +397,48 @@ def plan_init(root: Path, install: Install) -> Changes:
     for name, text in keep.items():  # the host's to edit once written
         if not (folder / name).exists():
             changes.put(folder / name, text)
+    for path, text in host_files.items():
+        key = str(path.relative_to(root))
+        before.setdefault(key, path.read_text() if path.exists() else None)
+        record["written"][key] = sha256(text)
+        changes.put(path, text)
     changes.put(folder / RECORD, dumps(record))
     return changes
 
 
-def plan_shared_database(root: Path, install: Install, stores: list[dict[str, Any]],
-                         changes: Changes, *, add: bool) -> None:
-    """The backend's rules and indexes in (or out of) the host's files for the default
-    database."""
+def listed(entry: Any, install: Install) -> list[dict[str, Any]]:
+    """The host's firestore entries in the list form several databases need (each names its
+    database), without the install's."""
+    if isinstance(entry, dict):
+        if "target" in entry:
+            raise click.ClickException("firebase.json's firestore entry uses a deploy target: "
+                                       "write it as a list entry by hand, then run this again")
+        return [{"database": entry.get("database", config.DEFAULT_DATABASE), **entry}]
+    return [s for s in as_list(entry) if s != firestore_entry(install)]
+
+
+def shared_database(root: Path, install: Install, stores: list[dict[str, Any]],
+                    record: dict[str, Any], *, add: bool) -> dict[Path, str]:
+    """The host's rules and index files for the default database with the backend's rules and
+    indexes added (or, `add` false, the ones `record` says were added taken out)."""
     default = [s for s in stores if s.get("database", config.DEFAULT_DATABASE)
-               == config.DEFAULT_DATABASE]
+               == config.DEFAULT_DATABASE and "target" not in s]
     if not default or "rules" not in default[0] or "indexes" not in default[0]:
         raise click.ClickException(
             "firebase.json deploys no rules and indexes files for the default database: a "
             "--prefix install adds its rules and indexes to them. Add them first (`firebase init "
             "firestore`), or give the backend a database of its own (--database)")
     rules_path, indexes_path = root / default[0]["rules"], root / default[0]["indexes"]
-    rules = rules_path.read_text()
-    rules = remove_rules(rules, install.name)
+    rules = remove_rules(rules_path.read_text(), install.name)
+    host_indexes = read_json(indexes_path) if indexes_path.exists() else {}
+    added = record.get("indexes", {"indexes": [], "fieldOverrides": []})
+    merged = merge_indexes(host_indexes, added, add=False)
     if add:
         rules = insert_rules(rules, database_block(rules_block(install.collection_prefix)),
                              install.name)
-    changes.put(rules_path, rules)
-    host_indexes = json.loads(indexes_path.read_text()) if indexes_path.exists() else {}
-    changes.put(indexes_path, dumps(merge_indexes(
-        host_indexes, indexes(install.collection_prefix), add=add)))
+        record["indexes"] = indexes(install.collection_prefix)
+        merged = merge_indexes(merged, record["indexes"], add=True)
+    return {rules_path: rules, indexes_path: dumps(merged)}
 
 
 def plan_remove(root: Path, name: str) -> Changes:
@@ -381,33 +446,42 @@ def plan_remove(root: Path, name: str) -> Changes:
     install = Install.recorded(folder)
     if install is None:
         raise click.ClickException(f"{folder}/{RECORD} not found: no install named {name!r} here")
-    added = json.loads((folder / RECORD).read_text())["firebase_json"]
+    record = read_json(folder / RECORD)
+    before, written = record["before"], record["written"]
     firebase = read_firebase_json(root)
     changes = Changes(root, remove_folder=folder)
+    host_files: dict[Path, str] = {}
 
-    functions = [c for c in as_list(firebase.get("functions")) if c.get("codebase") != name]
-    restore(firebase, "functions", functions, added.get("functions_was"))
-    stores = as_list(firebase.get("firestore"))
+    functions = [c for c in as_list(firebase.get("functions")) if c != codebase(install)]
+    restore(firebase, "functions", functions, before["functions"], as_list)
     if install.own_database:
-        kept = [s for s in stores if s.get("database") != install.database]
-        if added.get("firestore_was") == "object":
-            kept = [{k: v for k, v in s.items() if k != "database"} for s in kept]
-        restore(firebase, "firestore", kept, added.get("firestore_was"))
+        kept = [s for s in as_list(firebase.get("firestore")) if s != firestore_entry(install)]
+        restore(firebase, "firestore", kept, before["firestore"],
+                lambda entry: listed(entry, install))
     else:
-        plan_shared_database(root, install, stores, changes, add=False)
-    if added.get("tasks_emulator"):
+        host_files.update(shared_database(root, install, as_list(firebase.get("firestore")),
+                                          record, add=False))
+    if record.get("tasks_emulator"):
         firebase.get("emulators", {}).pop("tasks", None)
-    changes.put(root / "firebase.json", dumps(firebase))
+    host_files[root / "firebase.json"] = dumps(firebase)
+    for path, text in host_files.items():
+        key = str(path.relative_to(root))
+        # Untouched since the install: exactly the text it found; else the entries taken out.
+        current = path.read_text() if path.exists() else None
+        unchanged = current is not None and sha256(current) == written.get(key)
+        changes.put(path, before.get(key) if unchanged else text)
     return changes
 
 
-def restore(firebase: dict[str, Any], key: str, kept: list[dict[str, Any]],
-            was: str | None) -> None:
-    """Put back the shape init found: absent, one object, or a list."""
-    if was == "absent" and not kept:
-        firebase.pop(key, None)
-    elif was == "object" and len(kept) == 1:
-        firebase[key] = kept[0]
+def restore(firebase: dict[str, Any], key: str, kept: list[dict[str, Any]], was: Any,
+            listing: Callable[[Any], list[dict[str, Any]]]) -> None:
+    """Put back the host's entry as init found it when what is left is what init made of it (or
+    the entry itself: an install interrupted before it wrote firebase.json)."""
+    if kept in (listing(was), as_list(was)):
+        if was is None:
+            firebase.pop(key, None)
+        else:
+            firebase[key] = was
     else:
         firebase[key] = kept
 
@@ -455,9 +529,12 @@ def init(host: Path, name: str, database: str | None, collection_prefix: str,
     changes = plan_init(host.resolve(), install)
     run(changes, dry_run)
     if changes.files and not dry_run:
-        click.echo(f"next: python3.11 -m venv {name}/venv && {name}/venv/bin/pip install -r "
-                   f"{name}/requirements.txt; then deploy with `firebase deploy --only "
-                   f"functions:{name},firestore` (docs/adopt.md)")
+        create = (f"firebase firestore:databases:create {database} --location=<your default "
+                  "database's>; " if install.own_database else "")
+        target = f"firestore:{database}" if install.own_database else "firestore"
+        click.echo(f"next (docs/adopt.md): python3.11 -m venv {name}/venv && {name}/venv/bin/pip "
+                   f"install -r {name}/requirements.txt; {create}firebase deploy --only "
+                   f"functions:{name},{target}")
 
 
 @click.command()

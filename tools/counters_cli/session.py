@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ from rich.console import Console, RenderableType
 
 DEFAULT_PROJECT = "demo-counters"
 DEFAULT_EMULATOR_HOST = "127.0.0.1:8080"
-# The project's Firebase configuration: where the stack's emulators listen.
+# The project's Firebase configuration: where the stack's emulators listen (this repository's,
+# unless --backend names an install in another project); Cloud Tasks' default port otherwise.
 FIREBASE_JSON = Path(__file__).resolve().parents[2] / "firebase.json"
+TASKS_PORT = 9499
 # Request ids are scoped to a user (the callables use the caller's uid); the CLI's own requests
 # are those of this uid, so they never collide with a client's.
 CLI_UID = "operator-cli"
@@ -67,14 +70,18 @@ class Session:
         self.firebase_json = FIREBASE_JSON
 
     def use_backend(self, folder: Path) -> None:
-        """Operate the install in `folder`: its placement (.env) and declarations, and the
-        emulators of its host project's firebase.json."""
+        """Operate the install in `folder`: its placement (.env, then .env.<project>, as a deploy
+        reads them) and declarations, and the emulators of its host project's firebase.json."""
         env = folder / ".env"
         if not env.exists():
             raise click.UsageError(f"--backend: {env} not found (an install made by counters init "
                                    "has one)")
+        variables = dotenv(env.read_text())
+        for override in (folder / f".env.{self.target.project}",):
+            if override.exists():
+                variables.update(dotenv(override.read_text()))
         try:
-            config.place(config.Placement.from_env(dotenv(env.read_text())))
+            config.place(config.Placement.from_env(variables))
             declarations.use(declarations.load(folder / declarations.FILE.name))
         except (ValueError, CounterError) as error:
             raise click.UsageError(f"--backend: {error}") from None
@@ -121,10 +128,17 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON o
 
 
 def dotenv(text: str) -> dict[str, str]:
-    """The variables of a functions .env file (KEY=VALUE lines; # comments)."""
-    pairs = (line.split("=", 1) for line in text.splitlines()
-             if "=" in line and not line.lstrip().startswith("#"))
-    return {key.strip(): value.strip() for key, value in pairs}
+    """The variables of a functions .env file: KEY=VALUE lines, # comments (whole lines, or
+    after an unquoted value), values optionally in single or double quotes."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, equals, value = line.partition("=")
+        if not equals or key.lstrip().startswith("#"):
+            continue
+        value = value.strip()
+        quoted = re.fullmatch(r"""(["'])(.*?)\1(\s+#.*)?""", value)
+        found[key.strip()] = quoted[2] if quoted else re.sub(r"\s+#.*$", "", value)
+    return found
 
 
 def connect(target: Target, firebase_json: Path = FIREBASE_JSON) -> firestore.Client:
@@ -133,7 +147,8 @@ def connect(target: Target, firebase_json: Path = FIREBASE_JSON) -> firestore.Cl
         os.environ["FIRESTORE_EMULATOR_HOST"] = target.emulator_host
         # The domain's writes enqueue their second's tick tasks (one per partition written to):
         # to the stack's Cloud Tasks emulator, beside the Firestore one.
-        tasks_port = json.loads(firebase_json.read_text())["emulators"]["tasks"]["port"]
+        declared = json.loads(firebase_json.read_text()) if firebase_json.exists() else {}
+        tasks_port = declared.get("emulators", {}).get("tasks", {}).get("port", TASKS_PORT)
         host = target.emulator_host.rpartition(":")[0]
         os.environ.setdefault("CLOUD_TASKS_EMULATOR_HOST", f"{host}:{tasks_port}")
         check_reachable(target.emulator_host)
