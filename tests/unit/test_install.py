@@ -277,8 +277,9 @@ def test_comments_in_firebase_json_are_refused_in_words(host: Path) -> None:
 
 def test_braces_in_comments_and_strings_do_not_end_the_service(host: Path) -> None:
     rules = host / "firestore.rules"
-    text = rules.read_text().replace("service cloud.firestore {", "/* } */ service cloud.firestore {"
-                                     " // }\n  function f() { return 'a}b'; }")
+    text = rules.read_text().replace(
+        "service cloud.firestore {",
+        "/* } */ service cloud.firestore { // }\n  function f() { return 'a}b'; }")
     rules.write_text(text + "/* trailing } */\n")
     counters("init", str(host), "--prefix", "c_")
     assert "match /c_counters/{counter}" in rules.read_text()
