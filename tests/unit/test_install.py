@@ -209,11 +209,10 @@ def test_an_installs_manifest_names_its_databases(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "COUNTERS_DATABASE" in bad.stderr
 
 
-def edit_firebase_json(host: Path, **entries: object) -> dict[str, object]:
+def edit_firebase_json(host: Path, **entries: object) -> None:
     firebase = json.loads((host / "firebase.json").read_text())
     firebase.update(entries)
     (host / "firebase.json").write_text(json.dumps(firebase))
-    return firebase
 
 
 @pytest.mark.parametrize(("functions", "args", "message"), [
