@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -290,27 +291,91 @@ def test_an_interrupted_install_can_be_removed(host: Path, monkeypatch: pytest.M
                                                ) -> None:
     before = files(host)
     written: list[Path] = []
-    real = Path.write_text
+    real = Path.open
 
-    def fail_on_firebase_json(path: Path, text: str) -> int:
-        if path.name == "firebase.json":
-            raise OSError("disk full")
-        written.append(path)
-        return real(path, text)
+    def fail_on_firebase_json(path: Path, mode: str = "r", **kwargs: Any) -> Any:
+        if "w" in mode:
+            if path.name == "firebase.json":
+                raise OSError("disk full")
+            written.append(path)
+        return real(path, mode, **kwargs)
 
-    monkeypatch.setattr(Path, "write_text", fail_on_firebase_json)
+    monkeypatch.setattr(Path, "open", fail_on_firebase_json)
     with pytest.raises(OSError):
         install.plan_init(host, install.Install(name="counters", database="counters",
                                                 collection_prefix="")).apply()
     monkeypatch.undo()
     assert written[0].name == install.RECORD
-    counters("remove", str(host))
+    monkeypatch.chdir(host)  # where ./counters is the half-written install
+    counters("remove")
     assert files(host) == before
 
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("A=1\n# B=2\nC = 3 # note\n", {"A": "1", "C": "3"}),
-    ("A=\"x # y\"\nB='z' # w\nC=a#b\n", {"A": "x # y", "B": "z", "C": "a#b"}),
+    ("A=\"x # y\"\nB='z' # w\nC=a#b\nexport D=4\n",
+     {"A": "x # y", "B": "z", "C": "a", "D": "4"}),
 ])
 def test_dotenv_reads_what_firebase_tools_reads(text: str, expected: dict[str, str]) -> None:
     assert session.dotenv(text) == expected
+
+
+@pytest.mark.parametrize("args", [(), ("--prefix", "ctr_")], ids=["own-database", "prefix"])
+def test_what_the_host_changes_after_the_install_stays_through_init_and_remove(
+        host: Path, args: tuple[str, ...]) -> None:
+    counters("init", str(host), *args)
+    firebase = json.loads((host / "firebase.json").read_text())
+    firebase["hosting"]["rewrites"] = [{"source": "**", "destination": "/index.html"}]
+    (host / "firebase.json").write_text(json.dumps(firebase))
+    rules = host / "firestore.rules"
+    rules.write_text(rules.read_text().replace(
+        "    match /orders/{order} {", "    match /carts/{cart} { allow read: if false; }\n"
+        "    match /orders/{order} {"))
+    counters("init", str(host), *args)  # an upgrade, say
+    counters("remove", str(host))
+    back = json.loads((host / "firebase.json").read_text())
+    assert back["hosting"]["rewrites"] == firebase["hosting"]["rewrites"]
+    assert [c.get("codebase") for c in as_list(back["functions"])] == [None]
+    assert "match /carts/{cart}" in rules.read_text()
+    assert "counters:begin" not in rules.read_text()
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_the_hosts_edits_of_the_installs_own_entries_are_kept_and_removed_with_it(
+        host: Path) -> None:
+    counters("init", str(host))
+    firebase = json.loads((host / "firebase.json").read_text())
+    firebase["functions"][1]["runtime"] = "python312"
+    firebase["firestore"][1]["location"] = "eur3"
+    (host / "firebase.json").write_text(json.dumps(firebase))
+    counters("init", str(host))
+    again = json.loads((host / "firebase.json").read_text())
+    assert again["functions"][1]["runtime"] == "python312"
+    assert [s["database"] for s in again["firestore"]] == ["(default)", "counters"]
+    assert again["firestore"][1]["location"] == "eur3"
+    counters("remove", str(host))
+    back = json.loads((host / "firebase.json").read_text())
+    assert "counters" not in json.dumps(back["functions"]) + json.dumps(back["firestore"])
+
+
+def test_removing_one_install_keeps_the_tasks_emulator_another_uses(host: Path) -> None:
+    counters("init", str(host))
+    counters("init", str(host), "--name", "second", "--prefix", "second_")
+    counters("remove", str(host))
+    assert "tasks" in json.loads((host / "firebase.json").read_text())["emulators"]
+    counters("remove", str(host), "--name", "second")
+    assert "tasks" not in json.loads((host / "firebase.json").read_text())["emulators"]
+
+
+def test_line_endings_come_back_as_they_were(host: Path) -> None:
+    crlf = {name: (host / name).read_text().replace("\n", "\r\n").encode()
+            for name in ("firebase.json", "firestore.rules", "firestore.indexes.json")}
+    for name, data in crlf.items():
+        (host / name).write_bytes(data)
+    counters("init", str(host), "--prefix", "ctr_")
+    assert b"\r\n  // counters:begin" in (host / "firestore.rules").read_bytes()
+    counters("remove", str(host))
+    assert {name: (host / name).read_bytes() for name in crlf} == crlf

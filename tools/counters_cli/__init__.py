@@ -20,6 +20,9 @@ import click
 from . import claims, collections, counters, install, load, sequences, status, trends, watch
 from .session import CommandGroup, Session, resolve_target
 
+# The commands that add, remove or load an install rather than operate one.
+PROJECT_COMMANDS = {"init", "remove", "emulator-rules"}
+
 
 @click.group(cls=CommandGroup)
 @click.option("--project", metavar="ID",
@@ -35,6 +38,8 @@ from .session import CommandGroup, Session, resolve_target
 def cli(ctx: click.Context, project: str | None, backend: Path | None) -> None:
     """Operate distributed counters, ticket sequences and trending tags."""
     ctx.obj = Session(resolve_target(project, os.environ))
+    if ctx.invoked_subcommand in PROJECT_COMMANDS:
+        return  # they work on a host project's files, whatever state its install is in
     if backend is None and (Path("counters") / install.RECORD).exists():
         backend = Path("counters")
         ctx.obj.err.print(f"backend: the install in {backend.resolve()}")

@@ -92,6 +92,9 @@ class Install:
         return config.Placement(database=self.database, collection_prefix=self.collection_prefix,
                                 function_prefix=self.name)
 
+    def folder(self, root: Path) -> Path:
+        return root / self.name
+
     @property
     def own_database(self) -> bool:
         return self.database != config.DEFAULT_DATABASE
@@ -142,16 +145,18 @@ def own_rules(install: Install) -> str:
 def insert_rules(host: str, block: str, name: str) -> str:
     """The host's rules with `block` added, marked, as the last thing in its service."""
     end = last_brace(host)
+    newline = "\r\n" if "\r\n" in host else "\n"
     marked = (f"  {MARK_BEGIN.format(name=name)}\n{block}  {MARK_END.format(name=name)}\n")
     head = host[:end].rstrip(" ")
     if not head.endswith("\n"):
-        head += "\n"
-    return head + marked + host[end:]
+        head += newline
+    return head + marked.replace("\n", newline) + host[end:]
 
 
 def remove_rules(host: str, name: str) -> str:
-    pattern = re.compile(rf"^ *{re.escape(MARK_BEGIN.format(name=name))}\n.*?"
-                         rf"^ *{re.escape(MARK_END.format(name=name))}\n", re.MULTILINE | re.DOTALL)
+    pattern = re.compile(rf"^ *{re.escape(MARK_BEGIN.format(name=name))}\r?\n.*?"
+                         rf"^ *{re.escape(MARK_END.format(name=name))}\r?\n",
+                         re.MULTILINE | re.DOTALL)
     return pattern.sub("", host, count=1)
 
 
@@ -215,13 +220,12 @@ class Changes:
     record: Path | None = None
 
     def put(self, path: Path, text: str | None) -> None:
-        current = path.read_text() if path.exists() else None
-        if current != text:
+        if text_of(path) != text:
             self.files[path] = text
 
     def describe(self, echo: Callable[[str], None]) -> None:
         for path, text in sorted(self.files.items()):
-            current = path.read_text() if path.exists() else None
+            current = text_of(path)
             name = str(path.relative_to(self.root))
             if text is None:
                 echo(f"delete {name}")
@@ -246,9 +250,18 @@ class Changes:
                 path.unlink(missing_ok=True)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+                with path.open("w", newline="") as file:
+                    file.write(text)
         if self.remove_folder is not None:
             shutil.rmtree(self.remove_folder)
+
+
+def text_of(path: Path) -> str | None:
+    """A file's text as it is on disk (line endings kept), None when it does not exist."""
+    if not path.exists():
+        return None
+    with path.open(newline="") as file:
+        return file.read()
 
 
 def dumps(data: Any) -> str:
@@ -371,12 +384,16 @@ def plan_init(root: Path, install: Install) -> Changes:
     changes = Changes(root, record=folder / RECORD)
     host_files: dict[Path, str] = {}
 
-    others = [c for c in as_list(firebase.get("functions")) if c.get("codebase") != install.name]
-    firebase["functions"] = [*others, codebase(install)]
+    # The install's own entries keep what the host changed in them since (a runtime, a location).
+    functions = as_list(firebase.get("functions"))
+    mine = next((c for c in functions if c.get("codebase") == install.name), {})
+    others = [c for c in functions if c.get("codebase") != install.name]
+    firebase["functions"] = [*others, {**codebase(install), **mine}]
     stores = as_list(firebase.get("firestore"))
     if install.own_database:
+        kept = next((s for s in stores if s.get("database") == install.database), {})
         firebase["firestore"] = [*listed(firebase.get("firestore"), install),
-                                 firestore_entry(install)]
+                                 {**firestore_entry(install), **kept}]
         changes.put(folder / "firestore.rules", own_rules(install))
         changes.put(folder / "firestore.indexes.json", dumps(indexes("")))
     else:
@@ -385,6 +402,9 @@ def plan_init(root: Path, install: Install) -> Changes:
     if isinstance(emulators, dict) and "tasks" not in emulators:
         emulators["tasks"] = TASKS_EMULATOR
         record["tasks_emulator"] = True
+    elif any(read_json(other.folder(root) / RECORD).get("tasks_emulator")
+             for other in other_installs(root, install.name)):
+        record["tasks_emulator"] = True  # added by an install: the last one removed takes it
     host_files[root / "firebase.json"] = dumps(firebase)
 
     package = Path(counting.__file__).resolve().parent
@@ -397,11 +417,18 @@ def plan_init(root: Path, install: Install) -> Changes:
     for name, text in keep.items():  # the host's to edit once written
         if not (folder / name).exists():
             changes.put(folder / name, text)
+    edited = set(record.setdefault("edited", []))
     for path, text in host_files.items():
         key = str(path.relative_to(root))
-        before.setdefault(key, path.read_text() if path.exists() else None)
+        current = text_of(path)
+        if key in record["written"] and record["written"][key] != sha256(current or ""):
+            edited.add(key)  # changed since the install: remove takes entries out, not text
+            before.pop(key, None)
+        if key not in edited:
+            before.setdefault(key, current)
         record["written"][key] = sha256(text)
         changes.put(path, text)
+    record["edited"] = sorted(edited)
     changes.put(folder / RECORD, dumps(record))
     return changes
 
@@ -414,7 +441,7 @@ def listed(entry: Any, install: Install) -> list[dict[str, Any]]:
             raise click.ClickException("firebase.json's firestore entry uses a deploy target: "
                                        "write it as a list entry by hand, then run this again")
         return [{"database": entry.get("database", config.DEFAULT_DATABASE), **entry}]
-    return [s for s in as_list(entry) if s != firestore_entry(install)]
+    return [s for s in as_list(entry) if s.get("database") != install.database]
 
 
 def shared_database(root: Path, install: Install, stores: list[dict[str, Any]],
@@ -429,7 +456,11 @@ def shared_database(root: Path, install: Install, stores: list[dict[str, Any]],
             "--prefix install adds its rules and indexes to them. Add them first (`firebase init "
             "firestore`), or give the backend a database of its own (--database)")
     rules_path, indexes_path = root / default[0]["rules"], root / default[0]["indexes"]
-    rules = remove_rules(rules_path.read_text(), install.name)
+    rules_text = text_of(rules_path)
+    if rules_text is None:
+        raise click.ClickException(f"{rules_path} (firebase.json's rules for the default "
+                                   "database) does not exist")
+    rules = remove_rules(rules_text, install.name)
     host_indexes = read_json(indexes_path) if indexes_path.exists() else {}
     added = record.get("indexes", {"indexes": [], "fieldOverrides": []})
     merged = merge_indexes(host_indexes, added, add=False)
@@ -452,24 +483,28 @@ def plan_remove(root: Path, name: str) -> Changes:
     changes = Changes(root, remove_folder=folder)
     host_files: dict[Path, str] = {}
 
-    functions = [c for c in as_list(firebase.get("functions")) if c != codebase(install)]
+    functions = [c for c in as_list(firebase.get("functions")) if c.get("codebase") != name]
     restore(firebase, "functions", functions, before["functions"], as_list)
     if install.own_database:
-        kept = [s for s in as_list(firebase.get("firestore")) if s != firestore_entry(install)]
+        kept = [s for s in as_list(firebase.get("firestore"))
+                if s.get("database") != install.database]
         restore(firebase, "firestore", kept, before["firestore"],
                 lambda entry: listed(entry, install))
     else:
         host_files.update(shared_database(root, install, as_list(firebase.get("firestore")),
                                           record, add=False))
-    if record.get("tasks_emulator"):
-        firebase.get("emulators", {}).pop("tasks", None)
+    emulators = firebase.get("emulators", {})
+    if (record.get("tasks_emulator") and emulators.get("tasks") == TASKS_EMULATOR
+            and not other_installs(root, name)):
+        emulators.pop("tasks")
     host_files[root / "firebase.json"] = dumps(firebase)
     for path, text in host_files.items():
         key = str(path.relative_to(root))
         # Untouched since the install: exactly the text it found; else the entries taken out.
-        current = path.read_text() if path.exists() else None
-        unchanged = current is not None and sha256(current) == written.get(key)
-        changes.put(path, before.get(key) if unchanged else text)
+        current = text_of(path)
+        unchanged = (key in before and key not in record.get("edited", [])
+                     and current is not None and sha256(current) == written.get(key))
+        changes.put(path, before[key] if unchanged else text)
     return changes
 
 
@@ -558,6 +593,10 @@ def emulator_rules(host: Path, emulator: str, project: str) -> None:
     lists more than one database."""
     for store in as_list(read_firebase_json(host.resolve()).get("firestore")):
         if "rules" not in store:
+            continue
+        if "target" in store:
+            click.echo(f"{store['rules']}: a deploy target's rules are not loaded (name its "
+                       "database instead)")
             continue
         database = store.get("database", config.DEFAULT_DATABASE)
         answer = requests.put(

@@ -70,14 +70,18 @@ class Session:
         self.firebase_json = FIREBASE_JSON
 
     def use_backend(self, folder: Path) -> None:
-        """Operate the install in `folder`: its placement (.env, then .env.<project>, as a deploy
-        reads them) and declarations, and the emulators of its host project's firebase.json."""
+        """Operate the install in `folder`: its placement (.env, then .env.<project> and under
+        the emulator .env.local, as firebase-tools reads them) and declarations, and the
+        emulators of its host project's firebase.json."""
         env = folder / ".env"
         if not env.exists():
             raise click.UsageError(f"--backend: {env} not found (an install made by counters init "
                                    "has one)")
         variables = dotenv(env.read_text())
-        for override in (folder / f".env.{self.target.project}",):
+        overrides = [folder / f".env.{self.target.project}"]
+        if not self.production:
+            overrides.append(folder / ".env.local")  # the Functions emulator reads it too
+        for override in overrides:
             if override.exists():
                 variables.update(dotenv(override.read_text()))
         try:
@@ -127,17 +131,22 @@ pass_session = click.make_pass_decorator(Session)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 
 
+# A line of a functions .env file as firebase-tools reads it: `[export] KEY=VALUE`, the value
+# in single or double quotes or bare up to a `#` comment.
+_ENV_LINE = re.compile(r"""\s*(?:export\s+)?([\w./]+)\s*=[ \t]*"""
+                       r"""('(?:\\'|[^'])*'|"(?:\\"|[^"])*"|[^#\r\n]*)\s*(?:#.*)?""")
+
+
 def dotenv(text: str) -> dict[str, str]:
-    """The variables of a functions .env file: KEY=VALUE lines, # comments (whole lines, or
-    after an unquoted value), values optionally in single or double quotes."""
+    """The variables of a functions .env file (escapes in quoted values are not expanded)."""
     found: dict[str, str] = {}
     for line in text.splitlines():
-        key, equals, value = line.partition("=")
-        if not equals or key.lstrip().startswith("#"):
+        match = _ENV_LINE.fullmatch(line)
+        if match is None or line.lstrip().startswith("#"):
             continue
-        value = value.strip()
-        quoted = re.fullmatch(r"""(["'])(.*?)\1(\s+#.*)?""", value)
-        found[key.strip()] = quoted[2] if quoted else re.sub(r"\s+#.*$", "", value)
+        value = match[2].strip()
+        quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
+        found[match[1]] = value[1:-1] if quoted else value
     return found
 
 
