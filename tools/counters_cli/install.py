@@ -15,10 +15,11 @@ database's rules and indexes) and entries in the host's `firebase.json`:
   to the host's index file;
 - a Cloud Tasks emulator entry, when the host configures emulators and has none.
 
-Nothing else of the host's changes. `install.json` in the folder records what was added, so that
-`counters remove` takes out exactly that. Running `init` again changes nothing (it brings the
-backend's code up to this version, and keeps the host's edits of the install's `.env` and
-declarations).
+Nothing else of the host's changes. `install.json` in the folder records what was added and the
+text of each host file before, so that `counters remove` gives back that text when nothing changed
+the file since, and otherwise takes out only the install's entries, keeping the host's changes.
+Running `init` again changes nothing (it brings the backend's code up to this version, and keeps
+the host's edits of the install's `.env`, declarations and firebase.json entries).
 """
 
 from __future__ import annotations
