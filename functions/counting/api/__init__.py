@@ -58,6 +58,8 @@ def db() -> firestore.Client:
 @functools.cache
 def watched_db() -> firestore.Client:
     """The client of the database holding the documents collection counters count."""
+    if config.PLACEMENT.watched_database == config.PLACEMENT.database:
+        return db()
     return firestore.Client(database=config.PLACEMENT.watched_database)
 
 
