@@ -10,13 +10,25 @@ costs nothing; the first call after a long idle pays a cold start) and at most 1
 cap on what a flood of clients can cost). The collection counters' document triggers take them
 too (counting/api/collections.py). The rollup's functions set their own
 (counting/api/rollup.py). tests/unit/test_manifest.py pins them all.
+
+Before anything else, the codebase's placement (placement.json beside this file: where its data
+lives, which prefix its function ids have) is made the process's; without the file the functions
+refuse to start rather than write to default collections (counting/config.py). Under the
+Functions emulator, every database's rules are loaded into the Firestore emulator, which loads
+none once firebase.json lists several (counting/emulator_rules.py).
 """
 
 import logging
+import os
+from pathlib import Path
 
-from counting import config
+from counting import config, emulator_rules
 from firebase_admin import initialize_app
 from firebase_functions import options
+
+CODEBASE = Path(__file__).resolve().parent
+config.place(config.Placement.read(CODEBASE))
+emulator_rules.load_for_emulated_codebase(CODEBASE, os.environ)
 
 options.set_global_options(
     region=config.REGION,

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-import os
+import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from .kinds import Window
 
@@ -268,11 +269,20 @@ DEFAULT_DATABASE = "(default)"
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
 COLLECTION_PREFIX_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,29}")
 FUNCTION_PREFIX_PATTERN = re.compile(r"[a-z](?:[a-z0-9-]{0,28}[a-z0-9])?")
-# The variables an install's functions/.env sets (counters init writes them).
-PLACEMENT_VARIABLES = {"database": "COUNTERS_DATABASE",
-                       "collection_prefix": "COUNTERS_COLLECTION_PREFIX",
-                       "function_prefix": "COUNTERS_FUNCTION_PREFIX",
-                       "watched_database": "COUNTERS_WATCHED_DATABASE"}
+# Every backend codebase (this repository's functions/, an install's folder) says where it lives
+# in this file beside its main.py, committed with it (`counters init` writes an install's). The
+# functions do not start without it: a clone or a deploy that lost it fails, rather than writing
+# to the default database's unprefixed collections.
+PLACEMENT_FILE = "placement.json"
+MAX_PLACEMENT_BYTES = 4096
+
+
+class PlacementError(ValueError):
+    """A placement that cannot be used: `field` names the value at fault (None: the file)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -291,25 +301,49 @@ class Placement:
     def __post_init__(self) -> None:
         for name in ("database", "watched_database"):
             value = getattr(self, name)
-            if value != DEFAULT_DATABASE and not _DATABASE_ID.fullmatch(value):
-                raise ValueError(f"{PLACEMENT_VARIABLES[name]}: {value!r} is not a Firestore "
-                                 "database id (4-63 of a-z 0-9 -, a letter first) or (default)")
+            if not isinstance(value, str) or (value != DEFAULT_DATABASE
+                                              and not _DATABASE_ID.fullmatch(value)):
+                raise PlacementError(f"{name}: {value!r} is not a Firestore database id (4-63 "
+                                     "of a-z 0-9 -, a letter first) or (default)", name)
         for name, pattern, what in (
                 ("collection_prefix", COLLECTION_PREFIX_PATTERN, "1-30 of a-z 0-9 _"),
                 ("function_prefix", FUNCTION_PREFIX_PATTERN, "1-30 of a-z 0-9 -")):
             value = getattr(self, name)
-            if value and not pattern.fullmatch(value):
-                raise ValueError(f"{PLACEMENT_VARIABLES[name]}: {value!r} must be empty or "
-                                 f"{what}, a letter first")
+            if not isinstance(value, str) or (value and not pattern.fullmatch(value)):
+                raise PlacementError(f"{name}: {value!r} must be empty or {what}, a letter "
+                                     "first", name)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Placement:
-        return cls(**{name: env[variable] for name, variable in PLACEMENT_VARIABLES.items()
-                      if env.get(variable)})
+    def read(cls, codebase: Path) -> Placement:
+        """The placement a backend codebase's PLACEMENT_FILE states; PlacementError, saying what
+        to do, when the file is missing or wrong."""
+        path = codebase / PLACEMENT_FILE
+        try:
+            text = path.read_text()[:MAX_PLACEMENT_BYTES + 1]
+        except FileNotFoundError:
+            raise PlacementError(
+                f"{path} not found: this backend does not start without it (it says which "
+                "database and collections the backend uses; without it, it would write to the "
+                "default database's unprefixed collections). Restore it from git (git checkout "
+                f"-- {PLACEMENT_FILE} in {codebase}), or run `counters init` again in the host "
+                "project with the install's options (docs/adopt.md)") from None
+        fields = [f.name for f in dataclasses.fields(cls)]
+        try:
+            data = json.loads(text) if len(text) <= MAX_PLACEMENT_BYTES else None
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or sorted(data) != sorted(fields):
+            raise PlacementError(f"{path}: must be a JSON object of {', '.join(fields)} (at "
+                                 f"most {MAX_PLACEMENT_BYTES} bytes), as `counters init` writes "
+                                 "it")
+        try:
+            return cls(**data)
+        except PlacementError as error:
+            raise PlacementError(f"{path}: {error}", error.field) from None
 
-    def env(self) -> dict[str, str]:
-        """The variables that say this placement (what `from_env` reads)."""
-        return {variable: getattr(self, name) for name, variable in PLACEMENT_VARIABLES.items()}
+    def to_json(self) -> str:
+        """The PLACEMENT_FILE that states this placement (what `read` reads)."""
+        return json.dumps(dataclasses.asdict(self), indent=2) + "\n"
 
     def collection(self, base: str) -> str:
         return self.collection_prefix + base
@@ -323,12 +357,10 @@ PLACEMENT = Placement()
 
 
 def place(placement: Placement) -> None:
-    """Make `placement` the process's: the collection names above follow its prefix. Called once
-    when this module loads (from the environment), and by the operator CLI for `--backend`."""
+    """Make `placement` the process's: the collection names above follow its prefix. Called by
+    main.py with its codebase's PLACEMENT_FILE before the functions load, and by the operator
+    CLI for `--backend`; until then the defaults hold."""
     global PLACEMENT
     PLACEMENT = placement
     for name, base in COLLECTION_IDS.items():
         globals()[name] = placement.collection(base)
-
-
-place(Placement.from_env(os.environ))

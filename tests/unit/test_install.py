@@ -76,9 +76,9 @@ def test_init_changes_only_its_entries_is_idempotent_and_remove_gives_everything
                 and k != "firebase.json"} == {k: v for k, v in before.items()
                                               if k != "firebase.json"}
     assert json.loads(after["counters/declarations.json"]) == []
-    assert config.Placement.from_env(dict(
-        line.split("=", 1) for line in after["counters/.env"].splitlines()
-        if "=" in line and not line.startswith("#"))).function_prefix == "counters"
+    assert config.Placement.read(host / "counters") == config.Placement(
+        database="counters" if not args else "(default)",
+        collection_prefix=args[1] if args else "", function_prefix="counters")
 
     assert counters("init", str(host), *args).output.strip() == "nothing to change"
     (host / "counters/declarations.json").write_text('[{"counter": "n:{o}", '
@@ -99,8 +99,8 @@ def test_init_changes_only_its_entries_is_idempotent_and_remove_gives_everything
     (("--database", "ab"), "database id"),
     (("--database", "x" * 64), "database id"),
     (("--database", "Counters"), "database id"),
-    (("--prefix", "Ctr_"), "COUNTERS_COLLECTION_PREFIX"),
-    (("--prefix", "c" * 31), "COUNTERS_COLLECTION_PREFIX"),
+    (("--prefix", "Ctr_"), "--prefix: 'Ctr_'"),
+    (("--prefix", "c" * 31), "--prefix: 'ccc"),
     (("--prefix", "ctr_", "--database", "counters"), "one or the other"),
 ])
 def test_init_refuses_a_bad_placement(host: Path, args: tuple[str, ...], message: str) -> None:
@@ -178,36 +178,66 @@ def test_the_most_declarations_a_file_may_hold() -> None:
     assert len(declarations.parse(json.dumps(most))) == declarations.MAX_DECLARATIONS
 
 
-def test_placement_follows_the_environment() -> None:
-    placement = config.Placement.from_env({"COUNTERS_DATABASE": "counters",
-                                           "COUNTERS_COLLECTION_PREFIX": "c_",
-                                           "COUNTERS_FUNCTION_PREFIX": "counters"})
+def test_a_placement_file_says_all_of_the_placement_or_is_refused(tmp_path: Path) -> None:
+    placement = config.Placement(database="counters", collection_prefix="c_",
+                                 function_prefix="counters")
+    (tmp_path / config.PLACEMENT_FILE).write_text(placement.to_json())
+    assert config.Placement.read(tmp_path) == placement
     assert placement.function_id("rolluptick") == "counters-rolluptick"
     assert config.Placement().function_id("rolluptick") == "rolluptick"
-    assert config.Placement.from_env(placement.env()) == placement
-    with pytest.raises(ValueError, match="COUNTERS_FUNCTION_PREFIX"):
+    with pytest.raises(config.PlacementError, match="function_prefix") as raised:
         config.Placement(function_prefix="-x")
+    assert raised.value.field == "function_prefix"
+    for text in ("", "[]", '{"database": "counters"}', json.dumps(
+            {**json.loads(placement.to_json()), "extra": 1}), " " * 5000):
+        (tmp_path / config.PLACEMENT_FILE).write_text(text)
+        with pytest.raises(config.PlacementError, match="must be a JSON object"):
+            config.Placement.read(tmp_path)
+    (tmp_path / config.PLACEMENT_FILE).unlink()
+    with pytest.raises(config.PlacementError, match="does not start without it"):
+        config.Placement.read(tmp_path)
 
 
-def test_an_installs_manifest_names_its_databases(tmp_path: Path) -> None:
-    """The deploy manifest of functions loaded as an install's .env says: its collection
-    triggers watch the watched database, whatever the backend's own one is."""
-    script = ("import main, sys\nfrom firebase_functions.private import serving\n"
-              "sys.stdout.write(serving.functions_as_yaml({n: getattr(main, n) "
-              "for n in main.__all__}))\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "functions"),
-           "FIRESTORE_EMULATOR_HOST": "127.0.0.1:1", "GCLOUD_PROJECT": "demo-x",
-           "COUNTERS_DATABASE": "counters", "COUNTERS_FUNCTION_PREFIX": "counters",
-           "COUNTERS_WATCHED_DATABASE": "shop"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, cwd=ROOT / "functions", check=True, timeout=120)
-    endpoints = yaml.safe_load(done.stdout)["endpoints"]
+MANIFEST = ("import main, sys\nfrom firebase_functions.private import serving\n"
+            "sys.stdout.write(serving.functions_as_yaml({n: getattr(main, n) "
+            "for n in main.__all__}))\n")
+
+
+def load_codebase(codebase: Path) -> subprocess.CompletedProcess[str]:
+    """Load a codebase's main.py as firebase-tools' discovery does, printing its manifest."""
+    env = {**os.environ, "PYTHONPATH": str(codebase), "FIRESTORE_EMULATOR_HOST": "127.0.0.1:1",
+           "GCLOUD_PROJECT": "demo-x"}
+    return subprocess.run([sys.executable, "-c", MANIFEST], env=env, capture_output=True,
+                          text=True, cwd=codebase, check=False, timeout=120)
+
+
+def test_an_install_runs_where_its_placement_says_and_not_without_it(host: Path) -> None:
+    """An install's functions load its placement.json: its collection triggers watch the
+    watched database it names, whatever the backend's own one is; a bad value or no file at all
+    and they refuse to load, saying what to do."""
+    counters("init", str(host))
+    codebase = host / "counters"
+    placement = config.Placement.read(codebase)
+    (codebase / config.PLACEMENT_FILE).write_text(
+        placement.to_json().replace('"watched_database": "(default)"',
+                                    '"watched_database": "shop"'))
+    (codebase / "declarations.json").write_text(
+        '[{"counter": "orders:{status}", "documents": "orders/{o}", "group_by": "status"}]')
+    endpoints = yaml.safe_load(load_codebase(codebase).stdout)["endpoints"]
     triggers = [e["eventTrigger"] for e in endpoints.values() if "eventTrigger" in e]
     assert triggers and all(t["eventFilters"]["database"] == "shop" for t in triggers)
-    env["COUNTERS_DATABASE"] = "Bad"
-    bad = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, cwd=ROOT / "functions", check=False, timeout=120)
-    assert bad.returncode != 0 and "COUNTERS_DATABASE" in bad.stderr
+    counters("init", str(host))  # keeps the host's watched database
+    assert config.Placement.read(codebase).watched_database == "shop"
+
+    (codebase / config.PLACEMENT_FILE).write_text(
+        placement.to_json().replace('"counters"', '"Bad"', 1))
+    bad = load_codebase(codebase)
+    assert bad.returncode != 0 and "database: 'Bad'" in bad.stderr
+    (codebase / config.PLACEMENT_FILE).unlink()
+    missing = load_codebase(codebase)
+    assert missing.returncode != 0 and "does not start without it" in missing.stderr
+    counters("init", str(host))  # gives it back
+    assert config.Placement.read(codebase) == placement
 
 
 def edit_firebase_json(host: Path, **entries: object) -> None:
@@ -379,3 +409,77 @@ def test_line_endings_come_back_as_they_were(host: Path) -> None:
     assert b"\r\n  // counters:begin" in (host / "firestore.rules").read_bytes()
     counters("remove", str(host))
     assert {name: (host / name).read_bytes() for name in crlf} == crlf
+
+
+@pytest.mark.parametrize("order", [("counters", "second"), ("second", "counters")],
+                         ids=["first-in-first-out", "last-in-first-out"])
+@pytest.mark.parametrize("args", [(), ("--prefix", "first_")], ids=["own-database", "prefix"])
+def test_removing_two_installs_in_either_order_gives_back_the_hosts_text(
+        host: Path, order: tuple[str, str], args: tuple[str, ...]) -> None:
+    """Whichever install goes last gives back the files as they were before the first came:
+    their shape (an object, not a one-entry list) and their text, compact JSON included."""
+    compact = json.dumps(json.loads((host / "firebase.json").read_text()),
+                         separators=(",", ":"))
+    (host / "firebase.json").write_text(compact)
+    before = files(host)
+    counters("init", str(host), *args)
+    counters("init", str(host), "--name", "second", "--database", "tallies")
+    for name in order:
+        counters("remove", str(host), "--name", name)
+    assert files(host) == before
+
+
+def test_the_emulators_the_backend_needs_are_added_on_ports_the_host_leaves_free(
+        host: Path) -> None:
+    firebase = json.loads((host / "firebase.json").read_text())
+    del firebase["emulators"]["auth"]
+    firebase["emulators"]["storage"] = {"host": "127.0.0.1", "port": 9499}
+    firebase["emulators"]["database"] = {"port": 9099}
+    (host / "firebase.json").write_text(json.dumps(firebase))
+    counters("init", str(host))
+    emulators = json.loads((host / "firebase.json").read_text())["emulators"]
+    assert emulators["auth"] == {"host": "127.0.0.1", "port": 9100}
+    assert emulators["tasks"] == {"host": "127.0.0.1", "port": 9500}
+    counters("remove", str(host))
+    assert json.loads((host / "firebase.json").read_text()) == firebase
+
+
+def test_a_host_without_emulators_gets_none(host: Path) -> None:
+    edit_firebase_json(host, emulators=None)
+    counters("init", str(host))
+    assert json.loads((host / "firebase.json").read_text())["emulators"] is None
+
+
+def test_init_says_up_front_that_the_backend_needs_python_3_11(
+        host: Path, tmp_path: Path) -> None:
+    before = files(host)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    result = CliRunner().invoke(cli, ["init", str(host)], env={"PATH": str(empty)})
+    assert result.exit_code == 1 and "no Python 3.11 is on PATH" in result.output
+    assert files(host) == before
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                          check=True, timeout=60).stdout
+
+
+def test_what_a_clone_needs_is_kept_in_git_and_said_when_a_rule_hides_it(host: Path) -> None:
+    """A stock Node .gitignore hides `.env`: the install's own .gitignore keeps its codebase's
+    deploy parameters in git, and init names what another rule still hides."""
+    (host / ".gitignore").write_text("node_modules/\n.env\n.env.local\n")
+    git(host, "init", "-q")
+    done = counters("init", str(host))
+    assert "warning" not in done.output
+    git(host, "add", "-A")
+    committed = git(host, "ls-files").split()
+    assert {"counters/.env", "counters/.env.local", "counters/placement.json",
+            "counters/main.py", "counters/install.json", "firebase.json"} <= set(committed)
+    counters("remove", str(host))
+    git(host, "read-tree", "--empty")  # nothing tracked: all of it up to the rules
+
+    (host / ".gitignore").write_text("*.json\n")
+    warned = counters("init", str(host)).output
+    assert "git ignores files a clone needs" in warned
+    assert "counters/placement.json (ignored by .gitignore:1:*.json)" in warned

@@ -24,11 +24,14 @@ the host's edits of the install's `.env`, declarations and firebase.json entries
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import difflib
 import hashlib
 import json
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +39,8 @@ from typing import Any
 
 import click
 import counting
-import requests
 from counting import config
+from counting import emulator_rules as emulator_rules_module
 
 import counters_cli
 
@@ -53,8 +56,26 @@ RULES_END = re.compile(r"^ *// counters: end$", re.MULTILINE)
 MARK_BEGIN = "// counters:begin {name} (added by `counters init`; `counters remove` takes it out)"
 MARK_END = "// counters:end {name}"
 FUNCTIONS_IGNORE = ["venv", ".git", "*.local", "__pycache__", RECORD]
-# The default Cloud Tasks emulator port, given to a host whose emulators have none.
-TASKS_EMULATOR = {"host": "127.0.0.1", "port": 9499}
+# The emulators the backend needs locally beside the host's (the callables need ID tokens, the
+# rollup its tick tasks), added to a host that configures emulators and lacks them, each on its
+# firebase-tools default port unless the host uses that one: then the next free one.
+ADDED_EMULATORS = {"auth": 9099, "tasks": 9499}
+EMULATOR_HOST = "127.0.0.1"
+# The ports firebase-tools gives an emulator firebase.json names without a port, or starts on
+# its own (hub, logging, ui; the Firestore emulator's websocket): none of them is free.
+DEFAULT_PORTS = {"ui": 4000, "hub": 4400, "logging": 4500, "hosting": 5000, "functions": 5001,
+                 "apphosting": 5002, "firestore": 8080, "pubsub": 8085, "database": 9000,
+                 "auth": 9099, "storage": 9199, "eventarc": 9299, "dataconnect": 9399,
+                 "tasks": 9499}
+FIRESTORE_WEBSOCKET_PORT = 9150
+PORT_TRIES = 100
+# What a clone needs of the install beside firebase.json: git must not ignore it. A host's
+# `.env` rule (the stock Node .gitignore has one) would hide the codebase's deploy parameters.
+GITIGNORE = ("venv/\n__pycache__/\n# The codebase's deploy parameters (no secrets: those go to "
+             "Secret Manager) travel with\n# the repository, whatever the host's own .gitignore "
+             "says of .env files.\n!.env\n!.env.*\n")
+# The interpreter the codebase's venv needs (firebase.json's runtime python311).
+PYTHON = (3, 11)
 LINE = 100  # the longest line dumps() writes an object on
 
 
@@ -65,6 +86,10 @@ def source(name: str) -> Path:
         return packed
     at_root = name in ("firestore.rules", "firestore.indexes.json")
     return (_REPO if at_root else _REPO / "functions") / name
+
+
+# The option of init that gives each placement field.
+OPTIONS = {"database": "--database", "collection_prefix": "--prefix", "function_prefix": "--name"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,8 +110,10 @@ class Install:
                                    "or the other")
         try:
             self.placement  # noqa: B018 (validates the values)
-        except ValueError as error:
-            raise click.UsageError(str(error)) from None
+        except config.PlacementError as error:
+            option = OPTIONS.get(error.field or "", "")
+            raise click.UsageError(str(error).replace(f"{error.field}:", f"{option}:", 1)
+                                   ) from None
 
     @property
     def placement(self) -> config.Placement:
@@ -197,13 +224,14 @@ def merge_indexes(host: dict[str, Any], ours: dict[str, Any], *, add: bool) -> d
     return merged
 
 
-def env_file(install: Install) -> str:
-    """The codebase's .env: the repository's deploy parameters and where the data lives."""
-    placement = "".join(f"{variable}={value}\n" for variable, value in
-                        install.placement.env().items())
-    return (source(".env").read_text().rstrip("\n") + "\n"
-            "# Where this backend lives (docs/adopt.md); firebase.json's codebase prefix is "
-            f"{install.name!r}.\n" + placement)
+def placement_file(install: Install, folder: Path) -> str:
+    """The codebase's placement.json: where the install put the data, with the database whose
+    documents collection counters count as the host left it (the one value that is the host's
+    to change there: docs/adopt.md)."""
+    watched = config.DEFAULT_DATABASE
+    with contextlib.suppress(config.PlacementError):  # none yet, or one init writes anew
+        watched = config.Placement.read(folder).watched_database
+    return dataclasses.replace(install.placement, watched_database=watched).to_json()
 
 
 # --- the host's files ------------------------------------------------------------------------
@@ -399,13 +427,10 @@ def plan_init(root: Path, install: Install) -> Changes:
         changes.put(folder / "firestore.indexes.json", dumps(indexes("")))
     else:
         host_files.update(shared_database(root, install, stores, record, add=True))
-    emulators = firebase.get("emulators")
-    if isinstance(emulators, dict) and "tasks" not in emulators:
-        emulators["tasks"] = TASKS_EMULATOR
-        record["tasks_emulator"] = True
-    elif any(read_json(other.folder(root) / RECORD).get("tasks_emulator")
-             for other in other_installs(root, install.name)):
-        record["tasks_emulator"] = True  # added by an install: the last one removed takes it
+    others_records = [read_json(other.folder(root) / RECORD)
+                      for other in other_installs(root, install.name)]
+    record["emulators"] = add_emulators(firebase.get("emulators"), record, others_records)
+    record.pop("tasks_emulator", None)  # an earlier version's form of the same
     host_files[root / "firebase.json"] = dumps(firebase)
 
     package = Path(counting.__file__).resolve().parent
@@ -413,15 +438,24 @@ def plan_init(root: Path, install: Install) -> Changes:
         changes.put(folder / "counting" / path.relative_to(package), path.read_text())
     for name in ("main.py", "requirements.txt"):
         changes.put(folder / name, source(name).read_text())
-    keep = {".env": env_file(install), ".env.local": source(".env.local").read_text(),
-            "declarations.json": "[]\n", ".gitignore": "venv/\n__pycache__/\n"}
+    changes.put(folder / config.PLACEMENT_FILE, placement_file(install, folder))
+    keep = {".env": source(".env").read_text(), ".env.local": source(".env.local").read_text(),
+            "declarations.json": "[]\n", ".gitignore": GITIGNORE}
     for name, text in keep.items():  # the host's to edit once written
         if not (folder / name).exists():
             changes.put(folder / name, text)
+    ignore = text_of(folder / ".gitignore")
+    if ignore is not None and "!.env" not in ignore.splitlines():  # from an earlier version
+        changes.put(folder / ".gitignore", ignore.rstrip("\n") + "\n" + GITIGNORE.split(
+            "__pycache__/\n", 1)[1])
     edited = set(record.setdefault("edited", []))
+    origin = record.setdefault("origin", {})
     for path, text in host_files.items():
         key = str(path.relative_to(root))
         current = text_of(path)
+        # The text before any install, for the last removal: another install's, or this one.
+        origin.setdefault(key, next((o["origin"][key] for o in others_records
+                                     if key in o.get("origin", {})), current))
         if key in record["written"] and record["written"][key] != sha256(current or ""):
             edited.add(key)  # changed since the install: remove takes entries out, not text
             before.pop(key, None)
@@ -432,6 +466,45 @@ def plan_init(root: Path, install: Install) -> Changes:
     record["edited"] = sorted(edited)
     changes.put(folder / RECORD, dumps(record))
     return changes
+
+
+def add_emulators(emulators: Any, record: dict[str, Any], others: list[dict[str, Any]]
+                  ) -> dict[str, Any]:
+    """Adds the emulators of ADDED_EMULATORS that a host configuring emulators lacks, each on a
+    port no emulator of the host's takes; returns the entries installs added (this one, or an
+    earlier one, which the last install removed takes out)."""
+    added: dict[str, Any] = {}
+    for other in [record, *others]:
+        if other.get("tasks_emulator"):  # an earlier version's record
+            added.setdefault("tasks", {"host": EMULATOR_HOST, "port": ADDED_EMULATORS["tasks"]})
+        for name, entry in other.get("emulators", {}).items():
+            added.setdefault(name, entry)
+    if not isinstance(emulators, dict):
+        return added
+    for name, default in ADDED_EMULATORS.items():
+        if name in emulators:
+            continue
+        taken = ports_taken(emulators, besides=name)
+        port = next((p for p in range(default, default + PORT_TRIES) if p not in taken), None)
+        if port is None:
+            raise click.ClickException(f"no free port for the {name} emulator near {default}: "
+                                       f"add an `emulators.{name}` entry to firebase.json")
+        emulators[name] = added[name] = {"host": EMULATOR_HOST, "port": port}
+    return added
+
+
+def ports_taken(emulators: dict[str, Any], besides: str) -> set[int]:
+    """The ports the host's emulators may listen on, but for the emulator `besides`: those
+    firebase.json gives, and the defaults of the others (firebase-tools starts the hub, logging
+    and the UI on its own, and any emulator named on the command line)."""
+    taken = {port for name, port in DEFAULT_PORTS.items() if name != besides}
+    taken.add(FIRESTORE_WEBSOCKET_PORT)
+    for entry in emulators.values():
+        if isinstance(entry, dict):
+            for key in ("port", "websocketPort"):
+                if str(entry.get(key, "")).isdigit():
+                    taken.add(int(entry[key]))
+    return taken
 
 
 def listed(entry: Any, install: Install) -> list[dict[str, Any]]:
@@ -483,21 +556,26 @@ def plan_remove(root: Path, name: str) -> Changes:
     firebase = read_firebase_json(root)
     changes = Changes(root, remove_folder=folder)
     host_files: dict[Path, str] = {}
+    # The last install removed gives back the entries' shape, and the files' text, as they were
+    # before the first install, whichever order the installs are removed in.
+    last = not other_installs(root, name)
+    origin: dict[str, str | None] = record.get("origin", {}) if last else {}
+    found = json.loads(origin["firebase.json"] or "{}") if "firebase.json" in origin else before
 
     functions = [c for c in as_list(firebase.get("functions")) if c.get("codebase") != name]
-    restore(firebase, "functions", functions, before["functions"], as_list)
+    restore(firebase, "functions", functions, found.get("functions"), as_list)
     if install.own_database:
         kept = [s for s in as_list(firebase.get("firestore"))
                 if s.get("database") != install.database]
-        restore(firebase, "firestore", kept, before["firestore"],
+        restore(firebase, "firestore", kept, found.get("firestore"),
                 lambda entry: listed(entry, install))
     else:
         host_files.update(shared_database(root, install, as_list(firebase.get("firestore")),
                                           record, add=False))
     emulators = firebase.get("emulators", {})
-    if (record.get("tasks_emulator") and emulators.get("tasks") == TASKS_EMULATOR
-            and not other_installs(root, name)):
-        emulators.pop("tasks")
+    for emulator, entry in add_emulators(None, record, []).items():
+        if last and emulators.get(emulator) == entry:
+            emulators.pop(emulator)
     host_files[root / "firebase.json"] = dumps(firebase)
     for path, text in host_files.items():
         key = str(path.relative_to(root))
@@ -505,8 +583,23 @@ def plan_remove(root: Path, name: str) -> Changes:
         current = text_of(path)
         unchanged = (key in before and key not in record.get("edited", [])
                      and current is not None and sha256(current) == written.get(key))
-        changes.put(path, before[key] if unchanged else text)
+        if unchanged:
+            changes.put(path, before[key])
+        elif same_content(origin.get(key), text):
+            changes.put(path, origin[key])
+        else:
+            changes.put(path, text)
     return changes
+
+
+def same_content(was: str | None, text: str) -> bool:
+    """Whether `text` says what `was` said: the same JSON, or the same rules text."""
+    if was is None:
+        return False
+    try:
+        return bool(json.loads(was) == json.loads(text))
+    except ValueError:
+        return was == text
 
 
 def restore(firebase: dict[str, Any], key: str, kept: list[dict[str, Any]], was: Any,
@@ -562,15 +655,68 @@ def init(host: Path, name: str, database: str | None, collection_prefix: str,
     if database is None:
         database = config.DEFAULT_DATABASE if collection_prefix else "counters"
     install = Install(name=name, database=database, collection_prefix=collection_prefix)
-    changes = plan_init(host.resolve(), install)
+    python = python_for_codebase()
+    root = host.resolve()
+    changes = plan_init(root, install)
     run(changes, dry_run)
-    if changes.files and not dry_run:
-        create = (f"firebase firestore:databases:create {database} --location=<your default "
-                  "database's>; " if install.own_database else "")
-        target = f"firestore:{database}" if install.own_database else "firestore"
-        click.echo(f"next (docs/adopt.md): python3.11 -m venv {name}/venv && {name}/venv/bin/pip "
-                   f"install -r {name}/requirements.txt; {create}firebase deploy --only "
-                   f"functions:{name},{target}")
+    if not changes.files or dry_run:
+        return
+    click.echo(f"{name}/{config.PLACEMENT_FILE} says where the data lives, and {name}/.gitignore "
+               "keeps the codebase's .env files in git: commit the folder with firebase.json "
+               f"(without {config.PLACEMENT_FILE} the backend refuses to start).")
+    hidden = ignored_by_git(root, [*sorted(p for p in install.folder(root).rglob("*")
+                                           if p.is_file() and not {"venv", "__pycache__"}
+                                           & set(p.relative_to(root).parts)),
+                                   *(p for p, text in changes.files.items()
+                                     if text is not None and install.folder(root) not in
+                                     p.parents)])
+    if hidden:
+        click.echo("warning: git ignores files a clone needs to deploy and run the backend "
+                   "(commit them with `git add -f`, or change the rule):\n  "
+                   + "\n  ".join(hidden), err=True)
+    create = (f"firebase firestore:databases:create {database} --location=<your default "
+              "database's>; " if install.own_database else "")
+    target = f"firestore:{database}" if install.own_database else "firestore"
+    click.echo(f"next (docs/adopt.md): {python} -m venv {name}/venv && {name}/venv/bin/pip "
+               f"install -r {name}/requirements.txt; {create}firebase deploy --only "
+               f"functions:{name},{target}")
+
+
+def python_for_codebase() -> str:
+    """A Python 3.11 on PATH, which the codebase's venv needs (firebase-tools runs it, in the
+    emulators and at deploy, as firebase.json's runtime python311): a host whose own functions
+    are in Node may have none, and hears it before anything is written."""
+    wanted = ".".join(map(str, PYTHON))
+    for name in (f"python{wanted}", "python3", "python"):
+        found = shutil.which(name)
+        if found is not None and subprocess.run(
+                [found, "-c", f"import sys; sys.exit(sys.version_info[:2] != {PYTHON})"],
+                capture_output=True, timeout=30, check=False).returncode == 0:
+            return name
+    raise click.ClickException(
+        f"the backend is a Python {wanted} codebase (runtime python311), and no Python {wanted} "
+        f"is on PATH: firebase-tools runs the codebase, in the emulators and at deploy, from a "
+        f"venv made by python{wanted}, whatever language your own functions are in. Install "
+        f"Python {wanted} (Debian and Ubuntu: apt install python{wanted} python{wanted}-venv; "
+        f"macOS: brew install python@{wanted}; or pyenv install {wanted}), then run this again")
+
+
+def ignored_by_git(root: Path, paths: list[Path]) -> list[str]:
+    """Which of `paths` git would leave out of a commit in the work tree holding `root`, each
+    with the rule that hides it (nothing outside a work tree, or without git)."""
+    if shutil.which("git") is None or not paths:
+        return []
+    inside = subprocess.run(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+                            capture_output=True, text=True, timeout=30, check=False)
+    if inside.stdout.strip() != "true":
+        return []
+    done = subprocess.run(["git", "-C", str(root), "check-ignore", "--verbose", "--stdin"],
+                          input="\n".join(str(p.relative_to(root)) for p in paths),
+                          capture_output=True, text=True, timeout=30, check=False)
+    found = (line.partition("\t") for line in done.stdout.splitlines())
+    # --verbose lists the rule that decides, a negation (`!rule`: kept) included.
+    return [f"{path} (ignored by {rule})" for rule, _, path in found
+            if not rule.split(":", 2)[-1].startswith("!")]
 
 
 @click.command()
@@ -590,21 +736,13 @@ def remove(host: Path, name: str, dry_run: bool) -> None:
 @click.option("--project", "project", metavar="ID", envvar="GCLOUD_PROJECT", required=True)
 def emulator_rules(host: Path, emulator: str, project: str) -> None:
     """Load each database's rules of the project in HOST into a running Firestore emulator, as a
-    deploy gives each database its own: the emulator loads none on its own once firebase.json
-    lists more than one database."""
-    for store in as_list(read_firebase_json(host.resolve()).get("firestore")):
-        if "rules" not in store:
-            continue
-        if "target" in store:
-            click.echo(f"{store['rules']}: a deploy target's rules are not loaded (name its "
-                       "database instead)")
-            continue
-        database = store.get("database", config.DEFAULT_DATABASE)
-        answer = requests.put(
-            f"http://{emulator}/emulator/v1/projects/{project}/databases/{database}"
-            ":securityRules", timeout=30, json={"rules": {"files": [
-                {"name": store["rules"], "content": (host / store["rules"]).read_text()}]}})
-        if answer.status_code != 200:
-            raise click.ClickException(f"the emulator refused {store['rules']}: "
-                                       f"{answer.text[:2000]}")
-        click.echo(f"{database}: {store['rules']} loaded into {emulator}")
+    deploy gives each database its own. The backend does it when the Functions emulator loads
+    it; this is for a rules file edited while the emulators run."""
+    root = host.resolve()
+    read_firebase_json(root)  # says so when it is missing or not JSON
+    try:
+        loaded = emulator_rules_module.load(root, emulator, project)
+    except emulator_rules_module.RulesNotLoaded as error:
+        raise click.ClickException(str(error)) from None
+    for database in loaded:
+        click.echo(f"{database}: rules loaded into {emulator}")

@@ -26,6 +26,7 @@ DEFAULT_EMULATOR_HOST = "127.0.0.1:8080"
 # The project's Firebase configuration: where the stack's emulators listen (this repository's,
 # unless --backend names an install in another project); Cloud Tasks' default port otherwise.
 FIREBASE_JSON = Path(__file__).resolve().parents[2] / "firebase.json"
+REPOSITORY_BACKEND = Path(__file__).resolve().parents[2] / "functions"
 TASKS_PORT = 9499
 # Request ids are scoped to a user (the callables use the caller's uid); the CLI's own requests
 # are those of this uid, so they never collide with a client's.
@@ -68,28 +69,21 @@ class Session:
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._db: firestore.Client | None = None
         self.firebase_json = FIREBASE_JSON
+        # The backend codebase operated: an install's folder (--backend), else this
+        # repository's functions/ (None when the command runs from a wheel).
+        repository = (REPOSITORY_BACKEND / "main.py").is_file()
+        self.backend: Path | None = REPOSITORY_BACKEND if repository else None
 
     def use_backend(self, folder: Path) -> None:
-        """Operate the install in `folder`: its placement (.env, then .env.<project> and under
-        the emulator .env.local, as firebase-tools reads them) and declarations, and the
-        emulators of its host project's firebase.json."""
-        env = folder / ".env"
-        if not env.exists():
-            raise click.UsageError(f"--backend: {env} not found (an install made by counters init "
-                                   "has one)")
-        variables = dotenv(env.read_text())
-        overrides = [folder / f".env.{self.target.project}"]
-        if not self.production:
-            overrides.append(folder / ".env.local")  # the Functions emulator reads it too
-        for override in overrides:
-            if override.exists():
-                variables.update(dotenv(override.read_text()))
+        """Operate the install in `folder`: its placement (placement.json, as its functions read
+        it) and declarations, and the emulators of its host project's firebase.json."""
         try:
-            config.place(config.Placement.from_env(variables))
+            config.place(config.Placement.read(folder))
             declarations.use(declarations.load(folder / declarations.FILE.name))
         except (ValueError, CounterError) as error:
             raise click.UsageError(f"--backend: {error}") from None
-        self.firebase_json = folder.resolve().parent / "firebase.json"
+        self.backend = folder.resolve()
+        self.firebase_json = self.backend.parent / "firebase.json"
 
     def db(self) -> firestore.Client:
         """The Firestore client; announces the target first (the first line of output)."""
