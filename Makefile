@@ -101,8 +101,15 @@ $(WHEEL_VENV)/.installed: $(WHEEL)
 	$(WHEEL_VENV)/bin/python -m pip install -q --disable-pip-version-check $(WHEEL)
 	touch $@
 
+# The Node host app of tests/adopt: its functions' packages, from its own lockfile (the npm
+# registry, or npm's cache after the first install).
+NODE_HOST := tests/adopt/node-host/functions
+$(NODE_HOST)/node_modules/.installed: $(NODE_HOST)/package.json $(NODE_HOST)/package-lock.json
+	npm ci --prefix $(NODE_HOST) --no-audit --no-fund --loglevel=error
+	touch $@
+
 # Its own emulator stacks (the machine's emulator ports), so not inside `make exec`.
-adopt: setup no-dev-stack $(WHEEL_VENV)/.installed
+adopt: setup no-dev-stack $(WHEEL_VENV)/.installed $(NODE_HOST)/node_modules/.installed
 	COUNTERS_ADOPT=$(WHEEL_VENV)/bin/counters $(PY) -m pytest -q tests/adopt
 
 # npm pack takes the files web/client/package.json lists, and needs no network.

@@ -1,12 +1,19 @@
 """Adding counters to an app that already runs on Firebase (docs/adopt.md), on the emulators.
 
-The fixture host app (tests/adopt/host: its own function in the default codebase, rules that
-guard its `orders`, a Hosting page) gets the backend from `counters init`, as docs/adopt.md says,
-once in a database of its own and once under a collection prefix in the default database. On an
-Emulator Suite started from the host's own firebase.json: the host's function, rules and page
-work as before, its orders are not counted until it declares a counter, and the counters'
-callables, rollup and listeners work. `counters remove` then gives back the host's files as they
-were, and the host runs without the backend.
+The fixture host app (tests/adopt/host: its own Python function in the default codebase, rules
+that guard its `orders`, a Hosting page) gets the backend from `counters init`, as
+docs/adopt.md says, once in a database of its own and once under a collection prefix in the
+default database. On an Emulator Suite started from the host's own firebase.json, with no step
+of its own: the host's function, rules and page work as before, its orders are not counted until
+it declares a counter, and the counters' callables, rollup, listeners and rules (in each
+database) work. `counters remove` then gives back the host's files as they were, and the host
+runs without the backend.
+
+The Node host (tests/adopt/node-host: a Node HTTP function and Firestore trigger, rules version
+1, an empty index file, a stock Node .gitignore that hides `.env`, no Auth emulator) is a git
+repository: it gets the backend, both are committed, and a clone of it (as a teammate or CI gets
+it) deploys, checked offline by deploy_dry_run.cjs, and runs, with the install's placement; with
+placement.json removed, the backend refuses to load.
 
 `make adopt` runs this module alone: it starts emulator stacks of its own (the machine's emulator
 ports, taken as tools/stack.py takes them), so it cannot run inside `make exec`. It names in
@@ -27,18 +34,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import main
 import pytest
 import requests
 import stack
 from callables import Callables, sign_up
+from counting import declarations
 from google.cloud import firestore
 
 from tests.waiting import eventually
 
 FIXTURE = Path(__file__).parent / "host"
+NODE_FIXTURE = Path(__file__).parent / "node-host"
+# `make adopt` installs the Node host's packages here (npm ci); copies link to them.
+NODE_MODULES = NODE_FIXTURE / "functions" / "node_modules"
+DRY_RUN = Path(__file__).parent / "deploy_dry_run.cjs"
 PROJECT = "demo-host"
 HOST = "127.0.0.1"
+# Where the emulators listen, as each host's firebase.json says (after init for auth and tasks).
 PORTS = {"auth": 9099, "firestore": 8080, "functions": 5001, "hosting": 5000, "tasks": 9499}
+# The deploy parameter a host writes for its project (docs/adopt.md, step 4).
+RUNTIME_ACCOUNT = "RUNTIME_SERVICE_ACCOUNT=123456789-compute@developer.gserviceaccount.com\n"
 FUNCTIONS = f"http://{HOST}:{PORTS['functions']}/{PROJECT}/us-central1"
 FIRESTORE = f"http://{HOST}:{PORTS['firestore']}/v1/projects/{PROJECT}/databases"
 READY_S = 240.0
@@ -58,10 +74,44 @@ def counters(*args: str) -> str:
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    """The project's files, without what running it leaves (venvs, caches, emulator logs)."""
+    """The project's files, without what running it leaves (venvs, packages, caches, emulator
+    logs) and git's own."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not {"venv", "__pycache__"} & set(p.parts)
-            and p.suffix != ".log"}
+            if p.is_file() and not {"venv", "__pycache__", "node_modules", ".git"}
+            & set(p.relative_to(root).parts) and p.suffix != ".log"}
+
+
+def link_runtimes(host: Path) -> None:
+    """Each codebase's runtime as its developer installs it: the Python ones' venv (the
+    repository's, which holds the same requirements), the Node one's packages."""
+    for folder in (host / "functions", host / "counters"):
+        if (folder / "requirements.txt").exists() and not (folder / "venv").exists():
+            (folder / "venv").symlink_to(stack.ROOT / "functions" / "venv")
+        if (folder / "package.json").exists() and not (folder / "node_modules").exists():
+            (folder / "node_modules").symlink_to(NODE_MODULES)
+
+
+def deploy_dry_run(host: Path) -> subprocess.CompletedProcess[str]:
+    """What a deploy works out from the project's files before it calls Google
+    (deploy_dry_run.cjs)."""
+    link_runtimes(host)
+    return subprocess.run(["node", str(DRY_RUN), str(stack.ROOT / "node_modules/firebase-tools"),
+                          str(host), PROJECT], capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+def deploys(host: Path) -> dict[str, Any]:
+    done = deploy_dry_run(host)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def the_installs_functions() -> set[str]:
+    """The install's function ids: the backend's, prefixed, without the demo's collection
+    triggers (an install declares none)."""
+    demo = {watch.function_name for watch in declarations.WATCHES}
+    return {f"counters-{name}" for name in main.__all__ if name not in demo}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,17 +127,15 @@ def emulator_ports() -> None:
 
 @contextmanager
 def emulators(host: Path, label: str) -> Iterator[Path]:
-    """The Emulator Suite as the host runs it (`firebase emulators:start` in its folder), its
-    function workers from the repository's venv."""
-    for codebase in ("functions", "counters"):
-        if (host / codebase).is_dir() and not (host / codebase / "venv").exists():
-            (host / codebase / "venv").symlink_to(stack.ROOT / "functions" / "venv")
+    """The Emulator Suite as the host runs it: `firebase emulators:start` in its folder, every
+    emulator its firebase.json configures and nothing else."""
+    link_runtimes(host)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = ARTIFACTS / f"adopt-{label}.log"
     env = {**os.environ, **stack.offline_emulator_env(), **stack.java_env(), **stack.firebase_env()}
     firebase = stack.start_group(
-        [str(stack.ROOT / "node_modules/.bin/firebase"), "emulators:start", "--only",
-         ",".join(PORTS), "--project", PROJECT], env, log, cwd=host)
+        [str(stack.ROOT / "node_modules/.bin/firebase"), "emulators:start", "--project", PROJECT],
+        env, log, cwd=host)
     try:
         eventually(lambda: answers(f"{FUNCTIONS}/hello", firebase, log), READY_S)
         if (host / "counters").is_dir():
@@ -212,11 +260,17 @@ def test_add_counters_then_remove_them(host: Path, args: tuple[str, ...], databa
     assert counters("init", str(host), *args).strip() == "nothing to change"
     assert tree(host) == installed
 
+    (host / "counters" / f".env.{PROJECT}").write_text(RUNTIME_ACCOUNT)
+    planned = deploys(host)
+    assert set(planned["functions"]) == {"default", "counters"}
+    assert set(planned["functions"]["default"]) == {"hello"}
+    assert set(planned["functions"]["counters"]) == the_installs_functions()
+    assert [store["database"] for store in planned["firestore"]] == (
+        ["(default)", "counters"] if database != "(default)" else ["(default)"])
+
     label = "db" if database != "(default)" else "prefix"
     with emulators(host, f"{label}-installed") as log:
-        if database != "(default)":
-            # The emulator loads no rules once firebase.json lists two databases.
-            counters("emulator-rules", str(host), "--project", PROJECT)
+        # Two databases: the backend loaded both rules files when the emulator loaded it.
         check_host_as_before()
         published = check_counters(database, prefix)
         # The host's orders are the host's: nothing counts them (the rollup has run since).
@@ -225,10 +279,7 @@ def test_add_counters_then_remove_them(host: Path, args: tuple[str, ...], databa
         declare_a_collection_counter(host, database, prefix, log)
 
     counters("remove", str(host))
-    after = tree(host)
-    assert {k: v for k, v in after.items() if k != "firebase.json"} == {
-        k: v for k, v in before.items() if k != "firebase.json"}
-    assert json.loads(after["firebase.json"]) == json.loads(before["firebase.json"])
+    assert tree(host) == before
     with emulators(host, f"{label}-removed"):
         check_host_as_before()
         assert requests.post(f"{FUNCTIONS}/counters-increment", json={"data": {}},
@@ -249,3 +300,77 @@ def declare_a_collection_counter(host: Path, database: str, prefix: str, log: Pa
     assert rest("CREATE", "(default)", f"orders/new-{alice.uid}", alice.id_token,
                 {"owner": alice.uid, "status": "paid", "amount": 7}) == 200
     eventually(lambda: orders_counted(database, prefix) == {"orders:paid": 2}, 60)
+
+
+# --- a Node host, committed and cloned ---------------------------------------------------------
+
+
+def git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                          timeout=120, check=True)
+    return done.stdout
+
+
+def check_node_host_as_before() -> None:
+    """The Node host's function and page answer, its trigger notes each new order, and its
+    rules (version 1) allow and refuse as they did."""
+    assert requests.get(f"{FUNCTIONS}/hello", timeout=30).text == "hello from the node host app"
+    assert "The Node host app's own page." in requests.get(
+        f"http://{HOST}:{PORTS['hosting']}/", timeout=30).text
+    alice, bob = sign_up(project=PROJECT), sign_up(project=PROJECT)
+    order = f"orders/o-{alice.uid}"
+    assert rest("CREATE", "(default)", order, alice.id_token,
+                {"owner": alice.uid, "status": "paid"}) == 200
+    assert rest("GET", "(default)", order, bob.id_token) == 403
+    assert rest("GET", "(default)", "order_log/x", alice.id_token) == 403
+    log = firestore.Client(project=PROJECT).collection("order_log").document(f"o-{alice.uid}")
+    eventually(lambda: log.get().exists, 60)
+
+
+def test_a_clone_of_a_node_host_committed_after_init_deploys_and_runs_the_install(
+        tmp_path: Path) -> None:
+    origin = tmp_path / "origin"
+    shutil.copytree(NODE_FIXTURE, origin, ignore=shutil.ignore_patterns("node_modules"))
+    before = tree(origin)
+    git(origin, "init", "-q")
+    git(origin, "add", "-A")
+    git(origin, "-c", "user.name=host", "-c", "user.email=host@example.com", "commit", "-qm",
+        "the host app")
+    shown = counters("init", str(origin))
+    assert "warning" not in shown, shown  # the stock .gitignore's .env rule is answered
+    firebase = json.loads((origin / "firebase.json").read_text())
+    assert {"auth", "tasks"} <= set(firebase["emulators"])  # what the callables need locally
+    (origin / "counters" / f".env.{PROJECT}").write_text(RUNTIME_ACCOUNT)
+    git(origin, "add", "-A")
+    git(origin, "-c", "user.name=host", "-c", "user.email=host@example.com", "commit", "-qm",
+        "counters init")
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True, timeout=120)
+    assert {"counters/placement.json", "counters/.env", "counters/.env.local",
+            f"counters/.env.{PROJECT}"} <= set(tree(clone))
+    planned = deploys(clone)
+    assert set(planned["functions"]["default"]) == {"hello", "logorder"}
+    assert set(planned["functions"]["counters"]) == the_installs_functions()
+    assert planned["firestore"] == [
+        {"database": "(default)", "rules": "firestore.rules", "indexes": 0},
+        {"database": "counters", "rules": "counters/firestore.rules",
+         "indexes": len(install_indexes())}]
+
+    with emulators(clone, "node-clone"):
+        check_node_host_as_before()
+        check_counters("counters", "")  # the install's database, its rules enforced there too
+
+    (clone / "counters" / "placement.json").unlink()
+    refused = deploy_dry_run(clone)
+    assert refused.returncode != 0 and "placement.json not found" in refused.stderr
+    git(clone, "checkout", "--", "counters/placement.json")
+    counters("remove", str(clone))
+    assert tree(clone) == before
+
+
+def install_indexes() -> list[Any]:
+    """The backend's composite indexes and field overrides, as a database of its own gets
+    them."""
+    ours = json.loads((stack.ROOT / "firestore.indexes.json").read_text())
+    return [*ours["indexes"], *ours["fieldOverrides"]]
