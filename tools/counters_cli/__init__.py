@@ -1,5 +1,5 @@
 """The `counters` operator command: counters, ticket sequences, trending tags, collection
-counters, roles, the rollup's health and a load generator.
+counters, roles, the rollup's health, a load generator and a check of a deployment (doctor).
 
 It holds Admin-SDK privileges and calls the domain (`counting`) directly, with the same input
 validation as the callables (`counting.inputs`); domain errors become a one-line message and exit
@@ -17,7 +17,18 @@ from pathlib import Path
 
 import click
 
-from . import claims, collections, counters, install, load, sequences, status, trends, watch
+from . import (
+    claims,
+    collections,
+    counters,
+    doctor,
+    install,
+    load,
+    sequences,
+    status,
+    trends,
+    watch,
+)
 from .session import CommandGroup, Session, resolve_target
 
 # The commands that add, remove or load an install rather than operate one.
@@ -49,8 +60,8 @@ def cli(ctx: click.Context, project: str | None, backend: Path | None) -> None:
 
 for command in (counters.create, counters.inc, counters.get, counters.reset, watch.watch,
                 trends.track, trends.top, sequences.seq, collections.backfill, claims.claims,
-                status.status, status.partitions_command, load.load, install.init,
-                install.remove, install.emulator_rules):
+                status.status, status.partitions_command, load.load, doctor.doctor,
+                install.init, install.remove, install.emulator_rules):
     cli.add_command(command)
 
 
