@@ -12,9 +12,10 @@
 4. Hosting: `firebase.json`'s predeploy builds web/dist for production first.
 5. What firebase-tools does not grant: the runtime account may act as itself
    (roles/iam.serviceAccountUser), which enqueueing a task with its OIDC token requires.
-6. A check that every tick function runs as the runtime account and that the roles are in place
-   (the two on every tick function's queue and service, the third on the account); the deploy
-   fails, saying which function lacks which, if not.
+6. `counters doctor` (counters_cli/doctor.py): what was deployed against what the code deploys
+   (the functions, the task queues and their roles, every tick function running as the runtime
+   account, the database, indexes, TTL policies, rules, the scheduler job), a canary counter and
+   the exactness audit; the deploy fails, naming every broken part, if a check fails.
 
 Steps 1, 5 and 6 call Google's REST APIs with the Firebase CLI's credentials
 (tools/access_token.cjs). The preflight stops before anything is deployed when: the project is
@@ -27,6 +28,7 @@ webunit with its check that a production bundle names no emulator, runtime-check
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import re
@@ -39,7 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from counting import config, partitions
+import google.oauth2.credentials
+from counters_cli import doctor
+from counters_cli.canary import Finding
+from counters_cli.doctor import ACT_AS, ENQUEUER, INVOKER
+from counters_cli.google_apis import POLICY_V3
+from counting import config
+from google.cloud import firestore
 
 ROOT = Path(__file__).resolve().parent.parent
 FIREBASE = str(ROOT / "node_modules/.bin/firebase")
@@ -48,12 +56,8 @@ FUNCTIONS = ROOT / "functions"
 # The parameter the tick functions' manifests name as their invoker
 # (counting/api/task_queues.py).
 RUNTIME_ACCOUNT = "RUNTIME_SERVICE_ACCOUNT"
-# The rollup's task queue functions, one per partition index (counting/partitions.py), each with
-# its own queue and Cloud Run service: rolluptick, rolluptick1, ..., rolluptick15.
-TICKS = [partitions.Part(partitions.HOMES, index).function for index in range(partitions.HOMES)]
-ENQUEUER = "roles/cloudtasks.enqueuer"
-INVOKER = "roles/run.invoker"
-ACT_AS = "roles/iam.serviceAccountUser"
+# An access token from the Firebase CLI is used for this long before the next is asked for.
+TOKEN_LIFE = dt.timedelta(minutes=30)
 
 Json = dict[str, Any]
 # A Google REST call: method, URL, JSON body (None: none) -> the JSON answer.
@@ -116,27 +120,6 @@ def google_api(token: Callable[[], str]) -> Call:
     return call
 
 
-# Asked of every getIamPolicy: version 1 policies would hide the conditions of bindings.
-POLICY_V3: Json = {"options": {"requestedPolicyVersion": 3}}
-
-
-# The resources the task queues' roles are on, as the APIs name them.
-def function_url(project: str, function: str) -> str:
-    return (f"https://cloudfunctions.googleapis.com/v2/projects/{project}/locations/"
-            f"{config.REGION}/functions/{function}")
-
-
-def queue_url(project: str, function: str) -> str:
-    """A task queue function's queue, which Firebase names after the function."""
-    return (f"https://cloudtasks.googleapis.com/v2/projects/{project}/locations/{config.REGION}"
-            f"/queues/{function}")
-
-
-def run_url(service: str) -> str:
-    """`service` as Cloud Functions names it: projects/P/locations/R/services/S."""
-    return f"https://run.googleapis.com/v1/{service}"
-
-
 def account_url(project: str, account: str) -> str:
     return f"https://iam.googleapis.com/v1/projects/{project}/serviceAccounts/{account}"
 
@@ -182,20 +165,13 @@ def declare_account(call: Call, project: str, env_file: Path) -> str:
     return account
 
 
-def grants(policy: Json, role: str, account: str) -> bool:
-    """Whether an IAM `policy` gives `account` `role` unconditionally."""
-    return any(binding.get("role") == role and "condition" not in binding
-               and f"serviceAccount:{account}" in binding.get("members", ())
-               for binding in policy.get("bindings", ()))
-
-
 def grant_act_as(call: Call, project: str, account: str) -> bool:
     """Lets `account` act as itself (roles/iam.serviceAccountUser on the account): creating a
     task whose OIDC token names an account requires iam.serviceAccounts.actAs on it, and the
     Admin SDK names the caller's own. Returns whether the policy changed."""
     url = account_url(project, account)
     policy = call("POST", f"{url}:getIamPolicy", POLICY_V3)
-    if grants(policy, ACT_AS, account):
+    if doctor.grants(policy, ACT_AS, account):
         return False
     bindings = [dict(binding) for binding in policy.get("bindings", ())]
     mine = next((binding for binding in bindings
@@ -210,57 +186,11 @@ def grant_act_as(call: Call, project: str, account: str) -> bool:
     return True
 
 
-def tick_problems(call: Call, project: str, account: str, function: str) -> list[str]:
-    """What stops `account` from enqueueing tasks to the tick function `function` that Cloud
-    Tasks can dispatch: empty when the function runs as it and it holds the enqueuer role on the
-    function's queue and the invoker role on its Cloud Run service."""
-    service = call("GET", function_url(project, function), None).get("serviceConfig", {})
-    runs_as, run_service = service.get("serviceAccountEmail"), service.get("service")
-    problems = []
-    if runs_as != account:
-        problems.append(f"{function} runs as {runs_as}, not as {account} ({RUNTIME_ACCOUNT})")
-    policies = [
-        (ENQUEUER, f"the {function} queue",
-         call("POST", f"{queue_url(project, function)}:getIamPolicy", POLICY_V3)),
-        (INVOKER, f"the {function} Cloud Run service",
-         call("GET", f"{run_url(run_service)}:getIamPolicy?options.requestedPolicyVersion=3",
-              None)),
-    ]
-    return problems + [f"{account} lacks {role} on {on}"
-                       for role, on, policy in policies if not grants(policy, role, account)]
-
-
-def task_queue_problems(call: Call, project: str, account: str) -> list[str]:
-    """What stops `account` from enqueueing tick tasks that Cloud Tasks can dispatch, for every
-    tick function (`tick_problems`), then once what stops it acting as itself: empty when all is
-    in place."""
-    problems = [problem for function in TICKS
-                for problem in tick_problems(call, project, account, function)]
-    if not grants(call("POST", f"{account_url(project, account)}:getIamPolicy", POLICY_V3),
-                  ACT_AS, account):
-        problems.append(f"{account} lacks {ACT_AS} on itself")
-    return problems
-
-
-def verify_task_queue(call: Call, project: str, account: str) -> None:
-    problems = task_queue_problems(call, project, account)
-    if problems:
-        raise click.ClickException(
-            "the rollup's task queues are not wired: where a line below says, a tick task "
-            "cannot be enqueued or dispatched (the scheduled rollup still publishes every "
-            "minute)\n  "
-            + "\n  ".join(problems) + "\n"
-            f"firebase-tools grants {ENQUEUER} and {INVOKER} from each tick function's manifest at "
-            f"every functions deploy, make deploy grants {ACT_AS}: run it again "
-            "(docs/deploy.md, \"Task queue roles\")")
-    click.echo(f"checked: {len(TICKS)} tick functions ({TICKS[0]} ... {TICKS[-1]}) run as "
-               f"{account}, which holds {ENQUEUER} on their queues, {INVOKER} on their services "
-               f"and {ACT_AS} on itself", err=True)
-
-
-def plan(project: str, run: Run, call: Call, functions: Path = FUNCTIONS) -> list[Step]:
+def plan(project: str, run: Run, call: Call, check: Callable[[], list[Finding]],
+         functions: Path = FUNCTIONS) -> list[Step]:
     """The deploy's steps in order: each as --dry-run prints it (a firebase command, or as a
-    comment what make deploy does through Google's APIs) and what running it does."""
+    comment what make deploy does through Google's APIs) and what running it does. `check` is
+    counters doctor on the deployed project."""
     env_file = functions / f".env.{project}"
 
     def account() -> str:
@@ -281,12 +211,41 @@ def plan(project: str, run: Run, call: Call, functions: Path = FUNCTIONS) -> lis
         firebase("hosting"),
         (f"# grant: {ACT_AS} on the runtime account to itself (IAM serviceAccounts."
          "getIamPolicy, setIamPolicy)", lambda: grant_act_as(call, project, account())),
-        (f"# verify: the runtime account runs every tick function ({TICKS[0]} ... "
-         f"{TICKS[-1]}) and holds {ENQUEUER} on each one's queue, {INVOKER} on each one's Cloud "
-         f"Run service and {ACT_AS} on itself (Cloud Functions functions.get, getIamPolicy of "
-         "Cloud Tasks, Cloud Run and IAM)",
-         lambda: verify_task_queue(call, project, account())),
+        (f"# doctor: counters doctor --project {project} (the functions, the tick functions' "
+         f"queues and their roles ({ENQUEUER}, {INVOKER}, {ACT_AS}), the database, indexes, "
+         "TTL policies, rules and scheduler job against what the code deploys; a canary "
+         "counter; the exactness audit)",
+         lambda: verify(project, check)),
     ]
+
+
+def verify(project: str, check: Callable[[], list[Finding]]) -> None:
+    """Runs doctor; a failed check fails the deploy, after everything is deployed."""
+    if not doctor.report(check(), lambda line: click.echo(line, err=True)):
+        raise click.ClickException(
+            f"deployed to {project}, but doctor found the problems above (docs/deploy.md, "
+            "\"Reading counters doctor\"); index builds, TTL policies and the scheduler's first "
+            f"run settle within minutes: run `functions/venv/bin/counters doctor --project "
+            f"{project}` again")
+
+
+def cli_credentials() -> google.oauth2.credentials.Credentials:
+    """The Firebase CLI's credentials (access_token), refreshed as google-auth needs."""
+
+    def refresh(request: object, scopes: object) -> tuple[str, dt.datetime]:
+        # A token from the CLI lives an hour; google-auth compares naive UTC times.
+        return access_token(), dt.datetime.now(dt.UTC).replace(tzinfo=None) + TOKEN_LIFE
+
+    return google.oauth2.credentials.Credentials(  # type: ignore[no-untyped-call]
+        token=None, refresh_handler=refresh)
+
+
+def check_deployed(project: str) -> list[Finding]:
+    """counters doctor on this repository's backend in `project`."""
+    credentials = cli_credentials()
+    placement = config.Placement.read(FUNCTIONS)
+    db = firestore.Client(project=project, database=placement.database, credentials=credentials)
+    return doctor.deployed(project, placement, FUNCTIONS, credentials, db)
 
 
 def preflight(project: str, run: Run) -> None:
@@ -316,7 +275,7 @@ def main(project: str | None, dry_run: bool) -> None:
         if subprocess.run(command, cwd=ROOT, check=False).returncode != 0:
             raise click.ClickException(f"{command[0]} failed: nothing after it was deployed")
 
-    steps = plan(project, run, google_api(access_token))
+    steps = plan(project, run, google_api(access_token), lambda: check_deployed(project))
     if dry_run:
         for shown, _ in steps:
             click.echo(shown)

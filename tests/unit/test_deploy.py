@@ -1,5 +1,6 @@
-"""`make deploy`'s plan (tools/deploy.py): what it refuses, the order of its steps, and the
-task queues' roles it grants and checks, against a model of Google's APIs (no network)."""
+"""`make deploy`'s plan (tools/deploy.py): what it refuses, the order of its steps, the act-as
+role it grants, and that doctor's verdict decides, against a model of Google's APIs (no
+network). What doctor checks is tests/unit/test_doctor.py."""
 
 from __future__ import annotations
 
@@ -11,20 +12,17 @@ from typing import Any
 
 import click
 import deploy
-import main
 import pytest
 from click.testing import CliRunner
+from counters_cli.canary import Finding
+from counters_cli.doctor import ACT_AS, ENQUEUER, INVOKER
+from counters_cli.google_apis import POLICY_V3
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "my-app"
 ACCOUNT = "123456789-compute@developer.gserviceaccount.com"
-# The tick functions, one per partition index of the rollup: each has its queue and service.
-TICKS = ["rolluptick", *(f"rolluptick{index}" for index in range(1, 16))]
-QUEUES = {name: deploy.queue_url(PROJECT, name) for name in TICKS}
-SERVICES = {name: f"projects/{PROJECT}/locations/us-central1/services/{name}" for name in TICKS}
-RUNS = {name: deploy.run_url(service) for name, service in SERVICES.items()}
-FUNCTIONS = {deploy.function_url(PROJECT, name): name for name in TICKS}
 SELF = deploy.account_url(PROJECT, ACCOUNT)
+PASSED = [Finding(check="functions", status="pass", found="27 functions ACTIVE")]
 
 
 def binding(role: str, *accounts: str) -> dict[str, Any]:
@@ -32,49 +30,29 @@ def binding(role: str, *accounts: str) -> dict[str, Any]:
 
 
 class FakeGoogle:
-    """Google's APIs as a deploy calls them: the project's number, each tick function's Cloud
-    Functions resource, and the IAM policies of its queue, its Cloud Run service and the runtime
-    account. `functions_deployed` does what firebase-tools does from the tick functions'
-    manifests."""
+    """Google's APIs as a deploy calls them itself: the project's number and the runtime
+    account's IAM policy."""
 
-    def __init__(self, runs_as: dict[str, str] | None = None) -> None:
-        self.runs_as = {name: ACCOUNT for name in TICKS} | (runs_as or {})
-        self.policies: dict[str, dict[str, Any]] = {
-            **{url: {"etag": "q1"} for url in QUEUES.values()},
-            **{url: {"etag": "r1"} for url in RUNS.values()},
-            SELF: {"etag": "s1", "bindings": [binding("roles/iam.serviceAccountTokenCreator",
-                                                      "someone@my-app.iam.gserviceaccount.com")]}}
+    def __init__(self) -> None:
+        self.policy: dict[str, Any] = {
+            "etag": "s1", "bindings": [binding("roles/iam.serviceAccountTokenCreator",
+                                               "someone@my-app.iam.gserviceaccount.com")]}
         self.calls: list[str] = []
 
-    def functions_deployed(self) -> None:
-        for name in TICKS:
-            self.policies[QUEUES[name]]["bindings"] = [binding(deploy.ENQUEUER, ACCOUNT)]
-            self.policies[RUNS[name]]["bindings"] = [binding(deploy.INVOKER, ACCOUNT)]
-
-    def has_all_roles(self) -> FakeGoogle:
-        self.functions_deployed()
-        self.policies[SELF]["bindings"].append(binding(deploy.ACT_AS, ACCOUNT))
-        return self
-
     def __call__(self, method: str, url: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        resource, _, verb = url.partition("?")[0].rpartition(":")
         if url == f"https://cloudresourcemanager.googleapis.com/v1/projects/{PROJECT}":
             self.calls.append("projects.get")
             return {"projectId": PROJECT, "projectNumber": "123456789"}
-        if url in FUNCTIONS:
-            name = FUNCTIONS[url]
-            self.calls.append(f"functions.get {name}")
-            return {"serviceConfig": {"service": SERVICES[name],
-                                      "serviceAccountEmail": self.runs_as[name]}}
-        assert resource in self.policies, url
-        self.calls.append(f"{verb} {resource}")
+        resource, _, verb = url.rpartition(":")
+        assert resource == SELF, url
+        self.calls.append(verb)
         if verb == "getIamPolicy":
-            assert "requestedPolicyVersion=3" in url or body == deploy.POLICY_V3  # conditions
-            return copy.deepcopy(self.policies[resource])
+            assert body == POLICY_V3  # conditions are shown
+            return copy.deepcopy(self.policy)
         assert verb == "setIamPolicy" and method == "POST" and body is not None
-        assert body["policy"]["etag"] == self.policies[resource]["etag"]  # no blind overwrite
-        self.policies[resource] = {**body["policy"], "etag": "changed"}
-        return self.policies[resource]
+        assert body["policy"]["etag"] == self.policy["etag"]  # no blind overwrite
+        self.policy = {**body["policy"], "etag": "changed"}
+        return self.policy
 
 
 @pytest.mark.parametrize(("project", "why"), [
@@ -95,22 +73,21 @@ def test_rules_and_indexes_go_first_then_functions_then_hosting() -> None:
 
 
 def test_the_dry_run_shows_the_runtime_account_its_grant_and_the_check() -> None:
-    """The account is written before the functions deploy reads it; the grant and the check of
-    the task queue's roles come after everything is deployed."""
+    """The account is written before the functions deploy reads it; the grant and doctor come
+    after everything is deployed."""
     result = CliRunner().invoke(deploy.main, ["--project", "my-app", "--dry-run"])
     lines = result.output.splitlines()
     assert lines[0].startswith("# RUNTIME_SERVICE_ACCOUNT=<project number>-compute@")
     assert "functions/.env.my-app" in lines[0]
     assert [line.split()[-1] for line in lines[1:4]] == ["firestore", "functions", "hosting"]
-    assert lines[4].startswith(f"# grant: {deploy.ACT_AS}")
-    assert lines[5].startswith("# verify:")
-    assert all(role in lines[-1] for role in (deploy.ENQUEUER, deploy.INVOKER, deploy.ACT_AS))
-    assert "every tick function (rolluptick ... rolluptick15)" in lines[-1]
+    assert lines[4].startswith(f"# grant: {ACT_AS}")
+    assert lines[5].startswith("# doctor: counters doctor --project my-app")
+    assert all(role in lines[-1] for role in (ENQUEUER, INVOKER, ACT_AS))
 
 
-def test_a_deploy_grants_act_as_and_checks_every_role(tmp_path: Path) -> None:
+def test_a_deploy_writes_the_account_grants_act_as_and_ends_with_doctor(tmp_path: Path) -> None:
     """firebase-tools grants the enqueuer and invoker roles at the functions deploy; make deploy
-    adds the runtime account's service account user role on itself, then checks all three."""
+    adds the runtime account's service account user role on itself, then runs doctor."""
     google = FakeGoogle()
     ran: list[str] = []
 
@@ -119,93 +96,40 @@ def test_a_deploy_grants_act_as_and_checks_every_role(tmp_path: Path) -> None:
         if command[-1] == "functions":
             assert (tmp_path / ".env.my-app").read_text().endswith(
                 f"RUNTIME_SERVICE_ACCOUNT={ACCOUNT}\n")
-            google.functions_deployed()
 
-    for _, step in deploy.plan(PROJECT, run, google, functions=tmp_path):
+    def check() -> list[Finding]:
+        ran.append("doctor")
+        return PASSED
+
+    for _, step in deploy.plan(PROJECT, run, google, check, functions=tmp_path):
         step()
-    assert ran == ["firestore", "functions", "hosting"]
-    assert deploy.grants(google.policies[SELF], deploy.ACT_AS, ACCOUNT)
-    assert deploy.task_queue_problems(google, PROJECT, ACCOUNT) == []
-    assert google.calls[0] == "projects.get"
-    assert all(f"functions.get {name}" in google.calls for name in TICKS)
+    assert ran == ["firestore", "functions", "hosting", "doctor"]
+    assert binding(ACT_AS, ACCOUNT) in google.policy["bindings"]
+    assert google.calls == ["projects.get", "getIamPolicy", "setIamPolicy"]
 
 
-def test_a_deploy_fails_when_firebase_tools_granted_nothing(tmp_path: Path) -> None:
-    """Without the invoker in the manifest firebase-tools grants no role: the check says so."""
-    google = FakeGoogle()
-    steps = deploy.plan(PROJECT, lambda command: None, google, functions=tmp_path)
-    with pytest.raises(click.ClickException) as failed:
+def test_a_failed_check_of_doctor_fails_the_deploy_naming_it(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    def check() -> list[Finding]:
+        return [*PASSED, Finding(check="indexes", status="fail",
+                                 found="shards (stripe, updated_at): CREATING", todo="wait")]
+
+    steps = deploy.plan(PROJECT, lambda command: None, FakeGoogle(), check, functions=tmp_path)
+    with pytest.raises(click.ClickException, match="doctor found the problems above"):
         for _, step in steps:
             step()
-    for name in TICKS:
-        assert f"{ACCOUNT} lacks {deploy.ENQUEUER} on the {name} queue\n" in failed.value.message
-        assert f"{ACCOUNT} lacks {deploy.INVOKER} on the {name} Cloud Run service\n" \
-            in failed.value.message
-    assert f"lacks {deploy.ACT_AS}" not in failed.value.message  # granted by then
-
-
-def test_the_check_passes_when_the_runtime_account_holds_the_three_roles() -> None:
-    google = FakeGoogle().has_all_roles()
-    assert deploy.task_queue_problems(google, PROJECT, ACCOUNT) == []
-    deploy.verify_task_queue(google, PROJECT, ACCOUNT)
-    assert not any(call.startswith("setIamPolicy") for call in google.calls)  # only reads
-
-
-def test_the_check_reads_every_tick_functions_resources_and_the_account_once() -> None:
-    """Each tick function's resource, queue policy and service policy; the account's policy once
-    (acting as itself does not depend on the function)."""
-    google = FakeGoogle().has_all_roles()
-    deploy.task_queue_problems(google, PROJECT, ACCOUNT)
-    assert sorted(google.calls) == sorted(
-        [f"functions.get {name}" for name in TICKS]
-        + [f"getIamPolicy {url}" for url in [*QUEUES.values(), *RUNS.values()]]
-        + [f"getIamPolicy {SELF}"])
-
-
-def test_the_check_covers_every_task_queue_function_deployed() -> None:
-    """The functions whose roles the deploy checks are the ones main.py exports with a task
-    queue."""
-    deployed = [name for name in main.__all__
-                if vars(getattr(main, name))["__firebase_endpoint__"].taskQueueTrigger]
-    assert deploy.TICKS == deployed == TICKS
-
-
-@pytest.mark.parametrize(("resource", "role", "on"), [
-    (QUEUES["rolluptick"], deploy.ENQUEUER, "the rolluptick queue"),
-    (RUNS["rolluptick"], deploy.INVOKER, "the rolluptick Cloud Run service"),
-    (QUEUES["rolluptick7"], deploy.ENQUEUER, "the rolluptick7 queue"),
-    (RUNS["rolluptick15"], deploy.INVOKER, "the rolluptick15 Cloud Run service"),
-    (SELF, deploy.ACT_AS, "itself"),
-])
-def test_the_check_names_the_missing_role(resource: str, role: str, on: str) -> None:
-    """One role missing (or granted only under a condition) fails the deploy, saying which."""
-    google = FakeGoogle().has_all_roles()
-    for held in google.policies[resource]["bindings"]:
-        if held["role"] == role:
-            held["condition"] = {"title": "until friday", "expression": "request.time < ..."}
-    with pytest.raises(click.ClickException) as failed:
-        deploy.verify_task_queue(google, PROJECT, ACCOUNT)
-    assert f"{ACCOUNT} lacks {role} on {on}" in failed.value.message
-    assert "run it again" in failed.value.message
-    assert deploy.task_queue_problems(google, PROJECT, ACCOUNT) == [
-        f"{ACCOUNT} lacks {role} on {on}"]
-
-
-def test_the_check_fails_when_a_tick_function_runs_as_another_account() -> None:
-    google = FakeGoogle(runs_as={"rolluptick7": "other@my-app.iam.gserviceaccount.com"})
-    assert deploy.task_queue_problems(google.has_all_roles(), PROJECT, ACCOUNT) == [
-        f"rolluptick7 runs as other@my-app.iam.gserviceaccount.com, not as {ACCOUNT} "
-        "(RUNTIME_SERVICE_ACCOUNT)"]
+    assert "shards (stripe, updated_at): CREATING" in capsys.readouterr().err
 
 
 def test_granting_act_as_keeps_the_other_bindings_and_happens_once() -> None:
     google = FakeGoogle()
     assert deploy.grant_act_as(google, PROJECT, ACCOUNT)
-    assert google.policies[SELF]["bindings"] == [
+    assert google.policy["bindings"] == [
         binding("roles/iam.serviceAccountTokenCreator", "someone@my-app.iam.gserviceaccount.com"),
-        binding(deploy.ACT_AS, ACCOUNT)]
+        binding(ACT_AS, ACCOUNT)]
     assert not deploy.grant_act_as(google, PROJECT, ACCOUNT)
-    assert google.calls.count(f"setIamPolicy {SELF}") == 1
+    assert google.calls.count("setIamPolicy") == 1
 
 
 def test_the_runtime_account_is_added_to_the_projects_dotenv(tmp_path: Path) -> None:
@@ -225,7 +149,6 @@ def test_a_dotenv_naming_another_account_stops_the_deploy(tmp_path: Path) -> Non
     env_file.write_text('RUNTIME_SERVICE_ACCOUNT="999-compute@developer.gserviceaccount.com"\n')
     with pytest.raises(click.ClickException, match="the functions run as 123456789-compute@"):
         deploy.declare_account(FakeGoogle(), PROJECT, env_file)
-
 
 
 def test_hosting_builds_the_web_client_itself() -> None:
