@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -360,6 +361,9 @@ def test_a_clone_of_a_node_host_committed_after_init_deploys_and_runs_the_instal
     with emulators(clone, "node-clone"):
         check_node_host_as_before()
         check_counters("counters", "")  # the install's database, its rules enforced there too
+        # doctor's canary on the install: its prefixed callable, its database, its tick queues.
+        checked = counters("--backend", str(clone / "counters"), "doctor")
+        assert re.search(r"^pass\s+canary\s+get_count serves", checked, re.MULTILINE), checked
 
     (clone / "counters" / "placement.json").unlink()
     refused = deploy_dry_run(clone)
