@@ -1,10 +1,11 @@
 """`counters init`, `counters remove` and `counters emulator-rules`: add the backend to a Firebase
 project that already has its own functions, rules and site, take it out again, and give a local
-Firestore emulator the rules of every database (docs/adopt.md).
+Firestore emulator the rules of every database by hand (docs/adopt.md).
 
 An install is a folder in the host project (`counters/` by default: the functions codebase, its
-`.env` saying where the data lives, `declarations.json`, and in a database of its own, that
-database's rules and indexes) and entries in the host's `firebase.json`:
+`placement.json` saying where the data lives, its `.env` files, `declarations.json`, a
+`.gitignore` that keeps the `.env` files in git, and in a database of its own, that database's
+rules and indexes) and entries in the host's `firebase.json`:
 
 - a functions codebase of that name, whose function ids firebase-tools prefixes with it
   (`counters-increment`), beside the host's codebases;
@@ -13,13 +14,17 @@ database's rules and indexes) and entries in the host's `firebase.json`:
 - with `--prefix`: the backend's collections in the default database, every id prefixed, its
   rules added to the host's rules file as a block of their own and its indexes and TTL policies
   to the host's index file;
-- a Cloud Tasks emulator entry, when the host configures emulators and has none.
+- the Auth and Cloud Tasks emulators, when the host configures emulators and lacks them, on
+  ports none of the host's emulators takes.
 
 Nothing else of the host's changes. `install.json` in the folder records what was added and the
 text of each host file before, so that `counters remove` gives back that text when nothing changed
-the file since, and otherwise takes out only the install's entries, keeping the host's changes.
-Running `init` again changes nothing (it brings the backend's code up to this version, and keeps
-the host's edits of the install's `.env`, declarations and firebase.json entries).
+the file since, and otherwise takes out only the install's entries, keeping the host's changes;
+the last install removed gives back the text from before the first. Running `init` again changes
+nothing (it brings the backend's code up to this version, and keeps the host's edits of the
+install's `.env` files, declarations, watched database and firebase.json entries). Init refuses
+up front on a machine without Python 3.11, and says which of the install's files git would leave
+out of a commit.
 """
 
 from __future__ import annotations
