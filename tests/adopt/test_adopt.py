@@ -127,9 +127,10 @@ def emulator_ports() -> None:
 
 
 @contextmanager
-def emulators(host: Path, label: str) -> Iterator[Path]:
+def emulators(host: Path, label: str, *, loads_counters: bool = True) -> Iterator[Path]:
     """The Emulator Suite as the host runs it: `firebase emulators:start` in its folder, every
-    emulator its firebase.json configures and nothing else."""
+    emulator its firebase.json configures and nothing else. Ready once the host's function
+    answers, and the backend's when an install is there (`loads_counters`)."""
     link_runtimes(host)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = ARTIFACTS / f"adopt-{label}.log"
@@ -139,7 +140,7 @@ def emulators(host: Path, label: str) -> Iterator[Path]:
         env, log, cwd=host)
     try:
         eventually(lambda: answers(f"{FUNCTIONS}/hello", firebase, log), READY_S)
-        if (host / "counters").is_dir():
+        if (host / "counters").is_dir() and loads_counters:
             eventually(lambda: answers(f"{FUNCTIONS}/counters-get_count", firebase, log),
                        READY_S)
         yield log
@@ -368,6 +369,12 @@ def test_a_clone_of_a_node_host_committed_after_init_deploys_and_runs_the_instal
     (clone / "counters" / "placement.json").unlink()
     refused = deploy_dry_run(clone)
     assert refused.returncode != 0 and "placement.json not found" in refused.stderr
+    with emulators(clone, "node-clone-no-placement", loads_counters=False) as log:
+        eventually(lambda: "Failed to load function definition" in log.read_text(), READY_S)
+        assert "placement.json not found" in log.read_text()
+        assert requests.get(f"{FUNCTIONS}/hello", timeout=30).ok  # the host's own still serve
+        assert requests.post(f"{FUNCTIONS}/counters-increment", json={"data": {}},
+                             timeout=30).status_code == 404
     git(clone, "checkout", "--", "counters/placement.json")
     counters("remove", str(clone))
     assert tree(clone) == before
