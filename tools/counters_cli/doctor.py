@@ -444,8 +444,8 @@ def manifest(codebase: Path) -> Json:
                           capture_output=True, text=True, timeout=MANIFEST_TIMEOUT_S,
                           check=False)
     if done.returncode != 0:
-        raise click.ClickException(f"{codebase}/main.py does not load: "
-                                   f"{done.stderr.strip().splitlines()[-1:]}")
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise click.ClickException(f"{codebase}/main.py does not load: {last}")
     found: Json = json.loads(done.stdout)
     return found
 
