@@ -110,6 +110,26 @@ SHARD_TOUCH_ATTEMPTS = 3
 ROLLUP_SWEEP_EVERY_S = 50.0  # below a minute: every scheduled housekeeping tick sweeps
 MAX_REQUEST_S = 270.0
 
+
+@dataclass(frozen=True, kw_only=True)
+class Protections:
+    """Each mechanism that keeps counts exact against one production hazard, switchable alone
+    so that the simulation (tests/sim) shows each one needed: with one off, some seeds lose or
+    double a count. Production runs with every one on; nothing but the simulation turns one
+    off (docs/architecture.md, "Exact on real Firestore")."""
+
+    overlap: bool = True  # the change query reaches CHANGE_OVERLAP_S before the watermark
+    touch: bool = True  # a writer touches a shard whose write straddled (`counters.settle`)
+    sweep: bool = True  # every ROLLUP_SWEEP_EVERY_S the query reaches MAX_REQUEST_S back
+    every_stripe_sweep: bool = True  # a sweep reads the stripes of every P, not the current's
+    lease_fence: bool = True  # a holder's commits carry its lease's version as a precondition
+    single_attempt: bool = True  # a commit that is not idempotent is sent once, never resent
+    request_markers: bool = True  # a request_id's marker makes its retries count once
+    reset_through_rollup: bool = True  # a reset moves shards only: the holder publishes it
+
+
+PROTECTIONS = Protections()
+
 # The rollup's cadence (counting.cadence; docs/architecture.md, "Rollup cadence").
 REGION = "us-central1"
 ROLLUP_USAGE_DOC = "rollup_usage"  # internal/rollup_usage: what rollup invocations cost, summed

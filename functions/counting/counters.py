@@ -149,7 +149,8 @@ def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentRefer
     last: dt.datetime | None = None
     for ref, result in written:
         touches = 0
-        while straddles(result) and touches < config.SHARD_TOUCH_ATTEMPTS:
+        while config.PROTECTIONS.touch and straddles(result) \
+                and touches < config.SHARD_TOUCH_ATTEMPTS:
             touches += 1
             try:
                 result = ref.update({"updated_at": firestore.SERVER_TIMESTAMP,

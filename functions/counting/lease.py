@@ -23,6 +23,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from . import config
 from .partitions import WHOLE, Part, lease_ref
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -157,7 +158,8 @@ class Lease:
         lease is still ours; LeaseLost when it is not."""
         if self._update_time is None:
             raise LeaseLost("not held")
-        option = self._db.write_option(last_update_time=self._update_time)
+        option = self._db.write_option(last_update_time=self._update_time) \
+            if config.PROTECTIONS.lease_fence else None
         # A commit renews too (its commit time is the document's update time): a long tick that
         # commits keeps its lease. It persists the progress as of the tick's start (Store.begin).
         batch.update(self._ref, {"renewed_at": firestore.SERVER_TIMESTAMP,

@@ -44,11 +44,12 @@ PARTITIONS_DOC = "rollup_partitions"  # internal/rollup_partitions: {count, chan
 CHANGE_ATTEMPTS = 20  # a change is read and tried again while holders write their leases
 # Firestore's `in` takes at most 30 values: a wider set of stripes is read in several queries.
 IN_VALUES = 30
-# After a change, the new leases also read the stripes a writer with the old P may still pick:
-# writers learn P within CONFIG_CACHE_TTL_S, and a write's commit follows its timestamp by at
-# most MAX_REQUEST_S, which the sweeps (every ROLLUP_SWEEP_EVERY_S) reach back over.
-NARROW_AFTER_S = 2 * (config.CONFIG_CACHE_TTL_S + config.MAX_REQUEST_S
-                      + config.ROLLUP_SWEEP_EVERY_S)
+# After a change, the new partitions' ticks also read the stripes a writer with the old P picks,
+# for this long: writers learn P within CONFIG_CACHE_TTL_S, so their writes are found within a
+# tick. Any later write with an old stripe (a writer paused between choosing its stripe and
+# sending, a commit that lands late) is found by the next sweep, which reads every stripe of
+# every P (`rollup.Rollup.stripes`): narrowing only ever costs such a write a sweep's lag.
+NARROW_AFTER_S = 2 * config.CONFIG_CACHE_TTL_S
 
 
 def home_of(key: str) -> int:

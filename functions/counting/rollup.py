@@ -90,6 +90,11 @@ def instant(value: Any) -> dt.datetime:
     return result
 
 
+def overlap_s() -> float:
+    """How far before the last tick's instant the change query reaches."""
+    return config.CHANGE_OVERLAP_S if config.PROTECTIONS.overlap else 0.0
+
+
 def change_queries(db: firestore.Client, since: dt.datetime, stripes: list[int]) -> list[Any]:
     """Every shard (counters' and trend buckets') in `stripes` written after `since`: one query,
     more while a partition also reads an earlier spread (`partitions`)."""
@@ -130,14 +135,15 @@ class Rollup:
     def sweeps_at(self, as_of: dt.datetime) -> bool:
         """Whether the tick at `as_of` is a sweep (docs/architecture.md, "Exact on real
         Firestore")."""
-        return (as_of - self.swept).total_seconds() >= config.ROLLUP_SWEEP_EVERY_S
+        return config.PROTECTIONS.sweep and \
+            (as_of - self.swept).total_seconds() >= config.ROLLUP_SWEEP_EVERY_S
 
     def reach(self, since: dt.datetime, as_of: dt.datetime) -> dt.datetime:
         """How far back the change query of the tick at `as_of` looks: CHANGE_OVERLAP_S before
         the last tick's instant, and on a sweep MAX_REQUEST_S before the last sweep's. A shard
         write whose commit came at most that long after its `updated_at` and after the last
         (sweep) instant is returned."""
-        reach = since - dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
+        reach = since - dt.timedelta(seconds=overlap_s())
         if self.sweeps_at(as_of):
             reach = min(reach, self.swept - dt.timedelta(seconds=config.MAX_REQUEST_S))
         return reach
@@ -202,10 +208,15 @@ class Rollup:
             problems=tuple(self._problems),
         )
 
-    def stripes(self, as_of: dt.datetime) -> list[int]:
-        """The stripes this partition reads: after a change of P, for a while also those a
-        writer that still knows the old P may pick."""
+    def stripes(self, as_of: dt.datetime, *, sweep: bool) -> list[int]:
+        """The stripes this partition reads. A sweep reads those of every P, so that a write
+        whose writer still knew another P whenever it landed (a paused instance, a commit
+        minutes late) is found by the next sweep: narrowing is then safe at any time. A tick
+        reads, for a while after a change of P (`narrow_at`), those a writer that still knows
+        the old P picks, so that such writes are found within a tick rather than a sweep."""
         lease = self.store.lease
+        if sweep and config.PROTECTIONS.every_stripe_sweep:
+            return self.part.stripes(partitions.HOMES)
         return self.part.stripes(lease.spread if as_of < lease.narrow_at else self.part.count)
 
     def _changed_shards(
@@ -223,8 +234,9 @@ class Rollup:
         the last minutes."""
         changes: Changes = defaultdict(dict)
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
-        overlap = dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
-        queries = change_queries(self._db, reach, self.stripes(as_of))
+        overlap = dt.timedelta(seconds=overlap_s())
+        queries = change_queries(self._db, reach,
+                                 self.stripes(as_of, sweep=swept_from is not None))
         found = self.store.each(lambda query: self.store.query(query, as_of), queries)
         for snapshot in (snapshot for result in found for snapshot in result):
             if swept_from is not None:
