@@ -3,6 +3,7 @@ hand, so each scenario is exactly the interleaving it names."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import cast
 
@@ -13,16 +14,15 @@ from counting.lease import Lease, state_ref
 from counting.partitions import WHOLE
 from google.cloud import firestore
 
-from tests.sim.firestore_model import Client, Latency, Model, Write
+from tests.sim.faults import CALM, Requests
+from tests.sim.model import Client, Model, Write
 from tests.sim.virtual import Sim
-
-CALM = Latency(abort_p=0.0, lost_answer_p=0.0, slow_p=0.0, stuck_p=0.0)
 
 
 class Scene:
-    def __init__(self, latency: Latency = CALM) -> None:
+    def __init__(self, requests: Requests = CALM) -> None:
         self.sim = Sim(random.Random(1))
-        self.model = Model(self.sim, random.Random(2), latency)
+        self.model = Model(self.sim, random.Random(2), requests)
         self.db = cast(firestore.Client, Client(self.model))
 
     def at(self, seconds: float) -> None:
@@ -330,8 +330,7 @@ def test_a_tick_reading_longer_than_the_lease_keeps_it() -> None:
     for 18 s before its first commit, past the 10 s lease. The store renews the lease between
     the reads, so a second holder trying to take it meanwhile is refused, and the tick
     publishes."""
-    scene = Scene(Latency(read=(6.0, 6.0), abort_p=0.0, lost_answer_p=0.0, slow_p=0.0,
-                          stuck_p=0.0))
+    scene = Scene(dataclasses.replace(CALM, read=(6.0, 6.0)))
     counters.create_counter(scene.db, "c", shards=2)
     scene.at(1)
     counters.increment(scene.db, "c", 1)
@@ -354,3 +353,4 @@ def test_a_tick_reading_longer_than_the_lease_keeps_it() -> None:
     assert outcome["taken"] is False
     assert isinstance(outcome["tick"], rollup.TickStats)
     assert scene.published("c") == 1
+

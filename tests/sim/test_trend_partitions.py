@@ -18,10 +18,10 @@ from counting.lease import Lease, state_ref
 from counting.partitions import Part
 from google.cloud import firestore
 
-from tests.sim.firestore_model import Client, Latency, Model
+from tests.sim.faults import CALM
+from tests.sim.model import Client, Model
 from tests.sim.virtual import Sim
 
-CALM = Latency(abort_p=0.0, lost_answer_p=0.0, slow_p=0.0, stuck_p=0.0)
 REGIONS = ("eu", "us")
 TAGS = [f"tag{n:03d}" for n in range(300)]  # more than TOP_K in every scope
 WEIGHTS = [1 / (n + 1) for n in range(len(TAGS))]

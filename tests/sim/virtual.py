@@ -1,14 +1,22 @@
-"""Virtual time for the simulation: actors are threads, of which exactly one runs at a time.
+"""Virtual time for the simulation: actors run one at a time, and timers are callbacks the
+scheduler runs at their instant (a commit landing, say).
 
 An actor runs until it waits (`Sim.wait`: a sleep, or a Firestore request in flight); the
-scheduler then wakes the actor whose wait ends first (ties broken by the seeded generator), and
-sets the clock to that instant. So a run is a function of its seed: the same seed replays the
-same interleaving, however the machine schedules the threads. Threads that are not actors (the
-rollup's read pool) run inside their actor's turn, without waiting.
+scheduler then runs whatever is due first, an actor's wake-up or a timer (ties broken by the
+seeded generator), and sets the clock to that instant. So a run is a function of its seed: the
+same seed replays the same interleaving, however the machine schedules threads.
+
+An actor is a greenlet of the scheduler's thread (a switch costs a microsecond, where a thread
+handing over costs tens), unless it is `threaded`: a thread of its own, handed the turn through
+events, so that it can `lend` it. Threads that are not actors (the rollup's read pool, the
+waker's enqueue pool) run inside the turn of the actor that started them and never wait; the one
+thread of a threaded actor's pool that acts for it while it `lends` its turn (the backfill's)
+waits as the actor would, while the actor's own thread waits for the pool.
 
 A killed actor raises `Killed` (a BaseException, so no `except Exception` in the code under test
-swallows it) at its next wait, and at every one after: `finally` blocks run, but none of their
-requests reaches the database, as for a process that died.
+swallows it) at the end of its current wait, and at every one after: `finally` blocks run, but
+none of their requests reaches the database, as for a process that died. A request already sent
+still lands: the server has it.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ import itertools
 import random
 import threading
 from collections.abc import Callable
+
+import greenlet  # type: ignore[import-untyped]
 
 # Virtual instant 0; the clock counts whole microseconds from here.
 ORIGIN = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
@@ -33,21 +43,22 @@ def micros(seconds: float) -> int:
 
 
 class Actor:
-    def __init__(self, sim: Sim, name: str, body: Callable[[], object]) -> None:
+    def __init__(self, sim: Sim, name: str, body: Callable[[], object], threaded: bool) -> None:
         self.sim = sim
         self.name = name
         self.body = body
+        self.threaded = threaded
         self.killed = False
         self.pause_s = 0.0  # a stall before its next request (a GC pause, a frozen instance)
-        self.owner: str | None = None  # a rollup holder's lease owner name
+        self.paused_s = 0.0  # stalls served so far
+        self.owner: str | None = None  # a rollup holder's lease owner name, while it acts for one
+        self.call: object | None = None  # the client call under way (`history.Call`)
+        self.lends = False  # a pool thread acts for it while its own thread waits for the pool
         self.done = False
+        self._glet: _Greenlet | None = None  # made when it first runs, in the scheduler's thread
         self._go = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
 
     def _main(self) -> None:
-        self.sim._local.actor = self
-        self._go.wait()
-        self._go.clear()
         try:
             if not self.killed:
                 self.body()
@@ -57,7 +68,22 @@ class Actor:
             self.sim.crashes.append(f"{self.name}: {error!r}")
         finally:
             self.done = True
+
+    def _thread_main(self) -> None:
+        self.sim._local.actor = self
+        self._go.wait()
+        self._go.clear()
+        try:
+            self._main()
+        finally:
             self.sim._back.set()
+
+
+class _Greenlet(greenlet.greenlet):  # type: ignore[misc]
+    actor: Actor
+
+
+Timer = Callable[[], None]
 
 
 class Sim:
@@ -66,12 +92,14 @@ class Sim:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.now_us = 0
-        self.crashes: list[str] = []  # actors that failed with anything but Killed
-        self._heap: list[tuple[int, float, int, Actor]] = []
+        self.crashes: list[str] = []  # actors and timers that failed with anything but Killed
+        self._heap: list[tuple[int, float, int, Actor | Timer]] = []
         self._seq = itertools.count()
         self._back = threading.Event()
         self._local = threading.local()
         self._actors: list[Actor] = []
+        self._turn: Actor | None = None  # the actor running now
+        self._hub = greenlet.getcurrent()  # the scheduler's: actors switch back to it
 
     # -- the clock, as the code under test reads it --
 
@@ -84,52 +112,97 @@ class Sim:
     def instant(self, us: int) -> dt.datetime:
         return ORIGIN + dt.timedelta(microseconds=us)
 
-    # -- actors --
+    def sleep(self, seconds: float) -> None:
+        """`time.sleep` for the code under test: a wait for an actor, nothing for a pool
+        thread (it cannot wait; what it polls is served at once)."""
+        if self.current() is not None:
+            self.wait(seconds)
+
+    # -- actors and timers --
 
     def current(self) -> Actor | None:
-        actor: Actor | None = getattr(self._local, "actor", None)
+        actor: Actor | None = getattr(greenlet.getcurrent(), "actor", None) \
+            or getattr(self._local, "actor", None)
+        if actor is None and self._turn is not None and self._turn.lends:
+            return self._turn
         return actor
 
-    def spawn(self, name: str, body: Callable[[], object], after_s: float = 0.0) -> Actor:
-        actor = Actor(self, name, body)
+    def spawn(self, name: str, body: Callable[[], object], after_s: float = 0.0, *,
+              threaded: bool = False) -> Actor:
+        actor = Actor(self, name, body, threaded)
         self._actors.append(actor)
-        actor._thread.start()
+        if threaded:
+            threading.Thread(target=actor._thread_main, name=name, daemon=True).start()
         self._push(actor, self.now_us + micros(after_s))
         return actor
 
+    def at(self, at_us: int, timer: Timer) -> None:
+        """Run `timer` in the scheduler at `at_us` (never earlier than now): it must not wait."""
+        self._push(timer, max(at_us, self.now_us))
+
     def wait(self, seconds: float) -> None:
         """The calling actor resumes `seconds` later (at least 1 us); others run meanwhile."""
+        self.wait_until(self.now_us + max(1, micros(seconds)))
+
+    def wait_until(self, at_us: int) -> None:
         actor = self.current()
         if actor is None:
             return
         if actor.killed:
             raise Killed
-        self._push(actor, self.now_us + max(1, micros(seconds)))
-        self._back.set()
-        actor._go.wait()
-        actor._go.clear()
+        self._push(actor, max(at_us, self.now_us + 1))
+        if actor.threaded:
+            self._back.set()
+            actor._go.wait()
+            actor._go.clear()
+        else:
+            self._hub.switch()
         if actor.killed:
             raise Killed
 
-    def _push(self, actor: Actor, at_us: int) -> None:
-        heapq.heappush(self._heap, (at_us, self.rng.random(), next(self._seq), actor))
+    def pause_if_due(self) -> None:
+        """Before a request: serve the stall chaos gave the calling actor."""
+        actor = self.current()
+        if actor is not None and actor.pause_s:
+            pause, actor.pause_s = actor.pause_s, 0.0
+            actor.paused_s += pause
+            self.wait(pause)
+
+    def _push(self, item: Actor | Timer, at_us: int) -> None:
+        heapq.heappush(self._heap, (at_us, self.rng.random(), next(self._seq), item))
 
     def run_until(self, end_s: float) -> None:
         end = micros(end_s)
         while self._heap and self._heap[0][0] <= end:
-            at, _, _, actor = heapq.heappop(self._heap)
-            if actor.done:
-                continue
+            at, _, _, item = heapq.heappop(self._heap)
             self.now_us = max(self.now_us, at)
-            self._step(actor)
+            if isinstance(item, Actor):
+                if not item.done:
+                    self._step(item)
+                continue
+            try:
+                item()
+            except Exception as error:  # reported by the run, never lost
+                self.crashes.append(f"timer at {at} us: {error!r}")
         self.now_us = max(self.now_us, end)
 
     def _step(self, actor: Actor) -> None:
-        self._back.clear()
-        actor._go.set()
-        if not self._back.wait(timeout=60):
-            raise RuntimeError(f"{actor.name} neither waited nor ended within 60 s of real "
-                               "time: it blocks on something the simulation does not drive")
+        self._turn = actor
+        if actor.threaded:
+            self._back.clear()
+            actor._go.set()
+            if not self._back.wait(timeout=60):
+                raise RuntimeError(f"{actor.name} neither waited nor ended within 60 s of real "
+                                   "time: it blocks on something the simulation does not drive")
+        else:
+            if actor._glet is None:
+                actor._glet = _Greenlet(actor._main, parent=self._hub)
+                actor._glet.actor = actor
+            actor._glet.switch()
+        self._turn = None
+
+    def alive(self) -> list[Actor]:
+        return [actor for actor in self._actors if not actor.done]
 
     def shutdown(self) -> None:
         """Kill every actor still alive and let each unwind, so that no thread outlives the

@@ -16,10 +16,9 @@ from counting.lease import Lease, LeaseLost, state_ref
 from counting.partitions import CHOICES, HOMES, WHOLE, Part
 from google.cloud import firestore
 
-from tests.sim.firestore_model import Client, Latency, Model
+from tests.sim.faults import CALM
+from tests.sim.model import Client, Model
 from tests.sim.virtual import Sim
-
-CALM = Latency(abort_p=0.0, lost_answer_p=0.0, slow_p=0.0, stuck_p=0.0)
 
 
 @pytest.fixture(autouse=True)
