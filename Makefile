@@ -40,7 +40,7 @@ help:
 	@echo "make deploy PROJECT=id  checks, then rules and indexes, functions, hosting (docs/deploy.md)"
 	@echo "make lint           ruff and mypy (strict)"
 	@echo "make unit           unit tests and a bounded simulation: no emulator, no network"
-	@echo "make sim SEEDS=n    simulate production Firestore over n seeds (SEED=n replays one)"
+	@echo "make sim SEEDS=n    simulate production Firestore over n seeds, each protection alone off on NEEDED of them (SEED=n [OFF=name] replays one)"
 	@echo "make webunit        the web client's unit tests (vitest): the counters client and its package as a host app installs it, the rollup health, the production bundle"
 	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
 	@echo "make emulator       tests against the stack, through the real callables"
@@ -141,10 +141,12 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -q tests/unit tests/sim
 
-# The simulation of production Firestore (tests/sim), seeds 0..SEEDS-1, as built and unprotected:
-# bench/results/sim.json. SEED=n replays one seed and says what it found.
+# The simulation of production Firestore (tests/sim), seeds 0..SEEDS-1 with every protection on,
+# and the first NEEDED of them (default: all) with each protection alone off and unprotected:
+# bench/results/sim.json. SEED=n replays one seed and says what it found (OFF=name: with that
+# protection off).
 sim: setup
-	$(PY) tests/sim/run.py $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),200))
+	$(PY) tests/sim/run.py $(if $(SEED),--seed $(SEED) $(if $(OFF),--off $(OFF)),--seeds $(or $(SEEDS),200) $(if $(NEEDED),--needed-seeds $(NEEDED)))
 
 # The client package is tested as a host app gets it: installed from its tarball, a host's code
 # type-checked against its index.d.ts (web/test/host), its exports compared with the declared ones.

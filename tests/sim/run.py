@@ -1,15 +1,17 @@
-"""`make sim SEEDS=N`: run the simulation for seeds 0..N-1, each once as built and once with the
-protection against straddling writes switched off, and write `bench/results/sim.json`.
+"""`make sim SEEDS=N`: run the simulation for seeds 0..N-1 with every protection on, and, on the
+first `--needed-seeds` of them (all by default), once with each protection alone off and once
+unprotected (overlap, touch and sweep off); write `bench/results/sim.json`.
 
-`seeds`, `lost`, `doubled`, `fenced_violations` count the protected runs that broke each check
-(0 expected); `unprotected_lost` counts the unprotected runs that lost a count (above 0: the
-simulation sees the bug the protection guards against). `failing` lists the seeds that broke a
-check: `make sim SEED=n` replays one exactly and prints what it found. Of the protected runs:
-`partitions_at_start` counts the runs that started with each P, `partition_changes` the changes
-of P made while writers wrote, `retired` the invocations answered RETIRED, and
-`handovers_by_partition` the lease takeovers of each partition ("2 of 4"), `struck_by_instance`
-the invocations chaos killed or paused on each partition index's instances and the scheduled
-one.
+Of the protected runs: `lost`, `doubled`, `fenced_violations`, `wrong_answers` (a caller told
+nothing was written for a write that counted), `late` (a shard state a change query should have
+returned) and `crashes` count the runs with such a finding (0 expected); `failing` lists them by
+seed with the checkers that failed (`make sim SEED=n` replays one exactly and prints its
+findings); `library_retries` counts the commits the client library resent,
+`max_commit_delay_s` the longest a commit landed after its server timestamp, `narrowed` the
+partitions that narrowed their ticks while a writer that used an older P lived, `ops` the
+operations by kind. `needed` counts, per protection, the seeds that fail with it alone off
+(above 0: the simulation shows it needed), `needed_by_checker` which checkers failed then;
+`unprotected_lost` the unprotected runs that lost a count.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import os
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,80 +30,119 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "tools"), str(ROOT)]
 
-from tests.sim import world  # noqa: E402
+from tests.sim import protections, world  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "sim.json"
+UNPROTECTED = "unprotected"
 
 
-def one(seed: int) -> dict[str, Any]:
+def one(task: tuple[int, str | None]) -> tuple[str | None, world.Outcome]:
+    """A seed's run with the named protection alone off (None: all on; UNPROTECTED)."""
     logging.disable(logging.CRITICAL)  # holders log every failure they survive
-    started = time.perf_counter()
-    protected = world.run(seed)
-    unprotected = world.run(seed, protected=False)
-    return {"seed": seed, "protected": protected, "unprotected_lost": bool(unprotected.lost),
-            "seconds": time.perf_counter() - started}
+    seed, off = task
+    switched = protections.ALL if off is None else protections.UNPROTECTED \
+        if off == UNPROTECTED else protections.alone_off(off)
+    return off, world.run(seed, protected=switched)
 
 
-def describe(outcome: world.Outcome) -> str:
-    found = {"lost": outcome.lost, "doubled": outcome.doubled,
-             "fenced": outcome.fenced_violations, "crashes": outcome.crashes}
-    problems = "; ".join(f"{k}: {v[:3]}" for k, v in found.items() if v)
-    handovers = ", ".join(f"{part}: {n}" for part, n in sorted(outcome.handovers.items()))
-    return (f"seed {outcome.seed} ({'protected' if outcome.protected else 'unprotected'}): "
-            f"P {' -> '.join(map(str, outcome.partitions))}, {outcome.writes} writes, "
-            f"{outcome.invocations} invocations, {outcome.retired} retired, {outcome.kills} "
-            f"kills, {outcome.pauses} pauses, handovers {{{handovers}}}: {problems or 'ok'}")
+def describe(outcome: world.Outcome, *, findings: int = 3) -> str:
+    tally = outcome.tally
+    switched = ", ".join(outcome.off) + " off" if outcome.off else "protected"
+    head = (f"seed {outcome.seed} ({switched}): P {' -> '.join(map(str, outcome.partitions))}, "
+            f"{sum(outcome.ops.values())} operations, {tally['invocations']} invocations, "
+            f"{tally['kills']} kills, {tally['pauses']} pauses, {tally['writer_kills']} writer "
+            f"kills, {tally['writer_pauses']} writer pauses, {outcome.library_retries} library "
+            f"resends, longest commit {outcome.max_commit_delay_s:.1f} s, "
+            f"{outcome.seconds:.1f} s: {', '.join(outcome.failed) or 'ok'}")
+    lines = [head, *(f"  {f}" for f in outcome.findings[:findings]),
+             *(f"  crash: {c}" for c in outcome.crashes[:findings])]
+    if len(outcome.findings) > findings:
+        lines.append(f"  ... {len(outcome.findings) - findings} more findings")
+    return "\n".join(lines)
+
+
+def summary(protected: list[world.Outcome], switched: dict[str, list[world.Outcome]],
+            needed_seeds: int, wall_s: float) -> dict[str, Any]:
+    runs = protected + [o for outcomes in switched.values() for o in outcomes]
+    ops: Counter[str] = Counter()
+    for outcome in protected:
+        ops += outcome.ops
+
+    def failing(kind: str) -> int:
+        return sum(1 for o in protected if o.of(kind))
+
+    return {
+        "seeds": len(protected),
+        "lost": failing("lost"),
+        "doubled": failing("doubled"),
+        "fenced_violations": failing("fenced"),
+        "wrong_answers": failing("answer"),
+        "late": failing("late"),
+        "crashes": sum(1 for o in protected if o.crashes),
+        "unprotected_lost": sum(1 for o in switched.get(UNPROTECTED, []) if o.of("lost")),
+        "library_retries": sum(o.library_retries for o in protected),
+        "max_commit_delay_s": round(max((o.max_commit_delay_s for o in protected),
+                                        default=0.0), 1),
+        "narrowed": sum(o.tally["narrowed"] for o in protected),
+        "ops": dict(sorted(ops.items())),
+        "needed": {name: sum(1 for o in switched.get(name, []) if not o.ok)
+                   for name in protections.NAMES},
+        "needed_seeds": needed_seeds,
+        "needed_by_checker": {
+            name: dict(sorted(Counter(c for o in switched.get(name, []) for c in o.failed)
+                              .items()))
+            for name in (*protections.NAMES, UNPROTECTED)},
+        "failing": {str(o.seed): o.failed for o in protected if not o.ok},
+        "failing_by_checker": dict(sorted(Counter(c for o in protected for c in o.failed)
+                                          .items())),
+        "partitions_at_start": dict(sorted(Counter(str(o.partitions[0])
+                                                   for o in protected).items())),
+        "partition_changes": sum(len(o.partitions) - 1 for o in protected),
+        "hazards": dict(sorted(sum((o.tally for o in protected), Counter()).items())),
+        "seconds_per_run": round(sum(o.seconds for o in runs) / max(1, len(runs)), 2),
+        "virtual_seconds_per_run": round(sum(o.virtual_s for o in protected)
+                                         / max(1, len(protected))),
+        "wall_s": round(wall_s, 1),
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=200)
+    parser.add_argument("--needed-seeds", type=int, default=None,
+                        help="seeds also run with each protection alone off (default: all)")
     parser.add_argument("--seed", type=int, help="replay one seed and print what it found")
+    parser.add_argument("--off", choices=[*protections.NAMES, UNPROTECTED],
+                        help="with --seed: that protection off")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to save the summary")
     args = parser.parse_args()
     if args.seed is not None:
-        logging.disable(logging.CRITICAL)
-        print(describe(world.run(args.seed)))
-        print(describe(world.run(args.seed, protected=False)))
-        return 0
+        _, outcome = one((args.seed, args.off))
+        print(describe(outcome, findings=50))
+        return 0 if outcome.ok else 1
+    needed_seeds = args.seeds if args.needed_seeds is None else min(args.needed_seeds,
+                                                                     args.seeds)
+    tasks: list[tuple[int, str | None]] = [(seed, None) for seed in range(args.seeds)]
+    tasks += [(seed, name) for seed in range(needed_seeds)
+              for name in (*protections.NAMES, UNPROTECTED)]
     started = time.perf_counter()
+    protected: list[world.Outcome] = []
+    switched: dict[str, list[world.Outcome]] = {}
     with ProcessPoolExecutor(args.workers) as pool:
-        runs = list(pool.map(one, range(args.seeds), chunksize=4))
-    outcomes: list[world.Outcome] = [r["protected"] for r in runs]
-    failing = [o for o in outcomes if not o.ok]
-    for outcome in failing:
-        print(describe(outcome), flush=True)
-    summary = {
-        "seeds": args.seeds,
-        "lost": sum(1 for o in outcomes if o.lost),
-        "doubled": sum(1 for o in outcomes if o.doubled),
-        "fenced_violations": sum(1 for o in outcomes if o.fenced_violations),
-        "crashes": sum(1 for o in outcomes if o.crashes),
-        "unprotected_lost": sum(1 for r in runs if r["unprotected_lost"]),
-        "failing": [o.seed for o in failing],
-        "kills": sum(o.kills for o in outcomes),
-        "pauses": sum(o.pauses for o in outcomes),
-        "invocations": sum(o.invocations for o in outcomes),
-        "client_writes": sum(o.writes for o in outcomes),
-        "partitions_at_start": {str(count): sum(1 for o in outcomes if o.partitions[0] == count)
-                                for count in world.COUNTS},
-        "partition_changes": sum(o.partition_changes for o in outcomes),
-        "retired": sum(o.retired for o in outcomes),
-        "handovers_by_partition": {
-            part: sum(o.handovers.get(part, 0) for o in outcomes)
-            for part in sorted({p for o in outcomes for p in o.handovers},
-                               key=lambda p: (int(p.split()[-1]), int(p.split()[0])))},
-        "struck_by_instance": {
-            instance: sum(o.struck.get(instance, 0) for o in outcomes)
-            for instance in sorted({i for o in outcomes for i in o.struck})},
-        "seconds_per_seed": round(sum(r["seconds"] for r in runs) / max(1, len(runs)), 2),
-        "wall_s": round(time.perf_counter() - started, 1),
-    }
+        for off, outcome in pool.map(one, tasks, chunksize=2):
+            if off is None:
+                protected.append(outcome)
+                if not outcome.ok:
+                    print(describe(outcome), flush=True)
+            else:
+                switched.setdefault(off, []).append(outcome)
+    result = summary(protected, switched, needed_seeds, time.perf_counter() - started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
-    return 1 if failing or not summary["unprotected_lost"] else 0
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 1 if result["failing"] or not all(result["needed"].values()) \
+        or not result["unprotected_lost"] else 0
 
 
 if __name__ == "__main__":

@@ -1,53 +1,79 @@
 """The simulation of production Firestore (tests/sim/world.py) over a bounded set of seeds:
-`make sim SEEDS=N` runs more."""
+`make sim SEEDS=N` runs more, and each seed with each protection alone off."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
-from tests.sim import world
+from tests.sim import protections, world
 from tests.sim.run import describe
 
-# A bounded run of seeds, and seeds that once found a loss (kept so that it stays found):
-# 202: housekeeping holders living one tick each deferred the same counters for ever;
-# 676: a fenced commit whose answer was lost cost every holder its lease (Lease._resync).
-SEEDS = [*range(24), 202, 676]
+# Seeds that once found a loss, kept so that it stays found (none yet of this world's).
+REGRESSIONS: list[int] = []
+# Seeds whose run fails on main's domain (issue 31: commits the client library resends count
+# twice, resets beside a warm holder are not published, a sweep drops what a narrowed tick never
+# read, callers are told nothing was written for writes that counted). Remove each as the fixes
+# land: a seed that passes then fails its strict mark.
+FAILING_ON_MAIN = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 18, 19, 22, 23}
+ISSUE_31 = pytest.mark.xfail(strict=True, reason="issue 31: the domain's fixes have not landed")
+SEEDS = [pytest.param(seed, marks=ISSUE_31) if seed in FAILING_ON_MAIN else seed
+         for seed in [*range(24), *REGRESSIONS]]
+# What a run is made of (`ops`): every kind must occur in a few seeds.
+KINDS = {"increment", "increment_id", "increment_many", "increment_many_id", "like", "unlike",
+         "view", "track", "track_id", "next_number", "next_number_id", "reset_sequence",
+         "reset_counter", "configure_counter", "order", "delivery", "backfill", "fold", "grow",
+         "change_partitions"}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_every_count_reaches_its_rollup_exactly(seed: int) -> None:
-    """At quiescence every rollup equals its shards and what clients were told, collection
-    counters equal their documents, trends equal their tracks, and every holder commit was
-    fenced, through kills, pauses, duplicate deliveries and slow and failing commits."""
+def test_every_invariant_holds(seed: int) -> None:
+    """Every checker passes: counters, answers, sequences, trend totals, collection counters,
+    fencing and promptness, through library resends, late commits, lost answers, kills, pauses,
+    changes of P and late deliveries."""
     outcome = world.run(seed)
-    assert outcome.ok, describe(outcome)
-    assert outcome.kills + outcome.pauses > 0  # the schedule did hurt the rollup
+    assert outcome.ok, describe(outcome, findings=20)
 
 
-def test_without_the_protection_straddling_writes_are_lost() -> None:
+def test_a_run_meets_every_hazard_and_operation() -> None:
+    """A few seeds make every kind of operation, have the library resend, commits land tens of
+    seconds late, writers and holders struck, and a partition narrow while a writer that used
+    an older P lives."""
+    outcomes = [world.run(seed) for seed in range(4)]
+    ops = sum((o.ops for o in outcomes), Counter[str]())
+    tally = sum((o.tally for o in outcomes), Counter[str]())
+    assert KINDS <= {kind for kind, n in ops.items() if n}, KINDS - set(ops)
+    assert sum(o.library_retries for o in outcomes) > 0
+    assert max(o.max_commit_delay_s for o in outcomes) > 40.0
+    assert all(tally[hazard] for hazard in ("kills", "pauses", "writer_kills", "writer_pauses",
+                                            "enqueue_failures", "late_tasks", "narrowed"))
+
+
+def test_without_the_protections_straddling_writes_are_lost() -> None:
     """With no overlap, no touch and no sweep, the same kind of schedule loses counts: the
-    simulation sees what the protection guards against."""
-    assert any(world.run(seed, protected=False).lost for seed in range(4))
+    simulation sees what the protections guard against."""
+    assert any(world.run(seed, protected=protections.UNPROTECTED).of("lost")
+               for seed in range(4))
 
 
-def test_four_partitions_and_a_change_of_p_keep_every_count() -> None:
-    """With four partitions, changed once (to 1 or 2, as the seed draws) while writers write,
-    every count reaches its rollup exactly, tasks of the retired partitions are answered
-    RETIRED, and the lease of every partition of both P changes hands."""
+def test_four_partitions_and_a_change_of_p_hand_every_lease_over() -> None:
+    """With four partitions, changed once while writers write, tasks of the retired partitions
+    are answered RETIRED, and the lease of every partition of both P changes hands."""
     outcome = world.run(1, settings=world.Settings(partitions=4, changes=1))
-    assert outcome.ok, describe(outcome)
     assert outcome.partitions[0] == 4 and len(outcome.partitions) == 2
-    assert outcome.retired > 0
+    assert outcome.tally["retired"] > 0
     handed_over = {part for part, n in outcome.handovers.items() if n}
     assert {f"{index + 1} of {count}" for count in outcome.partitions
             for index in range(count)} <= handed_over
+    assert not outcome.crashes, outcome.crashes
 
 
 def test_a_seed_replays_exactly() -> None:
     """The same seed gives the same run."""
     def fingerprint() -> tuple[object, ...]:
         outcome = world.run(5, settings=world.Settings(partitions=2, changes=2))
-        return (outcome.writes, outcome.invocations, outcome.kills, outcome.pauses,
-                outcome.partitions, outcome.retired, sorted(outcome.handovers.items()))
+        return (sorted(outcome.ops.items()), sorted(outcome.tally.items()), outcome.partitions,
+                [str(f) for f in outcome.findings], outcome.library_retries)
 
     assert fingerprint() == fingerprint()

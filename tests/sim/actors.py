@@ -1,0 +1,763 @@
+"""The actors of a run, each a thread of `virtual.Sim` driving the real domain code on the model:
+
+- `Writers`: client processes, each with its own caches (counter configurations, shard picks,
+  sequences, P as it knows it), making requests in a random mix: increments with and without
+  `request_id` (a client with an id retries with it when unsure; one without does not), batches,
+  a unique counter's likes and unlikes, a paced counter's views, tracks with and without id,
+  ticket numbers with and without id, and the app's own orders (written and deleted).
+- `Operator`: sets P and creates the counters and tenants, then, while writers write, changes
+  P, resets counters and sequences, changes write policies, and runs a backfill of the orders'
+  counters (the backfill's thread acts for it: `virtual.Actor.lends`).
+- `Trigger`: every committed change of an order becomes an event delivered after a delay
+  (minutes now and then), sometimes twice; its handler applies it as `count_event` does,
+  trying again after transient failures; an event given up on is left to a backfill.
+- `Rollup`: the rollup's invocations as deployed: Cloud Tasks queues (one per partition index,
+  one dispatch at a time, tasks named per slot and partition, retried after a failure,
+  sometimes minutes late or also delivered to a second instance, their creation sometimes
+  refused), the instances that keep a holder per partition between tasks, and Cloud Scheduler's
+  housekeeping of every partition each minute (never two at once).
+- `Chaos`: writers killed or frozen before their next request; rollup invocations killed or
+  paused a moment after they start.
+
+Every client call goes through `history.History.call`, so that the model stamps it on what it
+sends. The hazards' rates are `faults.Chaos`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import random
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from counting import (
+    cadence,
+    collections,
+    config,
+    counters,
+    declarations,
+    partitions,
+    sequences,
+    trends,
+    waking,
+)
+from counting.config import AutoscaleParams
+from counting.partitions import Part
+from counting.policy import Policy
+from firebase_admin import exceptions as admin_exceptions
+from google.cloud import firestore
+
+from .faults import Chaos
+from .history import Answer, Call, History, Request
+from .model import Attempt, Model, Path, Snapshot, Version
+from .virtual import Actor, Sim, micros
+
+# Autoscaling fast enough that a run of a few minutes grows, shrinks and folds shards.
+SCALING = AutoscaleParams(shard_write_rate=1.0, rise_tau_s=2.0, fall_tau_s=5.0,
+                          cool_down_s=20.0, fold_grace_s=2 * config.CONFIG_CACHE_TTL_S)
+PLAIN = ("plain-a", "plain-b", "plain-c")  # plain-c is as the code before `shard_counts` left it
+# A tally the operator resets in drills: counted once, published, reset, counted once again
+# (the next event after a daily reset), so that a reset lands beside a warm holder at a count the
+# holder's ledger can mistake for no change; nothing else writes it.
+RARE = "rare"
+# ... and a counter of the same home (so of RARE's partition, whatever P), which the drill then
+# counts for a few seconds: the holder stays warm and ticks past the reset, as a busy one does.
+MATE = next(f"mate-{n}" for n in itertools.count()
+            if partitions.home_of(f"mate-{n}") == partitions.home_of(RARE))
+# Many counters of a few shards, each written now and then: most writes are their shard's last
+# (the last like of a post), which only the change query, a touch or a sweep brings in.
+POSTS = tuple(f"post-{n}" for n in range(12))
+LIKES, VIEWS = "likes", "views"
+REGIONS = ("eu", "us")
+TAGS = ("coffee", "tea", "rain", "sun")
+STATUSES = ("new", "paid", "shipped")
+# Tenants: one whose business day starts during a run (its day is opened while numbers land).
+TENANTS = {"t-utc": ("UTC", "12:01"), "t-ny": ("America/New_York", "00:00")}
+CLIENT_CALLS = 3  # a client's calls of one request with a request_id, or an admin's
+ORDERS = next(w for w in declarations.WATCHES if w.documents == "orders/{order}")
+PARTITIONS_PATH = (config.INTERNAL, partitions.PARTITIONS_DOC)
+# Every partition's lease document -> the partition.
+LEASES: dict[Path, Part] = {
+    (config.INTERNAL, part.lease_id): part
+    for count in partitions.CHOICES for part in partitions.parts(count)}
+SCHEDULED = "scheduled"  # the scheduled function's instance
+
+
+def applied(value: Any) -> Answer:
+    """A write's answer: done, or (None, 0) nothing done now."""
+    return Answer.OK if value else Answer.NO_OP
+
+
+class ProcessesKnow(partitions.Known):
+    """P as the processes know it: every actor is a process of its own, with its own cache of P
+    on the virtual clock (a writer learns a new P within CONFIG_CACHE_TTL_S). `acted` is the P
+    each process last used."""
+
+    def __init__(self, sim: Sim) -> None:
+        super().__init__(monotonic=sim.monotonic)
+        self._sim = sim
+        self._processes: dict[str, partitions.Known] = {}
+        self.acted: dict[str, int] = {}
+
+    def count(self, db: firestore.Client) -> int:
+        actor = self._sim.current()
+        name = actor.name if actor is not None else ""
+        known = self._processes.get(name)
+        if known is None:
+            known = self._processes[name] = partitions.Known(monotonic=self._sim.monotonic)
+        self.acted[name] = found = known.count(db)
+        return found
+
+    def forget(self) -> None:
+        """The operator's change reaches no other process."""
+
+
+@dataclass(kw_only=True)
+class Stage:
+    """What the actors of a run share."""
+
+    sim: Sim
+    model: Model
+    db: firestore.Client
+    history: History
+    rng: random.Random
+    chaos: Chaos
+    known: ProcessesKnow
+    clock: cadence.Clock
+    writing: bool = True
+    ops: Counter[str] = field(default_factory=Counter)  # operations done, by kind
+    tally: Counter[str] = field(default_factory=Counter)  # hazards and events, by kind
+    partitions: list[int] = field(default_factory=list)  # P at the start, then each change's
+    handovers: Counter[str] = field(default_factory=Counter)  # partition -> lease takeovers
+    struck: Counter[str] = field(default_factory=Counter)  # instance -> kills and pauses
+
+    def count(self) -> int:
+        """P as configured now (the stage sees the database without a request)."""
+        version = self.model.latest(PARTITIONS_PATH)
+        return int(((version.data if version else None) or {}).get("count") or 1)
+
+    def ask(self, request: Request, do: Callable[[], Any],
+            answer: Callable[[Any], Answer] = lambda _: Answer.OK, *,
+            calls: int = CLIENT_CALLS, admin: bool = False) -> Call:
+        """A client's request: called again (up to `calls` times, after a pause) while its
+        caller is unsure and it has a request_id (or is an admin's, who runs the command again),
+        or when it was refused as a race that a retry settles (Aborted)."""
+        for n in range(calls):
+            if n:
+                self.sim.wait(self.rng.uniform(0.2, 2.0))
+            made = self.history.call(request, do, answer)
+            unsure = made.answer is Answer.UNSURE and (request.request_id is not None or admin)
+            again = unsure or (
+                made.answer is Answer.REFUSED and (made.error or "").startswith("Aborted"))
+            if not again:
+                break
+        return made
+
+    def alive(self, actor: Actor) -> bool:
+        return not actor.done and not actor.killed
+
+
+@dataclass
+class Process:
+    """One client process's own state."""
+
+    rng: random.Random
+    configs: counters.ConfigCache
+    picker: counters.ShardPicker
+    numbers: sequences.SequenceCache
+
+
+class Writers:
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self.actors: list[Actor] = []
+        self._mix: list[tuple[float, Callable[[Process], None]]] = [
+            (3.0, functools.partial(self._increment, with_id=False)),
+            (3.0, functools.partial(self._increment, with_id=True)),
+            (0.7, functools.partial(self._batch, with_id=False)),
+            (0.7, functools.partial(self._batch, with_id=True)),
+            (2.0, self._post),
+            (1.5, self._like),
+            (1.0, self._view),
+            (0.8, functools.partial(self._track, with_id=False)),
+            (0.8, functools.partial(self._track, with_id=True)),
+            (0.8, functools.partial(self._number, with_id=False)),
+            (0.8, functools.partial(self._number, with_id=True)),
+            (2.0, self._order),
+        ]
+
+    def spawn(self, after_s: float) -> Actor:
+        n = len(self.actors)
+        actor = self.stage.sim.spawn(f"writer-{n}", self._run, after_s=after_s)
+        self.actors.append(actor)
+        return actor
+
+    def live(self) -> list[Actor]:
+        return [actor for actor in self.actors if self.stage.alive(actor)]
+
+    def _run(self) -> None:
+        stage = self.stage
+        rng = random.Random(stage.rng.random())
+        clock = stage.sim.monotonic
+        process = Process(rng=rng, configs=counters.ConfigCache(clock=clock),
+                          picker=counters.ShardPicker(random.Random(rng.random())),
+                          numbers=sequences.SequenceCache(clock=clock))
+        weights = [weight for weight, _ in self._mix]
+        ops = [op for _, op in self._mix]
+        while stage.writing:
+            rng.choices(ops, weights)[0](process)
+            stage.sim.wait(rng.expovariate(1 / 0.4))
+
+    def _increment(self, process: Process, *, with_id: bool) -> None:
+        rng, db = process.rng, self.stage.db
+        counter, by = rng.choice(PLAIN), rng.randint(1, 5)
+        request_id = f"r{rng.randrange(10**9)}" if with_id else None
+        uid = f"u{rng.randrange(20)}"
+        kind = "increment_id" if with_id else "increment"
+        self.stage.ops[kind] += 1
+        self.stage.ask(Request(kind=kind, request_id=request_id, amounts={counter: by}),
+                       lambda: counters.increment(db, counter, by, request_id=request_id,
+                                                  uid=uid, admin=False, configs=process.configs,
+                                                  picker=process.picker), applied)
+
+    def _post(self, process: Process) -> None:
+        db, post = self.stage.db, process.rng.choice(POSTS)
+        self.stage.ops["increment"] += 1
+        self.stage.ask(Request(kind="increment", amounts={post: 1}),
+                       lambda: counters.increment(db, post, 1, uid="u-post", admin=False,
+                                                  configs=process.configs,
+                                                  picker=process.picker), applied)
+
+    def _batch(self, process: Process, *, with_id: bool) -> None:
+        rng, db = process.rng, self.stage.db
+        items = [(rng.choice(PLAIN), rng.randint(1, 2)) for _ in range(rng.randint(1, 3))]
+        totals: Counter[str] = Counter()
+        for counter, by in items:
+            totals[counter] += by
+        request_id = f"b{rng.randrange(10**9)}" if with_id else None
+        kind = "increment_many_id" if with_id else "increment_many"
+        self.stage.ops[kind] += 1
+        self.stage.ask(Request(kind=kind, request_id=request_id, amounts=dict(totals)),
+                       lambda: counters.increment_many(db, items, request_id=request_id,
+                                                       uid="batcher", admin=False,
+                                                       configs=process.configs,
+                                                       picker=process.picker), applied)
+
+    def _like(self, process: Process) -> None:
+        rng, db = process.rng, self.stage.db
+        by, uid = rng.choice((1, -1)), f"u{rng.randrange(8)}"
+        kind = "like" if by > 0 else "unlike"
+        self.stage.ops[kind] += 1
+        self.stage.ask(Request(kind=kind, amounts={LIKES: by}),
+                       lambda: counters.increment(db, LIKES, by, uid=uid, admin=False,
+                                                  configs=process.configs,
+                                                  picker=process.picker), applied)
+
+    def _view(self, process: Process) -> None:
+        rng, db = process.rng, self.stage.db
+        uid = f"u{rng.randrange(6)}"
+        self.stage.ops["view"] += 1
+        self.stage.ask(Request(kind="view", amounts={VIEWS: 1}),
+                       lambda: counters.increment(db, VIEWS, 1, uid=uid, admin=False,
+                                                  configs=process.configs,
+                                                  picker=process.picker), applied)
+
+    def _track(self, process: Process, *, with_id: bool) -> None:
+        rng, stage = process.rng, self.stage
+        region, tags = rng.choice(REGIONS), rng.sample(TAGS, rng.randint(1, 3))
+        request_id = f"t{rng.randrange(10**9)}" if with_id else None
+        kind = "track_id" if with_id else "track"
+        stage.ops[kind] += 1
+        stage.ask(Request(kind=kind, request_id=request_id,
+                          amounts={f"trend:{region}:{tag}": 1 for tag in tags}),
+                  lambda: trends.track(stage.db, region, tags, request_id=request_id,
+                                       uid="tracker", now=stage.sim.wall(), rng=rng), applied)
+
+    def _number(self, process: Process, *, with_id: bool) -> None:
+        rng, stage = process.rng, self.stage
+        tenant = rng.choice(sorted(TENANTS))
+        request_id = f"n{rng.randrange(10**9)}" if with_id else None
+        kind = "next_number_id" if with_id else "next_number"
+        stage.ops[kind] += 1
+        stage.ask(Request(kind=kind, request_id=request_id, tenant=tenant),
+                  lambda: sequences.next_number(stage.db, tenant, request_id=request_id,
+                                                uid=f"u{rng.randrange(4)}", now=stage.sim.wall(),
+                                                cache=process.numbers))
+
+    def _order(self, process: Process) -> None:
+        """The app writes its own documents (the library's retry and all); the trigger counts
+        them."""
+        rng = process.rng
+        ref = self.stage.db.collection("orders").document(f"o{rng.randrange(12)}")
+        self.stage.ops["order"] += 1
+        with contextlib.suppress(Exception):
+            if rng.random() < 0.2:
+                ref.delete()
+            else:
+                ref.set({"status": rng.choice(STATUSES), "amount": rng.randint(1, 100)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What the operator does while writers write, at drawn instants."""
+
+    start: int  # P
+    changes: list[tuple[float, int]]  # (at, new P)
+    configures: list[float]
+    resets: list[tuple[float, str]]  # (at, counter)
+    drills: list[float]  # resets of RARE
+    sequence_resets: list[tuple[float, str]]  # (at, tenant)
+    backfills: list[float]
+
+    @classmethod
+    def draw(cls, rng: random.Random, active_s: float, start: int | None,
+             changes: int | None) -> Plan:
+        def at() -> float:
+            return rng.uniform(8.0, active_s - 8.0)
+
+        first = start or rng.choice(partitions.CHOICES)
+        counts, moves = [first], []
+        for when in sorted(at() for _ in range(rng.choice((0, 1, 2, 2, 3))
+                                               if changes is None else changes)):
+            counts.append(rng.choice([c for c in partitions.CHOICES if c != counts[-1]]))
+            moves.append((when, counts[-1]))
+        return cls(start=first, changes=moves,
+                   configures=sorted(at() for _ in range(rng.randint(1, 3))),
+                   resets=sorted((at(), rng.choice([*PLAIN, VIEWS]))
+                                 for _ in range(rng.randint(1, 3))),
+                   drills=sorted(at() for _ in range(rng.randint(1, 3))),
+                   sequence_resets=sorted((at(), rng.choice(sorted(TENANTS)))
+                                          for _ in range(rng.randint(0, 2))),
+                   backfills=sorted(at() for _ in range(rng.randint(0, 2))))
+
+
+class Operator:
+    def __init__(self, stage: Stage, plan: Plan) -> None:
+        self.stage = stage
+        self.plan = plan
+        self.policies = {name: Policy(by=(1, 5)) for name in (*PLAIN, RARE)}
+        self.policies[VIEWS] = Policy(min_interval_s=5)
+        self._rng = random.Random(stage.rng.random())
+
+    def run(self) -> None:
+        self.setup()
+        plan = self.plan
+        steps: list[tuple[float, Callable[[], object]]] = [
+            *((when, functools.partial(self.change, count)) for when, count in plan.changes),
+            *((when, self.configure) for when in plan.configures),
+            *((when, functools.partial(self.reset, name)) for when, name in plan.resets),
+            *((when, self.drill) for when in plan.drills),
+            *((when, functools.partial(self.reset_sequence, tenant))
+              for when, tenant in plan.sequence_resets),
+            *((when, self.backfill) for when in plan.backfills)]
+        for when, step in sorted(steps, key=lambda s: s[0]):
+            self.stage.sim.wait(max(0.0, when - self.stage.sim.monotonic()))
+            step()
+
+    def setup(self) -> None:
+        """The admin sets P, creates the counters and configures the tenants (again after an
+        error: each is idempotent). plain-c is made as the code before `shard_counts` left
+        counters: holders read it whole until one gives it them."""
+        stage, db = self.stage, self.stage.db
+        if self.plan.start != 1:
+            self.change(self.plan.start)
+            assert stage.count() == self.plan.start, "could not set the partitions"
+        made = [(name, self._rng.choice((1, 2, 4)), self.policies[name]) for name in PLAIN]
+        made += [(RARE, 1, self.policies[RARE]), (MATE, 1, Policy()),
+                 (LIKES, 2, Policy(unique=True)),
+                 (VIEWS, 2, self.policies[VIEWS])]
+        made += [(post, self._rng.randint(1, 4), Policy()) for post in POSTS]
+        for name, shards, policy in made:
+            stage.ops["create_counter"] += 1
+            call = stage.ask(Request(kind="create_counter"), functools.partial(
+                counters.create_counter, db, name, shards=shards, policy=policy), admin=True)
+            assert call.answer is Answer.OK, f"could not create {name}: {call}"
+        legacy = counters.counter_ref(db, PLAIN[-1])
+        call = stage.ask(Request(kind="setup"), functools.partial(
+            legacy.update, {config.SHARD_COUNTS_FIELD: firestore.DELETE_FIELD}), admin=True)
+        assert call.answer is Answer.OK, f"could not make a legacy counter: {call}"
+        for tenant, (zone, reset_time) in TENANTS.items():
+            stage.ops["configure_sequence"] += 1
+            cache = sequences.SequenceCache(clock=stage.sim.monotonic)
+            call = stage.ask(Request(kind="configure_sequence"), functools.partial(
+                sequences.configure_sequence, db, tenant, timezone=zone, reset_time=reset_time,
+                now=stage.sim.wall(), cache=cache), admin=True)
+            assert call.answer is Answer.OK, f"could not configure {tenant}: {call}"
+
+    def change(self, count: int) -> None:
+        """`counters rollup partitions N`, run again after an error (a change to the current P
+        changes nothing)."""
+        self.stage.ops["change_partitions"] += 1
+        self.stage.ask(Request(kind="change_partitions"),
+                       lambda: partitions.change(self.stage.db, count), admin=True)
+
+    def configure(self) -> None:
+        """A new write policy: plain counters' range of `by` narrowed or widened, the paced
+        counter's interval changed."""
+        name = self._rng.choice([*PLAIN, VIEWS])
+        old = self.policies[name]
+        new = Policy(min_interval_s=8 - old.min_interval_s) if name == VIEWS else \
+            Policy(by=(1, 8 - old.by[1]))
+        self.policies[name] = new
+        self.stage.ops["configure_counter"] += 1
+        self.stage.ask(Request(kind="configure_counter"),
+                       lambda: counters.configure_counter(self.stage.db, name, new), admin=True)
+
+    def reset(self, counter: str) -> None:
+        self.stage.ops["reset_counter"] += 1
+        self.stage.ask(Request(kind="reset_counter", amounts={counter: 0}),
+                       lambda: counters.reset_counter(self.stage.db, counter), admin=True)
+
+    def drill(self) -> None:
+        """A client counts RARE once; once the rollup has it, the operator resets RARE and a
+        client counts it once again at once, then MATE every second for a while."""
+        stage = self.stage
+
+        def count(counter: str) -> None:
+            stage.ops["increment"] += 1
+            stage.ask(Request(kind="increment", amounts={counter: 1}),
+                      lambda: counters.increment(stage.db, counter, 1, uid="u-rare",
+                                                 admin=False, configs=configs, picker=picker),
+                      applied)
+
+        configs = counters.ConfigCache(clock=stage.sim.monotonic)
+        picker = counters.ShardPicker(random.Random(self._rng.random()))
+        count(RARE)
+        stage.sim.wait(3.0)
+        self.reset(RARE)
+        count(RARE)
+        for _ in range(6):
+            stage.sim.wait(1.0)
+            count(MATE)
+
+    def reset_sequence(self, tenant: str) -> None:
+        stage = self.stage
+        stage.ops["reset_sequence"] += 1
+        stage.ask(Request(kind="reset_sequence", tenant=tenant),
+                  lambda: sequences.reset_sequence(
+                      stage.db, tenant, uid="operator", now=stage.sim.wall(),
+                      cache=sequences.SequenceCache(clock=stage.sim.monotonic)), admin=True)
+
+    def backfill(self) -> None:
+        backfill(self.stage)
+
+
+def backfill(stage: Stage) -> None:
+    """`counters backfill` of the orders' declarations, run by an operator on an actor of its
+    own: a thread, which lends its turn to the backfill's applying thread. Returns when it
+    ends."""
+    counting = collections.Counting(
+        stage.db, ORDERS, configs=counters.ConfigCache(clock=stage.sim.monotonic),
+        picker=counters.ShardPicker(random.Random(stage.rng.random())))
+    stage.ops["backfill"] += 1
+
+    def run() -> None:
+        actor = stage.sim.current()
+        assert actor is not None
+        actor.lends = True
+        stage.ask(Request(kind="backfill"), lambda: collections.backfill(counting), calls=1)
+
+    done = stage.sim.spawn(f"backfill-{stage.ops['backfill']}", run, threaded=True)
+    while not done.done:
+        stage.sim.wait(1.0)
+
+
+class Trigger:
+    """The orders' document trigger: an event per committed change of an order."""
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self.given_up = 0  # events whose handler gave up: a backfill must count them
+
+    def on_commit(self, attempt: Attempt) -> None:
+        stage, chaos = self.stage, self.stage.chaos
+        assert attempt.commit_us is not None
+        for path, before, after in attempt.changes:
+            if len(path) != 2 or path[0] != "orders":
+                continue
+            states = (self._state(path, before), self._state(path, after))
+            if states == (None, None):
+                continue  # a delete of a missing document changes nothing: no event
+            event = f"e{attempt.commit_us}-{path[1]}"
+            delay = stage.rng.uniform(0.05, 5.0)
+            if stage.rng.random() < chaos.late_event_p:
+                delay += stage.rng.uniform(*chaos.late_event_s)
+                stage.tally["late_events"] += 1
+            deliver = functools.partial(self._deliver, path, *states, event)
+            stage.sim.spawn(event, deliver, after_s=delay)
+            if stage.rng.random() < chaos.duplicate_event_p:
+                stage.sim.spawn(event + "-again", deliver,
+                                after_s=delay + stage.rng.uniform(0, 20))
+
+    def _state(self, path: Path, version: Version | None) -> Snapshot | None:
+        """The document as an event carries it: None when it did not exist."""
+        if version is None or version.data is None:
+            return None
+        return self.stage.model._snapshot(path, version.commit_us)
+
+    def _deliver(self, path: Path, before: Snapshot | None, after: Snapshot | None,
+                 event: str) -> None:
+        """`count_event`: the state applied, again after a transient failure
+        (COLLECTION_RETRY_PAUSES_S); the platform never delivers it again."""
+        stage = self.stage
+        counting = collections.Counting(stage.db, ORDERS,
+                                        configs=counters.ConfigCache(clock=stage.sim.monotonic),
+                                        picker=counters.ShardPicker(random.Random(event)))
+        observed = collections.Observed.of_change("/".join(path), cast(Any, before),
+                                                  cast(Any, after))
+        request = Request(kind="delivery")
+        stage.ops["delivery"] += 1
+        for pause in (*config.COLLECTION_RETRY_PAUSES_S, None):
+            made = stage.history.call(request, lambda: counting.apply(observed, event=event))
+            transient = made.answer is Answer.UNSURE or (made.error or "").startswith("Aborted")
+            if not transient:
+                return
+            if pause is None:
+                self.given_up += 1
+                return
+            stage.sim.wait(pause)
+
+
+class Rollup:
+    """Cloud Tasks, Cloud Scheduler and the rollup's instances."""
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        # What chaos does to the next invocation of an instance: "tick-<index>" (a partition
+        # index's instances, the extra ones included) or SCHEDULED.
+        self.dooms: dict[str, str] = {}
+        self.instances: dict[str, dict[Part, cadence.Holder]] = {}  # live instances' holders
+        self.started = 0  # holders started
+        self.tasks: set[str] = set()  # task names taken
+        self.pending: dict[int, deque[tuple[Part, int, int]]] = {}  # index -> tasks due
+        self.dispatching: set[int] = set()  # the partition indexes whose queue dispatches one
+        self.last_owner: dict[Path, str] = {}  # a lease's path -> its last holder
+        self.wide: dict[Part, bool] = {}  # whether each partition's last tick read wide
+        self.writers: Writers | None = None  # whose P counts for `narrowed`
+
+    # -- invocations --
+
+    def invoke(self, instance: str, target: str, call: Callable[[], object]) -> bool:
+        """One invocation on `instance`, whose holders live as long as it does; False when it
+        failed (the platform retries it). Chaos strikes it when `target` is doomed. A killed
+        instance's holders are gone with it."""
+        stage = self.stage
+        actor = stage.sim.current()
+        assert actor is not None
+        holders = self.instances.setdefault(instance, {})
+        stage.tally["invocations"] += 1
+        doom = self.dooms.pop(target, None) if stage.writing else None
+        if doom is not None:
+            stage.sim.spawn("chaos-strike", functools.partial(self._strike, actor, doom, target))
+        try:
+            call()
+        except Exception:  # Busy, a lost lease, Firestore: recorded and raised for a retry
+            return False
+        except BaseException:
+            if self.instances.get(instance) is holders:
+                del self.instances[instance]
+            raise
+        finally:
+            actor.owner = None
+        return True
+
+    def _strike(self, victim: Actor, doom: str, target: str) -> None:
+        stage = self.stage
+        stage.sim.wait(stage.rng.uniform(0.0, 0.1))
+        if not stage.alive(victim):
+            return
+        if doom == "kill":
+            victim.killed = True
+            stage.tally["kills"] += 1
+        else:
+            victim.pause_s = stage.rng.uniform(*stage.chaos.holder_pause_s)
+            stage.tally["pauses"] += 1
+        stage.struck[target] += 1
+
+    def _holder(self, instance: str, part: Part) -> cadence.Holder:
+        """`instance`'s holder of `part`, made on first use, as `cadence.holder_for` keeps
+        them. The invocation's actor acts for it from here on (its commits carry its owner)."""
+        actor = self.stage.sim.current()
+        assert actor is not None
+        holders = self.instances.setdefault(instance, {})
+        holder = holders.get(part)
+        if holder is None:
+            self.started += 1
+            made: list[cadence.Holder] = []
+            holder = holders[part] = cadence.Holder(
+                self.stage.db, part=part, enqueue=self.enqueue,
+                owner=f"{instance}-{self.started}", scaling=SCALING, clock=self.stage.clock,
+                on_tick=lambda stats: self._ticked(made[0], stats))
+            made.append(holder)
+        actor.owner = holder.lease.owner
+        return holder
+
+    def _ran(self, instance: str, part: Part, run: cadence.Invocation) -> None:
+        """After an invocation, the instance closes the holders it made useless, as
+        `cadence.invoke` does (`cadence.closed_after`)."""
+        if run.outcome == cadence.Outcome.RETIRED:
+            self.stage.tally["retired"] += 1
+        holders = self.instances.get(instance, {})
+        for stale in cadence.closed_after(holders, part, run.outcome):
+            holders.pop(stale).close()
+
+    def _tick(self, instance: str, part: Part, slot: int) -> None:
+        self._ran(instance, part, self._holder(instance, part).tick_slot(slot))
+
+    def _housekeeping(self) -> None:
+        """The scheduled invocation: every partition of the current P, one after the other,
+        as `cadence.housekeeping` runs them."""
+        for part in partitions.parts(partitions.read_count(self.stage.db)):
+            self._ran(SCHEDULED, part, self._holder(SCHEDULED, part).housekeeping())
+
+    def _ticked(self, holder: cadence.Holder, stats: Any) -> None:
+        """A narrowing: a partition's ticks went from the wide stripe set (the old P's too) to
+        the narrow one while a writer that last used another P is alive. Sweeps read every
+        stripe and are neither."""
+        rollup = holder.rollup
+        if rollup is None or rollup.swept == stats.as_of:
+            return
+        lease, part = holder.lease, holder.part
+        wide = getattr(stats, "wide", None)
+        if wide is None:
+            wide = stats.as_of < lease.narrow_at and lease.spread != part.count
+        if self.wide.get(part) and not wide and self.writers is not None:
+            count = self.stage.count()
+            if any(self.stage.known.acted.get(w.name, count) != count
+                   for w in self.writers.live()):
+                self.stage.tally["narrowed"] += 1
+        self.wide[part] = wide
+
+    # -- Cloud Tasks --
+
+    def enqueue(self, part: Part, slot: int) -> bool:
+        """A task on the queue of the partition's index, named for the slot and the partition,
+        refused when it exists, dispatched a moment after the slot's end (now and then a little
+        before it: clocks differ; or minutes late). Its creation sometimes fails."""
+        stage, chaos = self.stage, self.stage.chaos
+        if stage.rng.random() < chaos.enqueue_fail_p:
+            stage.tally["enqueue_failures"] += 1
+            raise admin_exceptions.UnavailableError("simulated: Cloud Tasks is unavailable")
+        name = waking.task_id(slot, part)
+        if name in self.tasks:
+            return False
+        self.tasks.add(name)
+        due = (waking.slot_end(slot) - stage.sim.wall()).total_seconds()
+        delay = max(0.0, due + stage.rng.uniform(-0.05, 0.4))
+        if stage.rng.random() < chaos.late_task_p:
+            delay += stage.rng.uniform(*chaos.late_task_s)
+            stage.tally["late_tasks"] += 1
+        stage.sim.at(stage.sim.now_us + micros(delay),
+                     functools.partial(self._due, part, slot, 1))
+        if stage.rng.random() < chaos.duplicate_task_p:  # Cloud Run past its maximum instances
+            extra = f"extra-{name}"
+            stage.sim.spawn(f"task-{name}-dup", functools.partial(
+                self.invoke, extra, f"tick-{part.index}",
+                functools.partial(self._tick, extra, part, slot)),
+                after_s=delay + stage.rng.uniform(0.0, 0.5))
+        return True
+
+    def _due(self, part: Part, slot: int, attempt: int) -> None:
+        """A task is due: its partition index's queue dispatches it once the one before it has
+        ended."""
+        self.pending.setdefault(part.index, deque()).append((part, slot, attempt))
+        self._next(part.index)
+
+    def _next(self, index: int) -> None:
+        queue = self.pending.get(index)
+        if index in self.dispatching or not queue:
+            return
+        part, slot, attempt = queue.popleft()
+        self.dispatching.add(index)
+        self.stage.sim.spawn(f"task-{waking.task_id(slot, part)}-{attempt}",
+                             functools.partial(self._dispatch, part, slot, attempt))
+
+    def _dispatch(self, part: Part, slot: int, attempt: int) -> None:
+        """One delivery attempt, to the instance of the partition's index. A failed or killed
+        attempt is delivered again after a backoff, up to 5 attempts."""
+        sim = self.stage.sim
+        instance = f"tick-{part.index}"
+        done = False
+        try:
+            done = self.invoke(instance, instance,
+                               functools.partial(self._tick, instance, part, slot))
+        finally:
+            self.dispatching.discard(part.index)
+            if not done and attempt < 5:
+                sim.at(sim.now_us + micros(min(10.0, 2.0 ** (attempt - 1))),
+                       functools.partial(self._due, part, slot, attempt + 1))
+            self._next(part.index)
+
+    # -- Cloud Scheduler --
+
+    def schedule(self, at_s: float) -> None:
+        """Cloud Scheduler's execution at `at_s`, then at the first minute after each one ends:
+        never two at once (one that died ends too)."""
+        sim = self.stage.sim
+
+        def due() -> None:
+            sim.spawn(f"scheduled-{at_s:.0f}", self._execution)
+
+        sim.at(micros(at_s), due)
+
+    def _execution(self) -> None:
+        sim = self.stage.sim
+        try:
+            self.invoke(SCHEDULED, SCHEDULED, self._housekeeping)
+        finally:
+            self.schedule((sim.monotonic() // 60.0 + 1) * 60.0)
+
+    def on_commit(self, attempt: Attempt) -> None:
+        """Note each change of P, and each lease taken by another holder than the one that held
+        it last (a handover: released, expired or retaken)."""
+        stage = self.stage
+        for path, _, after in attempt.changes:
+            if path == PARTITIONS_PATH:
+                now = int((after.data or {}).get("count") or 1)
+                if now != stage.partitions[-1]:  # the setup's change to the start is not one
+                    stage.partitions.append(now)
+            part = LEASES.get(path)
+            owner = (after.data or {}).get("owner") if part is not None else None
+            if part is None or owner is None:
+                continue
+            last = self.last_owner.get(path)
+            if last is not None and last != owner:
+                stage.handovers[str(part)] += 1
+            self.last_owner[path] = owner
+
+
+class Chaotic:
+    """Now and then a writer dies (a new one takes its place) or freezes before its next
+    request (between choosing its shard and sending, or between a commit and its touch), or the
+    next rollup invocation of a partition index of the current P (or of the scheduled instance)
+    is killed or paused a moment after it starts (mid-tick)."""
+
+    def __init__(self, stage: Stage, writers: Writers, rollup: Rollup) -> None:
+        self.stage = stage
+        self.writers = writers
+        self.rollup = rollup
+
+    def run(self) -> None:
+        stage, chaos = self.stage, self.stage.chaos
+        rng = stage.rng
+        while stage.writing:
+            stage.sim.wait(rng.uniform(*chaos.step_s))
+            draw = rng.random()
+            live = self.writers.live()
+            if draw < chaos.writer_kill_p and live:
+                victim = rng.choice(live)
+                victim.killed = True
+                stage.tally["writer_kills"] += 1
+                self.writers.spawn(after_s=rng.uniform(0.1, 2.0))
+            elif draw < chaos.writer_kill_p + chaos.writer_pause_p and live:
+                rng.choice(live).pause_s = rng.uniform(*chaos.writer_pause_s)
+                stage.tally["writer_pauses"] += 1
+            else:
+                doom = "kill" if rng.random() < chaos.holder_kill_p else "pause"
+                target = SCHEDULED if rng.random() < chaos.scheduled_p \
+                    else f"tick-{rng.randrange(stage.count())}"
+                self.rollup.dooms[target] = doom

@@ -1,0 +1,447 @@
+"""The invariants a run must keep, one checker each, judged at quiescence from what the model
+recorded (every commit attempt, who sent it and for which client call, every version, every
+change query served) and what callers were told (`history`).
+
+- `Counters`: every rollup equals its shards; every request counted at most once, once if its
+  caller was told it was done; a counter's shards move only by the requests' own amounts, the
+  collection triggers and resets (which leave them at 0 as of their commit); a unique counter
+  counts each user once.
+- `Answers`: no caller was told nothing was written (a refusal, or `None`/0 from a write) by a
+  call whose write counted.
+- `Sequences`: no number issued twice; a request_id's retries get the number it was first given;
+  a request uses one number; `issued` on the documents equals the numbers used.
+- `TrendTotals`: every window total equals its buckets; every track counted once at most, once
+  if acknowledged.
+- `CollectionCounters`: the collection counters equal what the final documents count.
+- `Fencing`: no holder committed rollup documents without holding its partition's lease.
+- `Promptness`: the first change query that can see a shard's state returns it when the design
+  says it must: a state committed within CHANGE_OVERLAP_S of its timestamp (the overlap), and a
+  straddling state whose writer saw it straddle (its answer reached a caller that was then
+  answered, so lived to touch it: the touch). Without them counts are still exact at
+  quiescence (the sweep finds the rest), a sweep later.
+- `Audit`: the hook for the exactness audit of `counting.audit`.
+
+A finding's `kind` says what it costs: `lost`, `doubled`, `fenced`, `answer`, `late`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from counting import collections, config, sequences
+
+from .history import Answer, Call, History, Request
+from .model import Attempt, Model, Path
+from .virtual import ORIGIN, micros
+
+COUNTING_KINDS = ("increment", "increment_id", "increment_many", "increment_many_id", "like",
+                  "unlike", "view")
+TRACK_KINDS = ("track", "track_id")
+NUMBER_KINDS = ("next_number", "next_number_id")
+COLLECTION_KINDS = ("delivery", "backfill")
+
+
+@dataclass(frozen=True)
+class Finding:
+    checker: str
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.checker}/{self.kind}: {self.text}"
+
+
+def count_of(data: dict[str, Any] | None) -> int:
+    return int((data or {}).get("count") or 0)
+
+
+def us_of(instant: dt.datetime) -> int:
+    return round((instant - ORIGIN) / dt.timedelta(microseconds=1))
+
+
+@dataclass
+class Effect:
+    """What one landed attempt moved: counters' shard sums, trend keys' bucket sums, sequence
+    numbers used (tenant, day, epoch, number)."""
+
+    counters: dict[str, int] = field(default_factory=dict)
+    trends: dict[tuple[str, str], int] = field(default_factory=dict)
+    numbers: list[tuple[str, int, int, int]] = field(default_factory=list)
+
+    @property
+    def counts(self) -> bool:
+        return bool(self.numbers or any(self.counters.values()) or any(self.trends.values()))
+
+
+def effect_of(attempt: Attempt) -> Effect:
+    found = Effect()
+    for path, before, after in attempt.changes:
+        old, new = before.data if before is not None else None, after.data
+        if len(path) == 4 and path[2] == config.SHARDS and path[0] == config.COUNTERS:
+            delta = count_of(new) - count_of(old)
+            found.counters[path[1]] = found.counters.get(path[1], 0) + delta
+        elif len(path) == 4 and path[2] == config.SHARDS and path[0] == config.TREND_MINUTES:
+            data = new or old or {}
+            key = (str(data.get("region")), str(data.get("tag")))
+            found.trends[key] = found.trends.get(key, 0) + count_of(new) - count_of(old)
+        elif len(path) == 2 and path[0] == config.SEQUENCES and new is not None \
+                and int(new.get("issued") or 0) == int((old or {}).get("issued") or 0) + 1:
+            found.numbers.append((path[1], int(new["day"]), int(new["epoch"]),
+                                  int(new["last_number"])))
+    return found
+
+
+class Evidence:
+    """A run's record, indexed once for every checker."""
+
+    def __init__(self, model: Model, history: History) -> None:
+        self.model = model
+        self.history = history
+        self.effects = {id(attempt): effect_of(attempt) for attempt in model.landed}
+        self.final = {path: versions[-1].data for path, versions in model.docs.items()
+                      if versions[-1].data is not None}
+        self.by_call: dict[int, list[Attempt]] = defaultdict(list)  # id(call) -> attempts sent
+        for attempt in model.attempts:
+            if attempt.call is not None:
+                self.by_call[id(attempt.call)].append(attempt)
+        self.shard_sums: dict[str, int] = defaultdict(int)
+        self.shards_of: dict[str, list[Path]] = defaultdict(list)
+        for path, versions in model.docs.items():
+            if len(path) == 4 and path[0] == config.COUNTERS and path[2] == config.SHARDS:
+                self.shards_of[path[1]].append(path)
+                self.shard_sums[path[1]] += count_of(versions[-1].data)
+
+    def effect(self, attempt: Attempt) -> Effect:
+        return self.effects.get(id(attempt), Effect())
+
+    def landed(self, call: Call) -> list[Attempt]:
+        return [a for a in self.by_call.get(id(call), []) if a.commit_us is not None]
+
+    def landed_for(self, request: Request) -> list[Attempt]:
+        return [a for call in request.calls for a in self.landed(call)]
+
+    def requests(self, kinds: Iterable[str]) -> list[Request]:
+        wanted = set(kinds)
+        return [r for r in self.history.requests if r.kind in wanted]
+
+    def sum_at(self, counter: str, at_us: int) -> int:
+        return sum(count_of(v.data) for path in self.shards_of[counter]
+                   if (v := self.model.latest(path, at_us)) is not None)
+
+
+class Checker(Protocol):
+    name: str
+
+    def check(self, run: Evidence) -> list[Finding]: ...
+
+
+def by_sign(checker: str, delta: int, text: str) -> Finding:
+    """A count too low is lost, too high doubled."""
+    return Finding(checker, "lost" if delta < 0 else "doubled", text)
+
+
+class Counters:
+    name = "counters"
+
+    def check(self, run: Evidence) -> list[Finding]:
+        found: list[Finding] = []
+        for path, data in run.final.items():
+            if len(path) == 2 and path[0] == config.COUNTERS:
+                published, shards = count_of(data), run.shard_sums[path[1]]
+                if published != shards:
+                    found.append(by_sign(self.name, published - shards,
+                                         f"{path[1]}: rollup {published}, shards {shards}"))
+        for request in run.requests(COUNTING_KINDS):
+            found += self._once(run, request)
+        found += self._moves(run)
+        found += self._unique(run)
+        return found
+
+    def _once(self, run: Evidence, request: Request) -> list[Finding]:
+        """Each counter a request names moved once by its amount, or not at all unless its
+        caller was told it was done."""
+        moves: dict[str, list[int]] = defaultdict(list)
+        for attempt in run.landed_for(request):
+            for counter, delta in run.effect(attempt).counters.items():
+                if delta:
+                    moves[counter].append(delta)
+        found = []
+        for counter, by in request.amounts.items():
+            done = moves.get(counter, [])
+            calls = "; ".join(map(repr, request.calls))
+            if len(done) > 1 or any(delta != by for delta in done):
+                found.append(by_sign(self.name, sum(done) - by,
+                                     f"{counter}: {calls} asked {by:+d}, counted {done}"))
+            elif not done and request.acknowledged:
+                found.append(Finding(self.name, "lost",
+                                     f"{counter}: {calls} asked {by:+d}, counted nothing"))
+        return found
+
+    def _moves(self, run: Evidence) -> list[Finding]:
+        """Shards move by requests' own amounts (checked above), the triggers' and backfill's,
+        or a reset, which leaves them at 0 as of its commit; anything else (a fold, a grow, a
+        touch) moves none."""
+        found = []
+        for attempt in run.model.landed:
+            call = attempt.call
+            kind = call.request.kind if isinstance(call, Call) else None
+            if kind in COUNTING_KINDS or kind in COLLECTION_KINDS:
+                continue
+            assert attempt.commit_us is not None
+            for counter, delta in run.effect(attempt).counters.items():
+                left = run.sum_at(counter, attempt.commit_us) if delta else 0
+                if not delta or (kind == "reset_counter" and left == 0):
+                    continue
+                who = repr(call) if call is not None else attempt.owner or attempt.sender
+                found.append(by_sign(self.name, left if kind == "reset_counter" else delta,
+                                     f"{counter}: a commit of {who} moved its shards by "
+                                     f"{delta:+d} (left {left})"))
+        return found
+
+    def _unique(self, run: Evidence) -> list[Finding]:
+        """A unique counter that was never reset counts each of its voters once."""
+        found = []
+        reset = {counter for r in run.requests(["reset_counter"]) for counter in r.amounts}
+        for path, data in run.final.items():
+            if len(path) != 2 or path[0] != config.COUNTERS or path[1] in reset:
+                continue
+            if not ((data.get("policy") or {}).get("unique")):
+                continue
+            voters = sum(1 for p in run.final if p[:3] == (config.COUNTERS, path[1],
+                                                           config.VOTERS))
+            if run.shard_sums[path[1]] != voters:
+                found.append(by_sign(self.name, run.shard_sums[path[1]] - voters,
+                                     f"{path[1]}: shards {run.shard_sums[path[1]]}, "
+                                     f"voters {voters}"))
+        return found
+
+
+class Answers:
+    name = "answers"
+
+    def check(self, run: Evidence) -> list[Finding]:
+        found = []
+        for request in run.history.requests:
+            # A request_id's no-op says it was done already: an acknowledgement.
+            told = (Answer.REFUSED,) if request.request_id else (Answer.REFUSED, Answer.NO_OP)
+            for call in request.calls:
+                if call.answer not in told or call.answered_us is None:
+                    continue
+                # What was sent before the answer: the caller is told none of it counted.
+                counted = [run.effect(a) for a in run.landed_for(request)
+                           if a.stamp_us < call.answered_us and run.effect(a).counts]
+                if counted:
+                    found.append(Finding(self.name, "answer",
+                                         f"{call!r} ({call.value!r}), yet its write counted: "
+                                         f"{counted[0]}"))
+        return found
+
+
+class Sequences:
+    name = "sequences"
+
+    def check(self, run: Evidence) -> list[Finding]:
+        found = []
+        given: dict[tuple[str, int, int, int], set[int]] = defaultdict(set)
+        used: dict[tuple[str, int], int] = defaultdict(int)  # (tenant, day) -> numbers used
+        for attempt in run.model.landed:
+            for tenant, day, _, _ in run.effect(attempt).numbers:
+                used[(tenant, day)] += 1
+        for request in run.requests(NUMBER_KINDS):
+            tickets = {self._key(request, call.value) for call in request.calls
+                       if call.answer is Answer.OK}
+            for ticket in tickets:
+                given[ticket].add(id(request))
+            numbers = [n for a in run.landed_for(request) for n in run.effect(a).numbers]
+            calls = "; ".join(map(repr, request.calls))
+            if len(tickets) > 1:
+                found.append(Finding(self.name, "doubled",
+                                     f"{calls}: given {sorted(tickets)}"))
+            if len(numbers) > 1:
+                found.append(Finding(self.name, "doubled", f"{calls}: used {numbers}"))
+            if tickets - set(numbers):
+                found.append(Finding(self.name, "lost",
+                                     f"{calls}: given {sorted(tickets)}, used {numbers}"))
+        for ticket, requests in given.items():
+            if len(requests) > 1:
+                found.append(Finding(self.name, "doubled",
+                                     f"{ticket} given to {len(requests)} requests"))
+        found += self._issued(run, used)
+        return found
+
+    @staticmethod
+    def _key(request: Request, ticket: sequences.Ticket) -> tuple[str, int, int, int]:
+        return (str(request.tenant), ticket.business_day.toordinal(), ticket.epoch,
+                ticket.number)
+
+    def _issued(self, run: Evidence, used: dict[tuple[str, int], int]) -> list[Finding]:
+        """`issued` on each tenant's document (its open day) and on its closed days' records
+        equals the numbers used that day."""
+        recorded: dict[tuple[str, int], int] = {}
+        for path, data in run.final.items():
+            if len(path) == 2 and path[0] == config.SEQUENCES and data.get("day"):
+                recorded[(path[1], int(data["day"]))] = int(data.get("issued") or 0)
+            if len(path) == 4 and path[2] == config.BUSINESS_DAYS:
+                day = dt.date.fromisoformat(str(data["business_day"])).toordinal()
+                recorded[(path[1], day)] = int(data.get("issued") or 0)
+        return [Finding(self.name, "lost" if recorded.get(key, 0) < n else "doubled",
+                        f"{key[0]} day {dt.date.fromordinal(key[1])}: issued "
+                        f"{recorded.get(key, 0)}, numbers used {n}")
+                for key, n in sorted(used.items()) if recorded.get(key, 0) != n]
+
+
+class TrendTotals:
+    name = "trend totals"
+
+    def check(self, run: Evidence) -> list[Finding]:
+        found: list[Finding] = []
+        buckets: dict[tuple[str, str], int] = defaultdict(int)
+        for path, data in run.final.items():
+            if len(path) == 4 and path[0] == config.TREND_MINUTES and path[2] == config.SHARDS:
+                for scope in (str(data["region"]), config.GLOBAL_SCOPE):
+                    buckets[(scope, str(data["tag"]))] += count_of(data)
+        totals = {(str(d["scope"]), str(d["tag"])): count_of(d) for p, d in run.final.items()
+                  if p[0] == config.TREND_TOTALS and d.get("window") == "1h"}
+        for key in sorted(set(buckets) | set(totals)):
+            total = totals.get(key, 0)
+            if total != buckets[key]:
+                found.append(by_sign(self.name, total - buckets[key],
+                                     f"{key}: total {total}, buckets {buckets[key]}"))
+        for request in run.requests(TRACK_KINDS):
+            moves: dict[tuple[str, str], list[int]] = defaultdict(list)
+            for attempt in run.landed_for(request):
+                for key, delta in run.effect(attempt).trends.items():
+                    if delta:
+                        moves[key].append(delta)
+            calls = "; ".join(map(repr, request.calls))
+            for name in request.amounts:
+                _, region, tag = name.split(":", 2)
+                done = moves.get((region, tag), [])
+                if len(done) > 1:
+                    found.append(Finding(self.name, "doubled", f"{name}: {calls}: {done}"))
+                elif not done and request.acknowledged:
+                    found.append(Finding(self.name, "lost", f"{name}: {calls}: not counted"))
+        return found
+
+
+class CollectionCounters:
+    name = "collection counters"
+
+    def __init__(self, watch: collections.Watch) -> None:
+        self.watch = watch
+
+    def check(self, run: Evidence) -> list[Finding]:
+        expected: dict[str, int] = defaultdict(int)
+        for path, data in run.final.items():
+            document = "/".join(path)
+            params = collections.match(self.watch.documents, document)
+            if params is None:
+                continue
+            for declaration in self.watch.declarations:
+                for counter, amount in declaration.amounts(params, data).items():
+                    expected[counter] += amount
+        names = {c for c in run.shard_sums
+                 if any(c.startswith(d.owns) for d in self.watch.declarations)}
+        return [by_sign(self.name, run.shard_sums[c] - expected[c],
+                        f"{c}: shards {run.shard_sums[c]}, documents {expected[c]}")
+                for c in sorted(names | set(expected)) if run.shard_sums[c] != expected[c]]
+
+
+class Fencing:
+    name = "fencing"
+
+    def check(self, run: Evidence) -> list[Finding]:
+        """A holder's commit of anything but internal documents carries its fence: a write of
+        its partition's lease document, which named it until this commit."""
+        found = []
+        for attempt in run.model.landed:
+            if attempt.owner is None:
+                continue
+            others = [path for path, _, _ in attempt.changes if path[0] != config.INTERNAL]
+            if not others:
+                continue
+            fence = next((before for path, before, _ in attempt.changes
+                          if path[0] == config.INTERNAL
+                          and path[1].startswith(config.ROLLUP_STATE_DOC)
+                          and path[1] != config.ROLLUP_USAGE_DOC), None)
+            if fence is None or (fence.data or {}).get("owner") != attempt.owner:
+                found.append(Finding(self.name, "fenced",
+                                     f"{attempt.owner} committed {'/'.join(others[0])} at "
+                                     f"{(attempt.commit_us or 0) / 1e6:.3f} s without "
+                                     "holding its lease"))
+        return found
+
+
+class Promptness:
+    name = "promptness"
+
+    def check(self, run: Evidence) -> list[Finding]:
+        """For each shard state that is due (see the module's docstring), the first change
+        query reading its stripe at or after it became due, while it was still the shard's
+        latest state, returns it."""
+        queries: dict[int, list[tuple[int, int]]] = defaultdict(list)  # stripe -> (read, since)
+        for query in run.model.change_queries:
+            since = us_of(query.since)
+            for stripe in query.stripes:
+                queries[stripe].append((query.read_us, since))
+        for found in queries.values():
+            found.sort()
+        overlap = micros(config.CHANGE_OVERLAP_S)
+        straddle = micros(config.SHARD_TOUCH_AFTER_S)
+        late: list[Finding] = []
+        for path, versions in run.model.docs.items():
+            if len(path) != 4 or path[2] != config.SHARDS:
+                continue
+            for n, version in enumerate(versions):
+                data = version.data
+                if data is None or "stripe" not in data or "updated_at" not in data:
+                    continue
+                stamp = us_of(data["updated_at"])
+                due = self._due(run, path, version.commit_us, stamp, version.origin, overlap,
+                                straddle)
+                reads = queries.get(int(data["stripe"]), [])
+                at = bisect.bisect_left(reads, (due, -1)) if due is not None else len(reads)
+                if at == len(reads):
+                    continue
+                read, since = reads[at]
+                superseded = n + 1 < len(versions) and versions[n + 1].commit_us <= read
+                if not superseded and stamp <= since:
+                    late.append(Finding(self.name, "late", (
+                        f"{'/'.join(path)}: committed at {version.commit_us / 1e6:.3f} s, "
+                        f"stamped {stamp / 1e6:.3f} s, due at {(due or 0) / 1e6:.3f} s; the "
+                        f"change query at {read / 1e6:.3f} s read from {since / 1e6:.3f} s")))
+        return late
+
+    @staticmethod
+    def _due(run: Evidence, path: Path, commit: int, stamp: int, origin: Attempt | None,
+             overlap: int, straddle: int) -> int | None:
+        if commit - stamp < overlap:
+            return commit
+        call = origin.call if origin is not None else None
+        if commit - stamp < straddle or origin is None or not origin.answered \
+                or not isinstance(call, Call) or call.answer is not Answer.OK:
+            return None  # its writer never saw it straddle (a lost answer, a resend's)
+        sent = run.by_call[id(call)]
+        later = sent[sent.index(origin) + 1:] if origin in sent else []
+        if any(w.path == path for attempt in later for w in attempt.writes):
+            return None  # touched (or tried to): the touch's own state is judged
+        return max(commit, call.answered_us or commit)
+
+
+class Audit:
+    name = "audit"
+
+    def check(self, run: Evidence) -> list[Finding]:
+        """HOOK: the exactness audit (`counting.audit`, issue 31 item 6) is run here at
+        quiescence once it lands, and any drift it records becomes a finding."""
+        return []
+
+
+def every(watch: collections.Watch) -> list[Checker]:
+    return [Counters(), Answers(), Sequences(), TrendTotals(), CollectionCounters(watch),
+            Fencing(), Promptness(), Audit()]

@@ -1,0 +1,90 @@
+"""Which of the domain's protections a run has on, and the one seam through which a run sets the
+process globals the domain reads.
+
+Each protection of `config.Protections` guards one production hazard; `make sim` runs every seed
+with all of them on, and some seeds with each alone off (`alone_off`), to show each one needed.
+`UNPROTECTED` is the rollup as it was before any: no overlap, no touch, no sweep.
+
+`process` is the only place a run swaps module globals, and it puts back what it found: the
+protections (`config.PROTECTIONS`); what each process of the run would hold for itself (P as
+it knows it, the waker of its writes, the clock the sequences' wait for an answer reads); the
+generators `reset_counter` and `fold_surplus` make for themselves (unseeded, they would keep a
+seed from replaying), made from the run's; the first-load budgets, small so that a few counters
+exercise what thousands would; and one backfill thread, which acts for its actor
+(`virtual.Actor.lends`). Issue 33 replaces these globals with an explicit context, and this
+seam with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from counting import config, counters, folding, ledger, partitions, sequences, waking
+from counting.config import Protections
+
+NAMES = tuple(f.name for f in dataclasses.fields(Protections))
+ALL = Protections()
+UNPROTECTED = dataclasses.replace(ALL, overlap=False, touch=False, sweep=False)
+# First-load budgets of 3 documents and 2 whole reads a tick (5000 and 200 in production).
+DOCUMENT_LOADS, FIRST_LOADS = 3, 2
+
+
+def alone_off(name: str) -> Protections:
+    return dataclasses.replace(ALL, **{name: False})
+
+
+def off(protections: Protections) -> list[str]:
+    """The names of the protections that are off."""
+    return [name for name in NAMES if not getattr(protections, name)]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Process:
+    """What the domain would read from its process: P as it knows it, the waker its writes
+    call, the clock (`monotonic`, `sleep`) its sequences wait on, the generator its own
+    generators are seeded from."""
+
+    known: partitions.Known
+    waker: waking.AfterWrite
+    clock: Any
+    entropy: random.Random
+
+
+class Seeded:
+    """The `random` module as `reset_counter` and `fold_surplus` use it: `Random()` made from
+    the run's generator."""
+
+    def __init__(self, entropy: random.Random) -> None:
+        self._entropy = entropy
+
+    def Random(self, seed: Any = None) -> random.Random:
+        return random.Random(self._entropy.random() if seed is None else seed)
+
+
+@contextlib.contextmanager
+def process(protections: Protections, held: Process) -> Iterator[None]:
+    seeded = Seeded(held.entropy)
+    swaps: list[tuple[object, str, object]] = [
+        (config, "PROTECTIONS", protections),
+        (ledger, "DOCUMENT_LOADS_PER_TICK", DOCUMENT_LOADS),
+        (ledger, "FIRST_LOADS_PER_TICK", FIRST_LOADS),
+        (config, "BACKFILL_THREADS", 1),
+        (partitions, "KNOWN", held.known),
+        (sequences, "time", held.clock),
+        (counters, "random", seeded),
+        (folding, "random", seeded),
+    ]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in swaps]
+    for module, name, value in swaps:
+        setattr(module, name, value)
+    previous = waking.install(held.waker)
+    try:
+        yield
+    finally:
+        waking.install(previous)
+        for module, name, value in saved:
+            setattr(module, name, value)
