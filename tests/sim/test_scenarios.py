@@ -3,6 +3,7 @@ hand, so each scenario is exactly the interleaving it names."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 from typing import cast
@@ -12,9 +13,10 @@ from counting import counters, folding, ledger, partitions, rollup
 from counting.config import AutoscaleParams
 from counting.lease import Lease, state_ref
 from counting.partitions import WHOLE
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from tests.sim.faults import CALM, Requests
+from tests.sim.faults import CALM, Fate, Requests
 from tests.sim.model import Client, Model, Write
 from tests.sim.virtual import Sim
 
@@ -32,6 +34,15 @@ class Scene:
         lease = Lease(self.db, state_ref(self.db), name, 10.0)
         assert lease.acquire()
         return rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False),
+                             monotonic=self.sim.monotonic)
+
+    def holder_of(self, part: partitions.Part, at: float | None = None) -> rollup.Rollup:
+        """A holder of `part` (taking its lease at `at`, if given)."""
+        if at is not None:
+            self.at(at)
+        lease = Lease(self.db, state_ref(self.db, part), f"holder-{part}", 10.0)
+        assert lease.acquire()
+        return rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part,
                              monotonic=self.sim.monotonic)
 
     def hand_over(self, holder: rollup.Rollup, t: float) -> rollup.Rollup:
@@ -354,3 +365,112 @@ def test_a_tick_reading_longer_than_the_lease_keeps_it() -> None:
     assert isinstance(outcome["tick"], rollup.TickStats)
     assert scene.published("c") == 1
 
+
+# -- issue 31: three ways a count is lost or doubled today --------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31 item 1: fixed when blind increments are sent "
+                   "once (retry=None: Protections.single_attempt)")
+def test_a_blind_increment_whose_answer_was_lost_counts_once() -> None:
+    """The first attempt of a blind increment applies and its answer is lost (UNAVAILABLE): the
+    client library sends the Commit again unless told not to. The caller may be told the
+    outcome is unknown, but the shard holds the increment once."""
+    scene = Scene()
+    counters.create_counter(scene.db, "blind", shards=1)
+    scene.at(1)
+    scene.model.draws.script.append(Fate(delay_us=20_000, lost=gexc.ServiceUnavailable))
+    with contextlib.suppress(Exception):  # unknown outcome: the caller may be told so
+        counters.increment(scene.db, "blind", 1)
+    scene.at(2)
+    assert scene.shards("blind") == 1
+
+
+def reset_beside_a_warm_holder(values: dict[int, int]) -> tuple[Scene, rollup.Rollup]:
+    """Create, write the shards `values`, publish (a warm holder), reset, write the same values
+    again: the shards are back to what the holder last read."""
+    scene = Scene()
+    counters.create_counter(scene.db, "reset", shards=len(values))
+    scene.at(1)
+    holder = scene.holder("warm")
+    for shard, value in values.items():
+        scene.write_shard("reset", shard, value)
+    scene.at(2)
+    holder.tick()
+    scene.at(3)
+    assert scene.published("reset") == sum(values.values())
+    counters.reset_counter(scene.db, "reset")
+    scene.at(4)
+    for shard, value in values.items():
+        scene.write_shard("reset", shard, value)
+    return scene, holder
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31 item 2: fixed when a reset goes through the "
+                   "holder (Protections.reset_through_rollup)")
+def test_a_reset_beside_a_warm_holder_is_published() -> None:
+    """The holder's ledger still holds shard 0 at 1, as the shard is again: it sees no change,
+    yet the reset wrote 0 on the counter document outside the lease. The rollup must come back
+    to the shards."""
+    scene, holder = reset_beside_a_warm_holder({0: 1})
+    for t in range(5, 30):
+        scene.at(t)
+        holder.tick()
+    scene.at(31)
+    assert scene.published("reset") == scene.shards("reset") == 1
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31 item 2: fixed when a reset goes through the "
+                   "holder (Protections.reset_through_rollup)")
+def test_a_successor_after_a_reset_beside_a_warm_holder_is_exact() -> None:
+    """As above with two shards, and the holder ticks on (the shards' counts are as it last
+    read them: it writes neither the count nor `shard_counts`), then hands over: its successor
+    trusts the zeroed `shard_counts` for the shards written before its watermark (in no change
+    query, and dropped by its sweeps as taken in), while shard 1 is written again: the rollup
+    must still equal the shards."""
+    scene, holder = reset_beside_a_warm_holder({0: 1, 1: 5})
+    for t in range(5, 8):
+        scene.at(t)
+        holder.tick()
+    successor = scene.hand_over(holder, 8)
+    scene.write_shard("reset", 1, 6)
+    for t in range(10, 130):
+        scene.at(t)
+        successor.tick()
+    scene.at(131)
+    assert scene.published("reset") == scene.shards("reset") == 12
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31 item 3: a sweep reads every stripe, but drops "
+                   "a shard committed before the last tick within the overlap of its stamp as "
+                   "taken in, which a narrowed tick never read; fixed when the sweep keeps what "
+                   "the past ticks' stripes did not cover")
+def test_a_write_with_an_old_stripe_is_published_after_narrowing() -> None:
+    """P goes 4 -> 2; a writer that still knows P = 4 writes its shard with stripe home + 48,
+    which partition 2 of 2 reads only until `narrow_at`. That partition first ticks after
+    `narrow_at` (not a sweep: the old partitions swept a moment ago), and then every second:
+    the write must be published (a sweep reads every stripe of every P)."""
+    scene = Scene()
+    name = next(f"old-{n}" for n in range(100)
+                if partitions.Part(2, 1).owns(partitions.home_of(f"old-{n}")))
+    counters.create_counter(scene.db, name, shards=1)
+    scene.at(1)
+    partitions.change(scene.db, 4)
+    scene.at(2)
+    fours = [scene.holder_of(part) for part in partitions.parts(4)]
+    for t in range(3, 10):
+        scene.at(t)
+        for holder in fours:
+            holder.tick()
+    scene.at(10)
+    changed = partitions.change(scene.db, 2)
+    scene.at(12)
+    ref = counters.shard_ref(scene.db, name, 0)
+    ref.update({**counters.shard_write(scene.db, ref, 1, random.Random(1)),
+                "stripe": partitions.home_of(name) + 3 * partitions.HOMES})
+    narrow_at = (changed.narrow_at - scene.sim.instant(0)).total_seconds()
+    owner = scene.holder_of(partitions.Part(2, 1), at=narrow_at + 5)
+    for t in range(int(narrow_at) + 6, int(narrow_at) + 130):
+        scene.at(t)
+        owner.tick()
+    scene.at(narrow_at + 131)
+    assert scene.published(name) == scene.shards(name) == 1
