@@ -7,7 +7,7 @@
   ticket numbers with and without id, and the app's own orders (written and deleted).
 - `Operator`: sets P and creates the counters and tenants, then, while writers write, changes
   P, resets counters and sequences, changes write policies, and runs a backfill of the orders'
-  counters (the backfill's thread acts for it: `virtual.Actor.lends`).
+  counters.
 - `Trigger`: every committed change of an order becomes an event delivered after a delay
   (minutes now and then), sometimes twice; its handler applies it as `count_event` does,
   trying again after transient failures; an event given up on is left to a backfill.
@@ -447,23 +447,12 @@ class Operator:
 
 
 def backfill(stage: Stage) -> None:
-    """`counters backfill` of the orders' declarations, run by an operator on an actor of its
-    own: a thread, which lends its turn to the backfill's applying thread. Returns when it
-    ends."""
+    """`counters backfill` of the orders' declarations, run by the calling actor."""
     counting = collections.Counting(
         stage.db, ORDERS, configs=counters.ConfigCache(clock=stage.sim.monotonic),
         picker=counters.ShardPicker(random.Random(stage.rng.random())))
     stage.ops["backfill"] += 1
-
-    def run() -> None:
-        actor = stage.sim.current()
-        assert actor is not None
-        actor.lends = True
-        stage.ask(Request(kind="backfill"), lambda: collections.backfill(counting), calls=1)
-
-    done = stage.sim.spawn(f"backfill-{stage.ops['backfill']}", run, threaded=True)
-    while not done.done:
-        stage.sim.wait(1.0)
+    stage.ask(Request(kind="backfill"), lambda: collections.backfill(counting), calls=1)
 
 
 class Trigger:

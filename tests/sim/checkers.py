@@ -17,8 +17,9 @@ change query served) and what callers were told (`history`).
 - `Promptness`: the first change query that can see a shard's state returns it when the design
   says it must: a state committed within CHANGE_OVERLAP_S of its timestamp (the overlap), and a
   straddling state whose writer saw it straddle (its answer reached a caller that was then
-  answered, so lived to touch it: the touch). Without them counts are still exact at
-  quiescence (the sweep finds the rest), a sweep later.
+  answered, so lived to touch it: the touch); a state with an older P's stripe is left to the
+  sweep. Without them counts are still exact at quiescence (the sweep finds the rest), a sweep
+  later.
 - `Audit`: the hook for the exactness audit of `counting.audit`.
 
 A finding's `kind` says what it costs: `lost`, `doubled`, `fenced`, `answer`, `late`.
@@ -33,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from counting import collections, config, sequences
+from counting import collections, config, partitions, sequences
 
 from .history import Answer, Call, History, Request
 from .model import Attempt, Model, Path
@@ -410,12 +411,25 @@ class Promptness:
                     continue
                 read, since = reads[at]
                 superseded = n + 1 < len(versions) and versions[n + 1].commit_us <= read
-                if not superseded and stamp <= since:
+                # A stripe that P fell below in between is an older P's: once narrowed, the
+                # sweep's (by design).
+                older = int(data["stripe"]) // partitions.HOMES >= min(
+                    self._counts(run, version.commit_us, read))
+                if not superseded and not older and stamp <= since:
                     late.append(Finding(self.name, "late", (
                         f"{'/'.join(path)}: committed at {version.commit_us / 1e6:.3f} s, "
                         f"stamped {stamp / 1e6:.3f} s, due at {(due or 0) / 1e6:.3f} s; the "
                         f"change query at {read / 1e6:.3f} s read from {since / 1e6:.3f} s")))
         return late
+
+    @staticmethod
+    def _counts(run: Evidence, since_us: int, until_us: int) -> list[int]:
+        """The P configured at some instant from `since_us` to `until_us`."""
+        path = (config.INTERNAL, partitions.PARTITIONS_DOC)
+        first = run.model.latest(path, since_us)
+        versions = [first, *(v for v in run.model.docs.get(path, [])
+                             if since_us < v.commit_us <= until_us)]
+        return [int(((v.data if v else None) or {}).get("count") or 1) for v in versions]
 
     @staticmethod
     def _due(run: Evidence, path: Path, commit: int, stamp: int, origin: Attempt | None,

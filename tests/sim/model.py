@@ -25,8 +25,8 @@ What it models:
   delay and fate, so attempts can land out of order. `library_retries` counts the resends.
 - Who sent what: every attempt records its sender, the lease owner it acted for and the client
   call under way (`virtual.Actor.call`), so that checkers attribute each committed write.
-- A thread that is no actor (a read pool's) cannot wait: its requests are served, and its
-  commits land, at once.
+- Code that is no actor's (a directed scenario stepping the clock by hand) cannot wait: its
+  requests are served, and its commits land, at once.
 
 What it does not model: indexes (queries scan, narrowed by equality and `in` filters on a few
 fields), reads that fail, billing beyond counting documents read and written, document size
@@ -263,7 +263,7 @@ class Model:
         first_us = self.sim.now_us
         deadline_us = first_us + micros(COMMIT_TIMEOUT_S if timeout is None else timeout)
         pauses = library.pauses(self.draws.rng) if library is not None else None
-        waited_us = 0  # the backoff so far (a pool thread's sleeps take no virtual time)
+        waited_us = 0  # the backoff so far (code that is no actor's sleeps no virtual time)
         number = 0
         while True:
             number += 1

@@ -9,10 +9,11 @@ with all of them on, and some seeds with each alone off (`alone_off`), to show e
 protections (`config.PROTECTIONS`); what each process of the run would hold for itself (P as
 it knows it, the waker of its writes, the clock the sequences' wait for an answer reads); the
 generators `reset_counter` and `fold_surplus` make for themselves (unseeded, they would keep a
-seed from replaying), made from the run's; the first-load budgets, small so that a few counters
-exercise what thousands would; and one backfill thread, which acts for its actor
-(`virtual.Actor.lends`). Issue 33 replaces these globals with an explicit context, and this
-seam with it.
+seed from replaying), made from the run's; the thread pools of the rollup's reads, of the
+waker's enqueues and of the backfill, which run their calls in the calling actor, one after
+the other (`Inline`: a thread of its own would run outside virtual time); and the first-load
+budgets, small so that a few counters exercise what thousands would. Issue 33 replaces these
+globals with an explicit context, and this seam with it.
 """
 
 from __future__ import annotations
@@ -20,11 +21,25 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
-from counting import config, counters, folding, ledger, partitions, sequences, waking
+from counting import (
+    collections,
+    config,
+    counters,
+    folding,
+    ledger,
+    partitions,
+    sequences,
+    store,
+    waking,
+)
 from counting.config import Protections
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 NAMES = tuple(f.name for f in dataclasses.fields(Protections))
 ALL = Protections()
@@ -49,9 +64,36 @@ class Process:
     generators are seeded from."""
 
     known: partitions.Known
-    waker: waking.AfterWrite
+    waker: Callable[[], waking.AfterWrite]  # made once the pools are swapped
     clock: Any
     entropy: random.Random
+
+
+class Inline:
+    """A `ThreadPoolExecutor` whose calls run at once in the caller."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def submit(self, call: Callable[..., R], *args: Any, **kwargs: Any) -> Future[R]:
+        done: Future[R] = Future()
+        try:
+            done.set_result(call(*args, **kwargs))
+        except Exception as error:
+            done.set_exception(error)
+        return done
+
+    def map(self, call: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        return iter([call(item) for item in items])
+
+    def shutdown(self, wait: bool = True, **_: Any) -> None:
+        pass
+
+    def __enter__(self) -> Inline:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
 
 
 class Seeded:
@@ -72,7 +114,9 @@ def process(protections: Protections, held: Process) -> Iterator[None]:
         (config, "PROTECTIONS", protections),
         (ledger, "DOCUMENT_LOADS_PER_TICK", DOCUMENT_LOADS),
         (ledger, "FIRST_LOADS_PER_TICK", FIRST_LOADS),
-        (config, "BACKFILL_THREADS", 1),
+        (store, "ThreadPoolExecutor", Inline),
+        (waking, "ThreadPoolExecutor", Inline),
+        (collections, "ThreadPoolExecutor", Inline),
         (partitions, "KNOWN", held.known),
         (sequences, "time", held.clock),
         (counters, "random", seeded),
@@ -81,7 +125,7 @@ def process(protections: Protections, held: Process) -> Iterator[None]:
     saved = [(module, name, getattr(module, name)) for module, name, _ in swaps]
     for module, name, value in swaps:
         setattr(module, name, value)
-    previous = waking.install(held.waker)
+    previous = waking.install(held.waker())
     try:
         yield
     finally:

@@ -10,7 +10,8 @@ findings); `library_retries` counts the commits the client library resent,
 `max_commit_delay_s` the longest a commit landed after its server timestamp, `narrowed` the
 partitions that narrowed their ticks while a writer that used an older P lived, `ops` the
 operations by kind. `needed` counts, per protection, the seeds that fail with it alone off
-(above 0: the simulation shows it needed), `needed_by_checker` which checkers failed then;
+(above 0: the simulation shows it needed), `needed_beyond_protected` those that then fail a
+checker the seed's protected run passes, `needed_by_checker` which checkers failed;
 `unprotected_lost` the unprotected runs that lost a count.
 """
 
@@ -64,6 +65,7 @@ def describe(outcome: world.Outcome, *, findings: int = 3) -> str:
 def summary(protected: list[world.Outcome], switched: dict[str, list[world.Outcome]],
             needed_seeds: int, wall_s: float) -> dict[str, Any]:
     runs = protected + [o for outcomes in switched.values() for o in outcomes]
+    by_seed = {o.seed: o for o in protected}
     ops: Counter[str] = Counter()
     for outcome in protected:
         ops += outcome.ops
@@ -88,6 +90,12 @@ def summary(protected: list[world.Outcome], switched: dict[str, list[world.Outco
         "needed": {name: sum(1 for o in switched.get(name, []) if not o.ok)
                    for name in protections.NAMES},
         "needed_seeds": needed_seeds,
+        # Of those seeds, the runs that fail a checker their protected run passes: what the
+        # protection alone guards, whatever else fails today.
+        "needed_beyond_protected": {
+            name: sum(1 for o in switched.get(name, [])
+                      if set(o.failed) - set(by_seed[o.seed].failed))
+            for name in protections.NAMES},
         "needed_by_checker": {
             name: dict(sorted(Counter(c for o in switched.get(name, []) for c in o.failed)
                               .items()))

