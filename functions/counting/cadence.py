@@ -34,7 +34,7 @@ from typing import Any
 
 from google.cloud import firestore
 
-from . import config, partitions, waking
+from . import config, partitions, waking, writes
 from .config import AutoscaleParams, Cadence
 from .lease import Lease, LeaseLost, state_ref
 from .partitions import WHOLE, Part
@@ -332,7 +332,7 @@ class Holder:
             else:
                 fields[name] = value
         try:
-            usage_ref(self._db).set(fields, merge=True)
+            usage_ref(self._db).set(fields, merge=True, retry=writes.once())  # increments
         except Exception:
             self._pending["writes"] -= 1
             log.exception("could not record the rollup's usage")

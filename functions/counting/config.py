@@ -199,12 +199,6 @@ SEQUENCE_RETENTION_DAYS = 30
 # How long the write path trusts its cached copy of a tenant's timezone and reset_time.
 SEQUENCE_CONFIG_CACHE_TTL_S = 5.0
 
-# A request_id whose first attempt is still running: wait this long for its answer. A claim
-# older than SEQUENCE_CLAIM_TIMEOUT_S belongs to a function that died (it exceeds the callable
-# timeout), so a retry may take it over and issue a new number (the dead one's is skipped).
-SEQUENCE_REQUEST_WAIT_S = 10.0
-SEQUENCE_CLAIM_TIMEOUT_S = 120.0
-
 # Opening a new business day is a compare-and-set on sequences/{tenant}; give up after this many
 # lost races (each loss means another writer changed the document in between).
 SEQUENCE_OPEN_DAY_ATTEMPTS = 50

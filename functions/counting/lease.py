@@ -27,6 +27,10 @@ from . import config
 from .partitions import WHOLE, Part, lease_ref
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+# Every write to the lease document is a compare-and-set: sent again after a lost answer, it
+# would fail on its own first attempt's version and be taken for a lost lease. Sent once; an
+# unknown outcome is resolved by reading the owner back (`Lease._resync`).
+ONCE = None
 
 
 def state_ref(db: firestore.Client, part: Part = WHOLE) -> firestore.DocumentReference:
@@ -113,9 +117,9 @@ class Lease:
         try:
             if snapshot.exists:
                 option = self._db.write_option(last_update_time=snapshot.update_time)
-                result = self._ref.update(fields, option=option)
+                result = self._ref.update(fields, option=option, retry=ONCE)
             else:
-                result = self._ref.create(fields)
+                result = self._ref.create(fields, retry=ONCE)
         except (gexc.FailedPrecondition, gexc.AlreadyExists):
             return False
         self._update_time = result.update_time
@@ -138,7 +142,7 @@ class Lease:
         fields = {"renewed_at": firestore.SERVER_TIMESTAMP, "watermark": watermark,
                   "swept": swept, **self._state()}
         try:
-            result = self._ref.update(fields, option=option)
+            result = self._ref.update(fields, option=option, retry=ONCE)
         except (gexc.FailedPrecondition, gexc.NotFound) as error:
             self._update_time = None
             raise LeaseLost(str(error)) from error
@@ -166,7 +170,7 @@ class Lease:
                                  "watermark": self.watermark, "swept": self.swept,
                                  **self.status}, option=option)
         try:
-            results: list[Any] = batch.commit()
+            results: list[Any] = batch.commit(retry=ONCE)
         except (gexc.FailedPrecondition, gexc.NotFound) as error:
             if self._ref.get().update_time == self._update_time:
                 raise  # the fence held: another write's precondition failed
@@ -199,7 +203,7 @@ class Lease:
         # Someone who took it already has nothing to be handed back; any other failure leaves
         # it to expire (the next holder waits the TTL).
         with contextlib.suppress(Exception):
-            self._ref.update(fields, option=option)
+            self._ref.update(fields, option=option, retry=ONCE)
         self._update_time = None
 
     def _state(self) -> dict[str, Any]:

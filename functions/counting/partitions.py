@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from . import config
+from . import config, writes
 from .caching import TtlCache
 from .errors import Aborted
 
@@ -214,6 +214,10 @@ def change(db: firestore.Client, new: int, *, attempts: int = CHANGE_ATTEMPTS) -
             return _change_once(db, new)
         except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound):
             continue  # a holder (or another change) wrote in between: read again
+        except writes.FAILED as error:
+            if writes.refused(error):
+                raise
+            continue  # the answer was lost: read again (applied, the new P is there)
         finally:
             KNOWN.forget()
     raise Aborted(f"partitions: the leases kept changing; {attempts} attempts failed: retry")
@@ -256,7 +260,7 @@ def _change_once(db: firestore.Client, new: int) -> Changed:
             merge=True)
         if part.index > 0:
             batch.delete(trend_parts_ref(db, part))
-    batch.commit()
+    batch.commit(retry=None)  # a compare-and-set: `change` reads again after any failure
     return changed
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from . import config, counters, kinds, partitions
+from . import config, counters, kinds, partitions, writes
 from .kinds import Window
 from .partitions import WHOLE, Part
 from .store import Store
@@ -187,21 +187,18 @@ def track(
     minute = minute_of(now or dt.datetime.now(dt.UTC))
     expires_at = expiry("1h", minute)
     buckets = db.collection(config.TREND_MINUTES)
-    batch = db.batch()
     ids = [minute_id(region, minute, tag) for tag in distinct]
-    if request_id is not None:
-        batch.create(*counters.request_marker(db, uid, f"track:{request_id}", counters=ids))
     shards = [buckets.document(bucket).collection(config.SHARDS).document(
         str(rng.randrange(config.TREND_SHARDS))) for bucket in ids]
-    for tag, shard in zip(distinct, shards, strict=True):
-        fields = {**counters.shard_write(db, shard, 1, rng), "region": region, "tag": tag,
-                  "minute": minute, config.EXPIRES_AT: expires_at}
-        batch.set(shard, fields, merge=True)
-    results = counters.commit_once(batch)
-    if results is None:
-        return 0
-    counters.settle(db, zip(shards, results[len(results) - len(shards):], strict=True), rng)
-    return len(distinct)
+    shard_writes = [counters.ShardWrite(shard, {
+        **counters.shard_write(db, shard, 1, rng), "region": region, "tag": tag,
+        "minute": minute, config.EXPIRES_AT: expires_at}, creates=True)
+        for tag, shard in zip(distinct, shards, strict=True)]
+    request = None if request_id is None or not config.PROTECTIONS.request_markers \
+        else f"track:{request_id}"
+    applied = counters.commit_marked(db, shard_writes, uid=uid, request_id=request,
+                                     counters=ids, nonce=writes.new_nonce(), rng=rng)
+    return len(distinct) if applied else 0
 
 
 def top_tags(db: firestore.Client, region: str | None, k: int, window: Window) -> TopTags:

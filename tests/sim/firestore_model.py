@@ -387,17 +387,17 @@ class DocumentReference:
             read_time: dt.datetime | None = None, **_: Any) -> Snapshot:
         return self._model.read([self._path], read_time)[0]
 
-    def create(self, fields: dict[str, Any]) -> write_pb.WriteResult:
+    def create(self, fields: dict[str, Any], **_: Any) -> write_pb.WriteResult:
         return self._model.commit([Write("create", self._path, fields)])[0]
 
-    def set(self, fields: dict[str, Any], merge: bool = False) -> write_pb.WriteResult:
+    def set(self, fields: dict[str, Any], merge: bool = False, **_: Any) -> write_pb.WriteResult:
         return self._model.commit([Write("set", self._path, fields, merge=merge)])[0]
 
-    def update(self, fields: dict[str, Any], option: Option | None = None
+    def update(self, fields: dict[str, Any], option: Option | None = None, **_: Any
                ) -> write_pb.WriteResult:
         return self._model.commit([_with(Write("update", self._path, fields), option)])[0]
 
-    def delete(self, option: Option | None = None) -> Any:
+    def delete(self, option: Option | None = None, **_: Any) -> Any:
         return self._model.commit([_with(Write("delete", self._path), option)])[0]
 
     def __eq__(self, other: object) -> bool:
@@ -515,7 +515,7 @@ class WriteBatch:
     def delete(self, ref: DocumentReference, option: Option | None = None) -> None:
         self._writes.append(_with(Write("delete", ref._path), option))
 
-    def commit(self) -> list[write_pb.WriteResult]:
+    def commit(self, **_: Any) -> list[write_pb.WriteResult]:
         return self._model.commit(self._writes)
 
 
@@ -531,7 +531,8 @@ class Client:
         return CollectionReference(self._model, path)
 
     def document(self, *path: str) -> DocumentReference:
-        return DocumentReference(self._model, path)
+        return DocumentReference(self._model, tuple(part for piece in path
+                                                    for part in piece.split("/")))
 
     def collection_group(self, name: str) -> Query:
         return Query(self._model, lambda: self._model.groups.get(name, set()))

@@ -34,7 +34,7 @@ def test_four_partitions_and_a_change_of_p_keep_every_count() -> None:
     """With four partitions, changed once (to 1 or 2, as the seed draws) while writers write,
     every count reaches its rollup exactly, tasks of the retired partitions are answered
     RETIRED, and the lease of every partition of both P changes hands."""
-    outcome = world.run(1, settings=world.Settings(partitions=4, changes=1))
+    outcome = world.run(5, settings=world.Settings(partitions=4, changes=1))
     assert outcome.ok, describe(outcome)
     assert outcome.partitions[0] == 4 and len(outcome.partitions) == 2
     assert outcome.retired > 0

@@ -44,9 +44,11 @@ QUERIES = [
     Shape(built_in="trends.TrendRollup._read_board (top of a partition's tags)",
           collection="trend_totals", equal=frozenset({"scope", "window", "home"}),
           ordered=(("count", DESC), ("tag", ASC))),
+    Shape(built_in="audit.next_counters", collection="counters",
+          ordered=(("__name__", ASC),)),
 ]
 # Filters and orderings written in the domain: one more means a query this list lacks.
-CLAUSES = 10
+CLAUSES = 11
 
 
 def exempted(collection: str, field: str) -> bool:
@@ -103,7 +105,7 @@ SEQUENTIAL = {
     ("sequences", "configured_at"), ("sequences", "opened_at"), ("sequences", "resets"),
     ("business_days", "closed_at"), ("business_days", "expires_at"),
     ("number_requests", "claimed_at"), ("number_requests", "issued_at"),
-    ("number_requests", "expires_at"), ("counted_docs", "expires_at"),
+    ("number_requests", "expires_at"), ("counted_docs", "expires_at"), ("counted_docs", "at"),
 }
 # Documents of the domain of which only a handful exist (one write a second at most).
 SINGLE_DOCUMENTS = {"internal", "trends"}
