@@ -30,7 +30,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from . import config, partitions
 from .config import AutoscaleParams
 from .folding import fold_surplus
-from .lease import Lease
+from .lease import Lease, Progress
 from .ledger import Changes, Grow, Ledger, ShardValue
 from .partitions import WHOLE, Part
 from .store import Store
@@ -120,8 +120,8 @@ class Rollup:
         self.ledger = Ledger(scaling)
         # `trends` (tests: a TrendRollup with a clock) is called with the store and `part`.
         self._trends = (trends or TrendRollup)(self.store, part=part)
-        self.watermark = lease.watermark
-        self.swept = lease.swept  # the instant of the last sweep
+        self.watermark = lease.record.progress.watermark
+        self.swept = lease.record.progress.swept  # the instant of the last sweep
         self._problems: list[str] = []  # of the tick under way
 
     def close(self) -> None:
@@ -149,9 +149,9 @@ class Rollup:
         return reach
 
     @property
-    def durable_watermark(self) -> dt.datetime:
-        """The watermark a successor may start from: everything before it is published."""
-        return self.ledger.durable(self.watermark)
+    def durable_progress(self) -> Progress:
+        """Where a successor may start: everything before its watermark is published."""
+        return Progress(watermark=self.ledger.durable(self.watermark), swept=self.swept)
 
     def tick(self) -> TickStats:
         """One tick at the instant the lease is read and found still ours. The lease is written
@@ -161,7 +161,7 @@ class Rollup:
         self.store.take_usage()
         self._problems = []
         since = self.watermark
-        as_of = to_micros(self.store.begin(self.durable_watermark, self.swept))
+        as_of = to_micros(self.store.begin(self.durable_progress))
         reach = self.reach(since, as_of)
         sweep = self.sweeps_at(as_of)
         changes, trend_changes = self._changed_shards(reach, as_of, since if sweep else None)
@@ -214,10 +214,11 @@ class Rollup:
         minutes late) is found by the next sweep: narrowing is then safe at any time. A tick
         reads, for a while after a change of P (`narrow_at`), those a writer that still knows
         the old P picks, so that such writes are found within a tick rather than a sweep."""
-        lease = self.store.lease
+        partitioning = self.store.lease.record.partitioning
         if sweep and config.PROTECTIONS.every_stripe_sweep:
             return self.part.stripes(partitions.HOMES)
-        return self.part.stripes(lease.spread if as_of < lease.narrow_at else self.part.count)
+        return self.part.stripes(partitioning.spread if as_of < partitioning.narrow_at
+                                 else self.part.count)
 
     def _changed_shards(
         self, reach: dt.datetime, as_of: dt.datetime, swept_from: dt.datetime | None

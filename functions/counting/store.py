@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from google.cloud import firestore
 
-from .lease import Lease, LeaseLost
+from .lease import Lease, LeaseLost, Progress
 from .usage import Usage
 
 T = TypeVar("T")
@@ -62,20 +62,20 @@ class Store:
             self._usage.writes += writes
             self._usage.deletes += deletes
 
-    def begin(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:
+    def begin(self, progress: Progress) -> dt.datetime:
         """A tick's instant: the read time of a read of the lease that finds it still ours
         (LeaseLost otherwise). The progress so far goes with the next write to the lease."""
         instant = self.lease.held()
         self._bill(reads=1)
         if instant is None:
             raise LeaseLost("another holder has written the lease")
-        self.lease.watermark, self.lease.swept = watermark, swept
+        self.lease.note(progress=progress)
         return instant
 
-    def renew(self, watermark: dt.datetime, swept: dt.datetime) -> dt.datetime:
-        """Renew the lease, persisting the progress; returns the renewal's commit time."""
+    def renew(self) -> dt.datetime:
+        """Renew the lease, persisting its record; returns the renewal's commit time."""
         written = self._monotonic()
-        instant = self.lease.renew(watermark, swept)
+        instant = self.lease.renew()
         self._written = written
         self._bill(writes=1)
         return instant
@@ -87,7 +87,7 @@ class Store:
         time: the read pool's threads would otherwise race their own preconditions."""
         with self._renewing:
             if self._monotonic() - self._written >= self._renew_s:
-                self.renew(self.lease.watermark, self.lease.swept)
+                self.renew()
 
     def query(self, query: Any, read_time: dt.datetime | None = None) -> list[Snapshot]:
         self._keep()

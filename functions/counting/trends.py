@@ -364,10 +364,10 @@ class TrendRollup:
         # the old partitions' last lists may not have reached it (a part not merged yet, a
         # publish fenced out by the change), so every scope is published once; its commit says
         # so on the lease.
-        republish = lease.republish and self._part.index == 0
+        republish = lease.record.republish and self._part.index == 0
         if republish:
             scopes |= self._known_scopes()
-            lease.status["republish"] = False
+            lease.note(republish=False)
         try:
             if self._part.count == 1:
                 published = self._publish({scope: self._lists(scope) for scope in scopes},
@@ -378,10 +378,8 @@ class TrendRollup:
                 parts, parts_at = self._publish_parts(scopes, as_of)
         except BaseException:
             if republish:
-                lease.status["republish"] = True
+                lease.note(republish=True)
             raise
-        if republish:
-            lease.republish = False
         after = self._store.usage
         return TrendStats(changed_buckets=changed, expired_buckets=expired,
                           changed_totals=written, rebuilt_lists=rebuilt, published=published,

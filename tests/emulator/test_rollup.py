@@ -164,12 +164,12 @@ def test_a_second_loop_waits_for_the_lease(isolated_db: firestore.Client) -> Non
     first = lease_for(isolated_db, "first")
     second = Lease(isolated_db, state_ref(isolated_db), "second", config.ROLLUP.lease_s)
     assert not second.acquire()
-    first.renew(first.watermark, first.swept)
+    first.renew()
     assert not second.acquire()
-    first.release(first.watermark)
+    first.release(first.record.progress)
     assert second.acquire()
     with pytest.raises(LeaseLost):
-        first.renew(first.watermark, first.swept)
+        first.renew()
 
 
 def test_a_holder_keeps_its_ledger_between_ticks_and_lets_go_when_closed(
@@ -265,7 +265,7 @@ def test_first_loads_are_spread_and_survive_a_handover(
     first = rollup.Rollup(isolated_db, lease_for(isolated_db, "first"))
     assert first.tick().changed_counters == 2
     assert sum(rollup_count(isolated_db, name) == 3 for name in names) == 2
-    first.store.lease.release(first.durable_watermark)  # hands over with three still owed
+    first.store.lease.release(first.durable_progress)  # hands over with three still owed
     successor = rollup.Rollup(isolated_db, lease_for(isolated_db, "successor"))
     for _ in range(4):  # it meets all five (from the watermark left): two a tick, then one
         successor.tick()

@@ -37,7 +37,7 @@ class Scene:
     def hand_over(self, holder: rollup.Rollup, t: float) -> rollup.Rollup:
         """`holder` lets the lease go at `t`; a successor (an empty ledger) takes it."""
         self.at(t)
-        holder.store.lease.release(holder.durable_watermark, holder.swept)
+        holder.store.lease.release(holder.durable_progress)
         self.at(t + 1)
         return self.holder("successor")
 
@@ -72,7 +72,7 @@ class Scene:
     def hand_over_until_a_sweep(self, holder: rollup.Rollup, t: float) -> rollup.TickStats:
         """`holder` hands over; its successor ticks every second until it sweeps. Returns the
         sweep's figures, with the clock past its commits."""
-        holder.store.lease.release(holder.durable_watermark, holder.swept)
+        holder.store.lease.release(holder.durable_progress)
         self.at(t + 1)  # the release has committed
         successor = self.holder("successor")
         for second in range(2, 122):
@@ -128,7 +128,7 @@ def test_a_counter_a_sweep_deferred_survives_a_handover(monkeypatch: pytest.Monk
     scene.at(t)
     first.tick()
     assert first.ledger.deferred == {"b-slow"}
-    first.store.lease.release(first.durable_watermark, first.swept)
+    first.store.lease.release(first.durable_progress)
     t += 1
     scene.at(t)  # the release has committed
     successor = scene.holder("successor")
@@ -179,7 +179,7 @@ def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
         t += 1
         scene.at(t)
         first.tick()
-    first.store.lease.release(first.durable_watermark, first.swept)
+    first.store.lease.release(first.durable_progress)
     t += 1
     scene.at(t)
     successor = scene.holder("successor")
