@@ -19,9 +19,14 @@ REQUESTS = "requests"  # exactly-once markers, expired by the TTL policy on EXPI
 INTERNAL = "internal"  # server-only state: the rollup lease and watermark
 ROLLUP_STATE_DOC = "rollup"
 EXPIRES_AT = "expires_at"
-# On counters/{id}: the per-shard counts the rollup summed (shard id -> count; an absent shard
-# holds 0), so that a new holder reads one document instead of every shard.
+# counters/{id}/memory/rollup: what the rollup's holder remembers of a counter, where no
+# listener of counters/{id} pays for it: `shard_counts`, the per-shard counts it summed (shard
+# id -> count; an absent shard holds 0), so that a new holder reads one document instead of every
+# shard, and `shard_load` (least_loaded counters), the per-shard rates writers pick by.
+MEMORY = "memory"
+MEMORY_DOC = "rollup"
 SHARD_COUNTS_FIELD = "shard_counts"
+SHARD_LOAD_FIELD = "shard_load"
 
 # Requests one callable (or trigger) instance serves at once; functions/.env gives its Python
 # worker as many threads (THREADS).
@@ -275,9 +280,9 @@ BACKFILL_THREADS = 8
 # before each, so that an install in a project's default database claims no name of the app's
 # own (collection group indexes and TTL policies are per collection id).
 COLLECTION_IDS = {name: globals()[name] for name in (
-    "COUNTERS", "SHARDS", "REQUESTS", "INTERNAL", "VOTERS", "PACED", "SEQUENCES", "BUSINESS_DAYS",
-    "NUMBER_REQUESTS", "TRENDS", "TREND_MINUTES", "TREND_HOURS", "TREND_TOTALS", "TREND_PARTS",
-    "COUNTED_DOCS")}
+    "COUNTERS", "SHARDS", "MEMORY", "REQUESTS", "INTERNAL", "VOTERS", "PACED", "SEQUENCES",
+    "BUSINESS_DAYS", "NUMBER_REQUESTS", "TRENDS", "TREND_MINUTES", "TREND_HOURS", "TREND_TOTALS",
+    "TREND_PARTS", "COUNTED_DOCS")}
 DEFAULT_DATABASE = "(default)"
 # Firestore's rules for a database id, firebase-tools' for a codebase's function prefix.
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")

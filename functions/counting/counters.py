@@ -88,6 +88,12 @@ def shard_ref(db: firestore.Client, counter: str, shard: int) -> firestore.Docum
     return db.collection(config.COUNTERS, counter, config.SHARDS).document(str(shard))
 
 
+def memory_ref(db: firestore.Client, counter: str) -> firestore.DocumentReference:
+    """What the rollup remembers of the counter (config.MEMORY): server-only, read by a new
+    holder and, for least_loaded counters, by the write path."""
+    return db.collection(config.COUNTERS, counter, config.MEMORY).document(config.MEMORY_DOC)
+
+
 def user_key(uid: str) -> str:
     """A document id for a user (uids may hold characters an id cannot)."""
     return hashlib.sha256(uid.encode()).hexdigest()[:32]
@@ -204,12 +210,17 @@ class ConfigCache:
         if not snapshot.exists:
             raise NotFound(f"counter: {counter!r} does not exist")
         data = snapshot.to_dict() or {}
+        # A name this version does not know picks shards as the default does.
+        strategy = kinds.member(data.get("strategy"), kinds.STRATEGIES) or kinds.DEFAULT_STRATEGY
+        load = data.get(config.SHARD_LOAD_FIELD)  # where a version before the memory had it
+        if strategy == "least_loaded":
+            memory = memory_ref(db, counter).get().to_dict() or {}
+            load = memory.get(config.SHARD_LOAD_FIELD, load)
         found = CounterConfig(
             counter=counter,
             num_shards=int(data["num_shards"]),
-            # A name this version does not know picks shards as the default does.
-            strategy=kinds.member(data.get("strategy"), kinds.STRATEGIES) or kinds.DEFAULT_STRATEGY,
-            shard_load=tuple(float(x) for x in data.get("shard_load") or ()),
+            strategy=strategy,
+            shard_load=tuple(float(x) for x in load or ()),
             policy=Policy.from_document(data.get("policy")),
             collection=data.get(COLLECTION_FIELD),
         )
@@ -327,11 +338,11 @@ def create_counter(
             "policy": (policy or Policy()).to_document(),
             "created_at": firestore.SERVER_TIMESTAMP,
             "updated_at": firestore.SERVER_TIMESTAMP,
-            # Every shard holds 0: the rollup's first read of this counter is this document.
-            config.SHARD_COUNTS_FIELD: {},
             **({} if collection is None else {COLLECTION_FIELD: collection}),
         },
     )
+    # Every shard holds 0: the rollup's first read of this counter is its memory.
+    batch.create(memory_ref(db, counter), {config.SHARD_COUNTS_FIELD: {}})
     # Shard 0 (never folded away) says which request created the counter: an attempt whose
     # answer was lost, sent again, fails on the documents it created and finds its nonce there.
     nonce = writes.new_nonce()
@@ -751,9 +762,10 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
                               config.EXPIRES_AT: dt.datetime.now(dt.UTC)
                               + config.REQUEST_MARKER_TTL})
         if not config.PROTECTIONS.reset_through_rollup:
-            # What resets did before: the rollup's document zeroed outside its lease.
-            batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP,
-                               config.SHARD_COUNTS_FIELD: {s.id: 0 for s in held}})
+            # What resets did before: the rollup's count and memory zeroed outside its lease.
+            batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
+            batch.update(memory_ref(db, counter),
+                         {config.SHARD_COUNTS_FIELD: {s.id: 0 for s in held}})
         for shard in moved:
             batch.update(shard, {"count": firestore.Increment(-held[shard]),
                                  "updated_at": firestore.SERVER_TIMESTAMP,

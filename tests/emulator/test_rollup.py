@@ -97,7 +97,7 @@ def test_interrupted_tick_is_redone_exactly(
         add(isolated_db, name, by)
         expected[name] += by
 
-    monkeypatch.setattr(rollup, "WRITES_PER_COMMIT", 2)
+    monkeypatch.setattr(rollup, "PUBLISHES_PER_COMMIT", 1)
     real_batch = isolated_db.batch
     commits = {"n": 0}
 

@@ -91,7 +91,7 @@ class Scene:
         return counters.get_count(self.db, counter, "strong").count
 
     def shard_counts(self, counter: str) -> dict[str, int] | None:
-        data = counters.counter_ref(self.db, counter).get().to_dict() or {}
+        data = counters.memory_ref(self.db, counter).get().to_dict() or {}
         counts: dict[str, int] | None = data.get("shard_counts")
         return counts
 
@@ -107,7 +107,7 @@ def test_a_counter_a_sweep_deferred_survives_a_handover(monkeypatch: pytest.Monk
         counters.create_counter(scene.db, name, shards=1)
     # A counter from before shard_counts: read whole, it takes the tick's budget of whole reads,
     # which would otherwise catch `b-slow` up at once.
-    counters.counter_ref(scene.db, "a-other").update({"shard_counts": firestore.DELETE_FIELD})
+    counters.memory_ref(scene.db, "a-other").update({"shard_counts": firestore.DELETE_FIELD})
     t = 1.0
     scene.at(t)
     first = scene.holder("first")
@@ -171,8 +171,7 @@ def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
         scene.at(t)
         first.tick()
     counters.counter_ref(scene.db, "wide").update({"num_shards": 4})
-    folded = folding.fold_surplus(first.store, counters.counter_ref(scene.db, "wide"), 4,
-                                  with_counts=True)
+    folded = folding.fold_surplus(first.store, "wide", 4, counts_kept="memory")
     assert folded.complete and folded.deleted
     first.ledger.folded("wide", folded.deleted, folded.moved, folded.complete)  # as a tick does
     for _ in range(5):
@@ -212,8 +211,7 @@ def test_a_fold_bills_its_deletes_apart() -> None:
     holder.tick()
     counters.counter_ref(scene.db, "wide").update({"num_shards": 4})
     holder.store.take_usage()
-    folded = folding.fold_surplus(holder.store, counters.counter_ref(scene.db, "wide"), 4,
-                                  with_counts=True)
+    folded = folding.fold_surplus(holder.store, "wide", 4, counts_kept="memory")
     usage = holder.store.take_usage()
     assert folded.complete and sorted(folded.deleted) == ["4", "5", "6", "7"]
     survivors = [survivor for survivor, amount in folded.moved.items() if amount]
@@ -224,7 +222,7 @@ def test_a_fold_bills_its_deletes_apart() -> None:
 def handover_reads(*, legacy: bool) -> int:
     """20 counters of 10 shards, written and published by a first holder; after a handover each
     is written once more. What the successor's tick reads (each sum checked exact). `legacy`:
-    the documents lack shard_counts, as a holder from before them left them."""
+    the memories lack shard_counts, as after a publish that failed."""
     scene = Scene()
     names, first = scene.twenty_counters()
     for n, name in enumerate(names):
@@ -235,7 +233,7 @@ def handover_reads(*, legacy: bool) -> int:
         first.tick()
     if legacy:
         for name in names:
-            counters.counter_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
+            counters.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
     successor = scene.hand_over(first, 10)
     for name in names:
         counters.increment(scene.db, name, 1)
@@ -254,13 +252,13 @@ def counter_reads(stats: rollup.TickStats) -> int:
 
 
 def test_a_successor_reads_each_changed_counters_document_not_its_shards() -> None:
-    """After a handover, a changed counter costs its document read (its shard_counts stand for
-    the shards that did not change), not a query of all its shards; a counter from before
-    shard_counts is still read whole, summed exactly, and given them."""
-    # The lease, the 20 changed shards, the 20 documents.
-    assert handover_reads(legacy=False) == 1 + 20 + 20
+    """After a handover, a changed counter costs the read of its document and its memory (its
+    shard_counts stand for the shards that did not change), not a query of all its shards; a
+    counter without shard_counts is still read whole, summed exactly, and given them."""
+    # The lease, the 20 changed shards, the 20 documents and their 20 memories.
+    assert handover_reads(legacy=False) == 1 + 20 + 20 * 2
     # ... and 20 queries of 10 shards.
-    assert handover_reads(legacy=True) == 1 + 20 + 20 + 20 * 10
+    assert handover_reads(legacy=True) == 1 + 20 + 20 * 2 + 20 * 10
 
 
 def test_a_successor_right_after_a_fold_is_exact() -> None:
@@ -272,7 +270,7 @@ def test_a_successor_right_after_a_fold_is_exact() -> None:
     first.tick()
     ref = counters.counter_ref(scene.db, "wide")
     ref.update({"num_shards": 4})
-    folded = folding.fold_surplus(first.store, ref, 4, with_counts=True)
+    folded = folding.fold_surplus(first.store, "wide", 4, counts_kept="memory")
     assert folded.complete and folded.deleted
     assert set(scene.shard_counts("wide") or {}) <= {"0", "1", "2", "3"}
     successor = scene.hand_over(first, 3)

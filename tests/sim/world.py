@@ -239,7 +239,7 @@ class World:
             answered, _ = self._attempts(functools.partial(
                 counters.create_counter, self.db, name, shards=shards, policy=policy), retry=True)
             assert answered, f"could not create {name}"
-        legacy = counters.counter_ref(self.db, PLAIN[-1])
+        legacy = counters.memory_ref(self.db, PLAIN[-1])
         answered, _ = self._attempts(functools.partial(
             legacy.update, {config.SHARD_COUNTS_FIELD: firestore.DELETE_FIELD}), retry=True)
         assert answered, "could not make a legacy counter"
