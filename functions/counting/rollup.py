@@ -184,7 +184,21 @@ class Rollup:
             for grow in plan.grows:
                 self._isolated(grow.counter, functools.partial(self._grow, grow))
             folded = self._fold_due(as_of)
-            trends = self._trends.tick(trend_changes, as_of)
+            # Partition 0's first tick after a change of P publishes every trends/{scope}
+            # (`partitions.change` sets `republish`): the commits of the step say on the lease
+            # that it is done, unless the step fails.
+            lease = self.store.lease
+            republish = lease.republish and self.part.index == 0
+            if republish:
+                lease.status["republish"] = False
+            try:
+                trends = self._trends.tick(trend_changes, as_of, republish=republish)
+            except BaseException:
+                if republish:
+                    lease.status["republish"] = True
+                raise
+            if trends.republished:
+                lease.republish = False
         except BaseException:
             self.forget()
             raise

@@ -91,6 +91,8 @@ class TrendStats:
     parts: int = 0  # part documents written (P > 1, partitions other than 0)
     # The commit time of those writes: partition 0 must tick after it to merge them.
     parts_at: dt.datetime | None = None
+    # Every known scope was published, as `republish` asked (the first tick after a change of P).
+    republished: bool = False
 
 
 # --- arithmetic ------------------------------------------------------------------------------
@@ -334,10 +336,11 @@ class TrendRollup:
         self._versions.clear()
         self._indexed = False
 
-    def tick(self, changes: Mapping[str, Mapping[str, Snapshot]], as_of: dt.datetime
-             ) -> TrendStats:
+    def tick(self, changes: Mapping[str, Mapping[str, Snapshot]], as_of: dt.datetime, *,
+             republish: bool) -> TrendStats:
         """Apply the changed minute-bucket shards (bucket id -> shard id -> snapshot, read at
-        `as_of`), expire what left its window, and publish the lists that changed."""
+        `as_of`), expire what left its window, and publish the lists that changed; with
+        `republish`, every known scope's too (`TrendStats.republished`)."""
         usage = self._store.usage
         before = Usage(reads=usage.reads, writes=usage.writes, deletes=usage.deletes)
         now_minute = minute_of(self._clock() if self._clock else as_of)
@@ -359,34 +362,23 @@ class TrendRollup:
             rebuilt += self._update_board(scope, window, values)
         scopes = {scope for scope, _ in by_board}
         parts, parts_at, published = 0, None, 0
-        lease = self._store.lease
         # The first holder of the partition that publishes trends/{scope} after a change of P:
         # the old partitions' last lists may not have reached it (a part not merged yet, a
-        # publish fenced out by the change), so every scope is published once; its commit says
-        # so on the lease.
-        republish = lease.republish and self._part.index == 0
+        # publish fenced out by the change), so every scope is published once.
         if republish:
             scopes |= self._known_scopes()
-            lease.status["republish"] = False
-        try:
-            if self._part.count == 1:
-                published = self._publish({scope: self._lists(scope) for scope in scopes},
-                                          as_of)
-            elif self._part.index == 0:
-                published = self._merge(scopes, as_of)
-            else:
-                parts, parts_at = self._publish_parts(scopes, as_of)
-        except BaseException:
-            if republish:
-                lease.status["republish"] = True
-            raise
-        if republish:
-            lease.republish = False
+        if self._part.count == 1:
+            published = self._publish({scope: self._lists(scope) for scope in scopes}, as_of)
+        elif self._part.index == 0:
+            published = self._merge(scopes, as_of)
+        else:
+            parts, parts_at = self._publish_parts(scopes, as_of)
         after = self._store.usage
         return TrendStats(changed_buckets=changed, expired_buckets=expired,
                           changed_totals=written, rebuilt_lists=rebuilt, published=published,
                           reads=after.reads - before.reads, writes=after.writes - before.writes,
-                          deletes=after.deletes - before.deletes, parts=parts, parts_at=parts_at)
+                          deletes=after.deletes - before.deletes, parts=parts, parts_at=parts_at,
+                          republished=republish)
 
     # -- step 1: changed buckets --
 
