@@ -221,6 +221,20 @@ def test_only_totals_not_held_are_read() -> None:
     assert book.unheld_totals(entries) == [new]
 
 
+def test_a_total_whose_changes_cancel_out_is_read_all_the_same() -> None:
+    """A new holder that adds a minute to a total and subtracts an expired one in one tick reads
+    the total: its commits write it from its value, not from 0."""
+    book, docs = TrendLedger(), Documents()
+    earlier = NOW - 61
+    tick(book, docs, {minute_id("eu", earlier, "x"): {"0": shard("x", 1, minute=earlier)}},
+         earlier)
+    tick(book, docs, {minute_id("eu", NOW - 30, "x"): {"0": shard("x", 4, minute=NOW - 30)}},
+         NOW - 30)
+    book.forget()
+    tick(book, docs, {minute_id("eu", NOW, "x"): {"0": shard("x", 1)}}, NOW)
+    assert docs.count(key("eu", "1h", "x")) == 5 and docs.count(key(GLOBAL, "1h", "x")) == 5
+
+
 # --- boards ------------------------------------------------------------------------------------
 
 
@@ -314,20 +328,21 @@ def test_rank_orders_count_desc_then_tag_asc(items: list[tuple[str, int]]) -> No
 
 REGIONS = ("eu", "us")
 TAGS = [f"t{n}" for n in range(8)]
-# A step: minutes to advance (a day and more now and then), and the events at the new minute
-# (region, tag, shard).
+# A step: minutes to advance (a day and more now and then), the events at the new minute
+# (region, tag, shard), and whether the holder is replaced (forgets everything) before it ticks.
 steps = st.lists(st.tuples(
     st.one_of(st.integers(0, 3), st.integers(4, 70), st.integers(1400, 1500)),
     st.lists(st.tuples(st.sampled_from(REGIONS), st.sampled_from(TAGS), st.integers(0, 2)),
-             max_size=12)), min_size=1, max_size=12)
+             max_size=12),
+    st.booleans()), min_size=1, max_size=12)
 
 
 @settings(max_examples=150, deadline=None)
 @given(steps)
 def test_totals_equal_the_events_in_their_window_and_boards_their_exact_top(
-    run: list[tuple[int, list[tuple[str, str, int]]]]
+    run: list[tuple[int, list[tuple[str, str, int]], bool]]
 ) -> None:
-    """Whatever the events and the time between ticks: after each tick every
+    """Whatever the events, the time between ticks and the holders: after each tick every
     total equals the events of its window, the ledger holds what the documents hold, each board
     held is the exact top K of its totals, and every bucket is deleted once, when it left its
     window."""
@@ -335,7 +350,7 @@ def test_totals_equal_the_events_in_their_window_and_boards_their_exact_top(
     shards: dict[tuple[str, str], ShardCount] = {}
     events: list[tuple[int, str, str]] = []  # (minute, region, tag)
     now = NOW
-    for advance, written in run:
+    for advance, written, replaced in run:
         now += advance
         changes: dict[str, dict[str, ShardCount]] = {}
         for region, tag, n in written:
@@ -344,6 +359,8 @@ def test_totals_equal_the_events_in_their_window_and_boards_their_exact_top(
             shards[(bucket, str(n))] = changes.setdefault(bucket, {})[str(n)] = shard(
                 tag, (old.count if old else 0) + 1, region=region, minute=now)
             events.append((now, region, tag))
+        if replaced:
+            book.forget()
         tick(book, docs, changes, now)
         for window in kinds.WINDOWS:
             tally = Counter((scope, tag) for minute, region, tag in events

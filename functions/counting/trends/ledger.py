@@ -279,9 +279,12 @@ class TrendLedger:
     # -- step 3: totals, committed with the bucket changes they include --
 
     def unheld_totals(self, entries: Iterable[Entry]) -> list[TotalKey]:
-        """The totals `entries` change that must be read first."""
-        return [key for key, delta in net_deltas(entries).items()
-                if delta and key not in self.totals]
+        """The totals `entries` change that must be read first: every one an entry changes,
+        even when the tick's changes to it cancel out (a minute added, an expired one
+        subtracted), since `commits` writes each from its value before them."""
+        changed = dict.fromkeys(key for entry in entries
+                                for key, delta in entry.deltas.items() if delta)
+        return [key for key in changed if key not in self.totals]
 
     def hold_totals(self, counts: Mapping[TotalKey, int]) -> None:
         """Take in totals read (0 for one that does not exist)."""
