@@ -93,10 +93,7 @@ class TrendRollup:
                   for bucket, found in changes.items()}
         ledger.hold_minutes(store.trend_minutes(ledger.unheld_minutes(shards)))
         changed, entries = ledger.changed(shards, now_minute)
-        expiring = ledger.expire(now_minute, {
-            window: [ExpiredBucket.of(bucket, data) for bucket, data in store.expired_trend_buckets(
-                window, last, self._part.homes(), config.TREND_EXPIRE_CHUNK)]
-            for window, last in ledger.expiry_due(now_minute).items()})
+        expiring = ledger.expire(now_minute, self._expired(now_minute))
         entries += expiring
         unheld = {total_id(key): key for key in ledger.unheld_totals(entries)}
         ledger.hold_totals({unheld[total]: count
@@ -127,6 +124,14 @@ class TrendRollup:
                           writes=after.writes - before.writes,
                           deletes=after.deletes - before.deletes, parts=parts, parts_at=parts_at,
                           republished=republish)
+
+    def _expired(self, now_minute: int) -> dict[Window, list[ExpiredBucket]]:
+        """The buckets of this partition's tags (their `spread` is the tag's home) that left
+        their window, per window, when the ledger has expiry due."""
+        return {window: [ExpiredBucket.of(bucket, data) for bucket, data in
+                         self._store.expired_trend_buckets(window, last, self._part.homes(),
+                                                           config.TREND_EXPIRE_CHUNK)]
+                for window, last in self._ledger.expiry_due(now_minute).items()}
 
     def _read_boards(self, boards: Iterable[tuple[str, Window]]) -> None:
         """Read boards from the totals: the top K of this partition's tags (of all of them with
