@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
@@ -30,11 +30,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 Snapshot = firestore.DocumentSnapshot[Any]
 READ_THREADS = 8  # reads of many small queries (a counter's shards) run this many at once
-# The trend buckets of each window, and the field that says which bucket of it they are.
-TREND_BUCKETS: dict[Window, tuple[str, str]] = {"1h": (config.TREND_MINUTES, "minute"),
-                                                "24h": (config.TREND_HOURS, "hour")}
-# A write to a trend bucket: (window, id, fields; None deletes it): `counting.trends.ledger`.
-BucketWrite = tuple[Window, str, dict[str, Any] | None]
 
 
 class Store:
@@ -136,6 +131,10 @@ class Store:
 
     # --- trends: the documents of `counting.trends`, named by the ids it gives ---------------
 
+    # The trend buckets of each window, and the field that says which bucket of it they are.
+    TREND_BUCKETS: ClassVar[dict[Window, tuple[str, str]]] = {
+        "1h": (config.TREND_MINUTES, "minute"), "24h": (config.TREND_HOURS, "hour")}
+
     def trend_minutes(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The minute buckets of `ids` that exist, by id (TREND_READ_CHUNK to a read)."""
         minutes = self.db.collection(config.TREND_MINUTES)
@@ -151,7 +150,7 @@ class Store:
                               ) -> list[tuple[str, dict[str, Any]]]:
         """(id, fields) of at most `limit` buckets of `window` (minutes for 1 h, hours for
         24 h) up to bucket `last`, of the tags whose home (their `spread`) is in `homes`."""
-        collection, bucket = TREND_BUCKETS[window]
+        collection, bucket = self.TREND_BUCKETS[window]
         query = (self.db.collection(collection)
                  .where(filter=FieldFilter("spread", "in", homes))
                  .where(filter=FieldFilter(bucket, "<=", last))
@@ -211,15 +210,16 @@ class Store:
                       for snapshot in self.get_all(refs, read_time=read_time)]
         return found
 
-    def commit_trend_buckets(self, buckets: Sequence[BucketWrite],
+    def commit_trend_buckets(self, buckets: Sequence[tuple[Window, str, dict[str, Any] | None]],
                              totals: Mapping[str, dict[str, Any] | None]) -> None:
-        """One fenced commit of bucket writes, in order, and of the window totals by id (None
-        deletes one). A minute bucket is replaced; an hour bucket gets its fields merged and
-        their `count` added to its own."""
+        """One fenced commit of bucket writes (window, id, fields: `trends.ledger.BucketWrite`),
+        in order, and of the window totals by id; fields None delete. A minute bucket (1 h) is
+        replaced; an hour bucket (24 h) gets its fields merged and their `count` added to its
+        own."""
         batch = self.db.batch()
         deletes = 0
         for window, bucket, fields in buckets:
-            ref = self.db.collection(TREND_BUCKETS[window][0]).document(bucket)
+            ref = self.db.collection(self.TREND_BUCKETS[window][0]).document(bucket)
             if fields is None:
                 batch.delete(ref)
                 deletes += 1
