@@ -84,7 +84,8 @@ class Record:
     owner: str | None = None
     progress: Progress = Progress()
     partitioning: Partitioning = Partitioning()
-    # The partition's first holder after a change of P publishes every trends/{scope} once.
+    # The partition's first holder after a change of P publishes every trends/{scope} once
+    # (the trends step, `counting.trends.step`).
     republish: bool = False
     health: Health = Health()
 

@@ -168,7 +168,15 @@ class Rollup:
             for grow in plan.grows:
                 self._isolated(grow.counter, functools.partial(self._grow, grow))
             folded = self._fold_due(as_of)
-            trends = self._trends.tick(trend_changes, as_of)
+            # Partition 0's first tick after a change of P publishes every trends/{scope}
+            # (`partitions.change` sets `republish`). Done, the record says so from its next
+            # write: a holder that dies before that leaves it to its successor, which publishes
+            # them all again (harmless: absolute lists).
+            lease = self.store.lease
+            trends = self._trends.tick(
+                trend_changes, as_of, republish=lease.record.republish and self.part.index == 0)
+            if trends.republished:
+                lease.note(republish=False)
         except BaseException:
             self.forget()
             raise

@@ -16,9 +16,9 @@ import datetime as dt
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
@@ -26,8 +26,10 @@ from google.cloud.firestore_v1.field_path import FieldPath
 
 from . import config, partitions
 from .counters import counter_ref, memory_ref
+from .kinds import Window
 from .lease import Lease, LeaseLost, Progress
 from .ledger import LEGACY_FIELDS, Publish
+from .partitions import Part, trend_parts_ref
 from .usage import Usage
 
 T = TypeVar("T")
@@ -265,6 +267,151 @@ class Store:
             batch.update(memory_ref(self.db, counter) if counts_kept == "memory"
                          else counter_ref(self.db, counter), moves)
         self.commit(batch, deletes=len(surplus))
+
+    # --- trends: the documents of `counting.trends`, named by the ids it gives ---------------
+
+    # The trend buckets of each window, and the field that says which bucket of it they are.
+    TREND_BUCKETS: ClassVar[dict[Window, tuple[str, str]]] = {
+        "1h": (config.TREND_MINUTES, "minute"), "24h": (config.TREND_HOURS, "hour")}
+
+    def trend_minutes(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The minute buckets of `ids` that exist, by id (TREND_READ_CHUNK to a read)."""
+        minutes = self.db.collection(config.TREND_MINUTES)
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), config.TREND_READ_CHUNK):
+            chunk = ids[start:start + config.TREND_READ_CHUNK]
+            for snapshot in self.get_all([minutes.document(bucket) for bucket in chunk]):
+                if snapshot.exists:
+                    found[snapshot.id] = snapshot.to_dict() or {}
+        return found
+
+    def expired_trend_buckets(self, window: Window, last: int, homes: list[int], limit: int
+                              ) -> list[tuple[str, dict[str, Any]]]:
+        """(id, fields) of at most `limit` buckets of `window` (minutes for 1 h, hours for
+        24 h) up to bucket `last`, of the tags whose home (their `spread`) is in `homes`."""
+        collection, bucket = self.TREND_BUCKETS[window]
+        query = (self.db.collection(collection)
+                 .where(filter=FieldFilter("spread", "in", homes))
+                 .where(filter=FieldFilter(bucket, "<=", last))
+                 .limit(limit))
+        return [(snapshot.id, snapshot.to_dict() or {}) for snapshot in self.query(query)]
+
+    def trend_totals(self, ids: Sequence[str]) -> dict[str, int]:
+        """The count of each window total of `ids`, 0 for one that does not exist
+        (TREND_READ_CHUNK to a read)."""
+        totals = self.db.collection(config.TREND_TOTALS)
+        counts: dict[str, int] = {}
+        for start in range(0, len(ids), config.TREND_READ_CHUNK):
+            chunk = ids[start:start + config.TREND_READ_CHUNK]
+            for snapshot in self.get_all([totals.document(total) for total in chunk]):
+                counts[snapshot.id] = int((snapshot.to_dict() or {}).get("count") or 0)
+        return counts
+
+    def top_trend_totals(self, scope: str, window: Window, homes: list[int] | None, limit: int
+                         ) -> list[tuple[str, int]]:
+        """The `limit` highest totals of `scope` over `window`, count descending then tag, as
+        (tag, count); of the tags whose home is in `homes` (None: of all: that query predates
+        `home`)."""
+        query = (self.db.collection(config.TREND_TOTALS)
+                 .where(filter=FieldFilter("scope", "==", scope))
+                 .where(filter=FieldFilter("window", "==", window)))
+        if homes is not None:
+            query = query.where(filter=FieldFilter("home", "in", homes))
+        top = query.order_by("count", direction=firestore.Query.DESCENDING).order_by("tag")
+        return [(str(s.get("tag")), int(s.get("count"))) for s in self.query(top.limit(limit))]
+
+    def trend_scopes(self) -> set[str]:
+        """Every scope with a `trends` document (one read each)."""
+        known = self.db.collection(config.TRENDS).select(["window"])
+        return {snapshot.id for snapshot in self.query(known)}
+
+    def trend_part_index(self, part: Part) -> dict[str, Any] | None:
+        """A partition's index of its trend parts; None when it does not exist."""
+        snapshot = self.get(trend_parts_ref(self.db, part))
+        return (snapshot.to_dict() or {}) if snapshot.exists else None
+
+    def trend_part_indexes(self, parts: Sequence[Part], read_time: dt.datetime
+                           ) -> list[dict[str, Any] | None]:
+        """The indexes of `parts` at `read_time` (None for one that does not exist)."""
+        found = self.get_all([trend_parts_ref(self.db, part) for part in parts],
+                             read_time=read_time)
+        return [(snapshot.to_dict() or {}) if snapshot.exists else None for snapshot in found]
+
+    def trend_parts(self, parts: Sequence[tuple[str, Part]], read_time: dt.datetime
+                    ) -> list[dict[str, Any] | None]:
+        """The parts of (scope, partition) at `read_time` (None for one that does not exist),
+        in order (TREND_READ_CHUNK to a read)."""
+        found: list[dict[str, Any] | None] = []
+        for start in range(0, len(parts), config.TREND_READ_CHUNK):
+            chunk = parts[start:start + config.TREND_READ_CHUNK]
+            refs = [self._trend_part(scope, part) for scope, part in chunk]
+            found += [(snapshot.to_dict() or {}) if snapshot.exists else None
+                      for snapshot in self.get_all(refs, read_time=read_time)]
+        return found
+
+    def commit_trend_buckets(self, buckets: Sequence[tuple[Window, str, dict[str, Any] | None]],
+                             totals: Mapping[str, dict[str, Any] | None]) -> None:
+        """One fenced commit of bucket writes (window, id, fields: `trends.ledger.BucketWrite`),
+        in order, and of the window totals by id; fields None delete. A minute bucket (1 h) is
+        replaced; an hour bucket (24 h) gets its fields merged and their `count` added to its
+        own."""
+        batch = self.db.batch()
+        deletes = 0
+        for window, bucket, fields in buckets:
+            ref = self.db.collection(self.TREND_BUCKETS[window][0]).document(bucket)
+            if fields is None:
+                batch.delete(ref)
+                deletes += 1
+            elif window == "1h":
+                batch.set(ref, fields)
+            else:
+                batch.set(ref, {**fields, "count": firestore.Increment(fields["count"])},
+                          merge=True)
+        coll = self.db.collection(config.TREND_TOTALS)
+        for total, fields in totals.items():
+            if fields is None:
+                batch.delete(coll.document(total))
+                deletes += 1
+            else:
+                batch.set(coll.document(total), fields)
+        self.commit(batch, deletes=deletes)
+
+    def publish_trends(self, documents: Mapping[str, dict[str, Any] | None]) -> None:
+        """One fenced commit of `trends/{scope}` for each scope (None deletes it)."""
+        batch = self.db.batch()
+        coll = self.db.collection(config.TRENDS)
+        deletes = 0
+        for scope, fields in documents.items():
+            if fields is None:
+                batch.delete(coll.document(scope))
+                deletes += 1
+            else:
+                batch.set(coll.document(scope), fields)
+        self.commit(batch, deletes=deletes)
+
+    def publish_trend_parts(self, part: Part, parts: Mapping[str, dict[str, Any] | None],
+                            index: dict[str, Any]) -> dt.datetime | None:
+        """One fenced commit of a partition's parts of scopes (None deletes one) and of `index`,
+        merged into its index; returns the commit's time."""
+        batch = self.db.batch()
+        deletes = 0
+        for scope, fields in parts.items():
+            if fields is None:
+                batch.delete(self._trend_part(scope, part))
+                deletes += 1
+            else:
+                batch.set(self._trend_part(scope, part), fields)
+        batch.set(trend_parts_ref(self.db, part), index, merge=True)
+        self.commit(batch, deletes=deletes)
+        return self.lease.written_at
+
+    def _trend_part(self, scope: str, part: Part) -> firestore.DocumentReference:
+        """A partition's lists of a scope: trends/{scope}/parts/{P}-{index}."""
+        scoped = self.db.collection(config.TRENDS).document(scope)
+        ref: firestore.DocumentReference = scoped.collection(config.TREND_PARTS).document(
+            f"{part.count}-{part.index}")
+        return ref
+
 
 
 def shard_count(shard: str) -> str:
