@@ -96,9 +96,7 @@ def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4) -> 
 def rollup_cost(active: int = 10, idle: int = 5000, ticks: int = 10) -> dict[str, Any]:
     """Reads and wall time per tick for `active` changing counters, without and with idle ones."""
     db = own_db()
-    lease = Lease(db, state_ref(db), "bench", config.ROLLUP.lease_s)
-    assert lease.acquire()
-    step = rollup.Rollup(db, lease)
+    step = rollup.Rollup(db, taken_lease(db))
     names = [f"active-{n}" for n in range(active)]
     cache = counters.ConfigCache()
     for name in names:
@@ -224,6 +222,58 @@ def read_cost(shards: int = 100) -> dict[str, Any]:
         "rollup_ms": timed("rollup"),
         "strong_ms": timed("strong"),
     }
+
+
+def stored_size(value: Any) -> int:
+    """Firestore's storage size of a value (firebase.google.com/docs/firestore/storage-size):
+    a string its UTF-8 bytes + 1, a number or timestamp 8, a boolean or null 1, a map the sizes
+    of its keys (as strings) and values, an array the sizes of its values."""
+    if isinstance(value, str):
+        return len(value.encode()) + 1
+    if isinstance(value, bool) or value is None:
+        return 1
+    if isinstance(value, dict):
+        return sum(stored_size(str(k)) + stored_size(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(stored_size(v) for v in value)
+    return 8  # int, float, timestamp
+
+
+def document_size(snapshot: Any) -> int:
+    """A document's storage size: its name (each id's string size, plus 16), its fields, plus
+    32: what a listener receives with every update, in Firestore's measure."""
+    name = sum(stored_size(part) for part in snapshot.reference.path.split("/")) + 16
+    return name + stored_size(snapshot.to_dict() or {}) + 32
+
+
+def listener_bytes(shards: int = 1000) -> dict[str, Any]:
+    """The public document of a counter of `shards` shards after a publish that moved every
+    shard's count (a least_loaded counter: its per-shard loads are published too), and the
+    memory beside it that listeners do not receive."""
+    db = own_db()
+    counter = "listened"
+    counters.create_counter(db, counter, shards=shards, strategy="least_loaded")
+    step = rollup.Rollup(db, taken_lease(db), AutoscaleParams(enabled=False))
+    step.tick()
+    for n in range(0, shards, 500):
+        batch = db.batch()
+        for shard in range(n, min(shards, n + 500)):
+            ref = counters.shard_ref(db, counter, shard)
+            batch.update(ref, counters.shard_write(db, ref, 1 + shard % 7, random.Random()))
+        batch.commit()
+    step.tick()
+    public = counters.counter_ref(db, counter).get()
+    memory = counters.memory_ref(db, counter).get()
+    assert int(public.get("count")) == sum(1 + shard % 7 for shard in range(shards))
+    return {"shards": shards, "listener_bytes_per_update": document_size(public),
+            "memory_bytes": document_size(memory)}
+
+
+def taken_lease(db: firestore.Client) -> Lease:
+    """The rollup's lease on a project of its own, taken."""
+    taken = Lease(db, state_ref(db), "bench", config.ROLLUP.lease_s)
+    assert taken.acquire()
+    return taken
 
 
 def rollup_thread(db: firestore.Client, scaling: AutoscaleParams | None = None,

@@ -192,7 +192,8 @@ def counters() -> None:
     run_group("counters", [("rollup_lag", counter_bench.rollup_lag),
                            ("rollup_cost", counter_bench.rollup_cost),
                            ("write_path", counter_bench.write_path),
-                           ("read_cost", counter_bench.read_cost)], plot_counters)
+                           ("read_cost", counter_bench.read_cost),
+                           ("listener", counter_bench.listener_bytes)], plot_counters)
 
 
 def autoscale() -> None:

@@ -34,12 +34,11 @@ from typing import Any
 
 from google.cloud import firestore
 
-from . import config, partitions, waking
+from . import config, partitions, status, waking, writes
 from .config import AutoscaleParams, Cadence
-from .lease import Lease, LeaseLost, state_ref
+from .lease import Health, Lease, LeaseLost, state_ref
 from .partitions import WHOLE, Part
 from .rollup import Rollup, TickStats
-from .status import StatusRecorder
 from .usage import Usage
 
 log = logging.getLogger(__name__)
@@ -129,7 +128,6 @@ class Holder:
         self._lock = threading.Lock()
         self.lease = Lease(db, state_ref(db, part), owner or new_owner(), self._timing.lease_s)
         self.rollup: Rollup | None = None  # with the lease: the ledger of the current holding
-        self._status: StatusRecorder | None = None
         self.last_as_of: dt.datetime | None = None  # the current holding's last tick
         # Not yet added to internal/rollup_usage: "field" or "group.field" -> amount.
         self._pending: defaultdict[str, float] = defaultdict(float)
@@ -208,7 +206,7 @@ class Holder:
             return True
         deadline = self._clock.monotonic() + wait_s
         while True:
-            acquired = self.lease.acquire()
+            acquired = self.lease.acquire(Health(holder_since=self._clock.now()))
             run.usage.reads += 1
             if acquired:
                 run.usage.writes += 1
@@ -216,7 +214,6 @@ class Holder:
                 self.rollup = Rollup(self._db, self.lease, self._scaling,
                                      renew_s=self._timing.renew_s, part=self.part,
                                      monotonic=self._clock.monotonic)
-                self._status = StatusRecorder(self.lease, self._clock.now)
                 log.info("rollup lease of partition %s taken by %s", self.part, self.lease.owner)
                 return True
             if self.lease.found is not None and self.lease.found.retired:
@@ -244,11 +241,11 @@ class Holder:
         """Forget the current holding (its ledger is no longer the truth)."""
         if self.rollup is not None:
             self.rollup.close()
-        self.rollup, self._status, self.last_as_of = None, None, None
+        self.rollup, self.last_as_of = None, None
 
     def _let_go(self, run: Invocation) -> None:
         if self.rollup is not None and self.lease.written_at is not None:
-            self.lease.release(self.rollup.durable_watermark, self.rollup.swept)
+            self.lease.release(self.rollup.durable_progress)
             run.usage.writes += 1
         self._drop()
 
@@ -262,8 +259,8 @@ class Holder:
         of partition 0, which merges them."""
         retaken = False
         while True:
-            rollup, status = self.rollup, self._status
-            assert rollup is not None and status is not None
+            rollup = self.rollup
+            assert rollup is not None
             try:
                 stats = rollup.tick()
             except LeaseLost:
@@ -276,11 +273,13 @@ class Holder:
             except Exception as error:
                 run.usage.add(rollup.store.take_usage())
                 log.exception("rollup tick failed; it will be done again")
-                status.failed(error)
+                self.lease.note(health=status.failed(self.lease.record.health, error,
+                                                     self._clock.now()))
                 raise
             run.ticks += 1
             run.usage.add(stats.usage)
-            status.ticked(stats)
+            self.lease.note(health=status.ticked(self.lease.record.health, stats,
+                                                 self.last_as_of))
             self.last_as_of = stats.as_of
             if self._on_tick is not None:
                 self._on_tick(stats)
@@ -332,7 +331,7 @@ class Holder:
             else:
                 fields[name] = value
         try:
-            usage_ref(self._db).set(fields, merge=True)
+            usage_ref(self._db).set(fields, merge=True, retry=writes.once())  # increments
         except Exception:
             self._pending["writes"] -= 1
             log.exception("could not record the rollup's usage")

@@ -41,7 +41,7 @@ from google.api_core import exceptions as gexc
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 
-from . import config, counters
+from . import config, counters, writes
 from .counters import ConfigCache, ShardPicker
 from .errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 
@@ -360,13 +360,22 @@ class Counting:
         declarations = [d for d in self.watch.declarations
                         if chosen is None or d.name in chosen]
         ref = record_ref(self.db, observed.path)
+        # Each commit writes the nonce into the record: a commit sent again after a lost answer
+        # fails its precondition when an earlier attempt applied, and the record says so.
+        nonce = writes.new_nonce()
+        planned: Plan | None = None
         for attempt in range(1, config.COLLECTION_APPLY_ATTEMPTS + 1):
             snapshot = ref.get()
-            change = plan(declarations, read_entries(snapshot), observed, params)
+            if planned is not None and counters.nonce_of(snapshot) == nonce:
+                counters.settle(self.db, counters.marker_landed(self.db, snapshot),
+                                self._picker.rng)
+                return Applied(deltas=planned.deltas, committed_at=snapshot.update_time,
+                               attempts=attempt)
+            change = planned = plan(declarations, read_entries(snapshot), observed, params)
             if change is None:
                 return Applied(attempts=attempt)
             try:
-                committed = self._commit(ref, snapshot, change, observed, event)
+                committed = self._commit(ref, snapshot, change, observed, event, nonce)
             except (gexc.AlreadyExists, gexc.FailedPrecondition):
                 continue  # the record changed since it was read: plan again
             except gexc.NotFound:
@@ -380,15 +389,23 @@ class Counting:
                       f"{config.COLLECTION_APPLY_ATTEMPTS} attempts lost the race")
 
     def _commit(self, ref: firestore.DocumentReference, snapshot: firestore.DocumentSnapshot[Any],
-                change: Plan, observed: Observed, event: str) -> dt.datetime:
+                change: Plan, observed: Observed, event: str, nonce: str) -> dt.datetime:
+        """One commit of the record (with a precondition: created, or unchanged since read)
+        and the shard writes of its deltas; sent again while its answers are lost."""
         self._ensure_counters(change.counters)
         gone = all(entry.deleted for entry in change.entries.values())
+        shards = []
+        for counter in sorted(change.deltas):
+            target = self._configs.get(self.db, counter)
+            shards.append(counters.shard_ref(self.db, counter, self._picker.pick(target)))
         record = {
             "path": observed.path,
             "entries": [e.to_document(name) for name, e in sorted(change.entries.items())],
             "event": event,
             config.EXPIRES_AT: (dt.datetime.now(dt.UTC) + config.COUNTED_TOMBSTONE_TTL
                                 if gone else None),
+            writes.NONCE: nonce, "at": firestore.SERVER_TIMESTAMP,
+            "shards": [shard.path for shard in shards],
         }
         batch = self.db.batch()
         if snapshot.exists:
@@ -396,14 +413,10 @@ class Counting:
                          option=self.db.write_option(last_update_time=snapshot.update_time))
         else:
             batch.create(ref, record)
-        shards = []
-        for counter, delta in sorted(change.deltas.items()):
-            target = self._configs.get(self.db, counter)
-            shards.append(counters.shard_ref(self.db, counter, self._picker.pick(target)))
-            batch.update(shards[-1], counters.shard_write(self.db, shards[-1], delta,
-                                                          self._picker.rng))
-        results = batch.commit()
-        counters.settle(self.db, zip(shards, results[1:], strict=True), self._picker.rng)
+        for shard, (_, delta) in zip(shards, sorted(change.deltas.items()), strict=True):
+            batch.update(shard, counters.shard_write(self.db, shard, delta, self._picker.rng))
+        results = writes.resending(lambda: batch.commit(retry=writes.once()), request_id=None)
+        counters.settle(self.db, counters.landed(shards, results), self._picker.rng)
         committed: dt.datetime = results[0].update_time
         return committed
 

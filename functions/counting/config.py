@@ -19,9 +19,14 @@ REQUESTS = "requests"  # exactly-once markers, expired by the TTL policy on EXPI
 INTERNAL = "internal"  # server-only state: the rollup lease and watermark
 ROLLUP_STATE_DOC = "rollup"
 EXPIRES_AT = "expires_at"
-# On counters/{id}: the per-shard counts the rollup summed (shard id -> count; an absent shard
-# holds 0), so that a new holder reads one document instead of every shard.
+# counters/{id}/memory/rollup: what the rollup's holder remembers of a counter, where no
+# listener of counters/{id} pays for it: `shard_counts`, the per-shard counts it summed (shard
+# id -> count; an absent shard holds 0), so that a new holder reads one document instead of every
+# shard, and `shard_load` (least_loaded counters), the per-shard rates writers pick by.
+MEMORY = "memory"
+MEMORY_DOC = "rollup"
 SHARD_COUNTS_FIELD = "shard_counts"
+SHARD_LOAD_FIELD = "shard_load"
 
 # Requests one callable (or trigger) instance serves at once; functions/.env gives its Python
 # worker as many threads (THREADS).
@@ -199,12 +204,6 @@ SEQUENCE_RETENTION_DAYS = 30
 # How long the write path trusts its cached copy of a tenant's timezone and reset_time.
 SEQUENCE_CONFIG_CACHE_TTL_S = 5.0
 
-# A request_id whose first attempt is still running: wait this long for its answer. A claim
-# older than SEQUENCE_CLAIM_TIMEOUT_S belongs to a function that died (it exceeds the callable
-# timeout), so a retry may take it over and issue a new number (the dead one's is skipped).
-SEQUENCE_REQUEST_WAIT_S = 10.0
-SEQUENCE_CLAIM_TIMEOUT_S = 120.0
-
 # Opening a new business day is a compare-and-set on sequences/{tenant}; give up after this many
 # lost races (each loss means another writer changed the document in between).
 SEQUENCE_OPEN_DAY_ATTEMPTS = 50
@@ -281,9 +280,9 @@ BACKFILL_THREADS = 8
 # before each, so that an install in a project's default database claims no name of the app's
 # own (collection group indexes and TTL policies are per collection id).
 COLLECTION_IDS = {name: globals()[name] for name in (
-    "COUNTERS", "SHARDS", "REQUESTS", "INTERNAL", "VOTERS", "PACED", "SEQUENCES", "BUSINESS_DAYS",
-    "NUMBER_REQUESTS", "TRENDS", "TREND_MINUTES", "TREND_HOURS", "TREND_TOTALS", "TREND_PARTS",
-    "COUNTED_DOCS")}
+    "COUNTERS", "SHARDS", "MEMORY", "REQUESTS", "INTERNAL", "VOTERS", "PACED", "SEQUENCES",
+    "BUSINESS_DAYS", "NUMBER_REQUESTS", "TRENDS", "TREND_MINUTES", "TREND_HOURS", "TREND_TOTALS",
+    "TREND_PARTS", "COUNTED_DOCS")}
 DEFAULT_DATABASE = "(default)"
 # Firestore's rules for a database id, firebase-tools' for a codebase's function prefix.
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")

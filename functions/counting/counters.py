@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from . import autoscale, config, kinds, partitions, waking
+from . import autoscale, config, kinds, partitions, waking, writes
 from .caching import TtlCache
 from .errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from .kinds import Consistency, Strategy
@@ -32,7 +32,6 @@ from .policy import Policy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-PACING_ATTEMPTS = 3  # a blind create of the pacing marker, then rewrites of the version read
 # On a collection counter's document: the name of the declaration that maintains it.
 COLLECTION_FIELD = "collection"
 
@@ -89,6 +88,12 @@ def shard_ref(db: firestore.Client, counter: str, shard: int) -> firestore.Docum
     return db.collection(config.COUNTERS, counter, config.SHARDS).document(str(shard))
 
 
+def memory_ref(db: firestore.Client, counter: str) -> firestore.DocumentReference:
+    """What the rollup remembers of the counter (config.MEMORY): server-only, read by a new
+    holder and, for least_loaded counters, by the write path."""
+    return db.collection(config.COUNTERS, counter, config.MEMORY).document(config.MEMORY_DOC)
+
+
 def user_key(uid: str) -> str:
     """A document id for a user (uids may hold characters an id cannot)."""
     return hashlib.sha256(uid.encode()).hexdigest()[:32]
@@ -115,54 +120,74 @@ def shard_write(db: firestore.Client, shard: firestore.DocumentReference, by: in
     }
 
 
-def stamped_at(result: Any) -> dt.datetime | None:
-    """The server timestamp a write stored (Firestore returns it among the write's transform
-    results: the instant its request started), or None when the write stored none."""
-    for value in result.transform_results:
-        pb = type(value).pb(value)
-        if pb.WhichOneof("value_type") == "timestamp_value":
-            stamped: dt.datetime = pb.timestamp_value.ToDatetime(tzinfo=dt.UTC)
-            return stamped
-    return None
+@dataclass(frozen=True)
+class Landed:
+    """A shard write that committed: its server timestamp (taken when its request started;
+    None if it stored none) and its commit time."""
+
+    ref: firestore.DocumentReference
+    stamped: dt.datetime | None
+    committed: dt.datetime
+
+    @classmethod
+    def of(cls, ref: firestore.DocumentReference, result: Any) -> Landed:
+        """From a commit's WriteResult: Firestore returns the timestamp it stored among the
+        write's transform results."""
+        stamped: dt.datetime | None = None
+        for value in result.transform_results:
+            pb = type(value).pb(value)
+            if pb.WhichOneof("value_type") == "timestamp_value":
+                stamped = pb.timestamp_value.ToDatetime(tzinfo=dt.UTC)
+                break
+        return cls(ref, stamped, result.update_time)
+
+    @property
+    def straddles(self) -> bool:
+        """Whether the rollup's change query could miss this write: its `updated_at` lies
+        further before its commit than the query's overlap allows for. A write that stored no
+        timestamp counts as one."""
+        return self.stamped is None or (self.committed - self.stamped).total_seconds() >= \
+            config.SHARD_TOUCH_AFTER_S
 
 
-def straddles(result: Any) -> bool:
-    """Whether the rollup's change query could miss this shard write: its `updated_at` (taken at
-    the request's start) lies further before its commit than the query's overlap allows for.
-    A write that reports no server timestamp counts as one."""
-    stamped = stamped_at(result)
-    return stamped is None or (result.update_time - stamped).total_seconds() >= \
-        config.SHARD_TOUCH_AFTER_S
+def landed(refs: Iterable[firestore.DocumentReference], results: list[Any]) -> list[Landed]:
+    """The shard writes among a commit's last results (shard writes come last in every commit
+    of the write paths, after their markers)."""
+    refs = list(refs)
+    return [Landed.of(ref, result)
+            for ref, result in zip(refs, results[len(results) - len(refs):], strict=True)]
 
 
-def settle(db: firestore.Client, written: Iterable[tuple[firestore.DocumentReference, Any]],
-           rng: random.Random) -> None:
-    """After a commit of shard writes (each with its WriteResult): touch every shard whose write
-    straddles (`straddles`), so that the rollup finds it within a tick. A touch is a write of a
-    fresh `updated_at` alone, sent after the commit was acknowledged, so its server timestamp is
-    later than that commit; it is itself checked, up to SHARD_TOUCH_ATTEMPTS times. A write left
-    untouched (this instance died, Firestore stayed slow) is found by the rollup's sweep
-    (docs/architecture.md, "Exact on real Firestore"). Then make sure a rollup tick follows the
-    last of these commits (`waking.after_write`): every write path of the domain ends here, and a
-    commit that wrote no shard (a document change that moves no count) asks for no tick."""
+def settle(db: firestore.Client, written: Iterable[Landed], rng: random.Random) -> None:
+    """After a commit of shard writes: touch every shard whose write straddles, so that the
+    rollup finds it within a tick. A touch is a write of a fresh `updated_at` alone, sent after
+    the commit was acknowledged, so its server timestamp is later than that commit; it is itself
+    checked, up to SHARD_TOUCH_ATTEMPTS times. A write left untouched (this instance died,
+    Firestore stayed slow) is found by the rollup's sweep (docs/architecture.md, "Exact on real
+    Firestore"). Then make sure a rollup tick follows the last of these commits
+    (`waking.after_write`): every write path of the domain ends here, and a commit that wrote no
+    shard (a document change that moves no count) asks for no tick."""
     written = list(written)
     last: dt.datetime | None = None
-    for ref, result in written:
+    for write in written:
         touches = 0
-        while config.PROTECTIONS.touch and straddles(result) \
+        while config.PROTECTIONS.touch and write.straddles \
                 and touches < config.SHARD_TOUCH_ATTEMPTS:
             touches += 1
             try:
-                result = ref.update({"updated_at": firestore.SERVER_TIMESTAMP,
-                                     "stripe": partitions.shard_stripe(db, ref, rng)})
+                result = write.ref.update(
+                    {"updated_at": firestore.SERVER_TIMESTAMP,
+                     "stripe": partitions.shard_stripe(db, write.ref, rng)},
+                    retry=writes.IDEMPOTENT)
             except gexc.NotFound:
                 break  # folded away: the fold moved its count, which the rollup mirrors
             except Exception as error:  # the write itself is done; the sweep will find it
-                log.warning("could not touch %s after a slow write: %r", ref.path, error)
+                log.warning("could not touch %s after a slow write: %r", write.ref.path, error)
                 break
-        last = result.update_time if last is None else max(last, result.update_time)
+            write = Landed.of(write.ref, result)
+        last = write.committed if last is None else max(last, write.committed)
     if last is not None:
-        waking.after_write(db, last, {partitions.home_of_shard(ref) for ref, _ in written})
+        waking.after_write(db, last, {partitions.home_of_shard(w.ref) for w in written})
 
 
 class ConfigCache:
@@ -185,12 +210,17 @@ class ConfigCache:
         if not snapshot.exists:
             raise NotFound(f"counter: {counter!r} does not exist")
         data = snapshot.to_dict() or {}
+        # A name this version does not know picks shards as the default does.
+        strategy = kinds.member(data.get("strategy"), kinds.STRATEGIES) or kinds.DEFAULT_STRATEGY
+        load = data.get(config.SHARD_LOAD_FIELD)  # where a version before the memory had it
+        if strategy == "least_loaded":
+            memory = memory_ref(db, counter).get().to_dict() or {}
+            load = memory.get(config.SHARD_LOAD_FIELD, load)
         found = CounterConfig(
             counter=counter,
             num_shards=int(data["num_shards"]),
-            # A name this version does not know picks shards as the default does.
-            strategy=kinds.member(data.get("strategy"), kinds.STRATEGIES) or kinds.DEFAULT_STRATEGY,
-            shard_load=tuple(float(x) for x in data.get("shard_load") or ()),
+            strategy=strategy,
+            shard_load=tuple(float(x) for x in load or ()),
             policy=Policy.from_document(data.get("policy")),
             collection=data.get(COLLECTION_FIELD),
         )
@@ -308,18 +338,24 @@ def create_counter(
             "policy": (policy or Policy()).to_document(),
             "created_at": firestore.SERVER_TIMESTAMP,
             "updated_at": firestore.SERVER_TIMESTAMP,
-            # Every shard holds 0: the rollup's first read of this counter is this document.
-            config.SHARD_COUNTS_FIELD: {},
             **({} if collection is None else {COLLECTION_FIELD: collection}),
         },
     )
+    # Every shard holds 0: the rollup's first read of this counter is its memory.
+    batch.create(memory_ref(db, counter), {config.SHARD_COUNTS_FIELD: {}})
+    # Shard 0 (never folded away) says which request created the counter: an attempt whose
+    # answer was lost, sent again, fails on the documents it created and finds its nonce there.
+    nonce = writes.new_nonce()
     for n in range(num_shards):
-        batch.create(shard_ref(db, counter, n), {"count": 0})
+        batch.create(shard_ref(db, counter, n), {"count": 0, **({writes.NONCE: nonce} if n == 0
+                                                              else {})})
     try:
-        batch.commit()
+        writes.resending(lambda: batch.commit(retry=writes.once()), request_id=None)
     except gexc.AlreadyExists:
+        first = shard_ref(db, counter, 0).get()
         existing = counter_ref(db, counter).get().to_dict() or {}
-        return Created(counter=counter, shards=int(existing["num_shards"]), created=False,
+        return Created(counter=counter, shards=int(existing["num_shards"]),
+                       created=first.exists and first.get(writes.NONCE) == nonce,
                        policy=Policy.from_document(existing.get("policy")))
     return Created(counter=counter, shards=num_shards, created=True, policy=policy or Policy())
 
@@ -327,7 +363,8 @@ def create_counter(
 def configure_counter(db: firestore.Client, counter: str, policy: Policy) -> Policy:
     """Replace a counter's write policy; every instance applies it within CONFIG_CACHE_TTL_S."""
     try:
-        counter_ref(db, counter).update({"policy": policy.to_document()})
+        counter_ref(db, counter).update({"policy": policy.to_document()},
+                                        retry=writes.IDEMPOTENT)
     except gexc.NotFound:
         raise NotFound(f"counter: {counter!r} does not exist") from None
     return policy
@@ -348,7 +385,10 @@ def increment(
     operator CLI and tests act as admins). Returns the commit time, which a client compares with
     the rollup's `updated_at` to tell whether the rollup includes this increment; None when
     `request_id` was already applied for this user, or a `unique` counter already counts (or
-    does not count) them."""
+    does not count) them. `OutcomeUnknown` when Firestore's answer was lost and nothing could
+    tell whether the write applied (docs/architecture.md, "Exactly once")."""
+    request_id = request_id if config.PROTECTIONS.request_markers else None
+    nonce = writes.new_nonce()
 
     def attempt() -> dt.datetime | None:
         target = configs.get(db, counter)
@@ -358,83 +398,159 @@ def increment(
         ref = shard_ref(db, counter, picker.pick(target))
         paced = bool(policy.min_interval_s) and not admin
         if request_id is None and not policy.unique and not paced:
-            result = ref.update(shard_write(db, ref, by, picker.rng))
-            settle(db, [(ref, result)], picker.rng)
-            committed: dt.datetime = result.update_time
-            return committed
-        # The pacing marker is created blind (a user's first write in a while: one round trip),
-        # and read only once that failed because it exists, for its rewrite's precondition.
-        pacing: firestore.DocumentSnapshot[Any] | None = None
-        for _ in range(PACING_ATTEMPTS):
             batch = db.batch()
-            if request_id is not None:
-                batch.create(*request_marker(db, uid, request_id, counters=[counter]))
-            if policy.unique:
-                voter = voter_ref(db, counter, uid)
-                if by > 0:
-                    batch.create(voter, {"uid": uid, "at": firestore.SERVER_TIMESTAMP})
-                else:
-                    batch.delete(voter, option=db.write_option(exists=True))
-            if paced:
-                try:
-                    pace(db, batch, counter, uid, policy.min_interval_s, pacing)
-                except ResourceExhausted:
-                    # The marker may be this request's own, applied by an earlier delivery.
-                    if is_no_op(db, counter, by, policy, uid=uid, request_id=request_id):
-                        return None
-                    raise
             batch.update(ref, shard_write(db, ref, by, picker.rng))
-            try:
-                results = batch.commit()
-            except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
-                if is_no_op(db, counter, by, policy, uid=uid, request_id=request_id):
-                    return None
-                if isinstance(error, gexc.NotFound):
-                    raise  # a shard folded away: with_fresh_config writes once more
-                if not paced:
-                    raise Aborted(f"counter: {counter!r}: a concurrent request of this user got "
-                                  "in the way; retry") from error
-                # The pacing marker exists, or changed since it was read: read it (again).
-                found = paced_ref(db, counter, uid).get()
-                pacing = found if found.exists else None
-                continue
-            settle(db, [(ref, results[-1])], picker.rng)  # the shard's write is the last
-            committed = results[-1].update_time  # (a deleted marker's has none)
+            results = writes.commit_once(batch)
+            settle(db, landed([ref], results), picker.rng)
+            committed: dt.datetime = results[-1].update_time
             return committed
-        raise Aborted(f"counter: {counter!r}: concurrent requests of this user got in the way; "
-                      "retry")
+        return Guarded(db, counter, by, ref, uid=uid, request_id=request_id, nonce=nonce,
+                       unique=policy.unique, interval_s=policy.min_interval_s if paced else 0,
+                       rng=picker.rng).apply()
 
     return with_fresh_config(attempt, configs, [counter])
 
 
-def pace(db: firestore.Client, batch: firestore.WriteBatch, counter: str, uid: str,
-         interval_s: int, found: firestore.DocumentSnapshot[Any] | None) -> None:
-    """Add the caller's pacing marker to `batch`: created when `found` is None (it fails if the
-    marker exists), else rewritten with a precondition on the version `found` read; too soon
-    since the last applied write: RESOURCE_EXHAUSTED."""
-    ref = paced_ref(db, counter, uid)
-    fields = {"uid": uid, "at": firestore.SERVER_TIMESTAMP,
-              config.EXPIRES_AT: dt.datetime.now(dt.UTC) + dt.timedelta(seconds=interval_s)
-              + config.REQUEST_MARKER_TTL}
-    if found is None:
+class Guarded:
+    """One increment whose commit carries markers: a request marker (`request_id`), a voter
+    (`unique`: created by a like, rewritten by an unlike), a pacing marker (`min_interval_s`).
+    Each marker is written with a precondition (created, or rewritten at the version read) and
+    the request's nonce, so the commit may be sent again after a lost answer: at most one attempt
+    applies, and one that fails its precondition reads the markers to tell an earlier attempt of
+    its own (applied: its shard is touched if it straddled) from another request (this one is a
+    no-op, or is planned again on what it read)."""
+
+    def __init__(self, db: firestore.Client, counter: str, by: int,
+                 shard: firestore.DocumentReference, *, uid: str, request_id: str | None,
+                 nonce: str, unique: bool, interval_s: int, rng: random.Random) -> None:
+        self.db, self.counter, self.by, self.shard = db, counter, by, shard
+        self.uid, self.request_id, self.nonce = uid, request_id, nonce
+        self.unique, self.interval_s, self.rng = unique, interval_s, rng
+        self.marker = None if request_id is None else request_marker_ref(db, uid, request_id)
+        self.voter: Snapshot | None = None  # the voter as last read (None: not read)
+        self.pacing: Snapshot | None = None  # the pacing marker as last read (None: not read)
+
+    def apply(self) -> dt.datetime | None:
+        if self.unique and self.by < 0:
+            # An un-like rewrites the voter at the version read: a like must be there to take.
+            self.voter = voter_ref(self.db, self.counter, self.uid).get()
+            if not counts(self.voter):
+                return None
+        for _ in range(GUARDED_ATTEMPTS):
+            try:
+                results = writes.resending(self._commit, request_id=self.request_id)
+            except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
+                done, answer = self._found()
+                if done:
+                    return answer
+                if isinstance(error, gexc.NotFound):
+                    raise  # the shard was folded away: `with_fresh_config` writes once more
+                continue
+            settle(self.db, landed([self.shard], results), self.rng)
+            committed: dt.datetime = results[-1].update_time
+            return committed
+        raise Aborted(f"counter: {self.counter!r}: concurrent requests of this user got in the "
+                      "way; retry")
+
+    def _commit(self) -> list[Any]:
+        """One attempt: the markers as last read, then the shard (last: `landed`)."""
+        batch = self.db.batch()
+        mark = {"uid": self.uid, "at": firestore.SERVER_TIMESTAMP, writes.NONCE: self.nonce,
+                "shards": [self.shard.path]}
+        if self.marker is not None:
+            batch.create(self.marker, request_marker_fields(self.uid, self.request_id or "",
+                                                            [self.counter], mark))
+        if self.unique:
+            write_at_version(self.db, batch, voter_ref(self.db, self.counter, self.uid),
+                             {**mark, "counted": self.by > 0}, self.voter)
+        if self.interval_s:
+            self._pace(batch, mark)
+        batch.update(self.shard, shard_write(self.db, self.shard, self.by, self.rng))
+        results: list[Any] = batch.commit(retry=writes.once())
+        return results
+
+    def _pace(self, batch: firestore.WriteBatch, mark: dict[str, Any]) -> None:
+        """The caller's pacing marker: created when it was not read (a first visit: one round
+        trip), else rewritten at the version read once `at`, the stamp of the last applied
+        visit, is `interval_s` old; too soon: RESOURCE_EXHAUSTED."""
+        ref = paced_ref(self.db, self.counter, self.uid)
+        fields = {**mark, config.EXPIRES_AT: dt.datetime.now(dt.UTC)
+                  + dt.timedelta(seconds=self.interval_s) + config.REQUEST_MARKER_TTL}
+        found = self.pacing
+        if found is not None and found.exists:
+            last = found.get("at") if "at" in (found.to_dict() or {}) else found.update_time
+            wait = last + dt.timedelta(seconds=self.interval_s) - found.read_time
+            if wait > dt.timedelta(0):
+                raise ResourceExhausted(
+                    f"counter: {self.counter!r} takes one increment per user every "
+                    f"{self.interval_s} s; retry in {wait.total_seconds():.0f} s")
+        write_at_version(self.db, batch, ref, fields, found)
+
+    def _found(self) -> tuple[bool, dt.datetime | None]:
+        """After a failed precondition, from the markers read afresh: (True, the commit time of
+        an earlier attempt of this request that applied), (True, None) when there is nothing to
+        do (the request_id applied before, or the voter already as asked), or (False, None):
+        plan again on what was read."""
+        guards = [ref for ref in (self.marker,) if ref is not None]
+        if self.unique:
+            guards.append(voter_ref(self.db, self.counter, self.uid))
+        if self.interval_s:
+            guards.append(paced_ref(self.db, self.counter, self.uid))
+        found = {snapshot.reference.path: snapshot for snapshot in self.db.get_all(guards)}
+        for snapshot in found.values():
+            if nonce_of(snapshot) == self.nonce:
+                settle(self.db, marker_landed(self.db, snapshot), self.rng)
+                return True, snapshot.update_time
+        if self.marker is not None and found[self.marker.path].exists:
+            settle(self.db, marker_landed(self.db, found[self.marker.path]), self.rng)
+            return True, None
+        if self.unique:
+            self.voter = found[voter_ref(self.db, self.counter, self.uid).path]
+            if counts(self.voter) == (self.by > 0):
+                return True, None
+        if self.interval_s:
+            self.pacing = found[paced_ref(self.db, self.counter, self.uid).path]
+        return False, None
+
+
+GUARDED_ATTEMPTS = 5  # plans of one guarded increment, each on markers read afresh
+Snapshot = firestore.DocumentSnapshot[Any]
+
+
+def write_at_version(db: firestore.Client, batch: firestore.WriteBatch,
+                     ref: firestore.DocumentReference, fields: dict[str, Any],
+                     found: Snapshot | None) -> None:
+    """Add a marker's write to `batch`: created when it was not read or did not exist (fails if
+    it exists), else rewritten at the version read (fails if it changed since)."""
+    if found is None or not found.exists:
         batch.create(ref, fields)
-        return
-    wait = found.update_time + dt.timedelta(seconds=interval_s) - found.read_time
-    if wait > dt.timedelta(0):
-        raise ResourceExhausted(f"counter: {counter!r} takes one increment per user every "
-                                f"{interval_s} s; retry in {wait.total_seconds():.0f} s")
-    batch.update(ref, fields, option=db.write_option(last_update_time=found.update_time))
+    else:
+        batch.update(ref, fields, option=db.write_option(last_update_time=found.update_time))
 
 
-def is_no_op(db: firestore.Client, counter: str, by: int, policy: Policy, *, uid: str,
-             request_id: str | None) -> bool:
-    """Whether a commit with markers failed because it had nothing to do, told by the markers
-    (read only on this rare path): a retried request, or a `unique` counter already counting
-    (or not counting) the user."""
-    if request_id is not None and request_marker(
-            db, uid, request_id, counters=[])[0].get().exists:
-        return True
-    return policy.unique and voter_ref(db, counter, uid).get().exists == (by > 0)
+def nonce_of(marker: Snapshot) -> str | None:
+    """The nonce of the request whose commit last wrote a marker."""
+    nonce = (marker.to_dict() or {}).get(writes.NONCE) if marker.exists else None
+    return nonce if isinstance(nonce, str) else None
+
+
+def counts(voter: Snapshot) -> bool:
+    """Whether a `unique` counter's voter marker counts its user: a like's (`counted`), or one
+    written before un-likes kept their marker (it has a `uid`)."""
+    if not voter.exists:
+        return False
+    data = voter.to_dict() or {}
+    return bool(data.get("counted", "uid" in data))
+
+
+def marker_landed(db: firestore.Client, marker: Snapshot) -> list[Landed]:
+    """The shard writes a marker's commit made, as `settle` takes them: each marker records its
+    shards and its commit's server timestamp; the commit time is its version (a marker is
+    created, or rewritten at a version, by the commit that wrote its shards)."""
+    data = marker.to_dict() or {}
+    stamped, committed = data.get("at"), marker.update_time
+    return [Landed(db.document(path), stamped, committed) for path in data.get("shards") or ()
+            if committed is not None]
 
 
 def with_fresh_config(
@@ -467,10 +583,12 @@ def increment_many(
     """Apply a batch atomically (one shard write per distinct counter); 0 when already applied.
     Each counter's summed `by` must pass its policy as one increment would; a counter whose
     policy keeps per-user markers (`unique`, `min_interval_s`) cannot be in a batch."""
+    request_id = request_id if config.PROTECTIONS.request_markers else None
     items = list(increments)
     totals: dict[str, int] = {}
     for counter, by in items:
         totals[counter] = totals.get(counter, 0) + by
+    nonce = writes.new_nonce()
 
     def attempt() -> int:
         targets = [configs.get(db, counter) for counter in totals]  # NotFound before any write
@@ -480,40 +598,87 @@ def increment_many(
                 raise InvalidArgument(f"increments: {target.counter!r} counts each user once or "
                                       "paces them: increment it on its own")
             target.policy.check(totals[target.counter], admin=admin, counter=target.counter)
-        batch = db.batch()
-        if request_id is not None:
-            batch.create(*request_marker(db, uid, request_id, counters=sorted(totals)))
         refs = [shard_ref(db, target.counter, picker.pick(target)) for target in targets]
-        for ref, target in zip(refs, targets, strict=True):
-            batch.update(ref, shard_write(db, ref, totals[target.counter], picker.rng))
-        results = commit_once(batch)
-        if results is None:
-            return 0
-        settle(db, zip(refs, results[len(results) - len(refs):], strict=True), picker.rng)
-        return len(items)
+        shard_writes = [ShardWrite(ref, shard_write(db, ref, totals[target.counter], picker.rng))
+                        for ref, target in zip(refs, targets, strict=True)]
+        applied = commit_marked(db, shard_writes, uid=uid, request_id=request_id,
+                                counters=sorted(totals), nonce=nonce, rng=picker.rng)
+        return len(items) if applied else 0
 
     return with_fresh_config(attempt, configs, totals)
 
 
-def request_marker(
-    db: firestore.Client, uid: str, request_id: str, *, counters: list[str]
-) -> tuple[firestore.DocumentReference, dict[str, Any]]:
-    """The marker document that makes a request id count once per user.
+@dataclass(frozen=True)
+class ShardWrite:
+    """One shard's part of a commit: `fields` updated into it, or merged (`creates`: a trend
+    bucket's shards come into being with their first write; a counter's exist, and one folded
+    away must fail the write rather than come back)."""
 
-    Its id hashes (uid, request_id): uids may hold characters a document id cannot. `at`, the
-    commit's server timestamp, outlives a copy of the database (`commit_time_of`).
-    """
+    ref: firestore.DocumentReference
+    fields: dict[str, Any]
+    creates: bool = False
+
+    def add_to(self, batch: firestore.WriteBatch) -> None:
+        if self.creates:
+            batch.set(self.ref, self.fields, merge=True)
+        else:
+            batch.update(self.ref, self.fields)
+
+
+def commit_marked(db: firestore.Client, shard_writes: list[ShardWrite], *, uid: str,
+                  request_id: str | None, counters: list[str], nonce: str,
+                  rng: random.Random) -> bool:
+    """Commit shard writes with the request's marker when there is
+    a `request_id`, and settle them; False when the request_id was applied before. Without one
+    the commit is sent once (`OutcomeUnknown` when its answer is lost); with one it is sent again
+    after a lost answer, and an attempt that finds the marker there reads its nonce: an earlier
+    attempt of this request made it (applied), or another request did (False). Either way the
+    marker's shard writes are touched if they straddled: whoever made them may have lost the
+    answer before touching."""
+    batch = db.batch()
+    if request_id is not None:
+        marker = request_marker_ref(db, uid, request_id)
+        batch.create(marker, request_marker_fields(
+            uid, request_id, counters, {"at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
+                                        "shards": [w.ref.path for w in shard_writes]}))
+    for write in shard_writes:
+        write.add_to(batch)
+    refs = [write.ref for write in shard_writes]
+    if request_id is None:
+        results = writes.commit_once(batch)
+    else:
+        try:
+            results = writes.resending(lambda: batch.commit(retry=writes.once()),
+                                       request_id=request_id)
+        except gexc.AlreadyExists:
+            found = marker.get()
+            settle(db, marker_landed(db, found), rng)
+            return nonce_of(found) == nonce
+    settle(db, landed(refs, results), rng)
+    return True
+
+
+def request_marker_ref(db: firestore.Client, uid: str,
+                       request_id: str) -> firestore.DocumentReference:
+    """The marker document that makes a request id count once per user: its id hashes (uid,
+    request_id), since uids may hold characters a document id cannot."""
     key = hashlib.sha256(f"{uid}\0{request_id}".encode()).hexdigest()
-    expires_at = dt.datetime.now(dt.UTC) + config.REQUEST_MARKER_TTL
-    fields = {"uid": uid, "request_id": request_id, "counters": counters,
-              "at": firestore.SERVER_TIMESTAMP, config.EXPIRES_AT: expires_at}
-    return db.collection(config.REQUESTS).document(key), fields
+    return db.collection(config.REQUESTS).document(key)
+
+
+def request_marker_fields(uid: str, request_id: str, counters: list[str],
+                          mark: dict[str, Any]) -> dict[str, Any]:
+    """A request marker: created in the same commit as the request's shard writes. `mark` holds
+    the nonce, the shards written and `at`, the commit's server timestamp, which outlives a copy
+    of the database (`commit_time_of`). Expired by TTL on EXPIRES_AT."""
+    return {"uid": uid, "request_id": request_id, "counters": counters, **mark,
+            config.EXPIRES_AT: dt.datetime.now(dt.UTC) + config.REQUEST_MARKER_TTL}
 
 
 def applied_at(db: firestore.Client, uid: str, request_id: str) -> dt.datetime | None:
     """When this user's request was applied (its marker was created in the same commit as the
     shard write), or None if it was not (or has expired)."""
-    snapshot = request_marker(db, uid, request_id, counters=[])[0].get()
+    snapshot = request_marker_ref(db, uid, request_id).get()
     if not snapshot.exists:
         return None
     return commit_time_of(snapshot.create_time, (snapshot.to_dict() or {}).get("at"))
@@ -529,16 +694,6 @@ def commit_time_of(created: dt.datetime, stamped: dt.datetime | None) -> dt.date
     if stamped is None or created - stamped <= dt.timedelta(seconds=config.CHANGE_OVERLAP_S):
         return created
     return stamped
-
-
-def commit_once(batch: firestore.WriteBatch) -> list[Any] | None:
-    """Commit a batch that creates a marker: its write results, or None when the marker
-    exists."""
-    try:
-        results: list[Any] = batch.commit()
-    except gexc.AlreadyExists:
-        return None
-    return results
 
 
 def get_count(db: firestore.Client, counter: str, consistency: Consistency = "rollup",
@@ -560,7 +715,7 @@ def get_count(db: firestore.Client, counter: str, consistency: Consistency = "ro
     data = snapshot.to_dict() or {}
     mine = None
     if uid is not None and Policy.from_document(data.get("policy")).unique:
-        mine = voter_ref(db, counter, uid).get().exists
+        mine = counts(voter_ref(db, counter, uid).get())
     return Count(counter=counter, count=int(data.get("count", 0)),
                  as_of=data.get("updated_at") or snapshot.update_time, consistency=consistency,
                  documents_read=1, mine=mine)
@@ -571,14 +726,20 @@ def counted(db: firestore.Client, counter: str, uid: str) -> bool | None:
     data = counter_ref(db, counter).get().to_dict() or {}
     if not Policy.from_document(data.get("policy")).unique:
         return None
-    return voter_ref(db, counter, uid).get().exists
+    return counts(voter_ref(db, counter, uid).get())
 
 
 def reset_counter(db: firestore.Client, counter: str) -> None:
-    """Zero every shard and the rollup in one commit, then forget who a `unique` counter counts
-    and when a `min_interval_s` counter last counted each user. Not atomic with the zeroing: a
-    like that lands in between counts after the reset, yet its marker goes, so the user may like
-    once more; an un-like in between takes the count to -1 (docs/api.md, reset_counter)."""
+    """Take every shard back by what it held at one instant, in one commit, then forget who a
+    `unique` counter counts and when a `min_interval_s` counter last counted each user.
+
+    The reset writes shards only, as increments do: the rollup's holder finds them changed and
+    publishes their new sum, so nothing it remembers (its ledger, the published count and
+    `shard_counts`) can hide the reset, and an increment that lands between the read and the
+    commit counts after the reset. Its marker makes the commit safe to send again after a lost
+    answer. Forgetting the markers is not atomic with it: a like that lands in between counts
+    after the reset, yet its marker goes, so the user may like once more; an un-like in between
+    takes the count to -1 (docs/api.md, reset_counter)."""
     ref = counter_ref(db, counter)
     snapshot = ref.get()
     if not snapshot.exists:
@@ -588,16 +749,38 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
         raise FailedPrecondition(f"counter: {counter!r} is a collection counter (declaration "
                                  f"{collection!r}): it counts documents, it cannot be reset")
     rng = random.Random()
-    batch = db.batch()
-    shards = list(ref.collection(config.SHARDS).list_documents())
-    for shard in shards:
-        batch.set(shard, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP,
-                          "stripe": partitions.shard_stripe(db, shard, rng)}, merge=True)
-    # The rollup's per-shard counts are zeroed with the shards. Each zeroed shard is listed: it
-    # keeps its `writes`, which a holder reading these counts takes as a baseline, not a burst.
-    batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP,
-                       config.SHARD_COUNTS_FIELD: {shard.id: 0 for shard in shards}})
-    results = batch.commit()
-    settle(db, zip(shards, results[:-1], strict=True), rng)
+    nonce = writes.new_nonce()
+    marker = db.collection(config.REQUESTS).document(f"reset-{nonce}")
+
+    def attempt() -> list[Landed]:
+        held = {s.reference: int((s.to_dict() or {}).get("count") or 0)
+                for s in ref.collection(config.SHARDS).stream()}  # one instant: a query's
+        moved = [shard for shard, count in held.items() if count]
+        batch = db.batch()
+        batch.create(marker, {"counter": counter, "at": firestore.SERVER_TIMESTAMP,
+                              writes.NONCE: nonce, "shards": [shard.path for shard in moved],
+                              config.EXPIRES_AT: dt.datetime.now(dt.UTC)
+                              + config.REQUEST_MARKER_TTL})
+        if not config.PROTECTIONS.reset_through_rollup:
+            # What resets did before: the rollup's count and memory zeroed outside its lease.
+            batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
+            batch.update(memory_ref(db, counter),
+                         {config.SHARD_COUNTS_FIELD: {s.id: 0 for s in held}})
+        for shard in moved:
+            batch.update(shard, {"count": firestore.Increment(-held[shard]),
+                                 "updated_at": firestore.SERVER_TIMESTAMP,
+                                 "stripe": partitions.shard_stripe(db, shard, rng)})
+        try:
+            results = writes.resending(lambda: batch.commit(retry=writes.once()),
+                                       request_id=None)
+        except gexc.AlreadyExists:  # an earlier attempt of this reset applied
+            return marker_landed(db, marker.get())
+        return landed(moved, results)
+
+    try:
+        done = attempt()
+    except gexc.NotFound:  # a shard read was folded away meanwhile: read them again
+        done = attempt()
+    settle(db, done, rng)
     for markers in (config.VOTERS, config.PACED):
         db.recursive_delete(ref.collection(markers))

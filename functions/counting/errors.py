@@ -30,3 +30,13 @@ class ResourceExhausted(CounterError):
 class Aborted(CounterError):
     """A race with the rollup or another request of the same user; nothing was written and a
     retry (with the same request_id) succeeds."""
+
+
+class OutcomeUnknown(CounterError):
+    """Firestore's answer to a write was lost: it may have applied, or may still apply. With a
+    `request_id`, a retry with that id settles it (it counts once either way); without one,
+    nothing can (docs/api.md, "Exactly once")."""
+
+    def __init__(self, message: str, *, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id

@@ -12,16 +12,13 @@ counter document's `shard_counts` (when it has them), so a new holder reading it
 
 from __future__ import annotations
 
-import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from google.api_core import exceptions as gexc
-from google.cloud import firestore
-from google.cloud.firestore_v1.field_path import FieldPath
 
-from . import config, partitions
+from . import config
 
 if TYPE_CHECKING:
     from .store import Store
@@ -35,42 +32,22 @@ class Folded:
     moved: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # survivor -> added
 
 
-def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
-                 num_shards: int, *, with_counts: bool) -> Folded:
+def fold_surplus(store: Store, counter: str, num_shards: int, *,
+                 counts_kept: str | None) -> Folded:
     """Move every shard >= num_shards into shard (n mod num_shards), through the rollup's
     store: its commits are fenced (FailedPrecondition for a shard's precondition, LeaseLost
-    when the lease is gone). `with_counts`: the counter document has `shard_counts`, to move
-    likewise (a document without them stays so: a partial map would be taken for the whole)."""
-    shards = counter_ref.collection(config.SHARDS)
-    snapshots = store.query(shards)
-    surplus = [s for s in snapshots if s.id.isdigit() and int(s.id) >= num_shards]
+    when the lease is gone). `counts_kept`: where the counter's `shard_counts` are ("memory", or
+    "document" for a counter from before the memory), to move likewise; None: it has none (a
+    partial map would be taken for the whole)."""
+    surplus = [s for s in store.shards(counter) if s.id.isdigit() and int(s.id) >= num_shards]
     result = Folded()
     for start in range(0, len(surplus), config.FOLD_CHUNK):
         chunk = surplus[start:start + config.FOLD_CHUNK]
         moved: dict[str, int] = defaultdict(int)
-        batch = store.db.batch()
         for snapshot in chunk:
-            option = store.db.write_option(last_update_time=snapshot.update_time)
-            batch.delete(snapshot.reference, option=option)
             moved[str(int(snapshot.id) % num_shards)] += int(snapshot.get("count") or 0)
-        for survivor, amount in moved.items():
-            if amount:
-                # Stamped like a write: a sweep then tells the fold's version from a straddling
-                # write nobody touched (and skips it), and the stamp is a touch of whatever the
-                # survivor held. The holder applies the move to the values it remembers, so the
-                # next tick finds the survivor unchanged: a fold wakes nothing.
-                batch.update(shards.document(survivor), {
-                    "count": firestore.Increment(amount),
-                    "updated_at": firestore.SERVER_TIMESTAMP,
-                    "stripe": partitions.shard_stripe(store.db, shards.document(survivor),
-                                                      random.Random())})
-        if with_counts:
-            batch.update(counter_ref, {
-                **{shard_count(snapshot.id): firestore.DELETE_FIELD for snapshot in chunk},
-                **{shard_count(survivor): firestore.Increment(amount)
-                   for survivor, amount in moved.items()}})
         try:
-            store.commit(batch, deletes=len(chunk))
+            store.fold(counter, chunk, moved, counts_kept=counts_kept)
         except gexc.FailedPrecondition:
             result.complete = False  # a late increment hit one of them: fold again next tick
             continue
@@ -79,7 +56,3 @@ def fold_surplus(store: Store, counter_ref: firestore.DocumentReference,
             result.moved[survivor] += amount
     return result
 
-
-def shard_count(shard: str) -> str:
-    """The field path of a shard's entry in `shard_counts` (ids are digits: quoted)."""
-    return FieldPath(config.SHARD_COUNTS_FIELD, shard).to_api_repr()

@@ -190,7 +190,8 @@ def tag(value: object, field: str = "tag") -> str:
     """A tag as it is counted: trimmed, one leading `#` stripped, case-folded (NFC first, so
     composed and decomposed spellings are one tag)."""
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_TAG_INPUT_CHARS:
-        raise InvalidArgument(f"{field}: must be a string of 1..{config.MAX_TAG_CHARS} characters "
+        raise InvalidArgument(f"{field}: must be a string of 1..{MAX_TAG_INPUT_CHARS} characters, "
+                              f"at most {config.MAX_TAG_CHARS} once normalised "
                               f"(got {_show(value)})")
     text = unicodedata.normalize("NFC", value).strip()
     text = text.removeprefix("#").casefold().strip()

@@ -1,9 +1,10 @@
 """What one rollup holder knows, and every decision it takes from it: pure, no I/O.
 
 The ledger holds, per counter, the shard values as of the last tick, the published count, the
-per-shard counts published beside it (`shard_counts`, what a successor starts from) and the
-autoscaling state. Given the shard values a tick read (`apply`), it returns the new sums and
-measures the rates; `plan` turns them into the counter document updates and the grows to commit;
+per-shard counts persisted with it (`shard_counts` in the counter's memory document, what a
+successor starts from) and the autoscaling state. Given the shard values a tick read (`apply`),
+it returns the new sums and measures the rates; `plan` turns them into the counters' publishes
+and the grows to commit;
 the fold and eviction steps keep it equal to the shards that exist. `counting.rollup` does the
 reads and commits around it (docs/architecture.md, "Rollup"); tests/unit/test_ledger.py drives
 it with values alone.
@@ -23,7 +24,7 @@ from .config import AutoscaleParams
 # shards to shed, or a rate to bring down to 0).
 IDLE_TICKS_KEPT = 120
 # Counters first met by a holder: their documents are read, at most this many per tick (in
-# chunks, several at once); a document's `shard_counts` stands for the shards that did not change.
+# chunks, several at once); a memory's `shard_counts` stands for the shards that did not change.
 DOCUMENT_LOADS_PER_TICK = 5000
 # Those whose document has no `shard_counts` (or that are owed a whole read: deferred) are read
 # whole, at most this many per tick (a tick reading 200 counters of 10 shards stays near a
@@ -51,10 +52,15 @@ Changes = dict[str, dict[str, ShardValue]]  # counter -> shard id -> value at th
 
 
 def persisted_counts(document: dict[str, Any]) -> dict[str, int] | None:
-    """The per-shard counts a holder published on the counter document; None when it has none
-    (a counter from before they were published: its shards are read whole)."""
+    """The per-shard counts a holder persisted in a counter's memory (or, before the memory
+    existed, on its document); None when there are none (a counter from before they were
+    persisted, or whose counts were dropped: its shards are read whole)."""
     counts = document.get(config.SHARD_COUNTS_FIELD)
     return None if counts is None else {shard: int(n) for shard, n in counts.items()}
+
+
+# What a version before the memory kept on counters/{id}: removed with the next publish.
+LEGACY_FIELDS = (config.SHARD_COUNTS_FIELD, config.SHARD_LOAD_FIELD)
 
 
 @dataclass(kw_only=True)
@@ -108,10 +114,13 @@ class Held:
 
     shards: dict[str, ShardValue] | None  # None: not read (held for its scaling state only)
     written: int | None  # the count on counters/{id}; None: the document does not exist
-    # Its `shard_counts` as this holder last wrote or read it; None: the document has none.
+    # Its `shard_counts` as this holder last wrote or read it; None: there are none.
     persisted: dict[str, int] | None
     scaling: Scaling | None  # None when the document does not exist
     last_changed: int  # the tick that last saw one of its shards change
+    # Its document still carries what a version before the memory kept there (LEGACY_FIELDS),
+    # and its counts are there, not in a memory.
+    legacy: bool = False
 
     def total(self) -> int:
         return sum(shard.count for shard in (self.shards or {}).values())
@@ -128,10 +137,22 @@ class Grow:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Plan:
-    """A tick's writes: counter document updates (fields per counter), then the grows."""
+class Publish:
+    """One counter's writes of a tick, committed together: to its document (`public`, what
+    clients read and listen to) and to its memory (`memory`: the shard counts a successor starts
+    from, the loads writers pick by). Either may be empty."""
 
-    updates: dict[str, dict[str, Any]]
+    public: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    # The document still carries LEGACY_FIELDS, which the memory now holds: remove them.
+    drop_legacy: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A tick's writes: counters' publishes, then the grows."""
+
+    updates: dict[str, Publish]
     grows: list[Grow]
     problems: list[str]  # counters that cannot be published, and why
 
@@ -221,14 +242,19 @@ class Ledger:
         """Counters whose document the ledger does not hold."""
         return [c for c in dict.fromkeys(counters) if c not in self.held]
 
-    def hold(self, counter: str, document: dict[str, Any] | None) -> None:
-        """Take in a counter's document (None: it does not exist)."""
+    def hold(self, counter: str, document: dict[str, Any] | None,
+             memory: dict[str, Any] | None = None) -> None:
+        """Take in a counter's document (None: it does not exist) and its memory (None: it has
+        none: a counter from before the memory keeps its counts on its document)."""
+        legacy = document is not None and any(name in document for name in LEGACY_FIELDS)
         self.held[counter] = Held(
             shards=None,
             written=None if document is None else int(document.get("count") or 0),
-            persisted=None if document is None else persisted_counts(document),
+            persisted=(persisted_counts(memory) if memory is not None
+                       else None if document is None else persisted_counts(document)),
             scaling=None if document is None else Scaling.from_document(document),
             last_changed=self.ticks,
+            legacy=legacy and memory is None,
         )
 
     def hold_shards(self, counter: str, shards: dict[str, ShardValue]) -> None:
@@ -286,9 +312,10 @@ class Ledger:
                 state.shard_load[shard] = autoscale.ewma(load, sample, dt_s, params.fall_tau_s)
 
     def plan(self, sums: dict[str, int], as_of: dt.datetime) -> Plan:
-        """The counter document updates of this tick, and the grows to commit after them."""
+        """The counters' publishes of this tick, and the grows to commit after them."""
         now = as_of.timestamp()
         updates: dict[str, dict[str, Any]] = defaultdict(dict)
+        memories: dict[str, dict[str, Any]] = defaultdict(dict)
         grows: list[Grow] = []
         problems: list[str] = []
         for counter in self.retry - sums.keys():
@@ -301,8 +328,8 @@ class Ledger:
             # The shard counts go whenever one of them moved, even when the sum did not: a
             # successor takes the shards that do not change from them.
             counts = held.counts()
-            if counts != held.persisted:
-                updates[counter][config.SHARD_COUNTS_FIELD] = counts
+            if counts != held.persisted or held.legacy:
+                memories[counter][config.SHARD_COUNTS_FIELD] = counts
             if not INT64[0] <= total <= INT64[1]:
                 # Firestore stores 64-bit integers: this count cannot be published (clients
                 # are kept from getting here by the bounds on increments).
@@ -333,19 +360,23 @@ class Ledger:
                 state.published_rate = publishable(state.rate)
                 fields["rate"] = state.published_rate
                 if state.strategy == "least_loaded":
-                    fields["shard_load"] = state.published_load()
+                    memories[counter][config.SHARD_LOAD_FIELD] = state.published_load()
                 updates[counter] = fields
-        return Plan(updates={c: f for c, f in updates.items() if f}, grows=grows,
-                    problems=problems)
+        return Plan(updates={c: Publish(public=updates.get(c, {}), memory=memories.get(c, {}),
+                                        drop_legacy=c in memories and self.held[c].legacy)
+                             for c in sorted({*updates, *memories})
+                             if updates.get(c) or memories.get(c)},
+                    grows=grows, problems=problems)
 
-    def published(self, counter: str, fields: dict[str, Any]) -> None:
-        """A counter's update was committed."""
+    def published(self, counter: str, publish: Publish) -> None:
+        """A counter's publish was committed."""
         self.retry.discard(counter)
         held = self.held[counter]
-        if "count" in fields:
-            held.written = fields["count"]
-        if config.SHARD_COUNTS_FIELD in fields:
-            held.persisted = dict(fields[config.SHARD_COUNTS_FIELD])
+        if "count" in publish.public:
+            held.written = publish.public["count"]
+        if config.SHARD_COUNTS_FIELD in publish.memory:
+            held.persisted = dict(publish.memory[config.SHARD_COUNTS_FIELD])
+            held.legacy = False
 
     def failed(self, counter: str) -> None:
         """A counter's own write failed: publish it again next tick, its shard counts with it
@@ -388,9 +419,13 @@ class Ledger:
                 if held.scaling is not None and held.scaling.shrunk_at is not None
                 and now >= held.scaling.shrunk_at + self.params.fold_grace_s]
 
-    def persisted(self, counter: str) -> bool:
-        """Whether the counter's document has `shard_counts` (a fold moves counts in it too)."""
-        return self.held[counter].persisted is not None
+    def counts_kept(self, counter: str) -> str | None:
+        """Where the counter's `shard_counts` are, which a fold moves too: "memory", "document"
+        (a counter from before the memory), or None (there are none)."""
+        held = self.held[counter]
+        if held.persisted is None:
+            return None
+        return "document" if held.legacy else "memory"
 
     def folded(self, counter: str, deleted: list[str], moved: dict[str, int],
                complete: bool) -> None:

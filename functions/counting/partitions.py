@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from . import config
+from . import config, writes
 from .caching import TtlCache
 from .errors import Aborted
 
@@ -214,15 +214,21 @@ def change(db: firestore.Client, new: int, *, attempts: int = CHANGE_ATTEMPTS) -
             return _change_once(db, new)
         except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound):
             continue  # a holder (or another change) wrote in between: read again
+        except writes.FAILED as error:
+            if writes.refused(error):
+                raise
+            continue  # the answer was lost: read again (applied, the new P is there)
         finally:
             KNOWN.forget()
     raise Aborted(f"partitions: the leases kept changing; {attempts} attempts failed: retry")
 
 
 def _change_once(db: firestore.Client, new: int) -> Changed:
-    """One attempt: the settings, then every old lease in one read, then the conditional commit.
-    Instants are Firestore's (the settings' read time), as the holders compare them with theirs."""
-    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    """One attempt: the settings, then every old partition's record in one read, then the
+    conditional commit. Instants are Firestore's (the settings' read time), as the holders
+    compare them with theirs. The records are written by `lease` (their one writer)."""
+    from . import lease  # the records' module imports this one
+
     settings = partitions_ref(db).get()
     instant: dt.datetime = settings.read_time
     data = settings.to_dict() or {}
@@ -230,33 +236,31 @@ def _change_once(db: firestore.Client, new: int) -> Changed:
     by_path = {snapshot.reference.path: snapshot for snapshot in
                db.get_all([lease_ref(db, part) for part in parts(before)])}
     olds = [by_path[lease_ref(db, part).path] for part in parts(before)]
-    found = [snapshot.to_dict() or {} for snapshot in olds]
-    watermark = min((lease.get("watermark") or epoch) for lease in found)
-    swept = min((lease.get("swept") or lease.get("watermark") or epoch) for lease in found)
+    found = [lease.Record.of(snapshot.to_dict() or {}) for snapshot in olds]
+    progress = lease.Progress(watermark=min(r.progress.watermark for r in found),
+                              swept=min(r.progress.swept for r in found))
     # Still within an earlier change's grace: keep reading that spread too.
-    spread = max([before, new] + [int(lease.get("spread") or 1) for lease in found
-                                  if (lease.get("narrow_at") or epoch) > instant])
-    changed = Changed(before=before, after=new, watermark=watermark, spread=spread,
+    spread = max([before, new] + [r.partitioning.spread for r in found
+                                  if r.partitioning.narrow_at > instant])
+    changed = Changed(before=before, after=new, watermark=progress.watermark, spread=spread,
                       narrow_at=instant + dt.timedelta(seconds=NARROW_AFTER_S))
     if new == before:
         return changed
     batch = db.batch()
-    for snapshot in [settings, *olds]:
-        fields = ({"count": new, "before": before, "changed_at": firestore.SERVER_TIMESTAMP}
-                  if snapshot is settings else {"owner": None, "retired": True})
-        if snapshot.exists:
-            batch.update(snapshot.reference, fields,
-                         option=db.write_option(last_update_time=snapshot.update_time))
-        else:
-            batch.create(snapshot.reference, fields)
+    fields = {"count": new, "before": before, "changed_at": firestore.SERVER_TIMESTAMP}
+    if settings.exists:
+        batch.update(settings.reference, fields,
+                     option=db.write_option(last_update_time=settings.update_time))
+    else:
+        batch.create(settings.reference, fields)
+    for snapshot in olds:
+        lease.retire(db, batch, snapshot)
     for part in parts(new):
-        batch.set(lease_ref(db, part), {
-            "owner": None, "retired": False, "watermark": watermark, "swept": swept,
-            "spread": spread, "narrow_at": changed.narrow_at, "republish": True, "errors": []},
-            merge=True)
+        lease.start(db, batch, part, progress,
+                    lease.Partitioning(spread=spread, narrow_at=changed.narrow_at))
         if part.index > 0:
             batch.delete(trend_parts_ref(db, part))
-    batch.commit()
+    batch.commit(retry=None)  # a compare-and-set: `change` reads again after any failure
     return changed
 
 

@@ -6,12 +6,15 @@ write path through its configuration cache, so enforcing a policy reads no share
 - `by`: the [min, max] a non-admin may send (default [1, 1]); outside it PERMISSION_DENIED.
 - `unique`: each user counts at most once (likes, votes). `by` is 1 (count me) or -1 (uncount me)
   for everyone, admins included, whatever the `by` range; the user's marker document
-  `counters/{id}/voters/{user}` is created (or deleted) in the same commit as the shard write,
-  with a precondition, so racing requests of one user apply once and nothing goes below zero.
+  `counters/{id}/voters/{user}` is created by a like, or rewritten (`counted`) at the version
+  read, in the same commit as the shard write, so racing requests of one user apply once: the
+  user's own count never goes below zero (a reset that forgets voters while they vote can take
+  the counter's, docs/api.md).
 - `min_interval_s`: a non-admin's applied increments are at least this many seconds apart
-  (views). The user's marker `counters/{id}/paced/{user}` is read (one per-user document, never
-  a hot one) and rewritten with a precondition on the time it was read at, in the shard write's
-  commit: of racing requests one applies, the others are RESOURCE_EXHAUSTED.
+  (views), as Firestore stamps them. The user's marker `counters/{id}/paced/{user}` is created
+  blind on a first visit; when it exists it is read (one per-user document, never a hot one)
+  and rewritten with a precondition on the version read, in the shard write's commit: of racing
+  requests one applies, the others are read again (RESOURCE_EXHAUSTED when too soon).
 
 Admins bypass `by` and `min_interval_s`, not `unique`.
 """

@@ -25,20 +25,20 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
-from google.cloud.firestore_v1.base_query import FieldFilter
 
 from . import config, partitions
 from .config import AutoscaleParams
 from .folding import fold_surplus
-from .lease import Lease
-from .ledger import Changes, Grow, Ledger, ShardValue
+from .lease import Lease, Progress
+from .ledger import Changes, Grow, Ledger, Publish, ShardValue
 from .partitions import WHOLE, Part
 from .store import Store
 from .trends import TrendRollup, TrendStats
 from .usage import Usage
 
-# Writes per commit beside the lease's fencing write.
-WRITES_PER_COMMIT = config.ROLLUP_COMMIT_WRITES - 1
+# Counters published per commit (two writes each at most: document and memory) beside the
+# lease's fencing write.
+PUBLISHES_PER_COMMIT = (config.ROLLUP_COMMIT_WRITES - 1) // 2
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,6 @@ log = logging.getLogger(__name__)
 # which is then done again from the watermark.
 COUNTER_FAULTS = (gexc.NotFound, gexc.InvalidArgument, ValueError)
 PROBLEM_CHARS = 300  # of one reported problem
-COUNTER_FIELDS = ["count", "num_shards", "strategy", "min_shards", "max_shards", "rate",
-                  "low_since", "shrunk_at", "updated_at", config.SHARD_COUNTS_FIELD]
-# Documents per `get_all` of first loads; the chunks are read several at once.
-DOCUMENTS_PER_READ = 100
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,17 +91,6 @@ def overlap_s() -> float:
     return config.CHANGE_OVERLAP_S if config.PROTECTIONS.overlap else 0.0
 
 
-def change_queries(db: firestore.Client, since: dt.datetime, stripes: list[int]) -> list[Any]:
-    """Every shard (counters' and trend buckets') in `stripes` written after `since`: one query,
-    more while a partition also reads an earlier spread (`partitions`)."""
-    return [
-        db.collection_group(config.SHARDS)
-        .where(filter=FieldFilter("stripe", "in", chunk))
-        .where(filter=FieldFilter("updated_at", ">", since))
-        for chunk in partitions.chunks(stripes)
-    ]
-
-
 class Rollup:
     """One lease holder of a partition: its watermark, its ledger, its store."""
 
@@ -114,14 +99,13 @@ class Rollup:
                  trends: Callable[..., TrendRollup] | None = None,
                  renew_s: float = config.ROLLUP.renew_s, part: Part = WHOLE,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._db = db
         self.part = part
         self.store = Store(db, lease, renew_s=renew_s, monotonic=monotonic)
         self.ledger = Ledger(scaling)
         # `trends` (tests: a TrendRollup with a clock) is called with the store and `part`.
         self._trends = (trends or TrendRollup)(self.store, part=part)
-        self.watermark = lease.watermark
-        self.swept = lease.swept  # the instant of the last sweep
+        self.watermark = lease.record.progress.watermark
+        self.swept = lease.record.progress.swept  # the instant of the last sweep
         self._problems: list[str] = []  # of the tick under way
 
     def close(self) -> None:
@@ -149,9 +133,9 @@ class Rollup:
         return reach
 
     @property
-    def durable_watermark(self) -> dt.datetime:
-        """The watermark a successor may start from: everything before it is published."""
-        return self.ledger.durable(self.watermark)
+    def durable_progress(self) -> Progress:
+        """Where a successor may start: everything before its watermark is published."""
+        return Progress(watermark=self.ledger.durable(self.watermark), swept=self.swept)
 
     def tick(self) -> TickStats:
         """One tick at the instant the lease is read and found still ours. The lease is written
@@ -161,7 +145,7 @@ class Rollup:
         self.store.take_usage()
         self._problems = []
         since = self.watermark
-        as_of = to_micros(self.store.begin(self.durable_watermark, self.swept))
+        as_of = to_micros(self.store.begin(self.durable_progress))
         reach = self.reach(since, as_of)
         sweep = self.sweeps_at(as_of)
         changes, trend_changes = self._changed_shards(reach, as_of, since if sweep else None)
@@ -184,7 +168,15 @@ class Rollup:
             for grow in plan.grows:
                 self._isolated(grow.counter, functools.partial(self._grow, grow))
             folded = self._fold_due(as_of)
-            trends = self._trends.tick(trend_changes, as_of)
+            # Partition 0's first tick after a change of P publishes every trends/{scope}
+            # (`partitions.change` sets `republish`). Done, the record says so from its next
+            # write: a holder that dies before that leaves it to its successor, which publishes
+            # them all again (harmless: absolute lists).
+            lease = self.store.lease
+            trends = self._trends.tick(
+                trend_changes, as_of, republish=lease.record.republish and self.part.index == 0)
+            if trends.republished:
+                lease.note(republish=False)
         except BaseException:
             self.forget()
             raise
@@ -192,7 +184,8 @@ class Rollup:
         if sweep:
             self.swept = as_of
         ledger.end_tick(changes)
-        written = {counter for counter, fields in plan.updates.items() if "count" in fields}
+        written = {counter for counter, publish in plan.updates.items()
+                   if "count" in publish.public}
         return TickStats(
             as_of=as_of,
             changed_shards=sum(grown.values()),
@@ -201,7 +194,8 @@ class Rollup:
             usage=self.store.take_usage(),
             seconds=(dt.datetime.now(dt.UTC) - started).total_seconds(),
             published=len(plan.updates),
-            rescaled=len(plan.grows) + sum(1 for f in plan.updates.values() if "num_shards" in f),
+            rescaled=len(plan.grows) + sum(1 for publish in plan.updates.values()
+                                           if "num_shards" in publish.public),
             folded=folded,
             owed=len(ledger.deferred),
             trends=trends,
@@ -214,10 +208,11 @@ class Rollup:
         minutes late) is found by the next sweep: narrowing is then safe at any time. A tick
         reads, for a while after a change of P (`narrow_at`), those a writer that still knows
         the old P picks, so that such writes are found within a tick rather than a sweep."""
-        lease = self.store.lease
+        partitioning = self.store.lease.record.partitioning
         if sweep and config.PROTECTIONS.every_stripe_sweep:
             return self.part.stripes(partitions.HOMES)
-        return self.part.stripes(lease.spread if as_of < lease.narrow_at else self.part.count)
+        return self.part.stripes(partitioning.spread if as_of < partitioning.narrow_at
+                                 else self.part.count)
 
     def _changed_shards(
         self, reach: dt.datetime, as_of: dt.datetime, swept_from: dt.datetime | None
@@ -235,10 +230,8 @@ class Rollup:
         changes: Changes = defaultdict(dict)
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         overlap = dt.timedelta(seconds=overlap_s())
-        queries = change_queries(self._db, reach,
-                                 self.stripes(as_of, sweep=swept_from is not None))
-        found = self.store.each(lambda query: self.store.query(query, as_of), queries)
-        for snapshot in (snapshot for result in found for snapshot in result):
+        stripes = self.stripes(as_of, sweep=swept_from is not None)
+        for snapshot in self.store.changed_shards(stripes, reach, as_of):
             if swept_from is not None:
                 committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
                 if committed <= swept_from and committed - stamped < overlap \
@@ -257,65 +250,41 @@ class Rollup:
 
     def _above_min(self, as_of: dt.datetime) -> list[str]:
         """Counters that may have shards to shed, whether or not anyone writes to them."""
-        query = (
-            self._db.collection(config.COUNTERS)
-            .where(filter=FieldFilter("above_min", "==", True))
-            .select(["above_min"])
-        )
-        return [snapshot.id for snapshot in self.store.query(query, as_of)
-                if self.part.owns(partitions.home_of(snapshot.id))]
+        return [counter for counter in self.store.above_min(as_of)
+                if self.part.owns(partitions.home_of(counter))]
 
     def _hold(self, counters: list[str], as_of: dt.datetime) -> None:
-        """Read, at `as_of`, the documents of the counters this holder has not seen, in chunks
-        read several at once (a watched counter nobody writes to needs its document only:
-        shrinking it reads no shard)."""
-        coll = self._db.collection(config.COUNTERS)
-        unseen = self.ledger.unseen(counters)
-        chunks = [unseen[start:start + DOCUMENTS_PER_READ]
-                  for start in range(0, len(unseen), DOCUMENTS_PER_READ)]
-
-        def documents(chunk: list[str]) -> list[Any]:
-            return self.store.get_all([coll.document(c) for c in chunk],
-                                      field_paths=COUNTER_FIELDS, read_time=as_of)
-
-        for snapshots in self.store.each(documents, chunks):
-            for snapshot in snapshots:
-                self.ledger.hold(snapshot.id, (snapshot.to_dict() or {}) if snapshot.exists
-                                 else None)
+        """Read, at `as_of`, the documents and memories of the counters this holder has not
+        seen (a watched counter nobody writes to needs its document only: shrinking it reads no
+        shard)."""
+        for counter, document, memory in self.store.counters(self.ledger.unseen(counters),
+                                                             as_of):
+            self.ledger.hold(counter, document, memory)
 
     def _read_whole(self, counters: list[str], as_of: dt.datetime) -> None:
         """Read, at `as_of`, every shard of each counter (one query each, several at once)."""
-        coll = self._db.collection(config.COUNTERS)
+        for counter, shards in zip(counters, self.store.each_counters_shards(counters, as_of),
+                                   strict=True):
+            self.ledger.hold_shards(counter, {s.id: ShardValue.of(s.to_dict()) for s in shards})
 
-        def shards(counter: str) -> dict[str, ShardValue]:
-            query = coll.document(counter).collection(config.SHARDS)
-            return {s.id: ShardValue.of(s.to_dict()) for s in self.store.query(query, as_of)}
-
-        for counter, values in zip(counters, self.store.each(shards, counters), strict=True):
-            self.ledger.hold_shards(counter, values)
-
-    def _commit(self, updates: dict[str, dict[str, Any]]) -> None:
-        """Write the counter documents, fenced by the lease, WRITES_PER_COMMIT to a commit. A commit
+    def _commit(self, updates: dict[str, Publish]) -> None:
+        """Publish the counters, fenced by the lease, PUBLISHES_PER_COMMIT to a commit. A commit
         that a counter's own write fails (its document deleted, a value Firestore refuses) is
         redone a counter at a time, so the bad one is skipped and reported and the others are
         written."""
-        coll = self._db.collection(config.COUNTERS)
         items = list(updates.items())
-        for start in range(0, len(items), WRITES_PER_COMMIT):
-            chunk = items[start:start + WRITES_PER_COMMIT]
-            batch = self._db.batch()
-            for counter, fields in chunk:
-                batch.update(coll.document(counter), fields)
+        for start in range(0, len(items), PUBLISHES_PER_COMMIT):
+            chunk = items[start:start + PUBLISHES_PER_COMMIT]
             try:
-                self.store.commit(batch)
+                self.store.publish(chunk)
             except COUNTER_FAULTS:
                 if len(chunk) == 1:
                     raise
-                for counter, fields in chunk:
-                    self._isolated(counter, functools.partial(self._commit, {counter: fields}))
+                for counter, publish in chunk:
+                    self._isolated(counter, functools.partial(self._commit, {counter: publish}))
                 continue
-            for counter, fields in chunk:
-                self.ledger.published(counter, fields)
+            for counter, publish in chunk:
+                self.ledger.published(counter, publish)
 
     def _isolated(self, counter: str, step: Callable[[], Any]) -> None:
         """Run one counter's step; a fault of that counter's own is reported, not raised, and
@@ -326,11 +295,8 @@ class Rollup:
             self._report(f"{counter}: {error}")
             self.ledger.failed(counter)
             # Its `shard_counts` may now lag its shards: a successor must read them whole.
-            batch = self._db.batch()
-            batch.update(self._db.collection(config.COUNTERS).document(counter),
-                         {config.SHARD_COUNTS_FIELD: firestore.DELETE_FIELD})
             with contextlib.suppress(*COUNTER_FAULTS):
-                self.store.commit(batch)
+                self.store.forget_counts(counter)
 
     def _report(self, problem: str) -> None:
         problem = problem[:PROBLEM_CHARS]
@@ -341,20 +307,11 @@ class Rollup:
         """Create shards old..new-1 (count 0, or kept if a fold left one), then raise num_shards:
         a writer never picks a shard that does not exist. The bounds are read afresh first (one
         read; grows are rare): an operator may have pinned the counter since this holder met it."""
-        ref = self._db.collection(config.COUNTERS).document(grow.counter)
-        bounded = self.ledger.bounded(
-            grow, self.store.get(ref, field_paths=["min_shards", "max_shards"]).to_dict() or {})
+        bounded = self.ledger.bounded(grow, self.store.bounds(grow.counter))
         if bounded is None:
             return
-        created = {"count": firestore.Increment(0), "writes": firestore.Increment(0)}
-        for start in range(bounded.old, bounded.new, WRITES_PER_COMMIT):
-            batch = self._db.batch()
-            for n in range(start, min(bounded.new, start + WRITES_PER_COMMIT)):
-                batch.set(ref.collection(config.SHARDS).document(str(n)), created, merge=True)
-            self.store.commit(batch)
-        batch = self._db.batch()
-        batch.update(ref, self.ledger.completing(bounded))
-        self.store.commit(batch)
+        self.store.create_shards(grow.counter, range(bounded.old, bounded.new))
+        self.store.update_counter(grow.counter, self.ledger.completing(bounded))
         self.ledger.grown(bounded)
         log.info("grew %s from %d to %d shards", grow.counter, bounded.old, bounded.new)
 
@@ -362,15 +319,12 @@ class Rollup:
         """Fold the surplus shards of counters whose shrink is older than the grace period."""
         folded = 0
         for counter, num_shards in self.ledger.folds_due(as_of):
-            ref = self._db.collection(config.COUNTERS).document(counter)
-            result = fold_surplus(self.store, ref, num_shards,
-                                  with_counts=self.ledger.persisted(counter))
+            result = fold_surplus(self.store, counter, num_shards,
+                                  counts_kept=self.ledger.counts_kept(counter))
             self.ledger.folded(counter, result.deleted, result.moved, result.complete)
             folded += len(result.deleted)
             if result.complete:
-                batch = self._db.batch()
-                batch.update(ref, {"shrunk_at": None,
-                                   "above_min": self.ledger.above_min(counter)})
-                self.store.commit(batch)
+                self.store.update_counter(counter, {
+                    "shrunk_at": None, "above_min": self.ledger.above_min(counter)})
                 log.info("folded %s down to %d shards", counter, num_shards)
         return folded

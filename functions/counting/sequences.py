@@ -25,6 +25,7 @@ number is then written into the record. A retry finds the record and returns tha
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import time
@@ -37,7 +38,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.types import WriteResult
 
-from . import config
+from . import config, writes
 from .caching import TtlCache
 from .errors import FailedPrecondition
 
@@ -215,7 +216,7 @@ def configure_sequence(
     sequence_ref(db, tenant).set(
         {"timezone": timezone, "reset_time": reset_time,
          "configured_at": firestore.SERVER_TIMESTAMP},
-        merge=True,
+        merge=True, retry=writes.IDEMPOTENT,
     )
     today = business_day_for(now or _utcnow(), found.reset_at, found.zone)
     cache.saw(db, found, _open_day(db, tenant, today), fresh=True)
@@ -234,7 +235,10 @@ def next_number(
     """Issue the tenant's next number of the business day `now` (server time) falls in."""
     found = _ready_for_today(db, tenant, now, cache)
     if request_id is None:
-        result = _write_configured(tenant, sequence_ref(db, tenant).update, _NUMBER_WRITE)
+        batch = db.batch()
+        batch.update(sequence_ref(db, tenant), _NUMBER_WRITE)
+        # Sent once: a number whose answer was lost is skipped, never issued twice.
+        [result] = _write_configured(tenant, writes.commit_once, batch)
         return _ticket(db, found, result, cache)
     return _number_once(db, found, request_ref(db, tenant, uid, request_id),
                         uid=uid, request_id=request_id, cache=cache)
@@ -255,14 +259,16 @@ def reset_sequence(
     """
     found = _ready_for_today(db, tenant, now, cache)
     ref = sequence_ref(db, tenant)
-    result = _write_configured(tenant, ref.update, _RESET_WRITE)
+    batch = db.batch()
+    batch.update(ref, _RESET_WRITE)
+    [result] = _write_configured(tenant, writes.commit_once, batch)
     after = _transformed(_RESET_WRITE, result)
     cache.saw(db, found, after["day"])
     business_day = dt.date.fromordinal(after["day"])
     ref.update({"resets": firestore.ArrayUnion([{
         "business_day": business_day.isoformat(), "epoch": after["epoch"],
         "issued_before": after["issued"], "at": result.update_time, "by": uid,
-    }])})
+    }])}, retry=writes.IDEMPOTENT)
     return Reset(tenant=tenant, business_day=business_day, epoch=after["epoch"])
 
 
@@ -307,9 +313,10 @@ def _open_day(db: firestore.Client, tenant: str, today: dt.date) -> int:
             option=db.write_option(last_update_time=snapshot.update_time),
         )
         try:
-            batch.commit()
+            # A compare-and-set: sent again, an attempt fails unless none applied before it.
+            batch.commit(retry=writes.IDEMPOTENT)
         except (gexc.FailedPrecondition, gexc.NotFound):
-            continue  # another writer changed the document since we read it: look again
+            continue  # another writer (or our own earlier attempt) changed it: look again
         return today.toordinal()
     raise FailedPrecondition(f"tenant: could not open business day {today} (too much contention)")
 
@@ -365,60 +372,60 @@ def _number_once(db: firestore.Client, found: SequenceConfig,
                  request_id: str, cache: SequenceCache) -> Ticket:
     """Issue a number for a request_id at most once, or return the one it was given.
 
-    The record is created (or, after a dead attempt, taken over) in the same batch as the
-    number's write, so no number is issued for a request someone else has claimed; the number
-    is then written into the record, guarded by the claim's update time.
+    The record is created in the same commit as the number's write, so a record exists exactly
+    when its number was issued, and the commit may be sent again after a lost answer: an attempt
+    that finds the record (an earlier attempt's, or another call's with the same id) takes the
+    number from it (`_issued`). The number is then written into the record, for the next retry.
     """
     claim = {"uid": uid, "request_id": request_id, "state": "issuing",
-             "claimed_at": firestore.SERVER_TIMESTAMP,
+             "claimed_at": firestore.SERVER_TIMESTAMP, writes.NONCE: writes.new_nonce(),
              config.EXPIRES_AT: _utcnow() + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS)}
-    ticket = _claim_and_issue(db, found, record, claim, None, cache)
-    deadline = time.monotonic() + config.SEQUENCE_REQUEST_WAIT_S
-    while ticket is None:
-        snapshot = record.get()
-        data = snapshot.to_dict() or {}
-        if data.get("state") == "issued":
-            return Ticket(tenant=found.tenant, number=int(data["number"]),
-                          business_day=dt.date.fromisoformat(data["business_day"]),
-                          epoch=int(data["epoch"]))
-        # The claim's age is judged from its commit (the record's update time while it is
-        # issuing), not from `claimed_at`: a server timestamp is taken when the request starts,
-        # so it would make a slow claim look older than it is.
-        claimed = snapshot.update_time or snapshot.read_time
-        if (snapshot.read_time - claimed).total_seconds() > config.SEQUENCE_CLAIM_TIMEOUT_S:
-            ticket = _claim_and_issue(db, found, record, claim, snapshot.update_time, cache)
-        elif time.monotonic() > deadline:
-            raise FailedPrecondition(
-                f"request_id: {request_id!r} is still being answered; retry it later")
-        else:
-            time.sleep(0.05)  # the first attempt is in flight: its answer is milliseconds away
+    batch = db.batch()
+    batch.create(record, claim)
+    batch.update(sequence_ref(db, found.tenant), _NUMBER_WRITE)
+    try:
+        claimed, result = _write_configured(
+            found.tenant, writes.resending, lambda: batch.commit(retry=writes.once()),
+            request_id=request_id)
+    except gexc.AlreadyExists:
+        return _issued(db, found, record, cache)
+    ticket = _ticket(db, found, result, cache)
+    _record(db, record, ticket, claimed.update_time)
     return ticket
 
 
-def _claim_and_issue(db: firestore.Client, found: SequenceConfig,
-                     record: firestore.DocumentReference,
-                     claim: dict[str, Any], abandoned: dt.datetime | None,
-                     cache: SequenceCache) -> Ticket | None:
-    """Claim the record (create it, or take over the abandoned claim last updated at
-    `abandoned`) and issue a number in one batch; None when someone else holds the record."""
-    batch = db.batch()
-    if abandoned is None:
-        batch.create(record, claim)
-    else:
-        batch.update(record, claim, option=db.write_option(last_update_time=abandoned))
-    batch.update(sequence_ref(db, found.tenant), _NUMBER_WRITE)
+def _issued(db: firestore.Client, found: SequenceConfig, record: firestore.DocumentReference,
+            cache: SequenceCache) -> Ticket:
+    """The number a request_id's record stands for. Written into it once its call has it; until
+    then (that call's answer was lost, or it died, or it is about to write it) the sequence as
+    the record's own commit left it holds it: read at the record's create time, a snapshot
+    read, which Firestore serves for an hour back (longer with point-in-time recovery). The
+    record's call writes the number within milliseconds, so a retry an hour later finds it
+    there, unless the call died: then FAILED_PRECONDITION, never a second number."""
+    snapshot = record.get()
+    data = snapshot.to_dict() or {}
+    if data.get("state") == "issued":
+        return Ticket(tenant=found.tenant, number=int(data["number"]),
+                      business_day=dt.date.fromisoformat(data["business_day"]),
+                      epoch=int(data["epoch"]))
     try:
-        claimed, result = _write_configured(found.tenant, batch.commit)
-    except (gexc.AlreadyExists, gexc.FailedPrecondition):
-        return None
-    ticket = _ticket(db, found, result, cache)
-    try:
+        then = sequence_ref(db, found.tenant).get(read_time=snapshot.create_time).to_dict() or {}
+    except (gexc.FailedPrecondition, gexc.InvalidArgument) as error:
+        raise FailedPrecondition(f"request_id: {data.get('request_id')!r} was given a number "
+                                 "that can no longer be read back") from error
+    ticket = Ticket(tenant=found.tenant, number=int(then["last_number"]),
+                    business_day=dt.date.fromordinal(int(then["day"])), epoch=int(then["epoch"]))
+    cache.saw(db, found, int(then["day"]))
+    _record(db, record, ticket, snapshot.update_time)
+    return ticket
+
+
+def _record(db: firestore.Client, record: firestore.DocumentReference, ticket: Ticket,
+            claimed: dt.datetime) -> None:
+    """Write the number into its request's record (best effort: `_issued` can read it back)."""
+    with contextlib.suppress(gexc.GoogleAPICallError, gexc.RetryError):
         record.update(
             {"state": "issued", "number": ticket.number, "epoch": ticket.epoch,
              "business_day": ticket.business_day.isoformat(),
              "issued_at": firestore.SERVER_TIMESTAMP},
-            option=db.write_option(last_update_time=claimed.update_time),
-        )
-    except gexc.FailedPrecondition:
-        return None  # our claim outlived the claim timeout and was taken over: theirs counts
-    return ticket
+            option=db.write_option(last_update_time=claimed), retry=writes.IDEMPOTENT)

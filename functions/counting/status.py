@@ -1,48 +1,44 @@
-"""The rollup's status for operators, kept on its lease document: `StatusRecorder` fills it in
-as the holder ticks (each renewal writes it; no extra write), `read_status` reads it back
-(`counters status`, the dashboard)."""
+"""The rollup's health for operators, a part of each partition's record (`lease.Health`):
+`ticked` and `failed` give the health after a tick, which the holder hands to its lease (each
+write of the record carries it; no extra write); `read_status` reads it back (`counters
+status`, the dashboard)."""
 
 from __future__ import annotations
 
-import collections
+import dataclasses
 import datetime as dt
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.cloud import firestore
 
 from . import config, partitions
-from .lease import Lease, LeaseView, state_ref
+from .lease import Health, LeaseView, state_ref
 from .partitions import WHOLE, Part
 from .rollup import TickStats
 
 
-class StatusRecorder:
-    """The last tick's duration and lag, the holder's start and the recent problems, published
-    by the holder's next renewal."""
+def ticked(health: Health, stats: TickStats, last_as_of: dt.datetime | None) -> Health:
+    """The health after a tick (`last_as_of`: the holding's previous tick, None at its first):
+    its duration and lag, and its problems among the recent ones."""
+    # How stale a count can be when it is published: a write waits at most a slot for its tick
+    # (less when the previous tick came sooner), plus this tick's work.
+    since = (config.TICK_SLOT_S if last_as_of is None
+             else (stats.as_of - last_as_of).total_seconds())
+    lag = stats.seconds + min(since, config.TICK_SLOT_S)
+    return dataclasses.replace(
+        health, tick_s=round(stats.seconds, 3), lag_s=round(lag, 3),
+        errors=recent(health.errors, [f"{stats.as_of:%Y-%m-%dT%H:%M:%SZ} {problem}"
+                                      for problem in stats.problems]))
 
-    def __init__(self, lease: Lease, now: Callable[[], dt.datetime]) -> None:
-        self._lease = lease
-        self._now = now
-        self._errors: collections.deque[str] = collections.deque(maxlen=config.ROLLUP_RECENT_ERRORS)
-        self._last_as_of: dt.datetime | None = None
-        lease.status = {"holder_since": now(), "errors": []}
 
-    def ticked(self, stats: TickStats) -> None:
-        for problem in stats.problems:
-            self._errors.append(f"{stats.as_of:%Y-%m-%dT%H:%M:%SZ} {problem}")
-        # How stale a count can be when it is published: a write waits at most a slot for
-        # its tick (less when the previous tick came sooner), plus this tick's work.
-        since = (config.TICK_SLOT_S if self._last_as_of is None
-                 else (stats.as_of - self._last_as_of).total_seconds())
-        lag = stats.seconds + min(since, config.TICK_SLOT_S)
-        self._last_as_of = stats.as_of
-        self._lease.status.update(tick_s=round(stats.seconds, 3), lag_s=round(lag, 3),
-                                  errors=list(self._errors))
+def failed(health: Health, error: Exception, now: dt.datetime) -> Health:
+    """The health after a tick that failed."""
+    return dataclasses.replace(health, errors=recent(
+        health.errors, [f"{now:%Y-%m-%dT%H:%M:%SZ} tick failed: {error!r}"[:300]]))
 
-    def failed(self, error: Exception) -> None:
-        self._errors.append(f"{self._now():%Y-%m-%dT%H:%M:%SZ} tick failed: {error!r}"[:300])
-        self._lease.status["errors"] = list(self._errors)
+
+def recent(errors: tuple[str, ...], more: list[str]) -> tuple[str, ...]:
+    return (*errors, *more)[-config.ROLLUP_RECENT_ERRORS:]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +60,7 @@ def read_status(db: firestore.Client, part: Part = WHOLE) -> RollupStatus:
     """One partition's status (one read)."""
     snapshot = state_ref(db, part).get()
     view = LeaseView.of(snapshot, dt.timedelta(seconds=config.ROLLUP.lease_s))
-    data = snapshot.to_dict() or {}
+    health = view.record.health
     age = None if view.renewed_at is None else (view.read_time - view.renewed_at).total_seconds()
     stale = None
     if age is None:
@@ -73,9 +69,9 @@ def read_status(db: firestore.Client, part: Part = WHOLE) -> RollupStatus:
         stale = f"no tick for {age:.0f} s: the scheduled housekeeping has stopped"
     return RollupStatus(holder=view.owner, active=age is not None and age <= config.ROLLUP.lease_s,
                         last_tick_at=view.renewed_at, last_tick_age_s=age,
-                        tick_s=data.get("tick_s"), lag_s=data.get("lag_s"),
-                        holder_since=data.get("holder_since"),
-                        errors=list(data.get("errors") or []), stale=stale)
+                        tick_s=health.tick_s, lag_s=health.lag_s,
+                        holder_since=health.holder_since, errors=list(health.errors),
+                        stale=stale)
 
 
 def read_statuses(db: firestore.Client) -> list[tuple[Part, RollupStatus]]:

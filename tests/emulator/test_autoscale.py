@@ -85,7 +85,7 @@ def test_least_loaded_spreads_writes_at_least_as_evenly_as_random(
     # and publishes loads; the spread is measured on the increments that follow.
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(client, [10] * clients))
-    eventually(lambda: len((counters.counter_ref(db, counter).get().to_dict() or {})
+    eventually(lambda: len((counters.memory_ref(db, counter).get().to_dict() or {})
                            .get("shard_load") or []) == shards)
     before = shard_counts(db, counter)
     with ThreadPoolExecutor(clients) as pool:
@@ -245,7 +245,7 @@ def test_an_increment_racing_a_fold_is_not_lost(
     def option_after_a_racing_increment(**kwargs: object) -> object:
         # The fold asks for its precondition after reading the shards, before committing (the
         # lease renewal asks for one too).
-        if not raced and sys._getframe(1).f_code.co_name == "fold_surplus":
+        if not raced and sys._getframe(1).f_code.co_name == "fold":  # Store.fold
             raced.append(True)
             write_shard(db, "r", 3, 1000)
         return real_option(**kwargs)

@@ -57,7 +57,8 @@ def test_create_inc_get(suffix: str) -> None:
     first = run_json("inc", counter, "--by", "-2", "--request-id", f"r-{suffix}")
     assert first["applied"] and re.fullmatch(ISO, first["committed_at"])
     assert run_json("inc", counter, "--by", "-2", "--request-id", f"r-{suffix}") == {
-        "counter": counter, "by": -2, "applied": False, "committed_at": None}
+        "counter": counter, "by": -2, "request_id": f"r-{suffix}", "applied": False,
+        "committed_at": None}
     strong = run_json("get", counter, "--strong")["strong"]
     assert (strong["count"], strong["documents_read"]) == (3, 4)
     eventually(lambda: run_json("get", counter)["rollup"]["count"] == 3)

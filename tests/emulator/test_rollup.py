@@ -6,12 +6,13 @@ they control every tick.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from typing import Any
 
 import pytest
-from counting import cadence, config, counters, ledger, rollup
+from counting import audit, cadence, config, counters, ledger, rollup
 from counting.lease import Lease, LeaseLost, state_ref
 from google.cloud import firestore
 
@@ -96,7 +97,7 @@ def test_interrupted_tick_is_redone_exactly(
         add(isolated_db, name, by)
         expected[name] += by
 
-    monkeypatch.setattr(rollup, "WRITES_PER_COMMIT", 2)
+    monkeypatch.setattr(rollup, "PUBLISHES_PER_COMMIT", 1)
     real_batch = isolated_db.batch
     commits = {"n": 0}
 
@@ -104,12 +105,12 @@ def test_interrupted_tick_is_redone_exactly(
         batch = real_batch()
         commit = batch.commit
 
-        def crash_after_first_chunk() -> Any:
+        def crash_after_first_chunk(**options: Any) -> Any:
             # A tick commits its lease renewal, then the sums in chunks: die after one chunk.
             commits["n"] += 1
             if commits["n"] > 2:
                 raise RuntimeError("instance died mid-tick")
-            return commit()
+            return commit(**options)
 
         monkeypatch.setattr(batch, "commit", crash_after_first_chunk)
         return batch
@@ -163,12 +164,12 @@ def test_a_second_loop_waits_for_the_lease(isolated_db: firestore.Client) -> Non
     first = lease_for(isolated_db, "first")
     second = Lease(isolated_db, state_ref(isolated_db), "second", config.ROLLUP.lease_s)
     assert not second.acquire()
-    first.renew(first.watermark, first.swept)
+    first.renew()
     assert not second.acquire()
-    first.release(first.watermark)
+    first.release(first.record.progress)
     assert second.acquire()
     with pytest.raises(LeaseLost):
-        first.renew(first.watermark, first.swept)
+        first.renew()
 
 
 def test_a_holder_keeps_its_ledger_between_ticks_and_lets_go_when_closed(
@@ -264,8 +265,45 @@ def test_first_loads_are_spread_and_survive_a_handover(
     first = rollup.Rollup(isolated_db, lease_for(isolated_db, "first"))
     assert first.tick().changed_counters == 2
     assert sum(rollup_count(isolated_db, name) == 3 for name in names) == 2
-    first.store.lease.release(first.durable_watermark)  # hands over with three still owed
+    first.store.lease.release(first.durable_progress)  # hands over with three still owed
     successor = rollup.Rollup(isolated_db, lease_for(isolated_db, "successor"))
     for _ in range(4):  # it meets all five (from the watermark left): two a tick, then one
         successor.tick()
     assert [rollup_count(isolated_db, name) for name in names] == [3] * 5
+
+
+
+def test_the_audit_turns_a_lasting_mismatch_into_drift(
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exact rollup gives the audit nothing to say. A shard changed behind the rollup's back
+    (no `updated_at`: no query finds it, as a write landing later than any sweep reaches) makes
+    the next publish disagree with the shards at its instant: a suspect at one run, drift at a
+    later one once the confirmation time has passed, logged at ERROR, kept in internal/audit,
+    and repaired: the next tick publishes the shards' sum."""
+    db = isolated_db
+    counters.create_counter(db, "liked", shards=2)
+    step = rollup.Rollup(db, lease_for(db))
+    write_shard(db, "liked", 0, 3)
+    step.tick()
+    assert audit.run(db, per_run=10) == audit.Run(
+        checked=[audit.check_counter(db, "liked")], suspects=[], drift=[])  # type: ignore[list-item]
+    counters.shard_ref(db, "liked", 1).update({"count": firestore.Increment(4)})  # forged
+    write_shard(db, "liked", 0, 1)
+    step.tick()
+    found = audit.check_counter(db, "liked")
+    assert found is not None and (found.published, found.shards) == (4, 8)
+    assert audit.run(db, per_run=10).suspects == ["liked"]
+    monkeypatch.setattr(audit, "CONFIRM_AFTER_S", 0.0)
+    with caplog.at_level(logging.ERROR, logger="counting.audit"):
+        confirmed = audit.run(db, per_run=10)
+    assert [c.counter for c in confirmed.drift] == ["liked"] and confirmed.suspects == []
+    assert any(r.getMessage().startswith(audit.DRIFT_LOG_PREFIX) for r in caplog.records)
+    state = audit.audit_ref(db).get().to_dict() or {}
+    assert [(d["counter"], d["published"], d["shards"]) for d in state["drift"]] == [
+        ("liked", 4, 8)]
+    assert state["last_drift_at"] == state["last_run_at"] and state["checked"] == 3
+    # The drifting counter's shards were touched: the next tick publishes their sum.
+    step.tick()
+    assert rollup_count(db, "liked") == 8 and audit.check_counter(db, "liked").exact  # type: ignore[union-attr]

@@ -33,15 +33,16 @@ def test_clients_read_rollups_only(
     who: str, plain_user: User, admin_user: User, counter: str
 ) -> None:
     """Everyone reads counters/{id}; shards, markers and internal state stay hidden, but for the
-    rollup's partition count and its partitions' health records, which admins read."""
+    rollup's partition count, its partitions' health records and the exactness audit's record,
+    which admins read."""
     token = {"signed_out": None, "user": plain_user.id_token, "admin": admin_user.id_token}[who]
     assert status("GET", f"counters/{counter}", token) == 200
     assert status("GET", f"counters/{counter}/shards/0", token) == 403
     assert status("GET", f"counters/{counter}/shards", token) == 403
-    for health in ("rollup", "rollup_partitions", "rollup-4-0", "rollup-16-15"):
+    for health in ("rollup", "rollup_partitions", "rollup-4-0", "rollup-16-15", "audit"):
         assert status("GET", f"internal/{health}", token) in (
             (200, 404) if who == "admin" else (403,)), health
-    for hidden in ("rollup_usage", "rollup-4", "rollup-4-0-old"):
+    for hidden in ("rollup_usage", "rollup-4", "rollup-4-0-old", "audits"):
         assert status("GET", f"internal/{hidden}", token) == 403, hidden
     assert status("GET", "internal", token) == 403
     assert status("GET", "requests", token) == 403

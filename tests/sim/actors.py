@@ -15,7 +15,8 @@
   one dispatch at a time, tasks named per slot and partition, retried after a failure,
   sometimes minutes late or also delivered to a second instance, their creation sometimes
   refused), the instances that keep a holder per partition between tasks, and Cloud Scheduler's
-  housekeeping of every partition each minute (never two at once).
+  housekeeping of every partition each minute (never two at once), followed by a run of the
+  exactness audit.
 - `Chaos`: writers killed or frozen before their next request; rollup invocations killed or
   paused a moment after they start.
 
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from counting import (
+    audit,
     cadence,
     collections,
     config,
@@ -281,11 +283,12 @@ class Writers:
         rng, stage = process.rng, self.stage
         tenant = rng.choice(sorted(TENANTS))
         request_id = f"n{rng.randrange(10**9)}" if with_id else None
+        uid = f"u{rng.randrange(4)}"  # a retry is the same user's
         kind = "next_number_id" if with_id else "next_number"
         stage.ops[kind] += 1
         stage.ask(Request(kind=kind, request_id=request_id, tenant=tenant),
                   lambda: sequences.next_number(stage.db, tenant, request_id=request_id,
-                                                uid=f"u{rng.randrange(4)}", now=stage.sim.wall(),
+                                                uid=uid, now=stage.sim.wall(),
                                                 cache=process.numbers))
 
     def _order(self, process: Process) -> None:
@@ -599,9 +602,23 @@ class Rollup:
 
     def _housekeeping(self) -> None:
         """The scheduled invocation: every partition of the current P, one after the other,
-        as `cadence.housekeeping` runs them."""
-        for part in partitions.parts(partitions.read_count(self.stage.db)):
-            self._ran(SCHEDULED, part, self._holder(SCHEDULED, part).housekeeping())
+        as `cadence.housekeeping` runs them (a failure stops none of the others); then a run of
+        the exactness audit, whatever the housekeeping did (the deployed `rollup` function)."""
+        failure: Exception | None = None
+        try:
+            for part in partitions.parts(partitions.read_count(self.stage.db)):
+                try:  # one that fails keeps no other from its turn; the run fails after them
+                    self._ran(SCHEDULED, part, self._holder(SCHEDULED, part).housekeeping())
+                except Exception as error:
+                    failure = failure or error
+            if failure is not None:
+                raise failure
+        finally:
+            actor = self.stage.sim.current()
+            assert actor is not None
+            actor.owner = None  # the audit writes as no holder
+            self.stage.ops["audit"] += 1
+            audit.run(self.stage.db)
 
     def _ticked(self, holder: cadence.Holder, stats: Any) -> None:
         """A narrowing: a partition's ticks went from the wide stripe set (the old P's too) to
@@ -610,10 +627,10 @@ class Rollup:
         rollup = holder.rollup
         if rollup is None or rollup.swept == stats.as_of:
             return
-        lease, part = holder.lease, holder.part
+        partitioning, part = holder.lease.record.partitioning, holder.part
         wide = getattr(stats, "wide", None)
         if wide is None:
-            wide = stats.as_of < lease.narrow_at and lease.spread != part.count
+            wide = stats.as_of < partitioning.narrow_at and partitioning.spread != part.count
         if self.wide.get(part) and not wide and self.writers is not None:
             count = self.stage.count()
             if any(self.stage.known.acted.get(w.name, count) != count

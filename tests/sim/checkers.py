@@ -4,8 +4,8 @@ change query served) and what callers were told (`history`).
 
 - `Counters`: every rollup equals its shards; every request counted at most once, once if its
   caller was told it was done; a counter's shards move only by the requests' own amounts, the
-  collection triggers and resets (which leave them at 0 as of their commit); a unique counter
-  counts each user once.
+  collection triggers and resets (which take them back by what they held at an instant of the
+  reset's call); a unique counter counts each user once.
 - `Answers`: no caller was told nothing was written (a refusal, or `None`/0 from a write) by a
   call whose write counted.
 - `Sequences`: no number issued twice; a request_id's retries get the number it was first given;
@@ -20,7 +20,7 @@ change query served) and what callers were told (`history`).
   answered, so lived to touch it: the touch); a state with an older P's stripe is left to the
   sweep. Without them counts are still exact at quiescence (the sweep finds the rest), a sweep
   later.
-- `Audit`: the hook for the exactness audit of `counting.audit`.
+- `Audit`: the exactness audit the scheduled run makes (`counting.audit`) found no drift.
 
 A finding's `kind` says what it costs: `lost`, `doubled`, `fenced`, `answer`, `late`.
 """
@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from counting import collections, config, partitions, sequences
+from counting import audit, collections, config, partitions, sequences
 
 from .history import Answer, Call, History, Request
 from .model import Attempt, Model, Path
@@ -134,6 +134,13 @@ class Evidence:
         return sum(count_of(v.data) for path in self.shards_of[counter]
                    if (v := self.model.latest(path, at_us)) is not None)
 
+    def sums_between(self, counter: str, since_us: int, until_us: int) -> set[int]:
+        """The sums the counter's shards held at some instant from `since_us` to `until_us`."""
+        instants = {since_us, *(v.commit_us for path in self.shards_of[counter]
+                                for v in self.model.docs[path]
+                                if since_us < v.commit_us <= until_us)}
+        return {self.sum_at(counter, at) for at in instants}
+
 
 class Checker(Protocol):
     name: str
@@ -185,8 +192,9 @@ class Counters:
 
     def _moves(self, run: Evidence) -> list[Finding]:
         """Shards move by requests' own amounts (checked above), the triggers' and backfill's,
-        or a reset, which leaves them at 0 as of its commit; anything else (a fold, a grow, a
-        touch) moves none."""
+        or a reset, which takes them back by what they held at one instant of its call (an
+        increment that lands after that instant counts after the reset); anything else (a
+        fold, a grow, a touch) moves none."""
         found = []
         for attempt in run.model.landed:
             call = attempt.call
@@ -195,13 +203,19 @@ class Counters:
                 continue
             assert attempt.commit_us is not None
             for counter, delta in run.effect(attempt).counters.items():
-                left = run.sum_at(counter, attempt.commit_us) if delta else 0
-                if not delta or (kind == "reset_counter" and left == 0):
+                if not delta:
+                    continue
+                if isinstance(call, Call) and kind == "reset_counter":
+                    held = run.sums_between(counter, call.sent_us, attempt.commit_us - 1)
+                    if -delta in held:
+                        continue
+                    found.append(by_sign(self.name, -delta - min(held, key=abs),
+                                         f"{counter}: {call!r} moved its shards by {delta:+d}, "
+                                         f"while they held {sorted(held)} during the call"))
                     continue
                 who = repr(call) if call is not None else attempt.owner or attempt.sender
-                found.append(by_sign(self.name, left if kind == "reset_counter" else delta,
-                                     f"{counter}: a commit of {who} moved its shards by "
-                                     f"{delta:+d} (left {left})"))
+                found.append(by_sign(self.name, delta, f"{counter}: a commit of {who} moved "
+                                                       f"its shards by {delta:+d}"))
         return found
 
     def _unique(self, run: Evidence) -> list[Finding]:
@@ -213,8 +227,9 @@ class Counters:
                 continue
             if not ((data.get("policy") or {}).get("unique")):
                 continue
-            voters = sum(1 for p in run.final if p[:3] == (config.COUNTERS, path[1],
-                                                           config.VOTERS))
+            voters = sum(1 for p, d in run.final.items()
+                         if p[:3] == (config.COUNTERS, path[1], config.VOTERS)
+                         and d.get("counted", "uid" in d))  # a like's marker (`counts`)
             if run.shard_sums[path[1]] != voters:
                 found.append(by_sign(self.name, run.shard_sums[path[1]] - voters,
                                      f"{path[1]}: shards {run.shard_sums[path[1]]}, "
@@ -451,9 +466,13 @@ class Audit:
     name = "audit"
 
     def check(self, run: Evidence) -> list[Finding]:
-        """HOOK: the exactness audit (`counting.audit`, issue 31 item 6) is run here at
-        quiescence once it lands, and any drift it records becomes a finding."""
-        return []
+        """The exactness audit the scheduled run makes (`counting.audit`) found no drift: what
+        it found (and repaired) was a loss, whatever the counters look like at the end."""
+        state = run.final.get((config.INTERNAL, audit.AUDIT_DOC)) or {}
+        return [by_sign(self.name, int(d["published"]) - int(d["shards"]),
+                        f"{d['counter']}: published {d['published']}, shards {d['shards']} "
+                        f"(found at {us_of(d['found_at']) / 1e6:.3f} s)")
+                for d in state.get("drift") or []]
 
 
 def every(watch: collections.Watch) -> list[Checker]:

@@ -25,6 +25,7 @@ What it models:
   delay and fate, so attempts can land out of order. `library_retries` counts the resends.
 - Who sent what: every attempt records its sender, the lease owner it acted for and the client
   call under way (`virtual.Actor.call`), so that checkers attribute each committed write.
+- Queries: filters, order, limits, document-order cursors and `sum` aggregations.
 - Code that is no actor's (a directed scenario stepping the clock by hand) cannot wait: its
   requests are served, and its commits land, at once.
 
@@ -49,7 +50,7 @@ from google.api_core import exceptions as gexc
 from google.api_core.gapic_v1 import method
 from google.cloud.firestore_v1 import transforms
 from google.cloud.firestore_v1.base_query import FieldFilter
-from google.cloud.firestore_v1.field_path import parse_field_path
+from google.cloud.firestore_v1.field_path import FieldPath, parse_field_path
 from google.cloud.firestore_v1.types import document as document_pb
 from google.cloud.firestore_v1.types import write as write_pb
 from google.protobuf import timestamp_pb2
@@ -59,6 +60,7 @@ from .virtual import Killed, Sim, micros
 
 Path = tuple[str, ...]
 DEFAULT: Any = method.DEFAULT
+DOCUMENT_ID = FieldPath.document_id()  # "__name__": the document order queries return
 # Fields whose `==` and `in` filters pick their candidates from an index rather than a scan of
 # the collection: the change queries' stripes and the rollup's watch of counters above their
 # minimum.
@@ -260,6 +262,10 @@ class Model:
                timeout: float | None = None) -> list[write_pb.WriteResult]:
         """One call of a write method: its attempts, as the client library sends them."""
         library = LibraryRetry.of(retry)
+        actor = self.sim.current()
+        if actor is not None and actor.killed:
+            raise Killed
+        self.sim.pause_if_due()  # frozen before the call: its deadline starts after
         first_us = self.sim.now_us
         deadline_us = first_us + micros(COMMIT_TIMEOUT_S if timeout is None else timeout)
         pauses = library.pauses(self.draws.rng) if library is not None else None
@@ -284,10 +290,11 @@ class Model:
     def _attempt(self, writes: list[Write], number: int,
                  deadline_us: int) -> list[write_pb.WriteResult]:
         actor = self.sim.current()
-        if actor is not None:
-            if actor.killed:
-                raise Killed
-            self.sim.pause_if_due()
+        if actor is not None and actor.killed:
+            raise Killed
+        if actor is not None and self.sim.now_us >= deadline_us:
+            # gRPC fails a call whose deadline has passed without sending it.
+            raise failure(gexc.DeadlineExceeded, "simulated: the deadline passed before sending")
         fate = self.draws.fate()
         up, down = self.draws.legs() if actor is not None else (0, 0)
         stamp = self.sim.now_us + up
@@ -581,7 +588,7 @@ class Query:
     def select(self, field_paths: Iterable[str]) -> Query:
         return self._copy()
 
-    def order_by(self, field_path: str, direction: str = "ASCENDING") -> Query:
+    def order_by(self, field_path: Any, direction: str = "ASCENDING") -> Query:
         query = self._copy()
         query._order.append((field_path, direction))
         return query
@@ -591,11 +598,12 @@ class Query:
         query._limit = count
         return query
 
-    def start_after(self, snapshot: Snapshot) -> Query:
-        """Documents after `snapshot`'s, in document order (the queries that page use no
-        other order)."""
+    def start_after(self, cursor: Snapshot | dict[str, DocumentReference]) -> Query:
+        """Documents after a snapshot's, or after `{FieldPath.document_id(): ref}`, in document
+        order (the queries that page use no other order)."""
         query = self._copy()
-        query._after = snapshot.reference._path
+        query._after = cursor.reference._path if isinstance(cursor, Snapshot) \
+            else cursor[DOCUMENT_ID]._path
         return query
 
     def stream(self, read_time: dt.datetime | None = None, **_: Any) -> Iterator[Snapshot]:
@@ -606,9 +614,32 @@ class Query:
         if after is not None:
             found = [snapshot for snapshot in found if snapshot.reference._path > after]
         for field_path, direction in reversed(self._order):  # stable sorts, last key first
-            found.sort(key=operator.methodcaller("get", field_path),
-                       reverse=direction == "DESCENDING")
+            if field_path != DOCUMENT_ID:  # found in document order already
+                found.sort(key=operator.methodcaller("get", field_path),
+                           reverse=direction == "DESCENDING")
         return iter(found[:self._limit] if self._limit is not None else found)
+
+    def sum(self, field_path: str, alias: str) -> Aggregation:
+        return Aggregation(self, field_path, alias)
+
+
+@dataclass(frozen=True)
+class AggregationResult:
+    alias: str
+    value: int
+
+
+class Aggregation:
+    """`query.sum(field, alias=...)`: one result, read at `read_time`."""
+
+    def __init__(self, query: Query, field_path: str, alias: str) -> None:
+        self._query, self._field, self._alias = query, field_path, alias
+
+    def get(self, read_time: dt.datetime | None = None, **_: Any
+            ) -> list[list[AggregationResult]]:
+        total = sum(int((s._data or {}).get(self._field) or 0)
+                    for s in self._query.stream(read_time=read_time))
+        return [[AggregationResult(self._alias, total)]]
 
 
 def _matches(data: dict[str, Any], condition: FieldFilter) -> bool:

@@ -5,11 +5,12 @@ Each protection of `config.Protections` guards one production hazard; `make sim`
 with all of them on, and some seeds with each alone off (`alone_off`), to show each one needed.
 `UNPROTECTED` is the rollup as it was before any: no overlap, no touch, no sweep.
 
-`process` is the only place a run swaps module globals, and it puts back what it found: the
+`process` is the only place a run swaps module globals (`only` swaps the protections alone, for
+a directed scenario), and it puts back what it found: the
 protections (`config.PROTECTIONS`); what each process of the run would hold for itself (P as
-it knows it, the waker of its writes, the clock the sequences' wait for an answer reads); the
-generators `reset_counter` and `fold_surplus` make for themselves (unseeded, they would keep a
-seed from replaying), made from the run's; the thread pools of the rollup's reads, of the
+it knows it, the waker of its writes, the clock a guarded write's resending waits on); the
+generators and nonces the domain makes for itself (unseeded, they would keep a seed from
+replaying), made from the run's; the thread pools of the rollup's reads, of the
 waker's enqueues and of the backfill, which run their calls in the calling actor, one after
 the other (`Inline`: a thread of its own would run outside virtual time); and the first-load
 budgets, small so that a few counters exercise what thousands would. Issue 33 replaces these
@@ -20,21 +21,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import random
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from counting import (
+    audit,
     collections,
     config,
     counters,
-    folding,
     ledger,
     partitions,
-    sequences,
     store,
     waking,
+    writes,
 )
 from counting.config import Protections
 
@@ -60,8 +63,8 @@ def off(protections: Protections) -> list[str]:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Process:
     """What the domain would read from its process: P as it knows it, the waker its writes
-    call, the clock (`monotonic`, `sleep`) its sequences wait on, the generator its own
-    generators are seeded from."""
+    call, the clock (`monotonic`, `sleep`) its resending of guarded writes waits on, the
+    generator its own generators are seeded from."""
 
     known: partitions.Known
     waker: Callable[[], waking.AfterWrite]  # made once the pools are swapped
@@ -97,14 +100,27 @@ class Inline:
 
 
 class Seeded:
-    """The `random` module as `reset_counter` and `fold_surplus` use it: `Random()` made from
-    the run's generator."""
+    """The `random` and `uuid` modules as the domain uses them for itself (a reset's and a
+    fold's stripes, the audit's repair, requests' nonces): made from the run's generator."""
 
     def __init__(self, entropy: random.Random) -> None:
         self._entropy = entropy
 
     def Random(self, seed: Any = None) -> random.Random:
         return random.Random(self._entropy.random() if seed is None else seed)
+
+    def uuid4(self) -> uuid.UUID:
+        return uuid.UUID(int=self._entropy.getrandbits(128), version=4)
+
+
+@contextlib.contextmanager
+def only(protections: Protections) -> Iterator[None]:
+    """The protections alone, for a directed scenario (which holds no process of its own)."""
+    saved, config.PROTECTIONS = config.PROTECTIONS, protections
+    try:
+        yield
+    finally:
+        config.PROTECTIONS = saved
 
 
 @contextlib.contextmanager
@@ -118,9 +134,13 @@ def process(protections: Protections, held: Process) -> Iterator[None]:
         (waking, "ThreadPoolExecutor", Inline),
         (collections, "ThreadPoolExecutor", Inline),
         (partitions, "KNOWN", held.known),
-        (sequences, "time", held.clock),
+        # Its clock is bound as default arguments when the module loads.
+        (writes, "resending", functools.partial(writes.resending, sleep=held.clock.sleep,
+                                                monotonic=held.clock.monotonic)),
         (counters, "random", seeded),
-        (folding, "random", seeded),
+        (store, "random", seeded),
+        (audit, "random", seeded),
+        (writes, "uuid", seeded),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in swaps]
     for module, name, value in swaps:

@@ -15,7 +15,14 @@ import firebase_admin.auth
 import flask
 import pytest
 from counting import api
-from counting.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from counting.errors import (
+    Aborted,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutcomeUnknown,
+    PermissionDenied,
+)
 from firebase_admin import exceptions as fexc
 from firebase_functions import https_fn
 from google.api_core import exceptions as gexc
@@ -96,6 +103,18 @@ def test_each_domain_error_becomes_its_code_with_its_message(error: Exception, c
         raising(error)(request())
     assert raised.value.code == code
     assert raised.value.message == str(error)
+
+
+@pytest.mark.parametrize(("request_id", "details"), [
+    ("r-1", {"outcome": "unknown", "request_id": "r-1"}), (None, {"outcome": "unknown"})])
+def test_an_unknown_outcome_says_so_with_the_request_id_that_settles_it(
+    request_id: str | None, details: dict[str, str]
+) -> None:
+    """Neither success nor refusal: UNKNOWN, with details a program reads."""
+    with pytest.raises(https_fn.HttpsError) as raised:
+        raising(OutcomeUnknown("the write may or may not have been applied",
+                               request_id=request_id))(request())
+    assert (raised.value.code, raised.value.details) == (Code.UNKNOWN, details)
 
 
 @pytest.mark.parametrize("error", [RuntimeError("boom"), ValueError("int too big to convert"),

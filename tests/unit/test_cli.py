@@ -249,12 +249,16 @@ def test_status_exits_non_zero_when_the_rollup_is_stale(
                                  errors=["2026-01-01T00:00:00Z big: sum outside 64-bit"],
                                  stale=stale)
     monkeypatch.setattr(status_command, "read_statuses", lambda db: [(WHOLE, found)])
+    monkeypatch.setattr(status_command, "audit_figures", lambda db: AUDITED)
     result = invoke("status", code=1 if stale else 0)
     assert table_rows(result.stdout) == [
         ["state", "active"], ["holder", "h-1-x"], ["holder_since", "2024-05-01T12:00:00Z"],
         ["last_tick_at", "2024-05-01T12:00:00Z"], ["last_tick_age_s", "0.4"], ["tick_s", "0.03"],
-        ["lag_s", "1.0"], ["stale", stale or "-"]]
-    assert result.stdout.splitlines()[-1] == "  2026-01-01T00:00:00Z big: sum outside 64-bit"
+        ["lag_s", "1.0"], ["stale", stale or "-"],
+        ["last_run_at", "2024-05-01T12:00:00Z"], ["checked", "12"], ["suspects", "[]"],
+        ["last_drift_at", "-"]]
+    assert "  2026-01-01T00:00:00Z big: sum outside 64-bit" in result.stdout.splitlines()
+    assert result.stdout.splitlines()[-1] == "no drift found"
     if stale:
         assert result.stderr.splitlines()[-1] == f"Error: the rollup is stale: {stale}"
 
@@ -284,6 +288,28 @@ def test_claims_grant_takes_exactly_one_role(roles: list[str]) -> None:
     assert "target:" not in result.output
 
 
+AUDITED: dict[str, Any] = {"last_run_at": "2024-05-01T12:00:00Z", "checked": 12, "suspects": [],
+                           "last_drift_at": None, "drift": []}
+
+
+def test_status_fails_on_drift_the_audit_found(
+    domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drift recorded by the exactness audit fails `status`, naming the counter."""
+    healthy = status.RollupStatus(holder="h-1-x", active=True, last_tick_at=AS_OF,
+                                  last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0,
+                                  holder_since=AS_OF, errors=[], stale=None)
+    drift = {"counter": "likes", "published": 4, "shards": 8, "as_of": "2024-05-01T11:59:00Z",
+             "found_at": "2024-05-01T12:00:00Z"}
+    monkeypatch.setattr(status_command, "read_statuses", lambda db: [(WHOLE, healthy)])
+    monkeypatch.setattr(status_command, "audit_figures",
+                        lambda db: {**AUDITED, "last_drift_at": drift["found_at"],
+                                    "drift": [drift]})
+    result = invoke("status", "--json", code=1)
+    assert json.loads(result.stdout)["audit"]["drift"] == [drift]
+    assert "'counter': 'likes'" in result.stderr.splitlines()[-1]
+
+
 def test_status_of_partitions_names_the_stale_one(
     domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -295,6 +321,7 @@ def test_status_of_partitions_names_the_stale_one(
                                 stale="no tick for 200 s", errors=["boom"])
     monkeypatch.setattr(status_command, "read_statuses", lambda db: [
         (Part(2, 0), healthy), (Part(2, 1), stuck)])
+    monkeypatch.setattr(status_command, "audit_figures", lambda db: AUDITED)
     result = invoke("status", "--json", code=1)
     figures = json.loads(result.stdout)
     assert (figures["partitions"], figures["state"]) == (2, "active")

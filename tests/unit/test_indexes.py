@@ -35,18 +35,20 @@ QUERIES = [
           equal=frozenset({"stripe"}), ordered=(("updated_at", ASC),)),
     Shape(built_in="rollup.Rollup._above_min", collection="counters",
           equal=frozenset({"above_min"})),
-    Shape(built_in="trends.TrendRollup._expired (1h)", collection="trend_minutes",
+    Shape(built_in="store.Store.expired_trend_buckets (1h)", collection="trend_minutes",
           equal=frozenset({"spread"}), ordered=(("minute", ASC),)),
-    Shape(built_in="trends.TrendRollup._expired (24h)", collection="trend_hours",
+    Shape(built_in="store.Store.expired_trend_buckets (24h)", collection="trend_hours",
           equal=frozenset({"spread"}), ordered=(("hour", ASC),)),
-    Shape(built_in="trends.TrendRollup._read_board (top)", collection="trend_totals",
+    Shape(built_in="store.Store.top_trend_totals (top)", collection="trend_totals",
           equal=frozenset({"scope", "window"}), ordered=(("count", DESC), ("tag", ASC))),
-    Shape(built_in="trends.TrendRollup._read_board (top of a partition's tags)",
+    Shape(built_in="store.Store.top_trend_totals (top of a partition's tags)",
           collection="trend_totals", equal=frozenset({"scope", "window", "home"}),
           ordered=(("count", DESC), ("tag", ASC))),
+    Shape(built_in="audit.next_counters", collection="counters",
+          ordered=(("__name__", ASC),)),
 ]
 # Filters and orderings written in the domain: one more means a query this list lacks.
-CLAUSES = 10
+CLAUSES = 11
 
 
 def exempted(collection: str, field: str) -> bool:
@@ -103,7 +105,7 @@ SEQUENTIAL = {
     ("sequences", "configured_at"), ("sequences", "opened_at"), ("sequences", "resets"),
     ("business_days", "closed_at"), ("business_days", "expires_at"),
     ("number_requests", "claimed_at"), ("number_requests", "issued_at"),
-    ("number_requests", "expires_at"), ("counted_docs", "expires_at"),
+    ("number_requests", "expires_at"), ("counted_docs", "expires_at"), ("counted_docs", "at"),
 }
 # Documents of the domain of which only a handful exist (one write a second at most).
 SINGLE_DOCUMENTS = {"internal", "trends"}

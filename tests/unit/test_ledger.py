@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from counting import ledger
 from counting.config import AutoscaleParams
-from counting.ledger import Ledger, ShardValue
+from counting.ledger import Ledger, Publish, ShardValue
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -46,7 +46,7 @@ def test_a_shard_read_again_unchanged_is_no_change() -> None:
     held(book, "c", {"0": value(5, 5)}, written=5)
     sums, grown = book.apply({"c": {"0": value(5, 5)}}, at(0), at(1))
     plan = book.plan(sums, at(1))
-    assert grown == {"c": 0} and "count" not in plan.updates.get("c", {})
+    assert grown == {"c": 0} and "count" not in plan.updates.get("c", Publish()).public
 
 
 def test_only_a_changed_sum_is_written() -> None:
@@ -57,8 +57,9 @@ def test_only_a_changed_sum_is_written() -> None:
     sums, _ = book.apply({"up": {"0": value(4, 2)}, "flat": {"0": value(4, 4),
                                                             "1": value(-4, 2)}}, at(0), at(1))
     plan = book.plan(sums, at(1))
-    assert plan.updates["up"]["count"] == 4 and plan.updates["up"]["updated_at"] == at(1)
-    assert "count" not in plan.updates.get("flat", {})
+    up = plan.updates["up"].public
+    assert up["count"] == 4 and up["updated_at"] == at(1)
+    assert "count" not in plan.updates.get("flat", Publish()).public
     book.published("up", plan.updates["up"])
     assert book.held["up"].written == 4
 
@@ -97,7 +98,7 @@ def test_a_busy_counter_grows_and_an_idle_one_shrinks_then_folds() -> None:
     for second in range(6, 40):
         sums, _ = book.apply({}, at(second - 1), at(second))
         plan = book.plan(sums, at(second))
-        if "num_shards" in plan.updates.get("hot", {}):
+        if "num_shards" in plan.updates.get("hot", Publish()).public:
             shrunk_at = second
             break
     assert shrunk_at is not None and book.held["hot"].scaling is not None
@@ -149,44 +150,62 @@ def test_documents_are_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_counter_with_shard_counts_is_not_read_whole() -> None:
-    """A document's shard_counts stand for the shards that did not change: the sum is exact
+    """A memory's shard_counts stand for the shards that did not change: the sum is exact
     with no shard read. A counter deferred before is read whole all the same (what was dropped
     from a past tick's changes is in no shard_counts)."""
     book = Ledger(AutoscaleParams(enabled=False))
-    document = {"count": 12, "shard_counts": {"0": 5, "1": 7, "2": 0}}
+    memory = {"shard_counts": {"0": 5, "1": 7, "2": 0}}
     book.deferred.add("owed")
     changes = {"c": {"1": value(8, 20)}, "owed": {"0": value(1, 1)}}
-    book.hold("c", document)
-    book.hold("owed", document)
+    book.hold("c", {"count": 12}, memory)
+    book.hold("owed", {"count": 12}, memory)
     assert book.first_loads(changes, at(0)) == ["owed"]
     sums, _ = book.apply({"c": changes["c"]}, at(0), at(1))
     assert sums == {"c": 13}
 
 
 def test_shard_counts_are_published_whenever_one_moves() -> None:
-    """A shard count that moved is published with the others even when the sum did not (+1 on
-    one shard, -1 on another); once published, nothing is written again."""
+    """A shard count that moved is published to the memory, with the others, even when the sum
+    did not (+1 on one shard, -1 on another): no count is written to the counter's document,
+    and once published, the counts are not written again."""
     book = Ledger(AutoscaleParams(enabled=False))
-    book.hold("c", {"count": 0, "shard_counts": {}})
+    book.hold("c", {"count": 0}, {"shard_counts": {}})
     book.first_loads({"c": {}}, at(0))
     sums, _ = book.apply({"c": {"0": value(1, 1), "1": value(-1, 1)}}, at(0), at(1))
-    fields = book.plan(sums, at(1)).updates["c"]
-    assert fields["shard_counts"] == {"0": 1, "1": -1} and "count" not in fields
-    book.published("c", fields)
+    publish = book.plan(sums, at(1)).updates["c"]
+    assert publish.memory == {"shard_counts": {"0": 1, "1": -1}}
+    assert "count" not in publish.public
+    book.published("c", publish)
     sums, _ = book.apply({"c": {"0": value(1, 1)}}, at(1), at(2))
-    assert "shard_counts" not in book.plan(sums, at(2)).updates.get("c", {})
+    assert "shard_counts" not in book.plan(sums, at(2)).updates.get("c", Publish()).memory
 
 
-def test_a_legacy_counter_gets_its_shard_counts_with_its_next_publish() -> None:
-    """A document without shard_counts (a counter from before them) is read whole, then given
-    them."""
+def test_a_counter_without_shard_counts_gets_them_with_its_next_publish() -> None:
+    """A counter whose memory has no shard_counts (dropped after a failed publish) is read
+    whole, then given them."""
     book = Ledger(AutoscaleParams(enabled=False))
-    book.hold("old", {"count": 3})
+    book.hold("old", {"count": 3}, {})
     assert book.first_loads({"old": {"0": value(3, 3)}}, at(0)) == ["old"]
     book.hold_shards("old", {"0": value(3, 3), "1": value(0, 0)})
     sums, _ = book.apply({"old": {"0": value(3, 3)}}, at(0), at(1))
-    fields = book.plan(sums, at(1)).updates["old"]
-    assert fields["shard_counts"] == {"0": 3, "1": 0} and "count" not in fields
+    assert book.plan(sums, at(1)).updates["old"].memory == {"shard_counts": {"0": 3, "1": 0}}
+
+
+def test_a_counter_from_before_the_memory_moves_its_counts_there() -> None:
+    """A document that carries shard_counts itself and has no memory (a version before the
+    memory wrote it) is exact from them; its next publish writes them to the memory and takes
+    them off the document, which clients read."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    book.hold("old", {"count": 3, "shard_counts": {"0": 3, "1": 0}, "shard_load": [0.1]}, None)
+    assert book.first_loads({"old": {"1": value(2, 2)}}, at(0)) == []
+    assert book.counts_kept("old") == "document"
+    sums, _ = book.apply({"old": {"1": value(2, 2)}}, at(0), at(1))
+    publish = book.plan(sums, at(1)).updates["old"]
+    assert publish.memory == {"shard_counts": {"0": 3, "1": 2}} and publish.drop_legacy
+    assert (publish.public["count"], publish.public["updated_at"]) == (5, at(1))
+    assert "shard_counts" not in publish.public
+    book.published("old", publish)
+    assert book.counts_kept("old") == "memory"
 
 
 def test_a_shard_known_from_shard_counts_is_a_baseline_not_a_burst() -> None:
@@ -194,7 +213,7 @@ def test_a_shard_known_from_shard_counts_is_a_baseline_not_a_burst() -> None:
     value read (this tick or a later one) samples 0 writes, however many it has had, and the
     next ones measure from it."""
     book = Ledger(FAST)
-    book.hold("c", {"count": 0, "num_shards": 2, "shard_counts": {"0": 0, "1": 0}})
+    book.hold("c", {"count": 0, "num_shards": 2}, {"shard_counts": {"0": 0, "1": 0}})
     book.first_loads({"c": {}}, at(0))
     book.apply({"c": {"0": value(0, 1_000_000)}}, at(0), at(1))
     book.apply({"c": {"1": value(0, 2_000_000)}}, at(1), at(2))
@@ -208,13 +227,13 @@ def test_a_fold_moves_the_shard_counts_it_mirrors() -> None:
     """A committed fold moves the persisted shard counts as it moves the shards: nothing is
     published for it."""
     book = Ledger(AutoscaleParams(enabled=False))
-    book.hold("c", {"count": 9, "num_shards": 2, "shard_counts": {"0": 4, "1": 2, "2": 3}})
+    book.hold("c", {"count": 9, "num_shards": 2}, {"shard_counts": {"0": 4, "1": 2, "2": 3}})
     book.first_loads({"c": {}}, at(0))
-    assert book.persisted("c")
+    assert book.counts_kept("c") == "memory"
     book.folded("c", ["2"], {"0": 3}, complete=True)
     assert book.held["c"].persisted == {"0": 7, "1": 2} == book.held["c"].counts()
     sums, _ = book.apply({"c": {}}, at(0), at(1))
-    assert "shard_counts" not in book.plan(sums, at(1)).updates.get("c", {})
+    assert "shard_counts" not in book.plan(sums, at(1)).updates.get("c", Publish()).memory
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 5)), min_size=1, max_size=40))

@@ -1,12 +1,13 @@
-"""Tag normalisation and window arithmetic."""
+"""What the write path records: tags and regions as clients send them, normalised, and the
+minute and hour buckets an event counts in (`counting.trends.buckets`). The rollup step's core is
+tests/unit/test_trend_ledger.py's."""
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 
 import pytest
-from counting import config, inputs, kinds, partitions, trends
+from counting import config, inputs, kinds, trends
 from counting.errors import InvalidArgument
 from hypothesis import given
 from hypothesis import strategies as st
@@ -93,29 +94,6 @@ def test_buckets_expire_by_ttl_only_after_leaving_their_window(instant: dt.datet
         assert trends.expiry(window, bucket) > last_counted + config.TREND_TTL_GRACE / 2
 
 
-@given(st.lists(st.tuples(st.text(min_size=1, max_size=5), st.integers(1, 50)), max_size=30))
-def test_rank_orders_count_desc_then_tag_asc(items: list[tuple[str, int]]) -> None:
-    ranked = sorted(items, key=trends.rank)
-    for (tag_a, count_a), (tag_b, count_b) in itertools.pairwise(ranked):
-        assert count_a > count_b or (count_a == count_b and tag_a <= tag_b)
-
-
-@given(st.dictionaries(st.text(min_size=1, max_size=4), st.integers(1, 30), max_size=300),
-       st.sampled_from(partitions.CHOICES))
-def test_the_merge_of_each_partitions_top_is_the_exact_top(counts: dict[str, int],
-                                                           count: int) -> None:
-    """Each partition lists the top 100 of its own tags (a tag lives in its home's partition
-    only): the top 100 of their union is the top 100 of all tags."""
-    def top(items: list[tuple[str, int]]) -> list[tuple[str, int]]:
-        return sorted(items, key=trends.rank)[:config.TOP_K]
-
-    lists = [{window: top([(tag, n) for tag, n in counts.items()
-                           if part.owns(partitions.home_of(tag))]) for window in kinds.WINDOWS}
-             for part in partitions.parts(count)]
-    assert trends.merge_lists(lists) == {window: top(list(counts.items()))
-                                         for window in kinds.WINDOWS}
-
-
 def test_tag_length_is_checked_on_the_stored_form() -> None:
     """A '#' and spaces do not count; a tag that case folding lengthens past 100 is refused."""
     assert inputs.tag("#" + "a" * config.MAX_TAG_CHARS + "  ") == "a" * config.MAX_TAG_CHARS
@@ -123,27 +101,3 @@ def test_tag_length_is_checked_on_the_stored_form() -> None:
         inputs.tag("ß" * 60)  # folds to 120 characters
     with pytest.raises(InvalidArgument):
         inputs.tag("a" * (inputs.MAX_TAG_INPUT_CHARS + 1))
-
-
-def firestore_size(value: object) -> int:
-    """Firestore's storage size of a value (string: UTF-8 bytes + 1, integer: 8, map: field
-    names + 1 plus values), as its document size limit counts it."""
-    if isinstance(value, str):
-        return len(value.encode()) + 1
-    if isinstance(value, bool | int | float) or value is None:
-        return 8
-    if isinstance(value, list):
-        return sum(firestore_size(item) for item in value)
-    assert isinstance(value, dict)
-    return sum(len(str(k).encode()) + 1 + firestore_size(v) for k, v in value.items())
-
-
-def test_a_trends_document_stays_far_below_one_mib() -> None:
-    """Whatever clients send, trends/{scope} holds at most 100 tags of 100 four-byte characters
-    per window, each in `items` and `trending` (24 h twice): under 1/4 of Firestore's 1 MiB."""
-    widest = [(f"{n:03d}" + "\U0001f600" * (config.MAX_TAG_CHARS - 3), 2**63 - 1)
-              for n in range(5 * config.TOP_K)]  # more tags than listed, all trending
-    lists: dict[kinds.Window, list[tuple[str, int]]] = {w: widest for w in kinds.WINDOWS}
-    document = trends.trends_document(lists, {w: 0 for w in kinds.WINDOWS})
-    assert all(len(document["windows"][w]["trending"]) == config.TOP_K for w in kinds.WINDOWS)
-    assert firestore_size(document) < 1024 * 1024 // 4

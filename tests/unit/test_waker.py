@@ -109,7 +109,8 @@ def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
     try:
         counters.settle(db, [], random.Random())  # type: ignore[arg-type]
         assert seen == []
-        written: list[Any] = [(shard("a"), Written(at(0.3))), (shard("b"), Written(at(0.1)))]
+        written = [counters.Landed.of(shard("a"), Written(at(0.3))),
+                   counters.Landed.of(shard("b"), Written(at(0.1)))]
         counters.settle(db, written, random.Random())  # type: ignore[arg-type]
     finally:
         waking.install(previous)

@@ -60,8 +60,8 @@ def cli(ctx: click.Context, project: str | None, backend: Path | None) -> None:
 
 for command in (counters.create, counters.inc, counters.get, counters.reset, watch.watch,
                 trends.track, trends.top, sequences.seq, collections.backfill, claims.claims,
-                status.status, status.partitions_command, load.load, doctor.doctor,
-                install.init, install.remove, install.emulator_rules):
+                status.status, status.partitions_command, status.audit_command, load.load,
+                doctor.doctor, install.init, install.remove, install.emulator_rules):
     cli.add_command(command)
 
 

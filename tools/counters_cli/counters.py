@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
+
 import click
 from counting import config, counters, declarations, inputs, kinds
+from counting.errors import OutcomeUnknown
 from rich.table import Table
 
 from .session import CLI_UID, Session, iso, json_option, pass_session
@@ -39,18 +42,25 @@ def create(session: Session, counter: str, shards: int | None, expected_rate: fl
 @click.command()
 @click.argument("counter")
 @click.option("--by", type=int, default=1, show_default=True, help="Amount (may be negative).")
-@click.option("--request-id", metavar="ID", help="Counts once however often it is retried.")
+@click.option("--request-id", metavar="ID",
+              help="Counts once however often it is retried (default: a new one, printed).")
 @json_option
 @pass_session
 def inc(session: Session, counter: str, by: int, request_id: str | None, as_json: bool) -> None:
-    """Add to COUNTER."""
+    """Add to COUNTER. Every increment carries a request_id: when Firestore's answer is lost,
+    running it again with that id settles it, counting it once."""
     counter = inputs.counter_id(counter)
     by = inputs.increment_by(by)
-    request_id = inputs.request_id(request_id)
-    committed = counters.increment(session.db(), counter, by, request_id=request_id, uid=CLI_UID)
+    request_id = inputs.request_id(request_id) or uuid.uuid4().hex
+    try:
+        committed = counters.increment(session.db(), counter, by, request_id=request_id,
+                                       uid=CLI_UID)
+    except OutcomeUnknown as error:
+        raise click.ClickException(f"{error}: `counters inc {counter} --by {by} --request-id "
+                                   f"{request_id}`") from None
     session.report(
-        as_json, {"counter": counter, "by": by, "applied": committed is not None,
-                  "committed_at": iso(committed)},
+        as_json, {"counter": counter, "by": by, "request_id": request_id,
+                  "applied": committed is not None, "committed_at": iso(committed)},
         f"{counter}: request {request_id} was applied already; nothing added" if committed is None
         else f"{counter}: {by:+d} applied at {iso(committed)}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import Counter as Tally
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -12,11 +13,14 @@ from typing import Any
 
 import click
 from counting import counters, inputs
-from counting.errors import NotFound
+from counting.errors import NotFound, OutcomeUnknown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .session import Session, json_option, pass_session
+from .session import CLI_UID, Session, json_option, pass_session
+
+# Attempts at one increment whose outcome stays unknown (Firestore unreachable for a while).
+UNKNOWN_RETRIES = 3
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -137,7 +141,19 @@ def load(session: Session, counter: str, rate: float, seconds: float, concurrenc
     before = counters.get_count(db, counter, "strong").count if check else None
 
     def call() -> bool:
-        return counters.increment(db, counter, by) is not None
+        """One increment with a request_id of its own, sent again (same id) while its outcome
+        is unknown: it counts once, and a retry that finds it applied says so."""
+        request_id = uuid.uuid4().hex
+        for attempt in range(UNKNOWN_RETRIES):
+            try:
+                committed = counters.increment(db, counter, by, request_id=request_id,
+                                               uid=CLI_UID)
+            except OutcomeUnknown:
+                if attempt == UNKNOWN_RETRIES - 1:
+                    raise
+                continue
+            return committed is not None or attempt > 0
+        raise AssertionError("unreachable")
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[status]}"), console=session.err,

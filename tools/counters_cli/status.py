@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from counting import partitions, waking
+from counting import audit, inputs, partitions, waking
 from counting.partitions import Part
 from counting.status import RollupStatus, read_statuses
 from rich.table import Table
@@ -59,10 +59,63 @@ def status(session: Session, as_json: bool) -> None:
                    "stale": stale, "errors": errors, "by_partition": each}
         tables = [table_of(f"rollup partition {part}", one)
                   for (part, _), one in zip(found, each, strict=True)]
+    audited = audit_figures(session.db())
+    figures["audit"] = audited
     session.report(as_json, figures, *tables,
-                   *([f"  {error}" for error in errors] or ["no recent errors"]))
+                   *([f"  {error}" for error in errors] or ["no recent errors"]),
+                   table_of("exactness audit", {k: v for k, v in audited.items()
+                                                if k != "drift"}),
+                   *([f"  drift: {entry}" for entry in audited["drift"]] or ["no drift found"]))
     if stale:
         raise click.ClickException(f"the rollup is stale: {stale}")
+    if audited["drift"]:
+        raise click.ClickException(f"the audit found drift: {audited['drift'][-1]}")
+
+
+def audit_figures(db: Any) -> dict[str, Any]:
+    """The exactness audit's state (internal/audit): its last run, suspects and drift."""
+    state = audit.audit_ref(db).get().to_dict() or {}
+    return {"last_run_at": iso(state.get("last_run_at")), "checked": state.get("checked", 0),
+            "suspects": sorted(state.get("suspects") or {}),
+            "last_drift_at": iso(state.get("last_drift_at")),
+            "drift": [{**entry, "as_of": iso(entry.get("as_of")),
+                       "found_at": iso(entry.get("found_at"))}
+                      for entry in state.get("drift") or []]}
+
+
+@click.command(name="audit")
+@click.argument("counter", required=False)
+@json_option
+@pass_session
+def audit_command(session: Session, counter: str | None, as_json: bool) -> None:
+    """Compare COUNTER's published count with the sum of its shards at the publish's instant,
+    now; without COUNTER, run the scheduled audit once (the next counters of its rotation and
+    its suspects, recorded in internal/audit). Exit 1 on a mismatch (one COUNTER) or on drift.
+    A single mismatch may be a write still joining the rollup: run it again a few minutes
+    later (docs/operations.md, "The exactness audit")."""
+    db = session.db()
+    if counter is not None:
+        found = audit.check_counter(db, inputs.counter_id(counter))
+        if found is None:
+            raise click.ClickException(f"counter: {counter!r} does not exist or was never "
+                                       "published")
+        figures = {"counter": found.counter, "published": found.published,
+                   "shards": found.shards, "as_of": iso(found.as_of), "exact": found.exact}
+        session.report(as_json, figures, table_of(f"audit of {counter}", figures))
+        if not found.exact:
+            raise click.ClickException(f"{counter}: published {found.published}, its shards "
+                                       f"sum to {found.shards} at {iso(found.as_of)}")
+        return
+    done = audit.run(db)
+    names = [c.counter for c in done.checked]
+    figures = {"checked": names, "suspects": done.suspects,
+               "drift": [c.entry(c.as_of) | {"as_of": iso(c.as_of), "found_at": None}
+                         for c in done.drift]}
+    session.report(as_json, figures, f"checked {', '.join(names) or 'nothing'}; "
+                   f"suspects: {', '.join(done.suspects) or 'none'}; drift: "
+                   f"{len(done.drift)}")
+    if done.drift:
+        raise click.ClickException(f"drift: {figures['drift']}")
 
 
 @click.command(name="partitions")

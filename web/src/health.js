@@ -65,3 +65,22 @@ export function rollupHealth(records, { now = Date.now(), time = (at) => at.toLo
     point: latest === null || tick === undefined ? null : { at: latest / 1000, tick, lag: lag ?? 0 },
   };
 }
+
+/** The exactness audit's state (the data of internal/audit, undefined when it never ran) as one
+ * line, and whether it found drift (functions/counting/audit.py): the last run, the counters
+ * checked, the suspects, and the latest drift entry. */
+export function auditSummary(data, { time = (at) => at.toLocaleTimeString() } = {}) {
+  if (!data) return { text: "exactness audit: never ran (the scheduled rollup runs it)", drift: false };
+  const ran = data.last_run_at?.toDate();
+  const suspects = Object.keys(data.suspects ?? {});
+  const drift = data.drift ?? [];
+  const last = drift[drift.length - 1];
+  const parts = [
+    `exactness audit: last run ${ran ? time(ran) : "?"}`,
+    `${data.checked ?? 0} counters checked`,
+    suspects.length ? `suspects: ${suspects.sort().join(", ")}` : "no suspect",
+    last ? `DRIFT on ${last.counter}: published ${last.published}, shards ${last.shards} (found ${time(last.found_at.toDate())})`
+      : "no drift",
+  ];
+  return { text: parts.join("; "), drift: Boolean(last) };
+}

@@ -10,7 +10,7 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { connect, LOCAL, loadConfig } from "./backend.js";
 import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
-import { leaseIds, partitionCount, rollupHealth } from "./health.js";
+import { auditSummary, leaseIds, partitionCount, rollupHealth } from "./health.js";
 
 const WINDOW_S = 5 * 60;
 // A plot spans its data, and a minute at least (a fresh plot is not a sliver of the window).
@@ -295,6 +295,11 @@ function watchHealth() {
       else plot = new uPlot(plotOptions(box, "tick s", "lag s"), [xs, tick, lag], box);
     }
   };
+  const stopAudit = onSnapshot(doc(db, "internal", "audit"), (snap) => {
+    const { text, drift } = auditSummary(snap.data());
+    $("health-audit").textContent = text;
+    $("health-audit").classList.toggle("drift", drift);
+  }, failed);
   const stopCount = onSnapshot(doc(db, "internal", "rollup_partitions"), (snap) => {
     const wanted = partitionCount(snap.data());
     if (wanted === count) return;
@@ -307,6 +312,7 @@ function watchHealth() {
     }, failed));
   }, failed);
   return () => {
+    stopAudit();
     stopCount();
     stopLeases();
   };

@@ -2,7 +2,7 @@
 // read as their latest tick, their worst tick and lag, how many are held, and which is stuck.
 import { Timestamp } from "firebase/firestore";
 import { describe, expect, test } from "vitest";
-import { leaseIds, partitionCount, rollupHealth, STALE_S } from "../src/health.js";
+import { auditSummary, leaseIds, partitionCount, rollupHealth, STALE_S } from "../src/health.js";
 
 const NOW = Date.parse("2025-03-01T12:00:00Z");
 /** A Firestore timestamp `s` seconds before NOW. */
@@ -101,5 +101,28 @@ describe("four partitions, one stuck", () => {
     expect(partial.facts.slice(0, 2)).toEqual([["last tick", "11:59:57"], ["holder", "1 of 2 held"]]);
     expect(partial.partitions[1]).toMatchObject({ stale: true, facts: [["last tick", "never"],
       ["holder", "none (released)"], ["tick duration", "?"], ["lag", "?"]] });
+  });
+});
+
+describe("the exactness audit", () => {
+  test("says it never ran before the first scheduled run", () => {
+    expect(auditSummary(undefined)).toEqual({
+      text: "exactness audit: never ran (the scheduled rollup runs it)", drift: false });
+  });
+
+  test("reads as its last run, its suspects and no drift", () => {
+    const audit = { last_run_at: ago(20), checked: 42, suspects: { b: {}, a: {} }, drift: [] };
+    expect(auditSummary(audit, { time })).toEqual({
+      text: "exactness audit: last run 11:59:40; 42 counters checked; suspects: a, b; no drift",
+      drift: false });
+  });
+
+  test("names the latest drift it found", () => {
+    const found = { counter: "likes", published: 4, shards: 8, as_of: ago(400), found_at: ago(60) };
+    const audit = { last_run_at: ago(5), checked: 7, suspects: {}, drift: [{ ...found, counter: "old" }, found] };
+    const summary = auditSummary(audit, { time });
+    expect(summary.drift).toBe(true);
+    expect(summary.text).toBe("exactness audit: last run 11:59:55; 7 counters checked; no suspect; "
+      + "DRIFT on likes: published 4, shards 8 (found 11:59:00)");
   });
 });

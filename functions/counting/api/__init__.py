@@ -29,6 +29,7 @@ from ..errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    OutcomeUnknown,
     PermissionDenied,
     ResourceExhausted,
 )
@@ -82,6 +83,12 @@ def client_errors(handler: Handler) -> Handler:
     def wrapped(req: Request) -> dict[str, Any]:
         try:
             return handler(req)
+        except OutcomeUnknown as error:
+            # Neither a success nor a refusal: the write may have applied. `details` says so to
+            # a program, with the request_id whose retry settles it (docs/api.md).
+            details = {"outcome": "unknown", **({} if error.request_id is None
+                                                else {"request_id": error.request_id})}
+            raise https_fn.HttpsError(Code.UNKNOWN, str(error), details) from error
         except tuple(error for error, _ in _CODES) as error:
             code = next(code for kind, code in _CODES if isinstance(error, kind))
             raise https_fn.HttpsError(code, str(error)) from error

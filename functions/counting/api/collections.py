@@ -26,7 +26,7 @@ from google.events.cloud.firestore import DocumentEventData
 
 from .. import collections, config, declarations
 from ..collections import Counting, Observed, Watch
-from ..errors import Aborted
+from ..errors import Aborted, OutcomeUnknown
 from . import db, watched_db
 
 Event: TypeAlias = "firestore_fn.Event[Change[DocumentSnapshot[Any] | None]]"
@@ -38,8 +38,9 @@ def counting(watch: Watch) -> Counting:
     return Counting(db(), watch, source=watched_db())
 
 
-# What a retry may fix: contention (lost races on the record, Firestore's ABORTED) and outages.
-TRANSIENT = (Aborted, gexc.Aborted, gexc.DeadlineExceeded, gexc.InternalServerError,
+# What a retry may fix: contention (lost races on the record, Firestore's ABORTED) and outages
+# (a lost answer included: applying the state again is a no-op when the first had applied).
+TRANSIENT = (Aborted, OutcomeUnknown, gexc.Aborted, gexc.DeadlineExceeded, gexc.InternalServerError,
              gexc.ServiceUnavailable, gexc.TooManyRequests, gexc.RetryError)
 
 

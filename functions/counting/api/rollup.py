@@ -7,7 +7,8 @@
   partition's ledger between ticks. A task that finds another holder, or whose tick fails, fails
   and is delivered again. A partition index beyond P costs nothing: nothing enqueues to it.
 - `rollup`, scheduled by Cloud Scheduler every minute: the backstop, and the housekeeping of a
-  rollup nobody writes to, for every partition.
+  rollup nobody writes to, for every partition; then a run of the exactness audit
+  (`counting.audit`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import cast
 
 from firebase_functions import options, scheduler_fn, tasks_fn
 
-from .. import cadence, config, partitions
+from .. import audit, cadence, config, partitions
 from ..partitions import Part
 from . import Request, db
 from .task_queues import RUNTIME_SERVICE_ACCOUNT, task_queue_invoker
@@ -51,7 +52,12 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
         # Every new emulator worker pings the function once (GET /__/health); only the local
         # Scheduler stand-in (tools/scheduler.py) sends a job name.
         return
-    cadence.housekeeping(db())
+    try:
+        cadence.housekeeping(db())
+    finally:
+        # The exactness audit rides on the same minute (no scheduler job of its own): a few
+        # reads. A housekeeping that failed does not keep it from its run.
+        audit.run(db())
 
 
 def tick_function(index: int) -> Callable[[Request], None]:

@@ -1,0 +1,89 @@
+"""How commits are sent: once when a resend would apply them twice, again when each attempt is
+guarded, and what a lost answer becomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from counting import writes
+from counting.errors import OutcomeUnknown
+from google.api_core import exceptions as gexc
+
+
+def error(kind: type[Exception], message: str) -> Exception:
+    """An error as the client library raises it (its constructors are untyped)."""
+    if kind is gexc.RetryError:
+        return gexc.RetryError(message, None)  # type: ignore[no-untyped-call]
+    return kind(message)
+
+
+class Batch:
+    """A batch whose commits answer `answers` in turn (an exception is raised)."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.retries: list[Any] = []
+
+    def commit(self, retry: Any = "unset") -> Any:
+        self.retries.append(retry)
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def test_a_commit_that_must_not_apply_twice_is_sent_once() -> None:
+    """The library is told not to resend it (retry=None)."""
+    batch = Batch(["result"])
+    assert writes.commit_once(batch) == ["result"]  # type: ignore[arg-type]
+    assert batch.retries == [None]
+
+
+@pytest.mark.parametrize("lost", [
+    error(gexc.ServiceUnavailable, "lost"), error(gexc.DeadlineExceeded, "late"),
+    error(gexc.InternalServerError, "?"), error(gexc.ResourceExhausted, "busy"),
+    error(gexc.RetryError, "gave up"), ConnectionResetError()])
+def test_a_lost_answer_is_an_unknown_outcome(lost: Exception) -> None:
+    """An error that does not say nothing was written is neither a success nor a refusal."""
+    with pytest.raises(OutcomeUnknown) as raised:
+        writes.commit_once(Batch(lost), request_id="r1")  # type: ignore[arg-type]
+    assert raised.value.request_id == "r1"
+
+
+@pytest.mark.parametrize("refusal", [
+    error(gexc.Aborted, "contention"), error(gexc.AlreadyExists, "marker"),
+    error(gexc.FailedPrecondition, "changed"), error(gexc.NotFound, "folded"),
+    error(gexc.InvalidArgument, "bad")])
+def test_a_refusal_is_raised_as_it_is(refusal: Exception) -> None:
+    """Errors that say nothing was written keep their meaning (the caller plans again)."""
+    with pytest.raises(type(refusal)):
+        writes.commit_once(Batch(refusal))  # type: ignore[arg-type]
+
+
+def test_a_guarded_commit_is_sent_again_until_it_is_answered() -> None:
+    """Lost answers are followed by the same commit, after growing pauses, until one answers:
+    here the precondition of the third attempt fails, which is the caller's to read."""
+    batch = Batch(error(gexc.ServiceUnavailable, "lost"), error(gexc.DeadlineExceeded, "lost"),
+                  error(gexc.AlreadyExists, "an earlier attempt applied"))
+    slept: list[float] = []
+    with pytest.raises(gexc.AlreadyExists):
+        writes.resending(lambda: batch.commit(retry=None), request_id="r",
+                         sleep=slept.append, monotonic=lambda: sum(slept))
+    assert len(batch.retries) == 3 and slept == list(writes.RESEND_PAUSES_S[:2])
+
+
+def test_a_guarded_commit_gives_up_as_unknown_after_its_time() -> None:
+    """While Firestore stays out of reach, the attempts stop within RESEND_FOR_S."""
+    batch = Batch(*[error(gexc.ServiceUnavailable, "down")] * 100)
+    slept: list[float] = []
+    with pytest.raises(OutcomeUnknown, match="same request_id"):
+        writes.resending(lambda: batch.commit(retry=None), request_id="r",
+                         sleep=slept.append, monotonic=lambda: sum(slept))
+    assert sum(slept) <= writes.RESEND_FOR_S
+
+
+def test_a_bug_is_not_taken_for_a_lost_answer() -> None:
+    """Only what a request to Firestore raises counts as a lost answer."""
+    with pytest.raises(KeyError):
+        writes.commit_once(Batch(KeyError("bug")))  # type: ignore[arg-type]
