@@ -529,6 +529,7 @@ class Rollup:
         self.dispatching: set[int] = set()  # the partition indexes whose queue dispatches one
         self.last_owner: dict[Path, str] = {}  # a lease's path -> its last holder
         self.wide: dict[Part, bool] = {}  # whether each partition's last tick read wide
+        self.swept: dict[Part, list[int]] = {}  # when each partition's sweeps ended
         self.writers: Writers | None = None  # whose P counts for `narrowed`
 
     # -- invocations --
@@ -621,10 +622,12 @@ class Rollup:
             audit.run(self.stage.db)
 
     def _ticked(self, holder: cadence.Holder, stats: Any) -> None:
-        """A narrowing: a partition's ticks went from the wide stripe set (the old P's too) to
-        the narrow one while a writer that last used another P is alive. Sweeps read every
-        stripe and are neither."""
+        """Note each partition's sweeps, and count a narrowing: a partition's ticks went from
+        the wide stripe set (the old P's too) to the narrow one while a writer that last used
+        another P is alive. Sweeps read every stripe and are neither."""
         rollup = holder.rollup
+        if rollup is not None and rollup.swept == stats.as_of:
+            self.swept.setdefault(holder.part, []).append(self.stage.sim.now_us)
         if rollup is None or rollup.swept == stats.as_of:
             return
         partitioning, part = holder.lease.record.partitioning, holder.part

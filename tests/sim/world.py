@@ -5,8 +5,8 @@ run has on (`protections`); then quiescence, and every checker (`checkers`).
 One generator, seeded by the run's seed, seeds everything else in a fixed order, so a seed
 replays exactly. A run has writers write and the operator act for `active_s`; then it waits
 until nothing is in flight (writers frozen for minutes, commits landing late, events and tasks
-delivered late), runs a backfill if an event's handler gave up, and lets the scheduled
-housekeeping sweep twice more before it checks.
+delivered late), runs a backfill if an event's handler gave up, and lets every partition sweep
+twice more before it checks.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from .virtual import Sim
 class Settings:
     active_s: float = 90.0  # writers, the operator and chaos act this long
     quiet_max_s: float = 900.0  # then at most this long for what is in flight to end
-    settle_s: float = 130.0  # then two scheduled housekeeping sweeps
+    settle_max_s: float = 600.0  # then at most this long for every partition to sweep twice
     writers: int = 4
     requests: Requests = field(default_factory=Requests)
     chaos: Chaos = field(default_factory=Chaos)
@@ -120,7 +120,8 @@ def run(seed: int, *, protected: Protections = protections.ALL,
                 last = sim.spawn("final-backfill", lambda: backfill(stage))
                 while not last.done:
                     sim.run_until(sim.monotonic() + 10.0)
-            sim.run_until(sim.monotonic() + settings.settle_s)
+                quiesce(sim, model, settings)
+            settle(sim, model, stage, rollup, settings)
             evidence = Evidence(model, stage.history)
             for checker in checkers.every(ORDERS):
                 outcome.findings += checker.check(evidence)
@@ -145,6 +146,19 @@ def quiesce(sim: Sim, model: Model, settings: Settings) -> None:
         sim.run_until(sim.monotonic() + 10.0)
         busy = [a for a in sim.alive() if not a.name.startswith("scheduled-")]
         if not busy and not model.in_flight():
+            return
+
+
+def settle(sim: Sim, model: Model, stage: Stage, rollup: Rollup, settings: Settings) -> None:
+    """Run until every partition of the current P has swept twice since the last commit
+    landed (or the cap): whatever a sweep deferred, the next one found done."""
+    last = max((attempt.commit_us or 0 for attempt in model.landed), default=0)
+    cap = sim.monotonic() + settings.settle_max_s
+    while sim.monotonic() < cap:
+        sim.run_until(sim.monotonic() + 10.0)
+        if all(sum(1 for at in rollup.swept.get(part, []) if at > last) >= 2
+               for part in partitions.parts(stage.count())):
+            sim.run_until(sim.monotonic() + 10.0)  # their commits land
             return
 
 
