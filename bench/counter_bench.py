@@ -217,7 +217,7 @@ def write_profile(increments: int = 1000, top: int = 12) -> dict[str, Any]:
     for _ in range(20):  # warm the connection and the caches
         counters.increment(db, counter, 1, configs=configs)
 
-    def profiled(work: Callable[[], None]) -> tuple[float, list[dict[str, Any]]]:
+    def profiled(work: Callable[[], object]) -> tuple[float, list[dict[str, Any]]]:
         profile = cProfile.Profile()
         started = time.perf_counter()
         profile.enable()
@@ -228,7 +228,7 @@ def write_profile(increments: int = 1000, top: int = 12) -> dict[str, Any]:
         stats = pstats.Stats(profile)
         rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
         return elapsed, [
-            {"function": f"{pstats.func_std_string(where)}",
+            {"function": f"{where[0].rsplit('site-packages/', 1)[-1]}:{where[1]}({where[2]})",
              "calls_per_increment": round(row[1] / increments, 2),
              "own_us_per_increment": round(1e6 * row[2] / increments, 1),
              "cumulative_us_per_increment": round(1e6 * row[3] / increments, 1)}

@@ -232,13 +232,16 @@ class Rollup:
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         overlap = dt.timedelta(seconds=overlap_s())
         stripes = self.stripes(as_of, sweep=swept_from is not None)
-        # Only a write in a stripe every tick reads can have been taken in by a past tick: one in
-        # another P's stripe (a writer that knew an older P) is the sweep's to find.
+        # Only a write in a stripe every tick reads, committed since this partitioning began, can
+        # have been taken in by a past tick: one in another P's stripe (a writer that knew
+        # another P), or committed while ticks of another P read other stripes, is the sweep's
+        # to find.
         every_tick = set(self.part.stripes(self.part.count))
+        partitioned_at = self.store.lease.record.partitioning.since
         for snapshot in self.store.changed_shards(stripes, reach, as_of):
             if swept_from is not None and snapshot.get("stripe") in every_tick:
                 committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
-                if committed <= swept_from and committed - stamped < overlap \
+                if partitioned_at < committed <= swept_from and committed - stamped < overlap \
                         and stamped <= swept_from - overlap:
                     continue
             parent = snapshot.reference.parent.parent
