@@ -6,8 +6,10 @@ measured side by side in one run (interleaved rounds), because the machine is no
 
 from __future__ import annotations
 
+import cProfile
 import math
 import os
+import pstats
 import random
 import statistics
 import threading
@@ -200,6 +202,48 @@ def write_path(clients: int = 16, per_client: int = 100, rounds: int = 3) -> dic
         "callable_p50_ms": 1000 * percentile(latencies, 50),
         "callable_p99_ms": 1000 * percentile(latencies, 99),
     }
+
+
+def write_profile(increments: int = 1000, top: int = 12) -> dict[str, Any]:
+    """Where a domain increment's time goes: cProfile over `increments` sequential increments
+    in-process (what the callable's handler calls once its input is checked), against a bare
+    `Increment` of a shard the same number of times. The top entries by own time, each with its
+    calls per increment and microseconds per increment."""
+    db = own_db()
+    counter = f"bench-profile-{uuid.uuid4().hex[:8]}"
+    counters.create_counter(db, counter, shards=10)
+    configs = counters.ConfigCache()
+    rng = random.Random()
+    for _ in range(20):  # warm the connection and the caches
+        counters.increment(db, counter, 1, configs=configs)
+
+    def profiled(work: Callable[[], object]) -> tuple[float, list[dict[str, Any]]]:
+        profile = cProfile.Profile()
+        started = time.perf_counter()
+        profile.enable()
+        for _ in range(increments):
+            work()
+        profile.disable()
+        elapsed = time.perf_counter() - started
+        stats = pstats.Stats(profile)
+        rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
+        return elapsed, [
+            {"function": f"{where[0].rsplit('site-packages/', 1)[-1]}:{where[1]}({where[2]})",
+             "calls_per_increment": round(row[1] / increments, 2),
+             "own_us_per_increment": round(1e6 * row[2] / increments, 1),
+             "cumulative_us_per_increment": round(1e6 * row[3] / increments, 1)}
+            for where, row in rows]
+
+    def bare() -> None:
+        shard = counters.shard_ref(db, counter, rng.randrange(10))
+        shard.update({"count": firestore.Increment(1)})
+
+    domain_s, domain_top = profiled(lambda: counters.increment(db, counter, 1, configs=configs))
+    bare_s, bare_top = profiled(bare)
+    return {"increments": increments,
+            "domain_us_per_increment": round(1e6 * domain_s / increments, 1),
+            "bare_us_per_increment": round(1e6 * bare_s / increments, 1),
+            "domain_top": domain_top, "bare_top": bare_top}
 
 
 def read_cost(shards: int = 100) -> dict[str, Any]:

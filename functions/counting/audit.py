@@ -19,6 +19,8 @@ docs/operations.md, "The exactness audit".
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import random
@@ -30,7 +32,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import FieldPath
 
-from . import config, partitions, waking, writes
+from . import config, counters, partitions, waking, writes
+from .lease import Record, state_ref
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,10 @@ class Checked:
     counter: str
     published: int
     shards: int
-    as_of: dt.datetime  # the publish's instant, or HISTORY_S back for an older publish
+    as_of: dt.datetime  # the instant compared (`at`)
+    # Shards whose value the rollup had not taken in by `as_of` though they changed more than
+    # CONFIRM_AFTER_S before: drift without waiting for a confirmation.
+    missed: tuple[str, ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -84,24 +90,67 @@ def shard_sum(db: firestore.Client, counter: str, read_time: dt.datetime) -> int
     return int(result.value or 0)
 
 
-def check(db: firestore.Client, snapshot: firestore.DocumentSnapshot[Any]) -> Checked | None:
-    """Compare one counter document (read just before) with its shards at its publish's instant;
-    None for a counter never published (no `updated_at`)."""
+def watermarks(db: firestore.Client) -> tuple[int, dict[int, dt.datetime]]:
+    """P, and the progress of each partition: before its watermark, every write it owns is
+    published (`lease.Progress`)."""
+    count = partitions.read_count(db)
+    records = db.get_all([state_ref(db, part) for part in partitions.parts(count)])
+    by_path = {snapshot.reference.path: snapshot for snapshot in records}
+    return count, {part.index: Record.of(by_path[state_ref(db, part).path].to_dict() or {})
+                   .progress.watermark for part in partitions.parts(count)}
+
+
+def check(db: firestore.Client, snapshot: firestore.DocumentSnapshot[Any],
+          progress: tuple[int, dict[int, dt.datetime]]) -> Checked | None:
+    """Compare one counter document (read just before) with its shards at the later of its
+    publish's instant and its partition's watermark (`progress`, read before the document):
+    every write the rollup owes it is in the publish by then, however idle the counter since
+    (a write that landed after the last publish shows). None for a counter never published.
+
+    A mismatch is read shard by shard, with the counter's memory as of that instant: a shard
+    whose value differs from the one the rollup summed, and whose last write committed more
+    than CONFIRM_AFTER_S before the instant (past every sweep that could still take it in), is
+    missed: drift at once. A mismatch only of later writes is a suspect (`run`)."""
     data = snapshot.to_dict() or {}
     published, as_of = data.get("count"), data.get("updated_at")
     if not isinstance(published, int) or not isinstance(as_of, dt.datetime):
         return None
+    count, marks = progress
+    watermark = marks.get(partitions.home_of(snapshot.id) % count, as_of)
     oldest = snapshot.read_time - dt.timedelta(seconds=HISTORY_S)
-    at = max(as_of, oldest)
-    return Checked(counter=snapshot.id, published=published,
-                   shards=shard_sum(db, snapshot.id, at), as_of=at)
+    at = max(as_of, watermark, oldest)
+    found = Checked(counter=snapshot.id, published=published,
+                    shards=shard_sum(db, snapshot.id, at), as_of=at)
+    if found.exact:
+        return found
+    memory = counters.memory_ref(db, snapshot.id).get(read_time=at).to_dict() or {}
+    summed = memory.get(config.SHARD_COUNTS_FIELD)
+    if not isinstance(summed, dict):
+        return found  # no shard counts to compare with: a suspect, confirmed by time
+    settled = at - dt.timedelta(seconds=CONFIRM_AFTER_S)
+    shards = db.collection(config.COUNTERS, snapshot.id, config.SHARDS).stream(read_time=at)
+    missed = tuple(sorted(
+        shard.id for shard in shards
+        if int(shard.get("count") or 0) != int(summed.get(shard.id, 0))
+        and instant(shard.update_time) <= settled))
+    return dataclasses.replace(found, missed=missed)
+
+
+def instant(value: Any) -> dt.datetime:
+    """A query result's update time as a datetime (the client gives protobuf Timestamps)."""
+    if hasattr(value, "ToDatetime"):
+        converted: dt.datetime = value.ToDatetime(tzinfo=dt.UTC)
+        return converted
+    result: dt.datetime = value
+    return result
 
 
 def check_counter(db: firestore.Client, counter: str) -> Checked | None:
     """Check one counter now (`counters audit COUNTER`); nothing is recorded."""
+    progress = watermarks(db)
     snapshot = db.collection(config.COUNTERS).document(counter).get(
         field_paths=["count", "updated_at"])
-    return check(db, snapshot) if snapshot.exists else None
+    return check(db, snapshot, progress) if snapshot.exists else None
 
 
 def next_counters(db: firestore.Client, after: str, n: int
@@ -130,12 +179,13 @@ def run(db: firestore.Client, per_run: int = AUDIT_PER_RUN) -> Run:
     state = state_snapshot.to_dict() or {}
     now: dt.datetime = state_snapshot.read_time
     suspects: dict[str, dict[str, Any]] = dict(state.get("suspects") or {})
+    progress = watermarks(db)
     rotation = next_counters(db, str(state.get("cursor") or ""), per_run)
     again = [db.collection(config.COUNTERS).document(c) for c in suspects
              if c not in {s.id for s in rotation}]
     documents = [*rotation, *(s for s in db.get_all(again, field_paths=["count", "updated_at"])
                               if s.exists)]
-    checked = [found for found in (check(db, snapshot) for snapshot in documents)
+    checked = [found for found in (check(db, snapshot, progress) for snapshot in documents)
                if found is not None]
     live = {snapshot.id for snapshot in documents}
     drift: list[Checked] = []
@@ -143,10 +193,11 @@ def run(db: firestore.Client, per_run: int = AUDIT_PER_RUN) -> Run:
         first = suspects.get(found.counter)
         if found.exact:
             suspects.pop(found.counter, None)
-        elif first is None:
-            suspects[found.counter] = found.entry(now)
-        elif (now - first["found_at"]).total_seconds() >= CONFIRM_AFTER_S:
-            suspects.pop(found.counter)
+        elif not found.missed and (
+                first is None or (now - first["found_at"]).total_seconds() < CONFIRM_AFTER_S):
+            suspects.setdefault(found.counter, found.entry(now))  # perhaps a write joining
+        else:  # shards the rollup missed, or a mismatch that lasted past every sweep
+            suspects.pop(found.counter, None)
             drift.append(found)
             log.error("%s: counter %r published %d at %s, its shards sum to %d; its shards are "
                       "touched so that the rollup reads them again", DRIFT_LOG_PREFIX,
@@ -166,15 +217,23 @@ def repair(db: firestore.Client, counter: str) -> None:
     rng = random.Random()
     shards = list(db.collection(config.COUNTERS, counter, config.SHARDS).list_documents())
     for start in range(0, len(shards), config.ROLLUP_COMMIT_WRITES):
-        batch = db.batch()
-        for shard in shards[start:start + config.ROLLUP_COMMIT_WRITES]:
-            batch.update(shard, {"updated_at": firestore.SERVER_TIMESTAMP,
-                                 "stripe": partitions.shard_stripe(db, shard, rng)})
+        chunk = shards[start:start + config.ROLLUP_COMMIT_WRITES]
         try:
-            batch.commit(retry=writes.IDEMPOTENT)
-        except gexc.NotFound:
-            continue  # a shard folded away meanwhile: the fold moved it, the rollup follows
+            touch(db, chunk, rng)
+        except gexc.NotFound:  # a shard folded away meanwhile: the fold moved it; the others
+            for shard in chunk:
+                with contextlib.suppress(gexc.NotFound):
+                    touch(db, [shard], rng)
     waking.after_write(db, dt.datetime.now(dt.UTC), {partitions.home_of(counter)})
+
+
+def touch(db: firestore.Client, shards: list[firestore.DocumentReference],
+          rng: random.Random) -> None:
+    batch = db.batch()
+    for shard in shards:
+        batch.update(shard, {"updated_at": firestore.SERVER_TIMESTAMP,
+                             "stripe": partitions.shard_stripe(db, shard, rng)})
+    batch.commit(retry=writes.IDEMPOTENT)
 
 
 def record(db: firestore.Client, state: dict[str, Any], now: dt.datetime,

@@ -28,6 +28,7 @@ states it reads through the same step; docs/architecture.md has the argument in 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import itertools
 import re
@@ -415,7 +416,7 @@ class Counting:
             batch.create(ref, record)
         for shard, (_, delta) in zip(shards, sorted(change.deltas.items()), strict=True):
             batch.update(shard, counters.shard_write(self.db, shard, delta, self._picker.rng))
-        results = writes.resending(lambda: batch.commit(retry=writes.once()), request_id=None)
+        results = writes.resending(functools.partial(writes.send, batch), request_id=None)
         counters.settle(self.db, counters.landed(shards, results), self._picker.rng)
         committed: dt.datetime = results[0].update_time
         return committed

@@ -25,6 +25,7 @@ EXPIRES_AT = "expires_at"
 # shard, and `shard_load` (least_loaded counters), the per-shard rates writers pick by.
 MEMORY = "memory"
 MEMORY_DOC = "rollup"
+RESET_DOC = "reset"  # counters/{id}/memory/reset: the last reset of the counter (its one writer)
 SHARD_COUNTS_FIELD = "shard_counts"
 SHARD_LOAD_FIELD = "shard_load"
 

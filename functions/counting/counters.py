@@ -11,6 +11,7 @@ counts nothing. The rollup (`counting.rollup`) changes `num_shards` as the load 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import itertools
 import logging
@@ -350,7 +351,7 @@ def create_counter(
         batch.create(shard_ref(db, counter, n), {"count": 0, **({writes.NONCE: nonce} if n == 0
                                                               else {})})
     try:
-        writes.resending(lambda: batch.commit(retry=writes.once()), request_id=None)
+        writes.resending(functools.partial(writes.send, batch), request_id=None)
     except gexc.AlreadyExists:
         first = shard_ref(db, counter, 0).get()
         existing = counter_ref(db, counter).get().to_dict() or {}
@@ -435,12 +436,14 @@ class Guarded:
             # An un-like rewrites the voter at the version read: a like must be there to take.
             self.voter = voter_ref(self.db, self.counter, self.uid).get()
             if not counts(self.voter):
+                self._settle_request()
                 return None
         for _ in range(GUARDED_ATTEMPTS):
             try:
                 results = writes.resending(self._commit, request_id=self.request_id)
-            except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
-                done, answer = self._found()
+            except writes.PRECONDITIONS as error:
+                with writes.finding_out(error, request_id=self.request_id):
+                    done, answer = self._found()
                 if done:
                     return answer
                 if isinstance(error, gexc.NotFound):
@@ -452,8 +455,17 @@ class Guarded:
         raise Aborted(f"counter: {self.counter!r}: concurrent requests of this user got in the "
                       "way; retry")
 
+    def _settle_request(self) -> None:
+        """A no-op un-like: a retry of one whose request marker exists touches what that
+        request wrote, as any retry that finds its marker does."""
+        if self.marker is not None:
+            settle(self.db, marker_landed(self.db, self.marker.get()), self.rng)
+
     def _commit(self) -> list[Any]:
-        """One attempt: the markers as last read, then the shard (last: `landed`)."""
+        """One attempt: the markers as last read, then the shard (last: `landed`). A voter or
+        pacing marker, rewritten by this user's later requests too, keeps the nonces of the
+        last RECENT_NONCES requests that wrote it, so that an attempt whose answer was lost
+        still finds its own after another request of the user came."""
         batch = self.db.batch()
         mark = {"uid": self.uid, "at": firestore.SERVER_TIMESTAMP, writes.NONCE: self.nonce,
                 "shards": [self.shard.path]}
@@ -462,12 +474,12 @@ class Guarded:
                                                             [self.counter], mark))
         if self.unique:
             write_at_version(self.db, batch, voter_ref(self.db, self.counter, self.uid),
-                             {**mark, "counted": self.by > 0}, self.voter)
+                             {**mark, "counted": self.by > 0,
+                              NONCES: recent_nonces(self.voter, self.nonce)}, self.voter)
         if self.interval_s:
-            self._pace(batch, mark)
+            self._pace(batch, {**mark, NONCES: recent_nonces(self.pacing, self.nonce)})
         batch.update(self.shard, shard_write(self.db, self.shard, self.by, self.rng))
-        results: list[Any] = batch.commit(retry=writes.once())
-        return results
+        return writes.send(batch)
 
     def _pace(self, batch: firestore.WriteBatch, mark: dict[str, Any]) -> None:
         """The caller's pacing marker: created when it was not read (a first visit: one round
@@ -501,6 +513,13 @@ class Guarded:
             if nonce_of(snapshot) == self.nonce:
                 settle(self.db, marker_landed(self.db, snapshot), self.rng)
                 return True, snapshot.update_time
+        for snapshot in found.values():
+            if self.nonce in nonces_of(snapshot):
+                # Applied, and rewritten since by another request of the user: when is not
+                # known, so the shard is touched whatever its write's delay was; the answer's
+                # commit time is the marker's later version, never too early for a client.
+                settle(self.db, [Landed(self.shard, None, snapshot.update_time)], self.rng)
+                return True, snapshot.update_time
         if self.marker is not None and found[self.marker.path].exists:
             settle(self.db, marker_landed(self.db, found[self.marker.path]), self.rng)
             return True, None
@@ -515,6 +534,21 @@ class Guarded:
 
 GUARDED_ATTEMPTS = 5  # plans of one guarded increment, each on markers read afresh
 Snapshot = firestore.DocumentSnapshot[Any]
+# On voter and pacing markers: the nonces of the last requests that wrote them.
+NONCES = "nonces"
+RECENT_NONCES = 8
+
+
+def recent_nonces(found: Snapshot | None, nonce: str) -> list[str]:
+    """The nonces a marker keeps after this request's write: its last ones, then this one."""
+    return [*nonces_of(found), nonce][-RECENT_NONCES:] if found is not None else [nonce]
+
+
+def nonces_of(marker: Snapshot | None) -> list[str]:
+    if marker is None or not marker.exists:
+        return []
+    kept = (marker.to_dict() or {}).get(NONCES)
+    return [str(n) for n in kept] if isinstance(kept, list) else []
 
 
 def write_at_version(db: firestore.Client, batch: firestore.WriteBatch,
@@ -648,10 +682,11 @@ def commit_marked(db: firestore.Client, shard_writes: list[ShardWrite], *, uid: 
         results = writes.commit_once(batch)
     else:
         try:
-            results = writes.resending(lambda: batch.commit(retry=writes.once()),
+            results = writes.resending(functools.partial(writes.send, batch),
                                        request_id=request_id)
-        except gexc.AlreadyExists:
-            found = marker.get()
+        except gexc.AlreadyExists as error:
+            with writes.finding_out(error, request_id=request_id):
+                found = marker.get()
             settle(db, marker_landed(db, found), rng)
             return nonce_of(found) == nonce
     settle(db, landed(refs, results), rng)
@@ -736,10 +771,13 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     The reset writes shards only, as increments do: the rollup's holder finds them changed and
     publishes their new sum, so nothing it remembers (its ledger, the published count and
     `shard_counts`) can hide the reset, and an increment that lands between the read and the
-    commit counts after the reset. Its marker makes the commit safe to send again after a lost
-    answer. Forgetting the markers is not atomic with it: a like that lands in between counts
-    after the reset, yet its marker goes, so the user may like once more; an un-like in between
-    takes the count to -1 (docs/api.md, reset_counter)."""
+    commit counts after the reset. The commit rewrites the counter's reset record
+    (`counters/{id}/memory/reset`) at the version read before the shards: of two resets racing
+    (two admins, a retry), one commits and the other reads the shards again, so none subtracts
+    what the other did; and a commit sent again after a lost answer finds its nonce there.
+    Forgetting the markers is not atomic with it: a like that lands in between counts after the
+    reset, yet its marker goes, so the user may like once more; an un-like in between takes the
+    count to -1 (docs/api.md, reset_counter)."""
     ref = counter_ref(db, counter)
     snapshot = ref.get()
     if not snapshot.exists:
@@ -750,17 +788,16 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
                                  f"{collection!r}): it counts documents, it cannot be reset")
     rng = random.Random()
     nonce = writes.new_nonce()
-    marker = db.collection(config.REQUESTS).document(f"reset-{nonce}")
-
-    def attempt() -> list[Landed]:
+    record = reset_ref(db, counter)
+    for _ in range(RESET_ATTEMPTS):
+        found = record.get()  # before the shards: a reset committed since fails our commit
         held = {s.reference: int((s.to_dict() or {}).get("count") or 0)
                 for s in ref.collection(config.SHARDS).stream()}  # one instant: a query's
         moved = [shard for shard, count in held.items() if count]
         batch = db.batch()
-        batch.create(marker, {"counter": counter, "at": firestore.SERVER_TIMESTAMP,
-                              writes.NONCE: nonce, "shards": [shard.path for shard in moved],
-                              config.EXPIRES_AT: dt.datetime.now(dt.UTC)
-                              + config.REQUEST_MARKER_TTL})
+        write_at_version(db, batch, record, {
+            "at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
+            "shards": [shard.path for shard in moved]}, found)
         if not config.PROTECTIONS.reset_through_rollup:
             # What resets did before: the rollup's count and memory zeroed outside its lease.
             batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
@@ -771,16 +808,28 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
                                  "updated_at": firestore.SERVER_TIMESTAMP,
                                  "stripe": partitions.shard_stripe(db, shard, rng)})
         try:
-            results = writes.resending(lambda: batch.commit(retry=writes.once()),
+            results = writes.resending(functools.partial(writes.send, batch),
                                        request_id=None)
-        except gexc.AlreadyExists:  # an earlier attempt of this reset applied
-            return marker_landed(db, marker.get())
-        return landed(moved, results)
-
-    try:
-        done = attempt()
-    except gexc.NotFound:  # a shard read was folded away meanwhile: read them again
-        done = attempt()
-    settle(db, done, rng)
+        except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
+            again = record.get()
+            if nonce_of(again) == nonce:  # an earlier attempt of this reset applied
+                settle(db, marker_landed(db, again), rng)
+                break
+            if isinstance(error, gexc.NotFound) or nonce_of(again) != nonce_of(found):
+                continue  # a shard folded away, or another reset committed: read again
+            raise
+        settle(db, landed(moved, results), rng)
+        break
+    else:
+        raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; "
+                      "retry")
     for markers in (config.VOTERS, config.PACED):
         db.recursive_delete(ref.collection(markers))
+
+
+RESET_ATTEMPTS = 5  # reads of the shards by one reset, each after a race lost
+
+
+def reset_ref(db: firestore.Client, counter: str) -> firestore.DocumentReference:
+    """The counter's reset record: the last reset's nonce and the shards it moved."""
+    return db.collection(config.COUNTERS, counter, config.MEMORY).document(config.RESET_DOC)

@@ -59,10 +59,13 @@ class Progress:
 @dataclass(frozen=True, kw_only=True)
 class Partitioning:
     """After a change of P: the stripes' spread the ticks also read until `narrow_at`
-    (`partitions.change`), and whether this partition was replaced (`retired`: never again)."""
+    (`partitions.change`), the instant the partitioning began (`since`: before it, ticks of
+    another P read other stripes), and whether this partition was replaced (`retired`: never
+    again)."""
 
     spread: int = 1
     narrow_at: dt.datetime = EPOCH
+    since: dt.datetime = EPOCH
     retired: bool = False
 
 
@@ -95,7 +98,8 @@ class Record:
             "owner": self.owner,
             "watermark": self.progress.watermark, "swept": self.progress.swept,
             "spread": self.partitioning.spread, "narrow_at": self.partitioning.narrow_at,
-            "retired": self.partitioning.retired, "republish": self.republish,
+            "partitioned_at": self.partitioning.since, "retired": self.partitioning.retired,
+            "republish": self.republish,
             "holder_since": self.health.holder_since, "tick_s": self.health.tick_s,
             "lag_s": self.health.lag_s, "errors": list(self.health.errors),
         }
@@ -109,6 +113,7 @@ class Record:
             progress=Progress(watermark=watermark, swept=data.get("swept") or watermark),
             partitioning=Partitioning(spread=int(data.get("spread") or 1),
                                       narrow_at=data.get("narrow_at") or EPOCH,
+                                      since=data.get("partitioned_at") or EPOCH,
                                       retired=bool(data.get("retired"))),
             republish=bool(data.get("republish")),
             health=Health(holder_since=data.get("holder_since"), tick_s=data.get("tick_s"),

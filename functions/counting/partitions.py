@@ -256,8 +256,8 @@ def _change_once(db: firestore.Client, new: int) -> Changed:
     for snapshot in olds:
         lease.retire(db, batch, snapshot)
     for part in parts(new):
-        lease.start(db, batch, part, progress,
-                    lease.Partitioning(spread=spread, narrow_at=changed.narrow_at))
+        lease.start(db, batch, part, progress, lease.Partitioning(
+            spread=spread, narrow_at=changed.narrow_at, since=instant))
         if part.index > 0:
             batch.delete(trend_parts_ref(db, part))
     batch.commit(retry=None)  # a compare-and-set: `change` reads again after any failure

@@ -223,18 +223,25 @@ class Rollup:
         `stripe in [its stripes]` is one query that the (stripe, updated_at) index serves as one
         range scan per stripe; what another partition owns (a shard written before its key's
         stripe was its home's) is left to it. On a sweep (`swept_from`: the last tick's
-        instant), a shard a past tick has already taken in is dropped: committed by then, and
-        soon enough after its timestamp for that tick's overlap to have found it. What is left
+        instant), a shard a past tick has already taken in is dropped: committed by then, soon
+        enough after its timestamp for that tick's overlap to have found it, and in a stripe
+        every tick reads. What is left
         is what the sweep is for, and a new holder does not read whole every counter written in
         the last minutes."""
         changes: Changes = defaultdict(dict)
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         overlap = dt.timedelta(seconds=overlap_s())
         stripes = self.stripes(as_of, sweep=swept_from is not None)
+        # Only a write in a stripe every tick reads, committed since this partitioning began, can
+        # have been taken in by a past tick: one in another P's stripe (a writer that knew
+        # another P), or committed while ticks of another P read other stripes, is the sweep's
+        # to find.
+        every_tick = set(self.part.stripes(self.part.count))
+        partitioned_at = self.store.lease.record.partitioning.since
         for snapshot in self.store.changed_shards(stripes, reach, as_of):
-            if swept_from is not None:
+            if swept_from is not None and snapshot.get("stripe") in every_tick:
                 committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
-                if committed <= swept_from and committed - stamped < overlap \
+                if partitioned_at < committed <= swept_from and committed - stamped < overlap \
                         and stamped <= swept_from - overlap:
                     continue
             parent = snapshot.reference.parent.parent

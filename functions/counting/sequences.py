@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import time
 import zoneinfo
@@ -385,10 +386,11 @@ def _number_once(db: firestore.Client, found: SequenceConfig,
     batch.update(sequence_ref(db, found.tenant), _NUMBER_WRITE)
     try:
         claimed, result = _write_configured(
-            found.tenant, writes.resending, lambda: batch.commit(retry=writes.once()),
+            found.tenant, writes.resending, functools.partial(writes.send, batch),
             request_id=request_id)
-    except gexc.AlreadyExists:
-        return _issued(db, found, record, cache)
+    except gexc.AlreadyExists as error:
+        with writes.finding_out(error, request_id=request_id):
+            return _issued(db, found, record, cache)
     ticket = _ticket(db, found, result, cache)
     _record(db, record, ticket, claimed.update_time)
     return ticket

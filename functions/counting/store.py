@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
@@ -270,9 +270,12 @@ class Store:
 
     # --- trends: the documents of `counting.trends`, named by the ids it gives ---------------
 
-    # The trend buckets of each window, and the field that says which bucket of it they are.
-    TREND_BUCKETS: ClassVar[dict[Window, tuple[str, str]]] = {
-        "1h": (config.TREND_MINUTES, "minute"), "24h": (config.TREND_HOURS, "hour")}
+    @staticmethod
+    def trend_buckets(window: Window) -> tuple[str, str]:
+        """The collection of a window's trend buckets, and the field that says which bucket of
+        it they are (read when asked: the names follow the placement)."""
+        return {"1h": (config.TREND_MINUTES, "minute"),
+                "24h": (config.TREND_HOURS, "hour")}[window]
 
     def trend_minutes(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The minute buckets of `ids` that exist, by id (TREND_READ_CHUNK to a read)."""
@@ -289,7 +292,7 @@ class Store:
                               ) -> list[tuple[str, dict[str, Any]]]:
         """(id, fields) of at most `limit` buckets of `window` (minutes for 1 h, hours for
         24 h) up to bucket `last`, of the tags whose home (their `spread`) is in `homes`."""
-        collection, bucket = self.TREND_BUCKETS[window]
+        collection, bucket = self.trend_buckets(window)
         query = (self.db.collection(collection)
                  .where(filter=FieldFilter("spread", "in", homes))
                  .where(filter=FieldFilter(bucket, "<=", last))
@@ -358,7 +361,7 @@ class Store:
         batch = self.db.batch()
         deletes = 0
         for window, bucket, fields in buckets:
-            ref = self.db.collection(self.TREND_BUCKETS[window][0]).document(bucket)
+            ref = self.db.collection(self.trend_buckets(window)[0]).document(bucket)
             if fields is None:
                 batch.delete(ref)
                 deletes += 1

@@ -25,9 +25,10 @@ without a request_id) cannot be sent again: its unknown outcome is the caller's 
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -52,6 +53,13 @@ REFUSED: tuple[type[Exception], ...] = (
 # the pauses between attempts: within a callable's 60 s, with room for the rest of the request.
 RESEND_FOR_S = 20.0
 RESEND_PAUSES_S = (0.1, 0.3, 1.0, 2.0, 4.0)
+# One attempt waits this long for Firestore's answer (the library's default is 60 s, a
+# callable's whole time): a stuck attempt leaves room for a resend, or for an UNKNOWN answer.
+COMMIT_TIMEOUT_S = 10.0
+# The refusals a guarded commit meets when its marker is not as the attempt expected: the
+# caller reads the marker to tell why.
+PRECONDITIONS: tuple[type[Exception], ...] = (gexc.AlreadyExists, gexc.FailedPrecondition,
+                                              gexc.NotFound)
 
 # `retry=` of a commit that may be applied twice: the library's own policy.
 IDEMPOTENT: Any = gapic_method.DEFAULT
@@ -82,42 +90,72 @@ def unknown(error: BaseException) -> bool:
     return isinstance(error, FAILED) and not refused(error)
 
 
+def send(batch: firestore.WriteBatch) -> list[Any]:
+    """One attempt at a commit that must not apply twice: the library does not resend it, and
+    it waits at most COMMIT_TIMEOUT_S for an answer (so that resends fit in a request)."""
+    results: list[Any] = batch.commit(retry=once(), timeout=COMMIT_TIMEOUT_S)
+    return results
+
+
 def commit_once(batch: firestore.WriteBatch, *, request_id: str | None = None) -> list[Any]:
     """Commit a batch that must not apply twice and has no marker to tell: one attempt. An error
     that leaves the outcome unknown becomes `OutcomeUnknown` (with `request_id`, for the answer)."""
     try:
-        results: list[Any] = batch.commit(retry=once())
+        return send(batch)
     except FAILED as error:
         if refused(error):
             raise
-        raise OutcomeUnknown("the write may or may not have been applied: Firestore's answer "
-                             "was lost" + ("" if request_id is None else
-                                           "; retry with the same request_id to settle it"),
-                             request_id=request_id) from error
-    return results
+        raise lost(request_id) from error
+
+
+def lost(request_id: str | None) -> OutcomeUnknown:
+    return OutcomeUnknown("the write may or may not have been applied: Firestore's answer was "
+                          "lost" + ("" if request_id is None else
+                                    "; retry with the same request_id to settle it"),
+                          request_id=request_id)
 
 
 def resending(attempt: Callable[[], T], *, request_id: str | None,
               sleep: Callable[[float], None] = time.sleep,
               monotonic: Callable[[], float] = time.monotonic) -> T:
-    """Run `attempt` (a guarded commit and what follows it) until it gives an answer: again after
-    an error that leaves its outcome unknown, for up to RESEND_FOR_S. Each attempt is the same
-    guarded commit, so at most one of them applies, and the attempt that fails its precondition
-    because an earlier one applied finds out from the marker's nonce. Then `OutcomeUnknown`:
-    Firestore stayed out of reach, and a retry with `request_id` settles it."""
+    """Run `attempt` (a guarded commit) until it gives an answer: again after an error that
+    leaves its outcome unknown, or after ABORTED (contention: nothing written), for up to
+    RESEND_FOR_S. Each attempt is the same guarded commit, so at most one of them applies, and
+    an attempt that fails its precondition because an earlier one applied finds out from the
+    marker's nonce: the precondition's error is raised for the caller to read, marked
+    `after_unknown` when an earlier attempt's outcome was unknown (`finding_out`). Any other
+    refusal after an unknown outcome, or the time running out, is `OutcomeUnknown`: a retry
+    with `request_id` settles it."""
     deadline = monotonic() + RESEND_FOR_S
     pauses = iter(RESEND_PAUSES_S)
+    uncertain = False
     while True:
         try:
             return attempt()
         except FAILED as error:
-            if refused(error):
+            if isinstance(error, PRECONDITIONS):
+                error.after_unknown = uncertain  # type: ignore[attr-defined]
                 raise
+            if refused(error) and not isinstance(error, gexc.Aborted):
+                if uncertain:
+                    raise lost(request_id) from error
+                raise
+            uncertain = uncertain or unknown(error)
             pause = next(pauses, RESEND_PAUSES_S[-1])
             if monotonic() + pause > deadline:
-                raise OutcomeUnknown(
-                    "the write may or may not have been applied: Firestore did not answer"
-                    + ("" if request_id is None else
-                       "; retry with the same request_id to settle it"),
-                    request_id=request_id) from error
+                if uncertain:
+                    raise lost(request_id) from error
+                raise
             sleep(pause)
+
+
+@contextlib.contextmanager
+def finding_out(error: BaseException, *, request_id: str | None) -> Iterator[None]:
+    """Around the reads that follow a failed precondition: when an earlier attempt's outcome
+    was unknown, a read that fails too leaves it unknown (`OutcomeUnknown`), never a refusal."""
+    try:
+        yield
+    except FAILED as failure:
+        if getattr(error, "after_unknown", False):
+            raise lost(request_id) from failure
+        raise

@@ -12,15 +12,7 @@ from tests.sim.run import describe
 
 # Seeds that found a loss or a double on main's domain, kept as regressions; each fails (a strict
 # xfail naming why) until its fix lands, then passes.
-NARROWED = ("issue 31 item 3: a write whose shard's last stripe is an older P's, in a partition "
-            "that narrowed before reading it, is dropped by every sweep as taken in")
 FAILING_ON_MAIN = {
-    6: NARROWED,
-    7: NARROWED,
-    26: ("a like applied, its answer lost; the same user's unlike landed before the resend, "
-         "which found the voter not counting and applied the like again (counted twice)"),
-    62: NARROWED,
-    66: NARROWED,
     85: ("a view's first attempt landed 21 s late, after its resend applied and a reset deleted "
          "the pacing marker its precondition relied on (counted twice)"),
 }
@@ -64,15 +56,15 @@ def test_without_the_protections_straddling_writes_are_lost() -> None:
                for seed in range(4))
 
 
-def test_four_partitions_and_a_change_of_p_hand_every_lease_over() -> None:
+def test_four_partitions_and_a_change_of_p_hand_leases_over() -> None:
     """With four partitions, changed once while writers write, tasks of the retired partitions
-    are answered RETIRED, and the lease of every partition of both P changes hands."""
+    are answered RETIRED, and leases of both P change hands (which ones is the schedule's)."""
     outcome = world.run(1, settings=world.Settings(partitions=4, changes=1))
     assert outcome.partitions[0] == 4 and len(outcome.partitions) == 2
     assert outcome.tally["retired"] > 0
     handed_over = {part for part, n in outcome.handovers.items() if n}
-    assert {f"{index + 1} of {count}" for count in outcome.partitions
-            for index in range(count)} <= handed_over
+    assert all(any(part.endswith(f"of {count}") for part in handed_over)
+               for count in outcome.partitions)
     assert not outcome.crashes, outcome.crashes
 
 

@@ -9,12 +9,14 @@ import datetime as dt
 import itertools
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
+import click
 import numpy
 import pytest
 from click.testing import CliRunner, Result
-from counters_cli import cli, session
+from counters_cli import cli, install, installed_backend, session
 from counters_cli import status as status_command
 from counters_cli.claims import changed_claims
 from counters_cli.load import percentile, run_load
@@ -355,3 +357,20 @@ def test_partitions_shows_and_changes_the_count(
     assert json.loads(result.stdout)["woken"] == 4
     assert changes == [4] and woken == partitions.parts(4)
     invoke("partitions", "3", code=2)  # not a power of two
+
+
+def test_the_cli_finds_the_install_of_the_project_it_runs_in(tmp_path: Path) -> None:
+    """Whatever the install's name and from any folder of its project, the CLI operates it; a
+    project with several installs must name one; elsewhere, this repository's backend."""
+    assert installed_backend(tmp_path) is None  # no project
+    (tmp_path / "firebase.json").write_text("{}")
+    assert installed_backend(tmp_path) is None  # a project with no install
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / install.RECORD).write_text("{}")
+    (tmp_path / "web" / "src").mkdir(parents=True)
+    assert installed_backend(tmp_path) == installed_backend(tmp_path / "web" / "src") \
+        == tmp_path / "shop"
+    (tmp_path / "admin").mkdir()
+    (tmp_path / "admin" / install.RECORD).write_text("{}")
+    with pytest.raises(click.UsageError, match="several installs .*admin, shop.*--backend"):
+        installed_backend(tmp_path / "web")

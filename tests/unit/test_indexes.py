@@ -46,6 +46,8 @@ QUERIES = [
           ordered=(("count", DESC), ("tag", ASC))),
     Shape(built_in="audit.next_counters", collection="counters",
           ordered=(("__name__", ASC),)),
+    # An aggregation reads the index of the field it sums.
+    Shape(built_in="audit.shard_sum", collection="shards", ordered=(("count", ASC),)),
 ]
 # Filters and orderings written in the domain: one more means a query this list lacks.
 CLAUSES = 11
@@ -106,6 +108,7 @@ SEQUENTIAL = {
     ("business_days", "closed_at"), ("business_days", "expires_at"),
     ("number_requests", "claimed_at"), ("number_requests", "issued_at"),
     ("number_requests", "expires_at"), ("counted_docs", "expires_at"), ("counted_docs", "at"),
+    ("memory", "at"),
 }
 # Documents of the domain of which only a handful exist (one write a second at most).
 SINGLE_DOCUMENTS = {"internal", "trends"}

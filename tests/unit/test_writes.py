@@ -24,9 +24,11 @@ class Batch:
     def __init__(self, *answers: Any) -> None:
         self.answers = list(answers)
         self.retries: list[Any] = []
+        self.timeouts: list[Any] = []
 
-    def commit(self, retry: Any = "unset") -> Any:
+    def commit(self, retry: Any = "unset", timeout: Any = None) -> Any:
         self.retries.append(retry)
+        self.timeouts.append(timeout)
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -34,10 +36,11 @@ class Batch:
 
 
 def test_a_commit_that_must_not_apply_twice_is_sent_once() -> None:
-    """The library is told not to resend it (retry=None)."""
+    """The library is told not to resend it (retry=None), and to wait COMMIT_TIMEOUT_S at most
+    for its answer."""
     batch = Batch(["result"])
     assert writes.commit_once(batch) == ["result"]  # type: ignore[arg-type]
-    assert batch.retries == [None]
+    assert (batch.retries, batch.timeouts) == ([None], [writes.COMMIT_TIMEOUT_S])
 
 
 @pytest.mark.parametrize("lost", [
@@ -61,16 +64,38 @@ def test_a_refusal_is_raised_as_it_is(refusal: Exception) -> None:
         writes.commit_once(Batch(refusal))  # type: ignore[arg-type]
 
 
+def resend(batch: Batch, slept: list[float]) -> Any:
+    return writes.resending(lambda: writes.send(batch), request_id="r",  # type: ignore[arg-type]
+                            sleep=slept.append, monotonic=lambda: sum(slept))
+
+
 def test_a_guarded_commit_is_sent_again_until_it_is_answered() -> None:
-    """Lost answers are followed by the same commit, after growing pauses, until one answers:
-    here the precondition of the third attempt fails, which is the caller's to read."""
-    batch = Batch(error(gexc.ServiceUnavailable, "lost"), error(gexc.DeadlineExceeded, "lost"),
+    """Lost answers and contention are followed by the same commit, after growing pauses, until
+    one answers: here the precondition of the fourth attempt fails, which is the caller's to
+    read, marked as following an unknown outcome."""
+    batch = Batch(error(gexc.ServiceUnavailable, "lost"), error(gexc.Aborted, "contention"),
+                  error(gexc.DeadlineExceeded, "lost"),
                   error(gexc.AlreadyExists, "an earlier attempt applied"))
     slept: list[float] = []
-    with pytest.raises(gexc.AlreadyExists):
-        writes.resending(lambda: batch.commit(retry=None), request_id="r",
-                         sleep=slept.append, monotonic=lambda: sum(slept))
-    assert len(batch.retries) == 3 and slept == list(writes.RESEND_PAUSES_S[:2])
+    with pytest.raises(gexc.AlreadyExists) as raised:
+        resend(batch, slept)
+    assert len(batch.retries) == 4 and slept == list(writes.RESEND_PAUSES_S[:3])
+    assert getattr(raised.value, "after_unknown", None) is True
+
+
+def test_a_refusal_after_a_lost_answer_is_unknown() -> None:
+    """After an attempt that may have applied, a refusal of a later one says nothing about the
+    first: the outcome stays unknown, never "not applied"."""
+    batch = Batch(error(gexc.ServiceUnavailable, "lost"), error(gexc.InvalidArgument, "?"))
+    with pytest.raises(OutcomeUnknown):
+        resend(batch, [])
+
+
+def test_contention_alone_is_still_a_refusal() -> None:
+    """Attempts refused for contention only, until the time runs out: nothing was written."""
+    batch = Batch(*[error(gexc.Aborted, "contention")] * 100)
+    with pytest.raises(gexc.Aborted):
+        resend(batch, [])
 
 
 def test_a_guarded_commit_gives_up_as_unknown_after_its_time() -> None:
@@ -78,9 +103,19 @@ def test_a_guarded_commit_gives_up_as_unknown_after_its_time() -> None:
     batch = Batch(*[error(gexc.ServiceUnavailable, "down")] * 100)
     slept: list[float] = []
     with pytest.raises(OutcomeUnknown, match="same request_id"):
-        writes.resending(lambda: batch.commit(retry=None), request_id="r",
-                         sleep=slept.append, monotonic=lambda: sum(slept))
+        resend(batch, slept)
     assert sum(slept) <= writes.RESEND_FOR_S
+
+
+def test_reads_after_a_lost_answer_that_fail_leave_it_unknown() -> None:
+    """Finding out reads the marker: when that read fails too, the outcome is unknown."""
+    failed = error(gexc.AlreadyExists, "marker")
+    failed.after_unknown = True  # type: ignore[attr-defined]
+    with pytest.raises(OutcomeUnknown), writes.finding_out(failed, request_id="r"):
+        raise error(gexc.ServiceUnavailable, "down")
+    with pytest.raises(gexc.ServiceUnavailable), \
+            writes.finding_out(error(gexc.AlreadyExists, "marker"), request_id="r"):
+        raise error(gexc.ServiceUnavailable, "down")
 
 
 def test_a_bug_is_not_taken_for_a_lost_answer() -> None:

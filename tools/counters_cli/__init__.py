@@ -43,19 +43,37 @@ PROJECT_COMMANDS = {"init", "remove", "emulator-rules"}
                    "project demo-counters).")
 @click.option("--backend", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
               help="An install's folder in a host project (counters init): its database, "
-                   "collection prefix and declarations. Default: ./counters when it holds an "
-                   "install, else this repository's backend.")
+                   "collection prefix and declarations. Default: the install of the project "
+                   "this directory is in (its firebase.json's folder), else this repository's "
+                   "backend; a project with several installs must name one.")
 @click.pass_context
 def cli(ctx: click.Context, project: str | None, backend: Path | None) -> None:
     """Operate distributed counters, ticket sequences and trending tags."""
     ctx.obj = Session(resolve_target(project, os.environ))
     if ctx.invoked_subcommand in PROJECT_COMMANDS:
         return  # they work on a host project's files, whatever state its install is in
-    if backend is None and (Path("counters") / install.RECORD).exists():
-        backend = Path("counters")
-        ctx.obj.err.print(f"backend: the install in {backend.resolve()}")
+    if backend is None:
+        backend = installed_backend(Path.cwd())
+        if backend is not None:
+            ctx.obj.err.print(f"backend: the install in {backend.resolve()}")
     if backend is not None:
         ctx.obj.use_backend(backend)
+
+
+def installed_backend(here: Path) -> Path | None:
+    """The install this directory's project holds (`counters init` leaves its record in its
+    folder beside firebase.json, in this directory or a parent), None when the project holds
+    none (this repository's own backend). Fails closed: a project with several installs names
+    one with --backend, rather than the command guessing where the data lives."""
+    for root in (here, *here.parents):
+        if (root / "firebase.json").exists():
+            found = sorted(record.parent for record in root.glob(f"*/{install.RECORD}"))
+            if len(found) > 1:
+                raise click.UsageError(
+                    f"{root} holds several installs ({', '.join(f.name for f in found)}): "
+                    "name one with --backend DIR")
+            return found[0] if found else None
+    return None
 
 
 for command in (counters.create, counters.inc, counters.get, counters.reset, watch.watch,

@@ -107,8 +107,10 @@ class Apis:
 
     # IAM: the policy of a service account (who may act as it).
     def account_policy(self, account: str) -> Json:
+        # Its options go in the query string: this method's request body must be empty.
         return self.fetch("POST", f"https://iam.googleapis.com/v1/projects/{self.project}"
-                                  f"/serviceAccounts/{account}:getIamPolicy", POLICY_V3)
+                                  f"/serviceAccounts/{account}:getIamPolicy"
+                                  "?options.requestedPolicyVersion=3")
 
     # Resource Manager: projectNumber.
     def project_number(self) -> str:
