@@ -775,9 +775,9 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     (`counters/{id}/memory/reset`) at the version read before the shards: of two resets racing
     (two admins, a retry), one commits and the other reads the shards again, so none subtracts
     what the other did; and a commit sent again after a lost answer finds its nonce there.
-    Forgetting the markers is not atomic with it: a like that lands in between counts after the
-    reset, yet its marker goes, so the user may like once more; an un-like in between takes the
-    count to -1 (docs/api.md, reset_counter)."""
+    Forgetting the users (`forget_users`) is not atomic with it: a like that lands in between
+    counts after the reset, yet is forgotten, so the user may like once more; an un-like in
+    between takes the count to -1 (docs/api.md, reset_counter)."""
     ref = counter_ref(db, counter)
     snapshot = ref.get()
     if not snapshot.exists:
@@ -823,8 +823,25 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     else:
         raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; "
                       "retry")
-    for markers in (config.VOTERS, config.PACED):
-        db.recursive_delete(ref.collection(markers))
+    forget_users(db, counter)
+
+
+def forget_users(db: firestore.Client, counter: str) -> None:
+    """After a reset: nobody counted, nobody paced. The markers are rewritten, not deleted
+    (a voter uncounted, a pacing marker's last visit at the epoch): they keep the nonces of
+    their last requests, so that a request whose answer was lost before the reset still finds
+    its own instead of applying again (a deleted marker could be created afresh)."""
+    for markers, forgotten in ((config.VOTERS, {"counted": False}),
+                               (config.PACED, {"at": EPOCH})):
+        refs = list(counter_ref(db, counter).collection(markers).list_documents())
+        for start in range(0, len(refs), config.ROLLUP_COMMIT_WRITES):
+            batch = db.batch()
+            for marker in refs[start:start + config.ROLLUP_COMMIT_WRITES]:
+                batch.set(marker, forgotten, merge=True)
+            batch.commit(retry=writes.IDEMPOTENT)
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 RESET_ATTEMPTS = 5  # reads of the shards by one reset, each after a race lost
