@@ -13,11 +13,7 @@ from tests.sim.run import describe
 # Seeds that found a loss or a double on main's domain, kept as regressions; each fails (a strict
 # xfail naming why) until its fix lands, then passes.
 FAILING_ON_MAIN = {
-    85: ("a view's first attempt landed 21 s late, after its resend applied and a reset deleted "
-         "the pacing marker its precondition relied on (counted twice)"),
     91: "P 4 -> 8 -> 4 -> 1: post-1's rollup 4, its shards 5 (not yet diagnosed)",
-    585: ("a view answered RESOURCE_EXHAUSTED (nothing written) while an attempt of it, its "
-          "answer lost, was still in flight, and landed"),
     803: ("P 16 -> 1: a trigger's -79 on revenue:new never published (rollup 79, shards 0; not "
           "yet diagnosed)"),
 }
