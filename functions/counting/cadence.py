@@ -167,8 +167,9 @@ class Holder:
                 self._done(run, began, flush=False)
 
     def housekeeping(self) -> Invocation:
-        """The scheduled invocation: one tick unless another holder's lease is live, then the
-        lease is let go (a warm holder elsewhere takes it back at its next task)."""
+        """The scheduled invocation: one tick unless another holder's lease is live (more while
+        it owes counters, for `drain_s`), then the lease is let go (a warm holder elsewhere
+        takes it back at its next task)."""
         with self._lock:
             run = Invocation(trigger="schedule")
             began = self._clock.monotonic()
@@ -176,6 +177,11 @@ class Holder:
                 if self._take(run, 0.0):
                     try:
                         self._tick(run, None)
+                        # Owed counters are drained here, not left to a task (`drain_s`).
+                        drain_until = began + self._timing.drain_s / self.part.count
+                        while self.rollup is not None and self.rollup.ledger.deferred \
+                                and self._clock.monotonic() < drain_until:
+                            self._tick(run, None)
                     finally:
                         self._let_go(run)
                 return run
@@ -289,7 +295,7 @@ class Holder:
             run.early = True
             self._clock.sleep((not_before - stats.as_of).total_seconds())
         run.outcome = Outcome.TICKED
-        if stats.owed and self._enqueue is not None:
+        if stats.owed and self._enqueue is not None and run.trigger != "schedule":
             run.tasks += int(self._enqueue(self.part, waking.slot_of(stats.as_of) + 1))
         merge_after = stats.trends.parts_at if stats.trends is not None else None
         if merge_after is not None and self._enqueue is not None:

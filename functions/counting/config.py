@@ -168,6 +168,10 @@ class Cadence:
     # write: about 25 cents a month while something is written every second), and at the end of
     # a housekeeping run.
     usage_flush_s: float = 10.0
+    # A scheduled housekeeping whose holder owes counters (more changed than one tick reads)
+    # goes on ticking this long, shared by the partitions it serves, rather than leaving them
+    # to tasks Cloud Tasks may fail to create: it drains what it owes by itself.
+    drain_s: float = 30.0
 
 
 ROLLUP = Cadence()

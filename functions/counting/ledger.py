@@ -413,11 +413,14 @@ class Ledger:
         return state is not None and state.above_min
 
     def folds_due(self, as_of: dt.datetime) -> list[tuple[str, int]]:
-        """(counter, num_shards) of the counters whose shrink is older than the grace period."""
+        """(counter, num_shards) of the counters whose shrink is older than the grace period,
+        but those whose changes are not taken in yet (deferred, or owed a publish): a fold
+        moves their shard counts, which must first be the sums published."""
         now = as_of.timestamp()
         return [(counter, held.scaling.num_shards) for counter, held in self.held.items()
                 if held.scaling is not None and held.scaling.shrunk_at is not None
-                and now >= held.scaling.shrunk_at + self.params.fold_grace_s]
+                and now >= held.scaling.shrunk_at + self.params.fold_grace_s
+                and counter not in self.deferred and counter not in self.retry]
 
     def counts_kept(self, counter: str) -> str | None:
         """Where the counter's `shard_counts` are, which a fold moves too: "memory", "document"

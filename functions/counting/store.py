@@ -250,16 +250,17 @@ class Store:
             batch.delete(snapshot.reference,
                          option=self.db.write_option(last_update_time=snapshot.update_time))
         for survivor, amount in moved.items():
-            if amount:
-                # Stamped like a write: a sweep then tells the fold's version from a straddling
-                # write nobody touched (and skips it), and the stamp is a touch of whatever the
-                # survivor held. The holder applies the move to the values it remembers, so
-                # the next tick finds the survivor unchanged: a fold wakes nothing.
-                batch.update(coll.document(survivor), {
-                    "count": firestore.Increment(amount),
-                    "updated_at": firestore.SERVER_TIMESTAMP,
-                    "stripe": partitions.shard_stripe(self.db, coll.document(survivor),
-                                                      random.Random())})
+            # Stamped like a write, even when it takes nothing: a sweep then tells the fold's
+            # version from a straddling write nobody touched (and skips it), the stamp is a
+            # touch of whatever the survivor held, and a holder that did not hold the shards'
+            # values (it held the counter for its scaling only) meets the counter again through
+            # it and publishes the sum of what is left. A holder that held them applies the move
+            # to the values it remembers, so its next tick finds the survivor unchanged.
+            batch.update(coll.document(survivor), {
+                "count": firestore.Increment(amount),
+                "updated_at": firestore.SERVER_TIMESTAMP,
+                "stripe": partitions.shard_stripe(self.db, coll.document(survivor),
+                                                  random.Random())})
         if counts_kept is not None:
             moves = {**{shard_count(s.id): firestore.DELETE_FIELD for s in surplus},
                      **{shard_count(survivor): firestore.Increment(amount)
