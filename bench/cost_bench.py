@@ -57,6 +57,7 @@ LEVELS = (
     Level("trickle", 0.1, 1, LEVEL_S * 5 / 3),  # 300 s: 30 increments
     Level("steady", 1.0, 1, LEVEL_S),
     Level("busy", 100.0, 100, LEVEL_S),
+    Level("hot", 100.0, 1, LEVEL_S),  # one counter at 100/s: the lag of a viral post
 )
 
 
@@ -189,6 +190,10 @@ def load(db: firestore.Client, admin: Callables, level: Level) -> dict[str, Any]
             rollup_usd, len(requests)),
         "usd_per_million_increments": cost_model.usd_per_million_increments(
             rollup_usd + write_usd, len(requests)),
+        # Each counter changes in every second it is written: min(its rate, 1) seconds a second.
+        "floor_usd_per_million": cost_model.usd_per_million_increments(
+            cost_model.floor_usd(len(requests), window * level.counters
+                                 * min(1.0, level.rate / level.counters)), len(requests)),
         "lags": lags,
     }
     print(f"{level.name}: {figures['achieved_rate']:.2f}/s, lag p99 {figures['lag_p99_s']:.2f} s,"
@@ -243,6 +248,7 @@ def run() -> dict[str, Any]:
            for name, figures in levels.items()},
         "rollup_usd_per_million": busy["rollup_usd_per_million"],
         "usd_per_million_increments": busy["usd_per_million_increments"],
+        "floor_usd_per_million": busy["floor_usd_per_million"],
         **{f"lag_p99_s_{name}": figures["lag_p99_s"] for name, figures in levels.items()},
         "first_after_idle_s": rested["first_after_idle_s"],
         "levels": {name: {k: v for k, v in figures.items() if k != "lags"}

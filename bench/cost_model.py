@@ -154,6 +154,15 @@ def write_path_usd(requests: Sequence[Request], slot_tasks: float, counters: int
             + slot_tasks * instances * TASK_OPERATION)
 
 
+def floor_usd(increments: int, counter_seconds: float) -> float:
+    """What no design of this API can bill less than (compute aside): per increment an
+    invocation, two writes (the shard and the request marker, which exactly-once needs) and the
+    marker's TTL delete; per counter-second in which the counter changed, the one write that
+    publishes it and the one read that finds it changed."""
+    return (increments * (INVOCATION + 2 * WRITE + DELETE)
+            + counter_seconds * (WRITE + READ))
+
+
 def month_usd(usd: float, seconds: float) -> float:
     """A month at the rate of a window that cost `usd` over `seconds` (the rollup's cost, or
     the whole app's), plus the Scheduler job, billed by the month whatever the load."""

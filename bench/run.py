@@ -117,7 +117,7 @@ def plot_cost(results: dict[str, Any]) -> None:
     for name, lags in results["lags"].items():
         lag.scatter([t for t, _ in lags], [v for _, v in lags], s=4,
                     label=f"{name}: p99 {results[f'lag_p99_s_{name}']:.2f} s")
-    lag.axhline(2.0, color="red", linestyle="--", label="target (2 s)")
+    lag.axhline(1.2, color="red", linestyle="--", label="target p99 (1.2 s)")
     lag.set(title="Lag per increment (ack -> listener)", xlabel="seconds into the level",
             ylabel="lag (s)")
     lag.legend(loc="upper right")
@@ -130,7 +130,8 @@ def plot_cost(results: dict[str, Any]) -> None:
                  color="red", marker="_", s=400, label="target")
     cost.set_yscale("log")
     cost.set(title=f"The rollup's month at list price (busy, all in: "
-                   f"${results['usd_per_million_increments']:.2f} per million increments)",
+                   f"${results['usd_per_million_increments']:.2f} per million increments, "
+                   f"floor ${results['floor_usd_per_million']:.2f})",
              ylabel="$ a month (log)")
     cost.legend()
     fig.tight_layout()

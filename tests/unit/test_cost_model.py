@@ -170,3 +170,12 @@ def test_the_docs_show_what_one_more_partition_costs() -> None:
     assert cost_examples.partition_month(busy=True) > 30 * idle
     docs = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     assert cost_examples.partition_row() in docs
+
+
+def test_the_floor_is_what_exactly_once_and_one_publish_a_second_need() -> None:
+    """At the busy level (one increment per counter-second) the floor is $3.50 a million: two
+    writes, an invocation and a TTL delete per increment, a write and a read per
+    counter-second; a hot counter's many increments a second share one publish."""
+    busy = cost_model.usd_per_million_increments(cost_model.floor_usd(18_000, 18_000), 18_000)
+    hot = cost_model.usd_per_million_increments(cost_model.floor_usd(18_000, 180), 18_000)
+    assert round(busy, 6) == 3.5 and round(hot, 6) == 2.312
