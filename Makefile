@@ -84,13 +84,14 @@ web-deps: $(CLIENT)
 packages: $(CLIENT_TGZ) $(WHEEL)
 
 $(WHEEL): $(VENV)/.installed pyproject.toml $(BACKEND_FILES) \
-		$(shell find tools/counters_cli functions/counting -name '*.py')
+		$(shell find tools/counters_cli functions/counting functions/handlers -name '*.py')
 	rm -rf $(WHEEL_STAGE) && mkdir -p $(WHEEL_STAGE)/tools $(WHEEL_STAGE)/functions/venv
 	cp pyproject.toml $(WHEEL_STAGE)/
 	cp -r tools/counters_cli $(WHEEL_STAGE)/tools/
 	cp -r functions/counting $(WHEEL_STAGE)/functions/
 	mkdir $(WHEEL_STAGE)/tools/counters_cli/backend
 	cp $(BACKEND_FILES) $(WHEEL_STAGE)/tools/counters_cli/backend/
+	cp -r functions/handlers $(WHEEL_STAGE)/tools/counters_cli/backend/
 	find $(WHEEL_STAGE) -name __pycache__ -prune -exec rm -rf {} +
 	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
 	  --wheel-dir $(@D) $(WHEEL_STAGE)

@@ -26,8 +26,11 @@ from typing import Any
 
 import requests
 from callables import Callables, CallError, sign_up
-from counting import config, counters, status, waking
-from counting.lease import state_ref
+from counting.features import counters
+from counting.foundation import config
+from counting.rollup import status
+from counting.rollup.lease import state_ref
+from counting.writepath import waking
 from google.cloud import firestore
 
 COUNTERS = 20

@@ -26,7 +26,9 @@ from typing import Any
 
 import cost_model
 from counters_cli.load import percentile
-from counting import cadence, collections, config, declarations
+from counting.features import collections, declarations
+from counting.foundation import config
+from counting.rollup import cadence
 from google.cloud import firestore
 
 RATE = 300.0

@@ -33,7 +33,8 @@ from typing import Any
 import cost_model
 from callables import Callables, sign_up
 from counter_bench import lag_figures
-from counting import cadence, config
+from counting.foundation import config
+from counting.rollup import cadence
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.field_path import FieldPath

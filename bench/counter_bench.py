@@ -21,9 +21,12 @@ from typing import Any
 
 from callables import Callables, sign_up
 from counters_cli.load import percentile
-from counting import cadence, config, counters, kinds, rollup
-from counting.config import AutoscaleParams
-from counting.lease import Lease, state_ref
+from counting.features import counters
+from counting.foundation import config, kinds
+from counting.foundation.config import AutoscaleParams
+from counting.rollup import cadence
+from counting.rollup.lease import Lease, state_ref
+from counting.rollup.tick import Rollup
 from google.cloud import firestore
 
 
@@ -98,7 +101,7 @@ def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4) -> 
 def rollup_cost(active: int = 10, idle: int = 5000, ticks: int = 10) -> dict[str, Any]:
     """Reads and wall time per tick for `active` changing counters, without and with idle ones."""
     db = own_db()
-    step = rollup.Rollup(db, taken_lease(db))
+    step = Rollup(db, taken_lease(db))
     names = [f"active-{n}" for n in range(active)]
     cache = counters.ConfigCache()
     for name in names:
@@ -297,7 +300,7 @@ def listener_bytes(shards: int = 1000) -> dict[str, Any]:
     db = own_db()
     counter = "listened"
     counters.create_counter(db, counter, shards=shards, strategy="least_loaded")
-    step = rollup.Rollup(db, taken_lease(db), AutoscaleParams(enabled=False))
+    step = Rollup(db, taken_lease(db), AutoscaleParams(enabled=False))
     step.tick()
     for n in range(0, shards, 500):
         batch = db.batch()

@@ -31,7 +31,7 @@ import trend_bench  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from counting import waking  # noqa: E402
+from counting.writepath import waking  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

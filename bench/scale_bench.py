@@ -8,7 +8,7 @@ process with its own Firestore client: holders in threads of one process would s
 Writes go through the domain's batch increment (`counters.increment_many`, at most MAX_BATCH
 distinct counters a commit) from a thread pool; the commit time of each comes from the hook every
 domain write path ends in (`waking.install`). Only the public pieces are used (create_counter,
-increment_many, Holder/loop with a partition, TickStats, partitions.change/home_of/parts), so
+increment_many, Holder/loop with a partition, TickStats, repartition.change/home_of/parts), so
 that the rollup's internals may change under the benchmark.
 
 Sizes come from the environment (SCALE_COUNTERS, SCALE_DISTINCT, SCALE_LAG_S, SCALE_RATE); the
@@ -35,9 +35,12 @@ from typing import Any
 
 from counter_bench import own_db
 from counters_cli.load import percentile
-from counting import cadence, config, counters, partitions, waking
-from counting.config import AutoscaleParams
-from counting.rollup import TickStats
+from counting.features import counters
+from counting.foundation import config
+from counting.foundation.config import AutoscaleParams
+from counting.rollup import cadence, repartition
+from counting.rollup.tick import TickStats
+from counting.writepath import partitions, waking
 from google.cloud import firestore
 
 COUNTERS = int(os.environ.get("SCALE_COUNTERS", 4000))  # of the capacity runs
@@ -340,7 +343,7 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
     ticks until none owes a first load), then per step k, REPEATS times: change k distinct
     counters, tick every holder at once and time them. Stops after the first step whose ticks
     take TICK_LIMIT_S or more."""
-    partitions.change(db, count)
+    repartition.change(db, count)
     warm_began = time.monotonic()
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -498,7 +501,7 @@ def lag_run() -> dict[str, Any]:
     db = own_db()
     rng = random.Random(2)
     names, create_s = create(db, LAG_COUNTERS)
-    partitions.change(db, BALANCE_P)
+    repartition.change(db, BALANCE_P)
     writes: list[tuple[float, list[str]]] = []
     with writer_of(db) as writer:
         prime_s = writer.prime(names)
@@ -565,7 +568,7 @@ def distinct_run() -> dict[str, Any]:
     published a count."""
     db = own_db()
     names, create_s = create(db, DISTINCT)
-    partitions.change(db, BALANCE_P)
+    repartition.change(db, BALANCE_P)
     with writer_of(db) as writer:
         prime_s = writer.prime(names)
         with holders_of(db.project, BALANCE_P) as holders:

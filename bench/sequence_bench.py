@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from counting import sequences
+from counting.features import sequences
 from google.cloud import firestore
 
 CLIENTS = 8

@@ -23,9 +23,12 @@ from typing import Any
 
 from counter_bench import own_db, rollup_thread
 from counters_cli.load import percentile
-from counting import config, rollup, trends
-from counting.lease import Lease, state_ref
-from counting.partitions import WHOLE
+from counting.features import trends
+from counting.foundation import config
+from counting.rollup import trend_step
+from counting.rollup.lease import Lease, state_ref
+from counting.rollup.tick import Rollup
+from counting.writepath.partitions import WHOLE
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
@@ -177,8 +180,8 @@ def tick_cost(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), ticks: int = 5,
         clock = Clock(now)
         lease = Lease(db, state_ref(db), "bench", config.ROLLUP.lease_s * 100)
         assert lease.acquire()
-        step = rollup.Rollup(db, lease,
-                             trends=functools.partial(trends.TrendRollup, clock=clock))
+        step = Rollup(db, lease,
+                             trends=functools.partial(trend_step.TrendRollup, clock=clock))
         started = time.monotonic()
         populate(db, size, now)
         populate_s = time.monotonic() - started

@@ -8,21 +8,21 @@ request), 512 MiB for the clients plus 80 requests' payloads, 60 s (a callable d
 Firestore calls; a stuck one fails instead of holding an instance), no minimum instance (idle
 costs nothing; the first call after a long idle pays a cold start) and at most 100 instances (a
 cap on what a flood of clients can cost). The collection counters' document triggers take them
-too (counting/api/collections.py). The rollup's functions set their own
-(counting/api/rollup.py). tests/unit/test_manifest.py pins them all.
+too (handlers/collections.py). The rollup's functions set their own
+(handlers/rollup.py). tests/unit/test_manifest.py pins them all.
 
 Before anything else, the codebase's placement (placement.json beside this file: where its data
 lives, which prefix its function ids have) is made the process's; without the file the functions
-refuse to start rather than write to default collections (counting/config.py). Under the
+refuse to start rather than write to default collections (counting/foundation/config.py). Under the
 Functions emulator, every database's rules are loaded into the Firestore emulator, which loads
-none once firebase.json lists several (counting/emulator_rules.py).
+none once firebase.json lists several (counting/foundation/emulator_rules.py).
 """
 
 import logging
 import os
 from pathlib import Path
 
-from counting import config, emulator_rules
+from counting.foundation import config, emulator_rules
 from firebase_admin import initialize_app
 from firebase_functions import options
 
@@ -41,18 +41,18 @@ options.set_global_options(
 )
 initialize_app()
 
-from counting.api import cloud_logging  # noqa: E402
-from counting.api.collections import TRIGGERS  # noqa: E402
-from counting.api.counters import (  # noqa: E402
+from handlers import cloud_logging  # noqa: E402
+from handlers.collections import TRIGGERS  # noqa: E402
+from handlers.counters import (  # noqa: E402
     configure_counter,
     create_counter,
     get_count,
     increment,
     reset_counter,
 )
-from counting.api.rollup import TICKS, rollup  # noqa: E402
-from counting.api.sequences import configure_sequence, next_number, reset_sequence  # noqa: E402
-from counting.api.trends import top_tags, track  # noqa: E402
+from handlers.rollup import TICKS, rollup  # noqa: E402
+from handlers.sequences import configure_sequence, next_number, reset_sequence  # noqa: E402
+from handlers.trends import top_tags, track  # noqa: E402
 
 cloud_logging(logging.INFO)
 # The collection counters' Firestore triggers (count_orders, count_posts_comments), one per path

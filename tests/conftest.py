@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from counting import waking
+from counting.writepath import waking
 from hypothesis import settings
 
 # Hypothesis' per-example deadline is a timing assertion: a busy machine fails it. None here.

@@ -14,8 +14,8 @@ from __future__ import annotations
 import datetime as dt
 
 from callables import sign_up
-from counting import collections, counters, declarations, sequences, trends
-from counting.policy import Policy
+from counting.features import collections, counters, declarations, sequences, trends
+from counting.writepath.policy import Policy
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 

@@ -3,7 +3,7 @@
 1. The runtime service account into functions/.env.<project> (RUNTIME_SERVICE_ACCOUNT, the
    project's default compute account): the deploy manifest names it as the invoker of every
    tick function (`rolluptick`, `rolluptick1` ... `rolluptick15`, one per partition index of the
-   rollup: counting/api/task_queues.py), and firebase-tools reads the value there.
+   rollup: handlers/task_queues.py), and firebase-tools reads the value there.
 2. Rules and indexes (and TTL policies): the rollup's and Top-K's queries fail in production
    until their composite indexes exist, and the new callables expect the new rules.
 3. Functions: the callables, the scheduled rollup and the tick functions, each with its own task
@@ -46,7 +46,7 @@ from counters_cli import doctor
 from counters_cli.canary import Finding
 from counters_cli.doctor import ACT_AS, ENQUEUER, INVOKER
 from counters_cli.google_apis import POLICY_V3
-from counting import config
+from counting.foundation import config
 from google.cloud import firestore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ FIREBASE = str(ROOT / "node_modules/.bin/firebase")
 FUNCTIONS = ROOT / "functions"
 
 # The parameter the tick functions' manifests name as their invoker
-# (counting/api/task_queues.py).
+# (handlers/task_queues.py).
 RUNTIME_ACCOUNT = "RUNTIME_SERVICE_ACCOUNT"
 # An access token from the Firebase CLI is used for this long before the next is asked for.
 TOKEN_LIFE = dt.timedelta(minutes=30)

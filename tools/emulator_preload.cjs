@@ -25,7 +25,7 @@ process.on("unhandledRejection", (reason) => {
 // whatever its `scheduleTime`, and looks at an idle queue once a second. Cloud Tasks dispatches a
 // task at its schedule time, within milliseconds when the queue has room. The rollup's tick for a
 // second is scheduled for that second's end, so that it starts after every write of that second
-// (functions/counting/waking.py): here a task waits for its time before it joins the queue (its
+// (functions/counting/writepath/waking.py): here a task waits for its time before it joins the queue (its
 // name is taken at once, so a duplicate is refused as before), and an idle queue is looked at
 // every 20 ms.
 try {

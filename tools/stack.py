@@ -40,7 +40,7 @@ from scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "functions"))
-from counting import config  # noqa: E402
+from counting.foundation import config  # noqa: E402
 
 PROJECT: str = json.loads((ROOT / ".firebaserc").read_text())["projects"]["default"]
 REGION = config.REGION

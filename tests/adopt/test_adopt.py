@@ -40,7 +40,7 @@ import pytest
 import requests
 import stack
 from callables import Callables, sign_up
-from counting import declarations
+from counting.features import declarations
 from google.cloud import firestore
 
 from tests.waiting import eventually

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 
 import pytest
-from counting import declarations
+from counting.features import declarations
 from google.cloud import firestore
 from playwright.sync_api import Page, expect
 

@@ -18,7 +18,7 @@ from .conftest import open_in, screenshot, troubles
 from .test_web import SLOW_MS
 
 # The CLI's load: ~20 writes/s on a 1-shard counter is far above what one shard is sized for, so
-# the rollup measures the rate and grows the counter (counting.autoscale) within seconds.
+# the rollup measures the rate and grows the counter (counting.writepath.autoscale) within seconds.
 LOAD = ("--rate", "20", "--seconds", "45", "--concurrency", "4", "--no-check")
 # The rate the plot must reach: a clear rise, well below what the load drives.
 RISEN = 5.0

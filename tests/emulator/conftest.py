@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from callables import Callables, User, sign_up
-from counting import waking
+from counting.writepath import waking
 from google.cloud import firestore
 
 if "COUNTERS_FUNCTIONS_URL" not in os.environ:

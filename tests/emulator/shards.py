@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from counting import counters
+from counting.features import counters
 from google.cloud import firestore
 
 

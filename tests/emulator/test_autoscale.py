@@ -15,9 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from callables import Callables
-from counting import cadence, config, counters, rollup
-from counting.config import AutoscaleParams
-from counting.lease import Lease, state_ref
+from counting.features import counters
+from counting.foundation import config
+from counting.foundation.config import AutoscaleParams
+from counting.rollup import cadence
+from counting.rollup.lease import Lease, state_ref
+from counting.rollup.tick import Rollup
 from google.cloud import firestore
 
 from ..waiting import eventually
@@ -207,7 +210,7 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client) -> No
     assert lease.acquire()
     # No grow from the few writes here; shrink as soon as the rate is low.
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.5)
-    step = rollup.Rollup(db, lease, params)
+    step = Rollup(db, lease, params)
     step.tick()  # meets the counter (36), measures no load: shrinks to 1 at once
     assert (num_shards(db, "c"), rollup_count(db, "c")) == (1, 36)
     write_shard(db, "c", 5, 100)
@@ -237,7 +240,7 @@ def test_an_increment_racing_a_fold_is_not_lost(
     lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.3)
-    step = rollup.Rollup(db, lease, params)
+    step = Rollup(db, lease, params)
     step.tick()  # shrinks to 1; the fold comes on the first tick after the grace
     real_option = db.write_option
     raced: list[bool] = []

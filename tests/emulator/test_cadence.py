@@ -16,9 +16,12 @@ from typing import Any
 
 import pytest
 from callables import Callables
-from counting import cadence, config, counters, ledger, partitions, status, waking
-from counting.lease import state_ref
-from counting.partitions import WHOLE, Part
+from counting.features import counters
+from counting.foundation import config
+from counting.rollup import cadence, ledger, repartition, status
+from counting.rollup.lease import state_ref
+from counting.writepath import partitions, waking
+from counting.writepath.partitions import WHOLE, Part
 from google.cloud import firestore
 
 from tests.waiting import eventually
@@ -262,7 +265,7 @@ def test_each_partition_is_ticked_by_its_own_function(
     for name in names.values():
         admin.call("create_counter", counter=name, shards=2)
     try:
-        partitions.change(db, 4)
+        repartition.change(db, 4)
         ticked_by_a_write(
             db, lambda: [admin.call("increment", counter=name, by=3) for name in names.values()],
             lambda: all(rollup_count(db, name) == 3 for name in names.values()),
@@ -271,7 +274,7 @@ def test_each_partition_is_ticked_by_its_own_function(
         assert [part for part, _ in found] == partitions.parts(4)
         assert all(state.last_tick_at is not None for _, state in found)
     finally:
-        partitions.change(db, 1)
+        repartition.change(db, 1)
     ticked_by_a_write(
         db, lambda: [admin.call("increment", counter=name, by=2) for name in names.values()],
         lambda: all(rollup_count(db, name) == 5 for name in names.values()))

@@ -19,8 +19,9 @@ import pytest
 from callables import Callables, CallError, sign_up
 from click.testing import CliRunner, Result
 from counters_cli import cli
-from counting import config, counters, declarations
-from counting.errors import NotFound
+from counting.features import counters, declarations
+from counting.foundation import config
+from counting.foundation.errors import NotFound
 from google.cloud import firestore
 
 from ..tables import table_rows

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 from callables import Callables, CallError
-from counting import collections, counters, declarations
-from counting.counters import ShardPicker
-from counting.errors import FailedPrecondition
+from counting.features import collections, counters, declarations
+from counting.features.counters import ShardPicker
+from counting.foundation.errors import FailedPrecondition
 from google.cloud import firestore
 from google.events.cloud import firestore as events
 from google.protobuf import timestamp_pb2

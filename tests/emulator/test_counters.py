@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 from callables import Callables, CallError, User
-from counting import config, counters, kinds
-from counting.counters import shards_for
-from counting.policy import Policy
+from counting.features import counters
+from counting.features.counters import shards_for
+from counting.foundation import config, kinds
+from counting.writepath.policy import Policy
 from google.cloud import firestore
 
 from ..waiting import eventually

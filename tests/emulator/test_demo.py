@@ -7,7 +7,7 @@ import os
 
 import demo
 from callables import Callables, sign_up
-from counting import trends
+from counting.features import trends
 from google.cloud import firestore
 
 from ..waiting import always, eventually

@@ -10,7 +10,7 @@ import re
 from click.testing import CliRunner
 from counters_cli import cli
 from counters_cli.doctor import CHECKS
-from counting import config
+from counting.foundation import config
 from google.cloud import firestore
 
 

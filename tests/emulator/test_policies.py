@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from callables import Callables, CallError, User, sign_up
-from counting import counters
+from counting.features import counters
 from google.cloud import firestore
 
 from ..waiting import eventually

@@ -12,8 +12,11 @@ import threading
 from typing import Any
 
 import pytest
-from counting import audit, cadence, config, counters, ledger, rollup
-from counting.lease import Lease, LeaseLost, state_ref
+from counting.features import counters
+from counting.foundation import config
+from counting.rollup import audit, cadence, ledger, tick
+from counting.rollup.lease import Lease, LeaseLost, state_ref
+from counting.rollup.tick import Rollup
 from google.cloud import firestore
 
 from ..waiting import eventually
@@ -42,7 +45,7 @@ def test_tick_writes_the_sum_of_changed_counters(isolated_db: firestore.Client) 
     """A tick sets count and updated_at for counters that changed, and only those."""
     for name in ("a", "b", "quiet"):
         counters.create_counter(isolated_db, name, shards=4)
-    step = rollup.Rollup(isolated_db, lease_for(isolated_db))
+    step = Rollup(isolated_db, lease_for(isolated_db))
     for by in (1, 2, 3):
         add(isolated_db, "a", by)
     add(isolated_db, "b", -4)
@@ -61,7 +64,7 @@ def test_idle_ticks_cost_a_lease_read_and_one_empty_query(isolated_db: firestore
     writes nothing (its lease was written less than `renew_s` ago)."""
     for n in range(30):
         counters.create_counter(isolated_db, f"idle-{n}", shards=3)
-    step = rollup.Rollup(isolated_db, lease_for(isolated_db))
+    step = Rollup(isolated_db, lease_for(isolated_db))
     step.tick()
     stats = step.tick()
     counter_reads = stats.reads - (stats.trends.reads if stats.trends else 0)
@@ -72,7 +75,7 @@ def test_idle_ticks_cost_a_lease_read_and_one_empty_query(isolated_db: firestore
 def test_unchanged_sum_is_not_rewritten(isolated_db: firestore.Client) -> None:
     """Shards that change but cancel out leave the rollup document alone."""
     counters.create_counter(isolated_db, "flat", shards=2)
-    step = rollup.Rollup(isolated_db, lease_for(isolated_db))
+    step = Rollup(isolated_db, lease_for(isolated_db))
     add(isolated_db, "flat", 5)
     step.tick()
     add(isolated_db, "flat", 3)
@@ -88,7 +91,7 @@ def test_interrupted_tick_is_redone_exactly(
     names = [f"c{n}" for n in range(6)]
     for name in names:
         counters.create_counter(isolated_db, name, shards=3)
-    first = rollup.Rollup(isolated_db, lease_for(isolated_db, "crashing"))
+    first = Rollup(isolated_db, lease_for(isolated_db, "crashing"))
     first.tick()
     rng = random.Random(7)
     expected = dict.fromkeys(names, 0)
@@ -97,7 +100,7 @@ def test_interrupted_tick_is_redone_exactly(
         add(isolated_db, name, by)
         expected[name] += by
 
-    monkeypatch.setattr(rollup, "PUBLISHES_PER_COMMIT", 1)
+    monkeypatch.setattr(tick, "PUBLISHES_PER_COMMIT", 1)
     real_batch = isolated_db.batch
     commits = {"n": 0}
 
@@ -123,7 +126,7 @@ def test_interrupted_tick_is_redone_exactly(
     assert 0 < sum(half_written) < len(names)
 
     # The dead holder's lease has the persisted watermark of before the failed tick.
-    successor = rollup.Rollup(isolated_db, lease_for(isolated_db, "crashing"))
+    successor = Rollup(isolated_db, lease_for(isolated_db, "crashing"))
     successor.tick()
     assert {name: rollup_count(isolated_db, name) for name in names} == expected
     assert all(strong_count(isolated_db, name) == expected[name] for name in names)
@@ -132,7 +135,7 @@ def test_interrupted_tick_is_redone_exactly(
 def test_rollup_is_exact_while_writes_continue(isolated_db: firestore.Client) -> None:
     """Ticks racing 4 writers always publish a sum the shards really had; the last is exact."""
     counters.create_counter(isolated_db, "hot", shards=5)
-    step = rollup.Rollup(isolated_db, lease_for(isolated_db))
+    step = Rollup(isolated_db, lease_for(isolated_db))
     stop = threading.Event()
     totals = [0] * 4
 
@@ -200,7 +203,7 @@ def test_a_superseded_holder_commits_nothing(
     """A holder that stalls mid-tick past its lease cannot write its older sums over those of
     the holder that took over meanwhile."""
     counters.create_counter(isolated_db, "fenced", shards=2)
-    stale = rollup.Rollup(isolated_db, Lease(isolated_db, state_ref(isolated_db), "stale",
+    stale = Rollup(isolated_db, Lease(isolated_db, state_ref(isolated_db), "stale",
                                              0.5))
     assert stale.store.lease.acquire()
     add(isolated_db, "fenced", 1)
@@ -212,7 +215,7 @@ def test_a_superseded_holder_commits_nothing(
             add(isolated_db, "fenced", 10)
             lease = Lease(isolated_db, state_ref(isolated_db), "successor", 0.5)
             eventually(lease.acquire, timeout_s=10)  # once the stale holder's lease expired
-            successor = rollup.Rollup(isolated_db, lease)
+            successor = Rollup(isolated_db, lease)
             successor.tick()
         return real_plan(self, *args)
 
@@ -229,7 +232,7 @@ def test_a_counter_that_cannot_be_published_does_not_stop_the_others(
     every other counter is published and the watermark moves on."""
     for name in ("big", "gone", "fine"):
         counters.create_counter(isolated_db, name, shards=2)
-    step = rollup.Rollup(isolated_db, lease_for(isolated_db))
+    step = Rollup(isolated_db, lease_for(isolated_db))
     add(isolated_db, "gone", 1)
     step.tick()
     for shard in (0, 1):
@@ -262,11 +265,11 @@ def test_first_loads_are_spread_and_survive_a_handover(
     for name in names:
         counters.create_counter(isolated_db, name, shards=2)
         add(isolated_db, name, 3)
-    first = rollup.Rollup(isolated_db, lease_for(isolated_db, "first"))
+    first = Rollup(isolated_db, lease_for(isolated_db, "first"))
     assert first.tick().changed_counters == 2
     assert sum(rollup_count(isolated_db, name) == 3 for name in names) == 2
     first.store.lease.release(first.durable_progress)  # hands over with three still owed
-    successor = rollup.Rollup(isolated_db, lease_for(isolated_db, "successor"))
+    successor = Rollup(isolated_db, lease_for(isolated_db, "successor"))
     for _ in range(4):  # it meets all five (from the watermark left): two a tick, then one
         successor.tick()
     assert [rollup_count(isolated_db, name) for name in names] == [3] * 5
@@ -284,7 +287,7 @@ def test_the_audit_turns_a_lasting_mismatch_into_drift(
     and repaired: the next tick publishes the shards' sum."""
     db = isolated_db
     counters.create_counter(db, "liked", shards=2)
-    step = rollup.Rollup(db, lease_for(db))
+    step = Rollup(db, lease_for(db))
     write_shard(db, "liked", 0, 3)
     step.tick()
     assert audit.run(db, per_run=10) == audit.Run(
@@ -296,7 +299,7 @@ def test_the_audit_turns_a_lasting_mismatch_into_drift(
     assert found is not None and (found.published, found.shards) == (4, 8)
     assert audit.run(db, per_run=10).suspects == ["liked"]
     monkeypatch.setattr(audit, "CONFIRM_AFTER_S", 0.0)
-    with caplog.at_level(logging.ERROR, logger="counting.audit"):
+    with caplog.at_level(logging.ERROR, logger="counting.rollup.audit"):
         confirmed = audit.run(db, per_run=10)
     assert [c.counter for c in confirmed.drift] == ["liked"] and confirmed.suspects == []
     assert any(r.getMessage().startswith(audit.DRIFT_LOG_PREFIX) for r in caplog.records)

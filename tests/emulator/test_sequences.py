@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import requests
 from callables import Callables, CallError, User, sign_up
-from counting import config, sequences
+from counting.features import sequences
+from counting.foundation import config
 from google.cloud import firestore
 
 from ..waiting import eventually

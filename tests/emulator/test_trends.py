@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 from callables import Callables, CallError
-from counting import config, kinds, rollup, trends
-from counting.lease import Lease, state_ref
+from counting.features import trends
+from counting.foundation import config, kinds
+from counting.rollup import trend_ledger, trend_step
+from counting.rollup.lease import Lease, state_ref
+from counting.rollup.tick import Rollup
 from google.cloud import firestore
 
 from ..waiting import eventually
@@ -30,7 +33,7 @@ def expected(events: Iterable[Event], now: dt.datetime, window: kinds.Window,
         bucket = trends.bucket_of(window, trends.minute_of(when))
         if (region is None or where == region) and trends.in_window(window, bucket, now_minute):
             counts.update(tags)
-    ranked = sorted(counts.items(), key=trends.rank)[:config.TOP_K]
+    ranked = sorted(counts.items(), key=trend_ledger.rank)[:config.TOP_K]
     return [{"tag": tag, "count": count} for tag, count in ranked]
 
 
@@ -156,12 +159,12 @@ class Clock:
 
 
 def stepper(db: firestore.Client, clock: Clock,
-            thresholds: Mapping[kinds.Window, int] | None = None) -> tuple[rollup.Rollup, Lease]:
+            thresholds: Mapping[kinds.Window, int] | None = None) -> tuple[Rollup, Lease]:
     """A rollup holder whose trends step reads the time from `clock`."""
     lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
-    return rollup.Rollup(db, lease, trends=functools.partial(
-        trends.TrendRollup, clock=clock, thresholds=thresholds)), lease
+    return Rollup(db, lease, trends=functools.partial(
+        trend_step.TrendRollup, clock=clock, thresholds=thresholds)), lease
 
 
 def listed(db: firestore.Client, scope: str, window: kinds.Window) -> list[Any]:

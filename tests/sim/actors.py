@@ -35,21 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from counting import (
-    audit,
-    cadence,
-    collections,
-    config,
-    counters,
-    declarations,
-    partitions,
-    sequences,
-    trends,
-    waking,
-)
-from counting.config import AutoscaleParams
-from counting.partitions import Part
-from counting.policy import Policy
+from counting.features import collections, counters, declarations, sequences, trends
+from counting.foundation import config
+from counting.foundation.config import AutoscaleParams
+from counting.rollup import audit, cadence, repartition
+from counting.writepath import partitions, waking
+from counting.writepath.partitions import Part
+from counting.writepath.policy import Policy
 from firebase_admin import exceptions as admin_exceptions
 from google.cloud import firestore
 
@@ -396,7 +388,7 @@ class Operator:
         changes nothing)."""
         self.stage.ops["change_partitions"] += 1
         self.stage.ask(Request(kind="change_partitions"),
-                       lambda: partitions.change(self.stage.db, count), admin=True)
+                       lambda: repartition.change(self.stage.db, count), admin=True)
 
     def configure(self) -> None:
         """A new write policy: plain counters' range of `by` narrowed or widened, the paced

@@ -20,7 +20,7 @@ change query served) and what callers were told (`history`).
   answered, so lived to touch it: the touch); a state with an older P's stripe is left to the
   sweep. Without them counts are still exact at quiescence (the sweep finds the rest), a sweep
   later.
-- `Audit`: the exactness audit the scheduled run makes (`counting.audit`) found no drift.
+- `Audit`: the exactness audit the scheduled run makes (`counting.rollup.audit`) found no drift.
 
 A finding's `kind` says what it costs: `lost`, `doubled`, `fenced`, `answer`, `late`.
 """
@@ -34,7 +34,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from counting import audit, collections, config, partitions, sequences
+from counting.features import collections, sequences
+from counting.foundation import config
+from counting.rollup import audit
+from counting.writepath import partitions
 
 from .history import Answer, Call, History, Request
 from .model import Attempt, Model, Path
@@ -466,8 +469,8 @@ class Audit:
     name = "audit"
 
     def check(self, run: Evidence) -> list[Finding]:
-        """The exactness audit the scheduled run makes (`counting.audit`) found no drift: what
-        it found (and repaired) was a loss, whatever the counters look like at the end."""
+        """The exactness audit the scheduled run makes (`counting.rollup.audit`) found no drift:
+        what it found (and repaired) was a loss, whatever the counters look like at the end."""
         state = run.final.get((config.INTERNAL, audit.AUDIT_DOC)) or {}
         return [by_sign(self.name, int(d["published"]) - int(d["shards"]),
                         f"{d['counter']}: published {d['published']}, shards {d['shards']} "

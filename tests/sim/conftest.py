@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from counting import partitions
+from counting.writepath import partitions
 
 
 @pytest.fixture(autouse=True)

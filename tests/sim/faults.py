@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from counting import config
+from counting.foundation import config
 from google.api_core import exceptions as gexc
 from google.api_core import retry as retries
 from google.api_core.gapic_v1 import method

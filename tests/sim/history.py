@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from counting import errors
+from counting.foundation import errors
 from google.api_core import exceptions as gexc
 
 from .virtual import Sim

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from counting import config
+from counting.foundation import config
 from google.api_core import exceptions as gexc
 from google.api_core.gapic_v1 import method
 from google.cloud.firestore_v1 import transforms

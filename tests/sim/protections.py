@@ -28,18 +28,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from counting import (
-    audit,
-    collections,
-    config,
-    counters,
-    ledger,
-    partitions,
-    store,
-    waking,
-    writes,
-)
-from counting.config import Protections
+from counting.features import collections, counters
+from counting.foundation import config, writes
+from counting.foundation.config import Protections
+from counting.rollup import audit, ledger, store
+from counting.writepath import partitions, waking
 
 T = TypeVar("T")
 R = TypeVar("R")

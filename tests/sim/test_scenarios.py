@@ -9,10 +9,13 @@ import random
 from typing import cast
 
 import pytest
-from counting import counters, folding, ledger, partitions, rollup
-from counting.config import AutoscaleParams
-from counting.lease import Lease, state_ref
-from counting.partitions import WHOLE
+from counting.features import counters
+from counting.foundation.config import AutoscaleParams
+from counting.rollup import folding, ledger, repartition
+from counting.rollup.lease import Lease, state_ref
+from counting.rollup.tick import Rollup, TickStats
+from counting.writepath import partitions
+from counting.writepath.partitions import WHOLE
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
@@ -31,22 +34,22 @@ class Scene:
     def at(self, seconds: float) -> None:
         self.sim.now_us = max(self.sim.now_us, round(seconds * 1_000_000))
 
-    def holder(self, name: str) -> rollup.Rollup:
+    def holder(self, name: str) -> Rollup:
         lease = Lease(self.db, state_ref(self.db), name, 10.0)
         assert lease.acquire()
-        return rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False),
+        return Rollup(self.db, lease, AutoscaleParams(enabled=False),
                              monotonic=self.sim.monotonic)
 
-    def holder_of(self, part: partitions.Part, at: float | None = None) -> rollup.Rollup:
+    def holder_of(self, part: partitions.Part, at: float | None = None) -> Rollup:
         """A holder of `part` (taking its lease at `at`, if given)."""
         if at is not None:
             self.at(at)
         lease = Lease(self.db, state_ref(self.db, part), f"holder-{part}", 10.0)
         assert lease.acquire()
-        return rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part,
+        return Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part,
                              monotonic=self.sim.monotonic)
 
-    def hand_over(self, holder: rollup.Rollup, t: float) -> rollup.Rollup:
+    def hand_over(self, holder: Rollup, t: float) -> Rollup:
         """`holder` lets the lease go at `t`; a successor (an empty ledger) takes it."""
         self.at(t)
         holder.store.lease.release(holder.durable_progress)
@@ -57,7 +60,7 @@ class Scene:
         ref = counters.shard_ref(self.db, counter, shard)
         ref.update(counters.shard_write(self.db, ref, by, random.Random(shard)))
 
-    def twenty_counters(self) -> tuple[list[str], rollup.Rollup]:
+    def twenty_counters(self) -> tuple[list[str], Rollup]:
         """Counters c0..c19 of 10 shards, and a first holder that took the lease after them."""
         names = [f"c{n}" for n in range(20)]
         for name in names:
@@ -65,7 +68,7 @@ class Scene:
         self.at(1)
         return names, self.holder("first")
 
-    def wide_counter(self, holder: str) -> rollup.Rollup:
+    def wide_counter(self, holder: str) -> Rollup:
         """The counter `wide`: 8 shards, 8 increments, and a holder that has met it."""
         counters.create_counter(self.db, "wide", shards=8)
         self.at(1)
@@ -81,7 +84,7 @@ class Scene:
             "count": firestore.Increment(1), "writes": firestore.Increment(1),
             "updated_at": self.sim.instant(round(stamped_s * 1_000_000)), "stripe": 0})])
 
-    def hand_over_until_a_sweep(self, holder: rollup.Rollup, t: float) -> rollup.TickStats:
+    def hand_over_until_a_sweep(self, holder: Rollup, t: float) -> TickStats:
         """`holder` hands over; its successor ticks every second until it sweeps. Returns the
         sweep's figures, with the clock past its commits."""
         holder.store.lease.release(holder.durable_progress)
@@ -257,7 +260,7 @@ def handover_reads(*, legacy: bool) -> int:
     return counter_reads(stats)
 
 
-def counter_reads(stats: rollup.TickStats) -> int:
+def counter_reads(stats: TickStats) -> int:
     """A tick's reads but the trends step's."""
     return stats.reads - (stats.trends.reads if stats.trends else 0)
 
@@ -347,7 +350,7 @@ def test_a_tick_reading_longer_than_the_lease_keeps_it() -> None:
     scene.at(2)
     lease = Lease(scene.db, state_ref(scene.db), "holder", 10.0)
     assert lease.acquire()
-    holder = rollup.Rollup(scene.db, lease, AutoscaleParams(), monotonic=scene.sim.monotonic)
+    holder = Rollup(scene.db, lease, AutoscaleParams(), monotonic=scene.sim.monotonic)
     outcome: dict[str, object] = {}
 
     def tick() -> None:
@@ -361,7 +364,7 @@ def test_a_tick_reading_longer_than_the_lease_keeps_it() -> None:
     scene.sim.run_until(120.0)
     scene.sim.shutdown()
     assert outcome["taken"] is False
-    assert isinstance(outcome["tick"], rollup.TickStats)
+    assert isinstance(outcome["tick"], TickStats)
     assert scene.published("c") == 1
 
 
@@ -386,7 +389,7 @@ def test_a_blind_increment_whose_answer_was_lost_counts_once(protected: bool) ->
     assert scene.shards("blind") == (1 if protected else 2)
 
 
-def reset_beside_a_warm_holder(values: dict[int, int]) -> tuple[Scene, rollup.Rollup]:
+def reset_beside_a_warm_holder(values: dict[int, int]) -> tuple[Scene, Rollup]:
     """Create, write the shards `values`, publish (a warm holder), reset, write the same values
     again: the shards are back to what the holder last read."""
     scene = Scene()
@@ -464,7 +467,7 @@ def old_stripe_after_narrowing() -> int:
                 if partitions.Part(2, 1).owns(partitions.home_of(f"old-{n}")))
     counters.create_counter(scene.db, name, shards=1)
     scene.at(1)
-    partitions.change(scene.db, 4)
+    repartition.change(scene.db, 4)
     scene.at(2)
     fours = [scene.holder_of(part) for part in partitions.parts(4)]
     for t in range(3, 10):
@@ -472,7 +475,7 @@ def old_stripe_after_narrowing() -> int:
         for holder in fours:
             holder.tick()
     scene.at(10)
-    changed = partitions.change(scene.db, 2)
+    changed = repartition.change(scene.db, 2)
     scene.at(12)
     ref = counters.shard_ref(scene.db, name, 0)
     ref.update({**counters.shard_write(scene.db, ref, 1, random.Random(1)),

@@ -11,11 +11,15 @@ from collections.abc import Callable
 from typing import TypeVar, cast
 
 import pytest
-from counting import cadence, config, kinds, partitions, rollup, trends, waking
-from counting.config import AutoscaleParams
-from counting.kinds import Window
-from counting.lease import Lease, state_ref
-from counting.partitions import Part
+from counting.features import trends
+from counting.foundation import config, kinds
+from counting.foundation.config import AutoscaleParams
+from counting.foundation.kinds import Window
+from counting.rollup import cadence, repartition, trend_ledger, trend_merge
+from counting.rollup.lease import Lease, state_ref
+from counting.rollup.tick import Rollup, TickStats
+from counting.writepath import partitions, waking
+from counting.writepath.partitions import Part
 from google.cloud import firestore
 
 from tests.sim.faults import CALM
@@ -51,14 +55,14 @@ class Scene:
     def later(self, seconds: float = 1.0) -> None:
         self.sim.run_until(self.sim.monotonic() + seconds)
 
-    def holders(self, count: int, name: str) -> list[rollup.Rollup]:
+    def holders(self, count: int, name: str) -> list[Rollup]:
         """P = count (changed if it is not), and a holder of each partition."""
-        self.act(lambda: partitions.change(self.db, count))
+        self.act(lambda: repartition.change(self.db, count))
         held = []
         for part in partitions.parts(count):
             lease = Lease(self.db, state_ref(self.db, part), f"{name}-{part.index}", 10.0)
             assert self.act(lease.acquire)
-            held.append(rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part))
+            held.append(Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part))
         return held
 
     def track(self, events: int, tally: Tally) -> None:
@@ -71,7 +75,7 @@ class Scene:
                 tally[(region, tag)] += 1
                 tally[(config.GLOBAL_SCOPE, tag)] += 1
 
-    def tick(self, held: list[rollup.Rollup]) -> list[rollup.TickStats]:
+    def tick(self, held: list[Rollup]) -> list[TickStats]:
         """Every partition ticks once, a second apart, partition 0 (the merger) last: as its
         task for the slot of the others' part commits runs after them."""
         stats = []
@@ -90,7 +94,7 @@ class Scene:
         for scope in (*REGIONS, config.GLOBAL_SCOPE):
             for window in kinds.WINDOWS:
                 expected = sorted(((tag, n) for (s, tag), n in tallies[window].items()
-                                   if s == scope and n > 0), key=trends.rank)[:config.TOP_K]
+                                   if s == scope and n > 0), key=trend_ledger.rank)[:config.TOP_K]
                 assert self.published(scope, window) == expected, (scope, window)
 
 
@@ -111,7 +115,7 @@ def test_four_partitions_publish_the_exact_top_of_all_tags(
     scene.assert_exact(both(tally))
     part = scene.db.collection(config.TRENDS).document(config.GLOBAL_SCOPE).collection(
         config.TREND_PARTS).document("4-1").get().to_dict() or {}
-    listed = trends.lists_of(part)["24h"]
+    listed = trend_merge.lists_of(part)["24h"]
     assert listed and all(Part(4, 1).owns(partitions.home_of(tag)) for tag, _ in listed)
 
 
@@ -160,12 +164,12 @@ def test_a_partition_that_wrote_parts_wakes_the_merger(monkeypatch: pytest.Monke
     """After a tick that wrote trend parts, the holder enqueues partition 0's task for the slot
     of their commit."""
     scene = Scene(monkeypatch)
-    scene.act(lambda: partitions.change(scene.db, 4))
+    scene.act(lambda: repartition.change(scene.db, 4))
     tag = next(tag for tag in TAGS if Part(4, 1).owns(partitions.home_of(tag)))
     scene.act(lambda: trends.track(scene.db, "eu", [tag], now=scene.sim.wall(), rng=scene.rng))
     scene.later()
     enqueued: list[tuple[Part, int]] = []
-    ticked: list[rollup.TickStats] = []
+    ticked: list[TickStats] = []
 
     def enqueue(part: Part, slot: int) -> bool:
         enqueued.append((part, slot))

@@ -17,8 +17,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import cast
 
-from counting import cadence, config, partitions, waking
-from counting.config import Protections
+from counting.foundation import config
+from counting.foundation.config import Protections
+from counting.rollup import cadence
+from counting.writepath import partitions, waking
 from google.cloud import firestore
 
 from . import checkers, protections

@@ -13,9 +13,9 @@ from typing import Any
 
 import firebase_admin.auth
 import flask
+import handlers as api
 import pytest
-from counting import api
-from counting.errors import (
+from counting.foundation.errors import (
     Aborted,
     FailedPrecondition,
     InvalidArgument,
@@ -68,7 +68,7 @@ def handlers(name: str) -> ModuleType:
     """A module of callables, imported when a test runs rather than when tests are collected: the
     SDK reads the global options as it decorates a callable, and the manifest test needs main.py
     to have set them first."""
-    return importlib.import_module(f"counting.api.{name}")
+    return importlib.import_module(f"handlers.{name}")
 
 
 def handler(name: str) -> Handler:

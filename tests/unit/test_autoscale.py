@@ -8,10 +8,10 @@ import random
 import statistics
 from collections import Counter
 
-from counting import config
-from counting.autoscale import decide, ewma, measured_rate, shards_for_rate
-from counting.config import AutoscaleParams
-from counting.counters import CounterConfig, ShardPicker
+from counting.features.counters import CounterConfig, ShardPicker
+from counting.foundation import config
+from counting.foundation.config import AutoscaleParams
+from counting.writepath.autoscale import decide, ewma, measured_rate, shards_for_rate
 from hypothesis import given
 from hypothesis import strategies as st
 

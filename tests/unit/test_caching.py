@@ -3,7 +3,7 @@ updates that keep or restart that time."""
 
 from __future__ import annotations
 
-from counting.caching import TtlCache
+from counting.writepath.caching import TtlCache
 
 
 class Clock:

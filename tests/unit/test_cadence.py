@@ -4,9 +4,9 @@ retired P; a retired holder goes; the other P's go once the current partition ha
 
 from __future__ import annotations
 
-from counting import cadence
-from counting.cadence import Outcome
-from counting.partitions import Part
+from counting.rollup import cadence
+from counting.rollup.cadence import Outcome
+from counting.writepath.partitions import Part
 
 OLD, NEW = Part(4, 1), Part(2, 1)
 BOTH = {OLD: object(), NEW: object()}

@@ -16,8 +16,9 @@ from typing import Any
 import firebase_admin.app_check
 import firebase_admin.auth
 import flask
+import handlers as api
 import pytest
-from counting import api, config
+from counting.foundation import config
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = flask.Flask(__name__)
@@ -49,10 +50,10 @@ def fake_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def loaded(enforce: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """counting.api.counters loaded with ENFORCE_APP_CHECK=`enforce`, as a deploy would load it;
+    """handlers.counters loaded with ENFORCE_APP_CHECK=`enforce`, as a deploy would load it;
     reloaded as the other tests expect it afterwards."""
     monkeypatch.setenv("ENFORCE_APP_CHECK", enforce)
-    module = importlib.reload(importlib.import_module("counting.api.counters"))
+    module = importlib.reload(importlib.import_module("handlers.counters"))
     yield module
     monkeypatch.delenv("ENFORCE_APP_CHECK")
     importlib.reload(module)
@@ -123,7 +124,7 @@ DEEP = 100_000
 def test_a_bad_body_is_invalid_argument_not_internal(body: str | bytes, why: str) -> None:
     """Bodies the SDK would answer INTERNAL (or parse at great cost) are INVALID_ARGUMENT with a
     reason, before any token is checked or the handler runs."""
-    from counting.api.counters import increment
+    from handlers.counters import increment
 
     status, answer = post(increment, body)
     assert status == 400
@@ -135,7 +136,7 @@ def test_a_bad_body_is_invalid_argument_not_internal(body: str | bytes, why: str
 def test_bodies_at_the_bounds_reach_the_handler() -> None:
     """The largest number of digits, nesting and size the check allows pass through to the handler
     (which rejects them as data, naming the field)."""
-    from counting.api.counters import increment
+    from handlers.counters import increment
 
     digits = '{"data": {"counter": "likes", "by": ' + "1" * config.MAX_JSON_DIGITS + "}}"
     nested = ('{"data": {"counter": "likes", "by": ' + "[" * (config.MAX_JSON_DEPTH - 2)
@@ -164,7 +165,7 @@ def test_every_callable_checks_its_body() -> None:
 def test_every_error_answer_is_formatted_as_the_sdk_formats_one() -> None:
     """A bad body's answer, given before the SDK runs, and an ID token's refusal, which replaces
     the SDK's, have the JSON layout, headers and CORS of the errors the SDK answers itself."""
-    from counting.api.counters import increment
+    from handlers.counters import increment
 
     origin = {"Origin": "https://app.example", "X-Firebase-AppCheck": GOOD_APP_TOKEN}
     handled = respond(increment, INVALID_DATA, origin)  # the handler's error, as the SDK says it

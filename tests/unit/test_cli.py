@@ -21,9 +21,12 @@ from counters_cli import status as status_command
 from counters_cli.claims import changed_claims
 from counters_cli.load import percentile, run_load
 from counters_cli.session import Target, resolve_target
-from counting import counters, kinds, partitions, status, trends, waking
-from counting.errors import NotFound
-from counting.partitions import WHOLE, Part
+from counting.features import counters, trends
+from counting.foundation import kinds
+from counting.foundation.errors import NotFound
+from counting.rollup import repartition, status
+from counting.writepath import partitions, waking
+from counting.writepath.partitions import WHOLE, Part
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -342,16 +345,16 @@ def test_partitions_shows_and_changes_the_count(
     changes: list[int] = []
     woken: list[Part] = []
 
-    def change(db: Any, new: int) -> partitions.Changed:
+    def change(db: Any, new: int) -> repartition.Changed:
         changes.append(new)
-        return partitions.Changed(before=1, after=new, watermark=AS_OF, spread=4,
+        return repartition.Changed(before=1, after=new, watermark=AS_OF, spread=4,
                                   narrow_at=AS_OF)
 
     def enqueue(db: Any, reason: str, part: Part, slot: int | None = None) -> bool:
         woken.append(part)
         return True
 
-    monkeypatch.setattr(partitions, "change", change)
+    monkeypatch.setattr(repartition, "change", change)
     monkeypatch.setattr(waking, "enqueue_tick", enqueue)
     result = invoke("partitions", "4", "--json")
     assert json.loads(result.stdout)["woken"] == 4

@@ -10,10 +10,11 @@ from typing import Any, cast
 
 import pytest
 from cloudevents.http import CloudEvent
-from counting import collections, declarations, inputs
-from counting.collections import Declaration, Entry, Observed, escape, plan, unescape
-from counting.counters import CounterConfig
-from counting.errors import FailedPrecondition, InvalidArgument
+from counting.features import collections, declarations
+from counting.features.collections import Declaration, Entry, Observed, escape, plan, unescape
+from counting.features.counters import CounterConfig
+from counting.foundation import inputs
+from counting.foundation.errors import FailedPrecondition, InvalidArgument
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 from google.events.cloud import firestore as events
@@ -289,7 +290,7 @@ def test_an_event_leads_to_its_after_state_or_a_deletion_after_its_before() -> N
 def test_the_trigger_takes_the_document_path_from_the_payload() -> None:
     """An id with non-ASCII characters arrives Latin-1-garbled in the `document` header; the
     payload's resource name is exact and wins."""
-    api = importlib.import_module("counting.api.collections")  # after main.py's global options
+    api = importlib.import_module("handlers.collections")  # after main.py's global options
     path = "posts/été/comments/c1"
     name = f"projects/demo-unit/databases/(default)/documents/{path}"
     payload = events.DocumentEventData(value=events.Document(name=name))
@@ -327,10 +328,10 @@ def test_a_trigger_retries_transient_failures_and_gives_up_on_others(
 ) -> None:
     """Contention and outages are retried after each pause (the platform never redelivers a
     failed Python Firestore trigger); a permanent failure is raised at once; retries run out."""
-    from counting.errors import Aborted
+    from counting.foundation.errors import Aborted
     from google.api_core import exceptions as gexc
 
-    api = importlib.import_module("counting.api.collections")
+    api = importlib.import_module("handlers.collections")
     watch = declarations.WATCHES[0]
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", "127.0.0.1:1")
     slept: list[float] = []

@@ -7,8 +7,8 @@ import math
 import random
 from collections import Counter
 
-from counting import config
-from counting.counters import CounterConfig, ShardPicker, commit_time_of, shards_for
+from counting.features.counters import CounterConfig, ShardPicker, commit_time_of, shards_for
+from counting.foundation import config
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -18,7 +18,8 @@ from click.testing import CliRunner
 from counters_cli import cli, doctor
 from counters_cli.canary import Finding, audit_finding, run_canary
 from counters_cli.google_apis import ApiError, Apis, Fetch, Json
-from counting import config, declarations
+from counting.features import declarations
+from counting.foundation import config
 from firebase_functions.private import serving
 
 ROOT = Path(__file__).resolve().parents[2]

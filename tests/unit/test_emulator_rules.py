@@ -1,4 +1,4 @@
-"""counting.emulator_rules: when the backend loads each database's rules into a Firestore
+"""counting.foundation.emulator_rules: when the backend loads each database's rules into a Firestore
 emulator, and what it sends, against a stand-in of the emulator's endpoint (tests/adopt runs it
 against the real emulator)."""
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from counters_cli import cli
-from counting import emulator_rules
+from counting.foundation import emulator_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "adopt" / "host"

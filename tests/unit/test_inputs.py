@@ -6,8 +6,8 @@ import string
 from typing import Any
 
 import pytest
-from counting import config, inputs
-from counting.errors import InvalidArgument
+from counting.foundation import config, inputs
+from counting.foundation.errors import InvalidArgument
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -15,8 +15,9 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 from counters_cli import cli, install, session
-from counting import config, declarations
-from counting.errors import InvalidArgument
+from counting.features import declarations
+from counting.foundation import config
+from counting.foundation.errors import InvalidArgument
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "adopt" / "host"

@@ -3,7 +3,7 @@ the names or not."""
 
 from __future__ import annotations
 
-from counting import config, kinds
+from counting.foundation import config, kinds
 
 
 def test_every_window_has_its_buckets_and_threshold() -> None:

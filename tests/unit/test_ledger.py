@@ -1,4 +1,4 @@
-"""The rollup's pure core (`counting.ledger`), driven with values alone: sums, rates, plans,
+"""The rollup's pure core (`counting.rollup.ledger`), driven with values alone: sums, rates, plans,
 grows, shrinks, folds, and what a handover may persist."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from counting import ledger
-from counting.config import AutoscaleParams
-from counting.ledger import Ledger, Publish, ShardValue
+from counting.foundation.config import AutoscaleParams
+from counting.rollup import ledger
+from counting.rollup.ledger import Ledger, Publish, ShardValue
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import main
 
 # The rollup's task queue functions, one per partition index: rolluptick, rolluptick1, ...,
-# rolluptick15 (counting/partitions.py).
+# rolluptick15 (counting/writepath/partitions.py).
 TICKS = {"rolluptick", *(f"rolluptick{index}" for index in range(1, 16))}
 EXPECTED = {
     "configure_counter",

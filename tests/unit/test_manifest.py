@@ -1,5 +1,5 @@
 """The deploy manifest: every function's runtime options are the ones chosen on purpose
-(functions/main.py and counting/api/rollup.py give the reasons)."""
+(functions/main.py and handlers/rollup.py give the reasons)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import cost_model
 import main
 import pytest
 import yaml
-from counting import config, declarations, partitions
-from counting.api.task_queues import RUNTIME_SERVICE_ACCOUNT
+from counting.features import declarations
+from counting.foundation import config
+from counting.writepath import partitions
 from firebase_functions.private import serving
+from handlers.task_queues import RUNTIME_SERVICE_ACCOUNT
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLABLE = {"cpu": 1, "availableMemoryMb": 512, "concurrency": 80, "timeoutSeconds": 60,
@@ -21,7 +23,7 @@ CALLABLE = {"cpu": 1, "availableMemoryMb": 512, "concurrency": 80, "timeoutSecon
 # bench/cost_model.py prices.
 ROLLUP = {"cpu": "gcf_gen1", "availableMemoryMb": 512, "timeoutSeconds": config.ROLLUP_TIMEOUT_S,
           "minInstances": 0, "concurrency": 1, "maxInstances": 1}
-# The rollup's task queue functions, one per partition index (counting/partitions.py).
+# The rollup's task queue functions, one per partition index (counting/writepath/partitions.py).
 TICKS = ["rolluptick", *(f"rolluptick{index}" for index in range(1, partitions.HOMES))]
 ROLLUPS = {"rollup", *TICKS}
 EXPECTED = dict.fromkeys(ROLLUPS, ROLLUP)

@@ -1,5 +1,6 @@
-"""The rollup's partitions (`counting.partitions`): homes and stripes, and changing P, on the
-Firestore model of the simulation (production's commit and snapshot semantics)."""
+"""The rollup's partitions (`counting.writepath.partitions`): homes and stripes, and changing P
+(`counting.rollup.repartition`), on the Firestore model of the simulation (production's commit and
+snapshot semantics)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from collections.abc import Iterator
 from typing import cast
 
 import pytest
-from counting import cadence, counters, partitions, rollup, trends
-from counting.config import AutoscaleParams
-from counting.lease import Lease, LeaseLost, state_ref
-from counting.partitions import CHOICES, HOMES, WHOLE, Part
+from counting.features import counters, trends
+from counting.foundation.config import AutoscaleParams
+from counting.rollup import cadence, repartition
+from counting.rollup.lease import Lease, LeaseLost, state_ref
+from counting.rollup.tick import Rollup
+from counting.writepath import partitions
+from counting.writepath.partitions import CHOICES, HOMES, WHOLE, Part
 from google.cloud import firestore
 
 from tests.sim.faults import CALM
@@ -83,11 +87,11 @@ class World:
         self.t += seconds
         self.sim.now_us = max(self.sim.now_us, round(self.t * 1_000_000))
 
-    def holder(self, part: Part, name: str) -> rollup.Rollup:
+    def holder(self, part: Part, name: str) -> Rollup:
         lease = Lease(self.db, state_ref(self.db, part), name, 10.0)
         assert lease.acquire()
         self.step()  # its commit is visible
-        return rollup.Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part)
+        return Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part)
 
     def published(self, counter: str) -> int:
         return int((counters.counter_ref(self.db, counter).get().to_dict() or {})["count"])
@@ -119,7 +123,7 @@ def test_changing_p_loses_and_doubles_nothing() -> None:
     one.tick()
     write(1)  # not yet ticked by `one`
     world.step()
-    changed = partitions.change(db, 4)
+    changed = repartition.change(db, 4)
     world.step()
     assert (changed.before, changed.after, changed.spread) == (1, 4, 4)
     assert partitions.read_count(db) == 4
@@ -139,7 +143,7 @@ def test_changing_p_loses_and_doubles_nothing() -> None:
     assert all(world.published(name) == expected[name] for name in NAMES)
     write(3)
     world.step()
-    partitions.change(db, 2)
+    repartition.change(db, 2)
     world.step()
     for holder in fours:
         with pytest.raises(LeaseLost):
@@ -155,11 +159,11 @@ def test_changing_p_loses_and_doubles_nothing() -> None:
 
 def test_a_change_to_the_current_p_changes_nothing() -> None:
     world = World()
-    before = partitions.change(world.db, 1)
+    before = repartition.change(world.db, 1)
     assert (before.before, before.after) == (1, 1)
     assert not partitions.partitions_ref(world.db).get().exists
     with pytest.raises(ValueError, match="not one of"):
-        partitions.change(world.db, 3)
+        repartition.change(world.db, 3)
 
 
 def test_a_task_of_a_retired_partition_wakes_the_current_ones() -> None:
@@ -174,7 +178,7 @@ def test_a_task_of_a_retired_partition_wakes_the_current_ones() -> None:
         woken.append((part, slot))
         return True
 
-    partitions.change(world.db, 2)
+    repartition.change(world.db, 2)
     world.step()
     clock = cadence.Clock(monotonic=lambda: world.t, now=world.sim.wall, sleep=world.step)
     holder = cadence.Holder(world.db, part=WHOLE, enqueue=enqueue, clock=clock)

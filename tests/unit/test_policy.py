@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from counting import config
-from counting.errors import InvalidArgument, PermissionDenied
-from counting.policy import Policy, parse
+from counting.foundation import config
+from counting.foundation.errors import InvalidArgument, PermissionDenied
+from counting.writepath.policy import Policy, parse
 
 
 def test_absent_fields_take_their_defaults() -> None:

@@ -6,9 +6,9 @@ import datetime as dt
 import zoneinfo
 
 import pytest
-from counting import inputs
-from counting.errors import InvalidArgument
-from counting.sequences import business_day_for, business_day_start
+from counting.features.sequences import business_day_for, business_day_start
+from counting.foundation import inputs
+from counting.foundation.errors import InvalidArgument
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,6 +1,6 @@
-"""The trends step's pure core (`counting.trends.ledger`) and the merge of partitions' lists
-(`counting.trends.merge`), driven with values alone: bucket changes, expiry, totals and their
-commits, the boards, what is published."""
+"""The trends step's pure core (`counting.rollup.trend_ledger`) and the merge of partitions'
+lists (`counting.rollup.trend_merge`), driven with values alone: bucket changes, expiry, totals
+and their commits, the boards, what is published."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from counting import config, kinds, partitions
-from counting.kinds import Window
-from counting.partitions import Part
-from counting.trends import merge
-from counting.trends.buckets import (
+from counting.features.trends.buckets import (
     TotalKey,
     bucket_of,
     hour_id,
@@ -23,7 +19,10 @@ from counting.trends.buckets import (
     minute_of,
     total_id,
 )
-from counting.trends.ledger import (
+from counting.foundation import config, kinds
+from counting.foundation.kinds import Window
+from counting.rollup import trend_merge
+from counting.rollup.trend_ledger import (
     BucketWrite,
     Commit,
     Entry,
@@ -35,6 +34,8 @@ from counting.trends.ledger import (
     trends_document,
     trends_fields,
 )
+from counting.writepath import partitions
+from counting.writepath.partitions import Part
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,7 +95,7 @@ class Documents:
 
 def tick(book: TrendLedger, docs: Documents, changes: Mapping[str, Mapping[str, ShardCount]],
          now_minute: int) -> list[Entry]:
-    """One trends step as `counting.trends.step` runs it, on `docs`."""
+    """One trends step as `counting.rollup.trend_step` runs it, on `docs`."""
     book.hold_minutes({bucket: docs.minutes[bucket] for bucket in book.unheld_minutes(changes)
                        if bucket in docs.minutes})
     _, entries = book.changed(changes, now_minute)
@@ -393,30 +394,30 @@ def test_the_merge_of_each_partitions_top_is_the_exact_top(counts: dict[str, int
     lists = [{window: top([(tag, n) for tag, n in counts.items()
                            if part.owns(partitions.home_of(tag))]) for window in kinds.WINDOWS}
              for part in partitions.parts(count)]
-    assert merge.merge_lists(lists) == {window: top(list(counts.items()))
+    assert trend_merge.merge_lists(lists) == {window: top(list(counts.items()))
                                         for window in kinds.WINDOWS}
 
 
 def test_a_part_reads_back_as_its_lists_and_an_empty_one_is_deleted() -> None:
     """A part document holds its lists; one with no tags is deleted, read as empty lists."""
     lists: dict[Window, list[Item]] = {"1h": [("a", 2)], "24h": [("a", 3), ("b", 1)]}
-    content = merge.part_document(lists)
-    assert merge.lists_of(merge.part_fields(content)) == lists
-    empty = merge.part_document({window: [] for window in kinds.WINDOWS})
-    assert merge.part_fields(empty) is None
-    assert merge.lists_of(None) == {window: [] for window in kinds.WINDOWS}
+    content = trend_merge.part_document(lists)
+    assert trend_merge.lists_of(trend_merge.part_fields(content)) == lists
+    empty = trend_merge.part_document({window: [] for window in kinds.WINDOWS})
+    assert trend_merge.part_fields(empty) is None
+    assert trend_merge.lists_of(None) == {window: [] for window in kinds.WINDOWS}
 
 
 def test_the_merger_reads_the_parts_whose_version_changed_once_every_index_exists() -> None:
     """Partition 0 merges nothing while a partition's index is missing; then it reads the parts
     whose version differs from the one it last read, and merges them with its own lists."""
-    parts = merge.Parts()
+    parts = trend_merge.Parts()
     others = [Part(3, 1), Part(3, 2)]
     v1, v2 = T0, T0 + dt.timedelta(seconds=1)
     assert parts.stale(others, [{"scopes": {"eu": v1}}, None]) is None
     stale = parts.stale(others, [{"scopes": {"eu": v1}}, {"scopes": {"eu": v1, "us": v1}}])
     assert stale == {("eu", 1): v1, ("eu", 2): v1, ("us", 2): v1}
-    parts.take(("eu", 1), merge.part_document({"1h": [("a", 5)], "24h": [("a", 5)]}), v1)
+    parts.take(("eu", 1), trend_merge.part_document({"1h": [("a", 5)], "24h": [("a", 5)]}), v1)
     parts.take(("eu", 2), None, v1)
     parts.take(("us", 2), None, v1)
     assert parts.stale(others, [{"scopes": {"eu": v2}}, {"scopes": {"eu": v1, "us": v1}}]
@@ -424,5 +425,5 @@ def test_the_merger_reads_the_parts_whose_version_changed_once_every_index_exist
     own: dict[Window, list[Item]] = {"1h": [("b", 7)], "24h": []}
     assert parts.merged("eu", own, others, config.TOP_K) == {"1h": [("b", 7), ("a", 5)],
                                                             "24h": [("a", 5)]}
-    assert merge.index_document(Part(3, 1), ["eu"], v2) == {"count": 3, "index": 1,
+    assert trend_merge.index_document(Part(3, 1), ["eu"], v2) == {"count": 3, "index": 1,
                                                             "scopes": {"eu": v2}}

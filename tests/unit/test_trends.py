@@ -1,14 +1,15 @@
 """What the write path records: tags and regions as clients send them, normalised, and the
-minute and hour buckets an event counts in (`counting.trends.buckets`). The rollup step's core is
-tests/unit/test_trend_ledger.py's."""
+minute and hour buckets an event counts in (`counting.features.trends.buckets`).
+The rollup step's core is tests/unit/test_trend_ledger.py's."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 import pytest
-from counting import config, inputs, kinds, trends
-from counting.errors import InvalidArgument
+from counting.features import trends
+from counting.foundation import config, inputs, kinds
+from counting.foundation.errors import InvalidArgument
 from hypothesis import given
 from hypothesis import strategies as st
 

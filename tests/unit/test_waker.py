@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
-from counting import counters, partitions, waking
-from counting.partitions import WHOLE, Part
+from counting.features import counters
+from counting.writepath import partitions, waking
+from counting.writepath.partitions import WHOLE, Part
 from google.cloud.firestore_v1.types import Value
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, 250_000, tzinfo=dt.UTC)

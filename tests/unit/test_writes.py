@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from counting import writes
-from counting.errors import OutcomeUnknown
+from counting.foundation import writes
+from counting.foundation.errors import OutcomeUnknown
 from google.api_core import exceptions as gexc
 
 

@@ -2,9 +2,9 @@
 counters, roles, the rollup's health, a load generator and a check of a deployment (doctor).
 
 It holds Admin-SDK privileges and calls the domain (`counting`) directly, with the same input
-validation as the callables (`counting.inputs`); domain errors become a one-line message and exit
-status 1. It talks to the Firestore emulator unless it is given a real project and no emulator
-host, and its first line (on stderr) says which (docs/operations.md, operator CLI).
+validation as the callables (`counting.foundation.inputs`); domain errors become a one-line message
+and exit status 1. It talks to the Firestore emulator unless it is given a real project and no
+emulator host, and its first line (on stderr) says which (docs/operations.md, operator CLI).
 
 This module only assembles the command: one module per command group, and `session` for what
 they share.

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import requests
-from counting import config, counters
+from counting.features import counters
+from counting.foundation import config
 from google.cloud import firestore
 
 from .session import CLI_UID

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 import firebase_admin
-from counting import inputs
+from counting.foundation import inputs
 from firebase_admin import auth as firebase_auth
 
 from .session import Session, check_reachable, json_option, pass_session

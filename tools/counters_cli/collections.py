@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from counting import collections, declarations
+from counting.features import collections, declarations
 
 from .session import Session, json_option, pass_session
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 
 import click
-from counting import config, counters, declarations, inputs, kinds
-from counting.errors import OutcomeUnknown
+from counting.features import counters, declarations
+from counting.foundation import config, inputs, kinds
+from counting.foundation.errors import OutcomeUnknown
 from rich.table import Table
 
 from .session import CLI_UID, Session, iso, json_option, pass_session

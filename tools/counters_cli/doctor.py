@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from counting import config
+from counting.foundation import config
 from google.auth import credentials as auth_credentials
 from google.cloud import firestore
 

@@ -44,8 +44,8 @@ from typing import Any
 
 import click
 import counting
-from counting import config
-from counting import emulator_rules as emulator_rules_module
+from counting.foundation import config
+from counting.foundation import emulator_rules as emulator_rules_module
 
 import counters_cli
 
@@ -438,9 +438,11 @@ def plan_init(root: Path, install: Install) -> Changes:
     record.pop("tasks_emulator", None)  # an earlier version's form of the same
     host_files[root / "firebase.json"] = dumps(firebase)
 
-    package = Path(counting.__file__).resolve().parent
-    for path in sorted(package.rglob("*.py")):
-        changes.put(folder / "counting" / path.relative_to(package), path.read_text())
+    packages = {"counting": Path(counting.__file__).resolve().parent,
+                "handlers": source("handlers")}
+    for name, package in packages.items():
+        for path in sorted(package.rglob("*.py")):
+            changes.put(folder / name / path.relative_to(package), path.read_text())
     for name in ("main.py", "requirements.txt"):
         changes.put(folder / name, source(name).read_text())
     changes.put(folder / config.PLACEMENT_FILE, placement_file(install, folder))

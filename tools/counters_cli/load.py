@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
-from counting import counters, inputs
-from counting.errors import NotFound, OutcomeUnknown
+from counting.features import counters
+from counting.foundation import inputs
+from counting.foundation.errors import NotFound, OutcomeUnknown
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 

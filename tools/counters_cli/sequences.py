@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import click
-from counting import config, inputs, sequences
+from counting.features import sequences
+from counting.foundation import config, inputs
 
 from .session import CLI_UID, CommandGroup, Session, json_option, pass_session
 

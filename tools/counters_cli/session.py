@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from counting import config, declarations
-from counting.errors import CounterError
+from counting.features import declarations
+from counting.foundation import config
+from counting.foundation.errors import CounterError
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from counting import audit, inputs, partitions, waking
-from counting.partitions import Part
-from counting.status import RollupStatus, read_statuses
+from counting.foundation import inputs
+from counting.rollup import audit, repartition
+from counting.rollup.status import RollupStatus, read_statuses
+from counting.writepath import partitions, waking
+from counting.writepath.partitions import Part
 from rich.table import Table
 
 from .session import Session, iso, json_option, pass_session
@@ -131,7 +133,7 @@ def partitions_command(session: Session, count: str | None, as_json: bool) -> No
         current = partitions.read_count(db)
         session.report(as_json, {"partitions": current}, f"partitions: {current}")
         return
-    changed = partitions.change(db, int(count))
+    changed = repartition.change(db, int(count))
     woken = 0
     if changed.after != changed.before:
         for part in partitions.parts(changed.after):

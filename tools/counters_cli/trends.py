@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import click
-from counting import config, inputs, kinds, trends
+from counting.features import trends
+from counting.foundation import config, inputs, kinds
 from rich.table import Table
 
 from .session import CLI_UID, Session, iso, json_option, pass_session

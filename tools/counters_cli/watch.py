@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-from counting import counters, inputs
+from counting.features import counters
+from counting.foundation import inputs
 from rich.live import Live
 from rich.table import Table
 

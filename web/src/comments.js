@@ -16,7 +16,7 @@ import {
 } from "firebase/firestore";
 import { clearErrors, describe, showError } from "./errors.js";
 
-// functions/counting/collections.py's escaping: these characters stay, every other UTF-8 byte
+// functions/counting/features/collections.py's escaping: these characters stay, every other UTF-8 byte
 // becomes ".HH"; an id past 128 characters keeps its head and ends in ".." and 32 hex digits
 // of the value's SHA-256.
 const KEPT = /^[A-Za-z0-9_-]$/;

@@ -2,7 +2,7 @@
 // partition's health record, merged into one picture (docs/architecture.md, "Partitions"). Pure:
 // ops.js listens to the documents and shows the result; web/test/health.test.js checks it.
 
-// What internal/rollup_partitions may hold (functions/counting/partitions.py, CHOICES).
+// What internal/rollup_partitions may hold (functions/counting/writepath/partitions.py, CHOICES).
 const CHOICES = [1, 2, 4, 8, 16];
 // No tick for this long and a partition looks stuck, as `counters status` says (ROLLUP_STALE_S).
 export const STALE_S = 150;
@@ -67,7 +67,7 @@ export function rollupHealth(records, { now = Date.now(), time = (at) => at.toLo
 }
 
 /** The exactness audit's state (the data of internal/audit, undefined when it never ran) as one
- * line, and whether it found drift (functions/counting/audit.py): the last run, the counters
+ * line, and whether it found drift (functions/counting/rollup/audit.py): the last run, the counters
  * checked, the suspects, and the latest drift entry. */
 export function auditSummary(data, { time = (at) => at.toLocaleTimeString() } = {}) {
   if (!data) return { text: "exactness audit: never ran (the scheduled rollup runs it)", drift: false };

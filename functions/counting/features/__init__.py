@@ -1,0 +1,1 @@
+"""The features clients call: sharded counters, sequences, trending tags, collection counters."""

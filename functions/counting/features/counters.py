@@ -1,0 +1,860 @@
+"""Sharded counters: creation, the lock-free increment path, reads and resets.
+
+A counter is `counters/{id}` (the rollup clients read, plus its configuration) and the shards
+`counters/{id}/shards/{n}` whose sum is its value. An increment is one blind `Increment` on one
+shard, chosen without reading anything but a per-instance cache of the configuration (which also
+brings the per-shard load the rollup publishes, for `least_loaded`); with a `request_id` it is
+committed together with the creation of a marker document, so a retry fails on the marker and
+counts nothing. The rollup (`counting.rollup.tick`) changes `num_shards` as the load changes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from counting.foundation import config, kinds, writes
+from counting.foundation.errors import (
+    Aborted,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
+from counting.foundation.kinds import Consistency, Strategy
+from counting.writepath import autoscale, partitions, waking
+from counting.writepath.caching import TtlCache
+from counting.writepath.policy import Policy
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+# On a collection counter's document: the name of the declaration that maintains it.
+COLLECTION_FIELD = "collection"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterConfig:
+    """What the write path needs to know about a counter."""
+
+    counter: str
+    num_shards: int
+    strategy: Strategy
+    shard_load: tuple[float, ...] = ()  # writes/s per shard, published by the rollup
+    policy: Policy = field(default_factory=Policy)
+    # the declaration that maintains it (counting.features.collections)
+    collection: str | None = None
+
+    def check_writable(self) -> None:
+        """Clients and operators write plain counters only: a collection counter changes with
+        the documents it counts, and a write of its own would be undone by nothing."""
+        if self.collection is not None:
+            raise FailedPrecondition(
+                f"counter: {self.counter!r} is a collection counter (declaration "
+                f"{self.collection!r}): it changes only with the documents it counts")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Created:
+    counter: str
+    shards: int
+    created: bool
+    policy: Policy
+
+
+@dataclass(frozen=True, kw_only=True)
+class Count:
+    counter: str
+    count: int
+    as_of: dt.datetime
+    consistency: Consistency
+    documents_read: int
+    mine: bool | None = None  # on a `unique` counter: whether it counts the caller
+
+
+def shards_for(expected_rate: float | None) -> int:
+    """Shards for a load: ceil(rate / (per-shard rate x target utilisation)), in 1..1000."""
+    rate = config.DEFAULT_EXPECTED_RATE if expected_rate is None else expected_rate
+    return autoscale.shards_for_rate(rate)
+
+
+def counter_ref(db: firestore.Client, counter: str) -> firestore.DocumentReference:
+    return db.collection(config.COUNTERS).document(counter)
+
+
+def shard_ref(db: firestore.Client, counter: str, shard: int) -> firestore.DocumentReference:
+    return db.collection(config.COUNTERS, counter, config.SHARDS).document(str(shard))
+
+
+def memory_ref(db: firestore.Client, counter: str) -> firestore.DocumentReference:
+    """What the rollup remembers of the counter (config.MEMORY): server-only, read by a new
+    holder and, for least_loaded counters, by the write path."""
+    return db.collection(config.COUNTERS, counter, config.MEMORY).document(config.MEMORY_DOC)
+
+
+def user_key(uid: str) -> str:
+    """A document id for a user (uids may hold characters an id cannot)."""
+    return hashlib.sha256(uid.encode()).hexdigest()[:32]
+
+
+def voter_ref(db: firestore.Client, counter: str, uid: str) -> firestore.DocumentReference:
+    return db.collection(config.COUNTERS, counter, config.VOTERS).document(user_key(uid))
+
+
+def paced_ref(db: firestore.Client, counter: str, uid: str) -> firestore.DocumentReference:
+    return db.collection(config.COUNTERS, counter, config.PACED).document(user_key(uid))
+
+
+def shard_write(db: firestore.Client, shard: firestore.DocumentReference, by: int,
+                rng: random.Random) -> dict[str, Any]:
+    """The fields every write to `shard` sets; `updated_at` and `stripe` feed the rollup query
+    of the partition that owns it (`counting.writepath.partitions`), `writes` (one more per write,
+    whatever `by`) is how the rollup measures the write rate."""
+    return {
+        "count": firestore.Increment(by),
+        "writes": firestore.Increment(1),
+        "updated_at": firestore.SERVER_TIMESTAMP,
+        "stripe": partitions.shard_stripe(db, shard, rng),
+    }
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A shard write that committed: its server timestamp (taken when its request started;
+    None if it stored none) and its commit time."""
+
+    ref: firestore.DocumentReference
+    stamped: dt.datetime | None
+    committed: dt.datetime
+
+    @classmethod
+    def of(cls, ref: firestore.DocumentReference, result: Any) -> Landed:
+        """From a commit's WriteResult: Firestore returns the timestamp it stored among the
+        write's transform results."""
+        stamped: dt.datetime | None = None
+        for value in result.transform_results:
+            pb = type(value).pb(value)
+            if pb.WhichOneof("value_type") == "timestamp_value":
+                stamped = pb.timestamp_value.ToDatetime(tzinfo=dt.UTC)
+                break
+        return cls(ref, stamped, result.update_time)
+
+    @property
+    def straddles(self) -> bool:
+        """Whether the rollup's change query could miss this write: its `updated_at` lies
+        further before its commit than the query's overlap allows for. A write that stored no
+        timestamp counts as one."""
+        return self.stamped is None or (self.committed - self.stamped).total_seconds() >= \
+            config.SHARD_TOUCH_AFTER_S
+
+
+def landed(refs: Iterable[firestore.DocumentReference], results: list[Any]) -> list[Landed]:
+    """The shard writes among a commit's last results (shard writes come last in every commit
+    of the write paths, after their markers)."""
+    refs = list(refs)
+    return [Landed.of(ref, result)
+            for ref, result in zip(refs, results[len(results) - len(refs):], strict=True)]
+
+
+def settle(db: firestore.Client, written: Iterable[Landed], rng: random.Random) -> None:
+    """After a commit of shard writes: touch every shard whose write straddles, so that the
+    rollup finds it within a tick. A touch is a write of a fresh `updated_at` alone, sent after
+    the commit was acknowledged, so its server timestamp is later than that commit; it is itself
+    checked, up to SHARD_TOUCH_ATTEMPTS times. A write left untouched (this instance died,
+    Firestore stayed slow) is found by the rollup's sweep (docs/architecture.md, "Exact on real
+    Firestore"). Then make sure a rollup tick follows the last of these commits
+    (`waking.after_write`): every write path of the domain ends here, and a commit that wrote no
+    shard (a document change that moves no count) asks for no tick."""
+    written = list(written)
+    last: dt.datetime | None = None
+    for write in written:
+        touches = 0
+        while config.PROTECTIONS.touch and write.straddles \
+                and touches < config.SHARD_TOUCH_ATTEMPTS:
+            touches += 1
+            try:
+                result = write.ref.update(
+                    {"updated_at": firestore.SERVER_TIMESTAMP,
+                     "stripe": partitions.shard_stripe(db, write.ref, rng)},
+                    retry=writes.IDEMPOTENT)
+            except gexc.NotFound:
+                break  # folded away: the fold moved its count, which the rollup mirrors
+            except Exception as error:  # the write itself is done; the sweep will find it
+                log.warning("could not touch %s after a slow write: %r", write.ref.path, error)
+                break
+            write = Landed.of(write.ref, result)
+        last = write.committed if last is None else max(last, write.committed)
+    if last is not None:
+        waking.after_write(db, last, {partitions.home_of_shard(w.ref) for w in written})
+
+
+class ConfigCache:
+    """Per-instance cache of counter configurations, each entry kept for `ttl_s` seconds.
+
+    Unknown counters are not cached: a counter created a moment ago must be usable at once.
+    """
+
+    def __init__(self, ttl_s: float = config.CONFIG_CACHE_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._entries: TtlCache[str, CounterConfig] = TtlCache(ttl_s, clock)
+
+    def get(self, db: firestore.Client, counter: str) -> CounterConfig:
+        cached = self._entries.get(counter)
+        if cached is not None:
+            return cached
+        read_at = self._clock()  # trusted from before the read: never longer than the TTL
+        snapshot = counter_ref(db, counter).get()
+        if not snapshot.exists:
+            raise NotFound(f"counter: {counter!r} does not exist")
+        data = snapshot.to_dict() or {}
+        # A name this version does not know picks shards as the default does.
+        strategy = kinds.member(data.get("strategy"), kinds.STRATEGIES) or kinds.DEFAULT_STRATEGY
+        load = data.get(config.SHARD_LOAD_FIELD)  # where a version before the memory had it
+        if strategy == "least_loaded":
+            memory = memory_ref(db, counter).get().to_dict() or {}
+            load = memory.get(config.SHARD_LOAD_FIELD, load)
+        found = CounterConfig(
+            counter=counter,
+            num_shards=int(data["num_shards"]),
+            strategy=strategy,
+            shard_load=tuple(float(x) for x in load or ()),
+            policy=Policy.from_document(data.get("policy")),
+            collection=data.get(COLLECTION_FIELD),
+        )
+        self._entries.put(counter, found, at=read_at)
+        return found
+
+    def forget(self, counter: str) -> None:
+        """Drop a counter's entry: the next `get` reads it afresh."""
+        self._entries.forget(counter)
+
+
+@dataclass(kw_only=True)
+class _Picks:
+    """This instance's picks of each shard since it cached `config` (least_loaded)."""
+
+    config: CounterConfig
+    picks: list[int]
+    total: int = 0
+
+
+class ShardPicker:
+    """Chooses the shard an increment goes to, per the counter's strategy.
+
+    `round_robin` keeps one cursor per counter and instance, starting at a random offset so that
+    instances do not march in lockstep. `least_loaded` is the power of two choices: of two random
+    shards, the one with the smaller score, where a shard's score is its share of the load the
+    rollup published (load / mean load) plus its share of this instance's own picks since the
+    configuration was cached (picks / (mean picks + 1)). Published loads are seconds old and the
+    same for every instance: ranked alone, they make all instances pile onto the same "least
+    loaded" shards until the next refresh. Relative to this instance's own picks, a shard that is
+    x% under the mean load draws about x% more of this instance's writes, and no more.
+    """
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.rng = rng or random.Random()
+        self._cursors: dict[str, itertools.count[int]] = {}
+        self._picks: dict[str, _Picks] = {}
+        self._lock = threading.Lock()
+
+    def pick(self, counter: CounterConfig) -> int:
+        n = counter.num_shards
+        if counter.strategy == "round_robin":
+            with self._lock:
+                cursor = self._cursors.get(counter.counter)
+                if cursor is None:
+                    cursor = itertools.count(self.rng.randrange(n))
+                    self._cursors[counter.counter] = cursor
+                return next(cursor) % n
+        if counter.strategy == "least_loaded" and n > 1:
+            a, b = self.rng.randrange(n), self.rng.randrange(n)
+            load = counter.shard_load[:n]
+            mean_load = sum(load) / n
+            with self._lock:
+                entry = self._picks.get(counter.counter)
+                if entry is None or entry.config is not counter:
+                    entry = _Picks(config=counter, picks=[0] * n)  # a fresh copy of the config
+                    self._picks[counter.counter] = entry
+                picks = entry.picks
+                mean_picks = entry.total / n + 1
+
+                def score(i: int) -> float:
+                    share = load[i] / mean_load if i < len(load) and mean_load > 0 else 0.0
+                    return share + picks[i] / mean_picks
+
+                chosen = a if score(a) <= score(b) else b
+                entry.total += 1
+                picks[chosen] += 1
+                return chosen
+        return self.rng.randrange(n)
+
+
+_CONFIGS = ConfigCache()
+_PICKER = ShardPicker()
+
+
+def default_configs() -> ConfigCache:
+    """The instance's configuration cache, which every write path shares."""
+    return _CONFIGS
+
+
+def default_picker() -> ShardPicker:
+    return _PICKER
+
+
+def create_counter(
+    db: firestore.Client,
+    counter: str,
+    *,
+    shards: int | None = None,
+    expected_rate: float | None = None,
+    strategy: Strategy = kinds.DEFAULT_STRATEGY,
+    policy: Policy | None = None,
+    collection: str | None = None,
+) -> Created:
+    """Create the counter and all its shards in one commit; an existing counter is left as is
+    (so of two racing creators, one creates and the other finds it).
+
+    Autoscaling starts from this size and keeps it within `min_shards`..`max_shards` (defaults
+    from config.py; the fields can be changed server-side, min == max pins the count).
+    `collection` names the declaration that maintains a collection counter.
+    """
+    num_shards = shards if shards is not None else shards_for(expected_rate)
+    min_shards, max_shards = config.DEFAULT_MIN_SHARDS, config.DEFAULT_MAX_SHARDS
+    batch = db.batch()
+    batch.create(
+        counter_ref(db, counter),
+        {
+            "count": 0,
+            "num_shards": num_shards,
+            "strategy": strategy,
+            "rate": 0.0,
+            "min_shards": min_shards,
+            "max_shards": max_shards,
+            "above_min": num_shards > min_shards,
+            "policy": (policy or Policy()).to_document(),
+            "created_at": firestore.SERVER_TIMESTAMP,
+            "updated_at": firestore.SERVER_TIMESTAMP,
+            **({} if collection is None else {COLLECTION_FIELD: collection}),
+        },
+    )
+    # Every shard holds 0: the rollup's first read of this counter is its memory.
+    batch.create(memory_ref(db, counter), {config.SHARD_COUNTS_FIELD: {}})
+    # Shard 0 (never folded away) says which request created the counter: an attempt whose
+    # answer was lost, sent again, fails on the documents it created and finds its nonce there.
+    nonce = writes.new_nonce()
+    for n in range(num_shards):
+        batch.create(shard_ref(db, counter, n), {"count": 0, **({writes.NONCE: nonce} if n == 0
+                                                              else {})})
+    try:
+        writes.resending(functools.partial(writes.send, batch), request_id=None)
+    except gexc.AlreadyExists:
+        first = shard_ref(db, counter, 0).get()
+        existing = counter_ref(db, counter).get().to_dict() or {}
+        return Created(counter=counter, shards=int(existing["num_shards"]),
+                       created=first.exists and first.get(writes.NONCE) == nonce,
+                       policy=Policy.from_document(existing.get("policy")))
+    return Created(counter=counter, shards=num_shards, created=True, policy=policy or Policy())
+
+
+def configure_counter(db: firestore.Client, counter: str, policy: Policy) -> Policy:
+    """Replace a counter's write policy; every instance applies it within CONFIG_CACHE_TTL_S."""
+    try:
+        counter_ref(db, counter).update({"policy": policy.to_document()},
+                                        retry=writes.IDEMPOTENT)
+    except gexc.NotFound:
+        raise NotFound(f"counter: {counter!r} does not exist") from None
+    return policy
+
+
+def increment(
+    db: firestore.Client,
+    counter: str,
+    by: int = 1,
+    *,
+    request_id: str | None = None,
+    uid: str = "",
+    admin: bool = True,
+    configs: ConfigCache = _CONFIGS,
+    picker: ShardPicker = _PICKER,
+) -> dt.datetime | None:
+    """Add `by` to one shard, as the counter's write policy allows this caller (`admin`: the
+    operator CLI and tests act as admins). Returns the commit time, which a client compares with
+    the rollup's `updated_at` to tell whether the rollup includes this increment; None when
+    `request_id` was already applied for this user, or a `unique` counter already counts (or
+    does not count) them. `OutcomeUnknown` when Firestore's answer was lost and nothing could
+    tell whether the write applied (docs/architecture.md, "Exactly once")."""
+    request_id = request_id if config.PROTECTIONS.request_markers else None
+    nonce = writes.new_nonce()
+
+    def attempt() -> dt.datetime | None:
+        target = configs.get(db, counter)
+        target.check_writable()
+        policy = target.policy
+        policy.check(by, admin=admin, counter=counter)
+        ref = shard_ref(db, counter, picker.pick(target))
+        paced = bool(policy.min_interval_s) and not admin
+        if request_id is None and not policy.unique and not paced:
+            batch = db.batch()
+            batch.update(ref, shard_write(db, ref, by, picker.rng))
+            results = writes.commit_once(batch)
+            settle(db, landed([ref], results), picker.rng)
+            committed: dt.datetime = results[-1].update_time
+            return committed
+        return Guarded(db, counter, by, ref, uid=uid, request_id=request_id, nonce=nonce,
+                       unique=policy.unique, interval_s=policy.min_interval_s if paced else 0,
+                       rng=picker.rng).apply()
+
+    return with_fresh_config(attempt, configs, [counter])
+
+
+class Guarded:
+    """One increment whose commit carries markers: a request marker (`request_id`), a voter
+    (`unique`: created by a like, rewritten by an unlike), a pacing marker (`min_interval_s`).
+    Each marker is written with a precondition (created, or rewritten at the version read) and
+    the request's nonce, so the commit may be sent again after a lost answer: at most one attempt
+    applies, and one that fails its precondition reads the markers to tell an earlier attempt of
+    its own (applied: its shard is touched if it straddled) from another request (this one is a
+    no-op, or is planned again on what it read)."""
+
+    def __init__(self, db: firestore.Client, counter: str, by: int,
+                 shard: firestore.DocumentReference, *, uid: str, request_id: str | None,
+                 nonce: str, unique: bool, interval_s: int, rng: random.Random) -> None:
+        self.db, self.counter, self.by, self.shard = db, counter, by, shard
+        self.uid, self.request_id, self.nonce = uid, request_id, nonce
+        self.unique, self.interval_s, self.rng = unique, interval_s, rng
+        self.marker = None if request_id is None else request_marker_ref(db, uid, request_id)
+        self.voter: Snapshot | None = None  # the voter as last read (None: not read)
+        self.pacing: Snapshot | None = None  # the pacing marker as last read (None: not read)
+
+    def apply(self) -> dt.datetime | None:
+        if self.unique and self.by < 0:
+            # An un-like rewrites the voter at the version read: a like must be there to take.
+            self.voter = voter_ref(self.db, self.counter, self.uid).get()
+            if not counts(self.voter):
+                self._settle_request()
+                return None
+        for _ in range(GUARDED_ATTEMPTS):
+            try:
+                results = writes.resending(self._commit, request_id=self.request_id)
+            except writes.PRECONDITIONS as error:
+                with writes.finding_out(error, request_id=self.request_id):
+                    done, answer = self._found()
+                if done:
+                    return answer
+                if isinstance(error, gexc.NotFound):
+                    raise  # the shard was folded away: `with_fresh_config` writes once more
+                continue
+            settle(self.db, landed([self.shard], results), self.rng)
+            committed: dt.datetime = results[-1].update_time
+            return committed
+        raise Aborted(f"counter: {self.counter!r}: concurrent requests of this user got in the "
+                      "way; retry")
+
+    def _settle_request(self) -> None:
+        """A no-op un-like: a retry of one whose request marker exists touches what that
+        request wrote, as any retry that finds its marker does."""
+        if self.marker is not None:
+            settle(self.db, marker_landed(self.db, self.marker.get()), self.rng)
+
+    def _commit(self) -> list[Any]:
+        """One attempt: the markers as last read, then the shard (last: `landed`). A voter or
+        pacing marker, rewritten by this user's later requests too, keeps the nonces of the
+        last RECENT_NONCES requests that wrote it, so that an attempt whose answer was lost
+        still finds its own after another request of the user came."""
+        batch = self.db.batch()
+        mark = {"uid": self.uid, "at": firestore.SERVER_TIMESTAMP, writes.NONCE: self.nonce,
+                "shards": [self.shard.path]}
+        if self.marker is not None:
+            batch.create(self.marker, request_marker_fields(self.uid, self.request_id or "",
+                                                            [self.counter], mark))
+        if self.unique:
+            write_at_version(self.db, batch, voter_ref(self.db, self.counter, self.uid),
+                             {**mark, "counted": self.by > 0,
+                              NONCES: recent_nonces(self.voter, self.nonce)}, self.voter)
+        if self.interval_s:
+            self._pace(batch, {**mark, NONCES: recent_nonces(self.pacing, self.nonce)})
+        batch.update(self.shard, shard_write(self.db, self.shard, self.by, self.rng))
+        return writes.send(batch)
+
+    def _pace(self, batch: firestore.WriteBatch, mark: dict[str, Any]) -> None:
+        """The caller's pacing marker: created when it was not read (a first visit: one round
+        trip), else rewritten at the version read once `at`, the stamp of the last applied
+        visit, is `interval_s` old; too soon: RESOURCE_EXHAUSTED."""
+        ref = paced_ref(self.db, self.counter, self.uid)
+        fields = {**mark, config.EXPIRES_AT: dt.datetime.now(dt.UTC)
+                  + dt.timedelta(seconds=self.interval_s) + config.REQUEST_MARKER_TTL}
+        found = self.pacing
+        if found is not None and found.exists:
+            last = found.get("at") if "at" in (found.to_dict() or {}) else found.update_time
+            wait = last + dt.timedelta(seconds=self.interval_s) - found.read_time
+            if wait > dt.timedelta(0):
+                raise ResourceExhausted(
+                    f"counter: {self.counter!r} takes one increment per user every "
+                    f"{self.interval_s} s; retry in {wait.total_seconds():.0f} s")
+        write_at_version(self.db, batch, ref, fields, found)
+
+    def _found(self) -> tuple[bool, dt.datetime | None]:
+        """After a failed precondition, from the markers read afresh: (True, the commit time of
+        an earlier attempt of this request that applied), (True, None) when there is nothing to
+        do (the request_id applied before, or the voter already as asked), or (False, None):
+        plan again on what was read."""
+        guards = [ref for ref in (self.marker,) if ref is not None]
+        if self.unique:
+            guards.append(voter_ref(self.db, self.counter, self.uid))
+        if self.interval_s:
+            guards.append(paced_ref(self.db, self.counter, self.uid))
+        found = {snapshot.reference.path: snapshot for snapshot in self.db.get_all(guards)}
+        for snapshot in found.values():
+            if nonce_of(snapshot) == self.nonce:
+                settle(self.db, marker_landed(self.db, snapshot), self.rng)
+                return True, snapshot.update_time
+        for snapshot in found.values():
+            if self.nonce in nonces_of(snapshot):
+                # Applied, and rewritten since by another request of the user: when is not
+                # known, so the shard is touched whatever its write's delay was; the answer's
+                # commit time is the marker's later version, never too early for a client.
+                settle(self.db, [Landed(self.shard, None, snapshot.update_time)], self.rng)
+                return True, snapshot.update_time
+        if self.marker is not None and found[self.marker.path].exists:
+            settle(self.db, marker_landed(self.db, found[self.marker.path]), self.rng)
+            return True, None
+        if self.unique:
+            self.voter = found[voter_ref(self.db, self.counter, self.uid).path]
+            if counts(self.voter) == (self.by > 0):
+                return True, None
+        if self.interval_s:
+            self.pacing = found[paced_ref(self.db, self.counter, self.uid).path]
+        return False, None
+
+
+GUARDED_ATTEMPTS = 5  # plans of one guarded increment, each on markers read afresh
+Snapshot = firestore.DocumentSnapshot[Any]
+# On voter and pacing markers: the nonces of the last requests that wrote them.
+NONCES = "nonces"
+RECENT_NONCES = 8
+
+
+def recent_nonces(found: Snapshot | None, nonce: str) -> list[str]:
+    """The nonces a marker keeps after this request's write: its last ones, then this one."""
+    return [*nonces_of(found), nonce][-RECENT_NONCES:] if found is not None else [nonce]
+
+
+def nonces_of(marker: Snapshot | None) -> list[str]:
+    if marker is None or not marker.exists:
+        return []
+    kept = (marker.to_dict() or {}).get(NONCES)
+    return [str(n) for n in kept] if isinstance(kept, list) else []
+
+
+def write_at_version(db: firestore.Client, batch: firestore.WriteBatch,
+                     ref: firestore.DocumentReference, fields: dict[str, Any],
+                     found: Snapshot | None) -> None:
+    """Add a marker's write to `batch`: created when it was not read or did not exist (fails if
+    it exists), else rewritten at the version read (fails if it changed since)."""
+    if found is None or not found.exists:
+        batch.create(ref, fields)
+    else:
+        batch.update(ref, fields, option=db.write_option(last_update_time=found.update_time))
+
+
+def nonce_of(marker: Snapshot) -> str | None:
+    """The nonce of the request whose commit last wrote a marker."""
+    nonce = (marker.to_dict() or {}).get(writes.NONCE) if marker.exists else None
+    return nonce if isinstance(nonce, str) else None
+
+
+def counts(voter: Snapshot) -> bool:
+    """Whether a `unique` counter's voter marker counts its user: a like's (`counted`), or one
+    written before un-likes kept their marker (it has a `uid`)."""
+    if not voter.exists:
+        return False
+    data = voter.to_dict() or {}
+    return bool(data.get("counted", "uid" in data))
+
+
+def marker_landed(db: firestore.Client, marker: Snapshot) -> list[Landed]:
+    """The shard writes a marker's commit made, as `settle` takes them: each marker records its
+    shards and its commit's server timestamp; the commit time is its version (a marker is
+    created, or rewritten at a version, by the commit that wrote its shards)."""
+    data = marker.to_dict() or {}
+    stamped, committed = data.get("at"), marker.update_time
+    return [Landed(db.document(path), stamped, committed) for path in data.get("shards") or ()
+            if committed is not None]
+
+
+def with_fresh_config(
+    attempt: Callable[[], T], configs: ConfigCache, counters: Iterable[str]
+) -> T:
+    """Run a shard write; if it hit a shard that a shrink has since folded away (NOT_FOUND: the
+    cached num_shards was stale), refresh the configuration and write once more. A failed commit
+    wrote nothing, so the retry cannot count twice. Folded away again: ABORTED (retry)."""
+    try:
+        return attempt()
+    except gexc.NotFound:
+        for counter in counters:
+            configs.forget(counter)
+    try:
+        return attempt()
+    except gexc.NotFound as error:
+        raise Aborted("a shard this write chose was folded away twice in a row; retry") from error
+
+
+def increment_many(
+    db: firestore.Client,
+    increments: Iterable[tuple[str, int]],
+    *,
+    request_id: str | None = None,
+    uid: str = "",
+    admin: bool = True,
+    configs: ConfigCache = _CONFIGS,
+    picker: ShardPicker = _PICKER,
+) -> int:
+    """Apply a batch atomically (one shard write per distinct counter); 0 when already applied.
+    Each counter's summed `by` must pass its policy as one increment would; a counter whose
+    policy keeps per-user markers (`unique`, `min_interval_s`) cannot be in a batch."""
+    request_id = request_id if config.PROTECTIONS.request_markers else None
+    items = list(increments)
+    totals: dict[str, int] = {}
+    for counter, by in items:
+        totals[counter] = totals.get(counter, 0) + by
+    nonce = writes.new_nonce()
+
+    def attempt() -> int:
+        targets = [configs.get(db, counter) for counter in totals]  # NotFound before any write
+        for target in targets:
+            target.check_writable()
+            if target.policy.limits_batches:
+                raise InvalidArgument(f"increments: {target.counter!r} counts each user once or "
+                                      "paces them: increment it on its own")
+            target.policy.check(totals[target.counter], admin=admin, counter=target.counter)
+        refs = [shard_ref(db, target.counter, picker.pick(target)) for target in targets]
+        shard_writes = [ShardWrite(ref, shard_write(db, ref, totals[target.counter], picker.rng))
+                        for ref, target in zip(refs, targets, strict=True)]
+        applied = commit_marked(db, shard_writes, uid=uid, request_id=request_id,
+                                counters=sorted(totals), nonce=nonce, rng=picker.rng)
+        return len(items) if applied else 0
+
+    return with_fresh_config(attempt, configs, totals)
+
+
+@dataclass(frozen=True)
+class ShardWrite:
+    """One shard's part of a commit: `fields` updated into it, or merged (`creates`: a trend
+    bucket's shards come into being with their first write; a counter's exist, and one folded
+    away must fail the write rather than come back)."""
+
+    ref: firestore.DocumentReference
+    fields: dict[str, Any]
+    creates: bool = False
+
+    def add_to(self, batch: firestore.WriteBatch) -> None:
+        if self.creates:
+            batch.set(self.ref, self.fields, merge=True)
+        else:
+            batch.update(self.ref, self.fields)
+
+
+def commit_marked(db: firestore.Client, shard_writes: list[ShardWrite], *, uid: str,
+                  request_id: str | None, counters: list[str], nonce: str,
+                  rng: random.Random) -> bool:
+    """Commit shard writes with the request's marker when there is
+    a `request_id`, and settle them; False when the request_id was applied before. Without one
+    the commit is sent once (`OutcomeUnknown` when its answer is lost); with one it is sent again
+    after a lost answer, and an attempt that finds the marker there reads its nonce: an earlier
+    attempt of this request made it (applied), or another request did (False). Either way the
+    marker's shard writes are touched if they straddled: whoever made them may have lost the
+    answer before touching."""
+    batch = db.batch()
+    if request_id is not None:
+        marker = request_marker_ref(db, uid, request_id)
+        batch.create(marker, request_marker_fields(
+            uid, request_id, counters, {"at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
+                                        "shards": [w.ref.path for w in shard_writes]}))
+    for write in shard_writes:
+        write.add_to(batch)
+    refs = [write.ref for write in shard_writes]
+    if request_id is None:
+        results = writes.commit_once(batch)
+    else:
+        try:
+            results = writes.resending(functools.partial(writes.send, batch),
+                                       request_id=request_id)
+        except gexc.AlreadyExists as error:
+            with writes.finding_out(error, request_id=request_id):
+                found = marker.get()
+            settle(db, marker_landed(db, found), rng)
+            return nonce_of(found) == nonce
+    settle(db, landed(refs, results), rng)
+    return True
+
+
+def request_marker_ref(db: firestore.Client, uid: str,
+                       request_id: str) -> firestore.DocumentReference:
+    """The marker document that makes a request id count once per user: its id hashes (uid,
+    request_id), since uids may hold characters a document id cannot."""
+    key = hashlib.sha256(f"{uid}\0{request_id}".encode()).hexdigest()
+    return db.collection(config.REQUESTS).document(key)
+
+
+def request_marker_fields(uid: str, request_id: str, counters: list[str],
+                          mark: dict[str, Any]) -> dict[str, Any]:
+    """A request marker: created in the same commit as the request's shard writes. `mark` holds
+    the nonce, the shards written and `at`, the commit's server timestamp, which outlives a copy
+    of the database (`commit_time_of`). Expired by TTL on EXPIRES_AT."""
+    return {"uid": uid, "request_id": request_id, "counters": counters, **mark,
+            config.EXPIRES_AT: dt.datetime.now(dt.UTC) + config.REQUEST_MARKER_TTL}
+
+
+def applied_at(db: firestore.Client, uid: str, request_id: str) -> dt.datetime | None:
+    """When this user's request was applied (its marker was created in the same commit as the
+    shard write), or None if it was not (or has expired)."""
+    snapshot = request_marker_ref(db, uid, request_id).get()
+    if not snapshot.exists:
+        return None
+    return commit_time_of(snapshot.create_time, (snapshot.to_dict() or {}).get("at"))
+
+
+def commit_time_of(created: dt.datetime, stamped: dt.datetime | None) -> dt.datetime:
+    """The commit time of a marker's creation: its create time, unless that is more than
+    CHANGE_OVERLAP_S after the server timestamp the commit stored in it (taken as the commit's
+    request started). Then the create time may not be the commit's: an import re-creates each
+    document, fields unchanged, at the import time (the emulator's, on a `make dev` restart).
+    The stored timestamp stands in, earlier than the commit by the commit's delay (docs/api.md,
+    `increment`). A marker from before markers stored it has its create time only."""
+    if stamped is None or created - stamped <= dt.timedelta(seconds=config.CHANGE_OVERLAP_S):
+        return created
+    return stamped
+
+
+def get_count(db: firestore.Client, counter: str, consistency: Consistency = "rollup",
+              uid: str | None = None) -> Count:
+    """The rollup (one document read) or the strong value (all shards, one consistent read);
+    with `uid`, on a `unique` counter, whether it counts that user (one more read; the strong
+    value then reads the counter's document too)."""
+    if consistency == "strong":
+        snapshots = list(counter_ref(db, counter).collection(config.SHARDS).stream())
+        if not snapshots:
+            raise NotFound(f"counter: {counter!r} does not exist")
+        total = sum(int((s.to_dict() or {}).get("count", 0)) for s in snapshots)
+        mine = None if uid is None else counted(db, counter, uid)
+        return Count(counter=counter, count=total, as_of=snapshots[0].read_time,
+                     consistency=consistency, documents_read=len(snapshots), mine=mine)
+    snapshot = counter_ref(db, counter).get()
+    if not snapshot.exists:
+        raise NotFound(f"counter: {counter!r} does not exist")
+    data = snapshot.to_dict() or {}
+    mine = None
+    if uid is not None and Policy.from_document(data.get("policy")).unique:
+        mine = counts(voter_ref(db, counter, uid).get())
+    return Count(counter=counter, count=int(data.get("count", 0)),
+                 as_of=data.get("updated_at") or snapshot.update_time, consistency=consistency,
+                 documents_read=1, mine=mine)
+
+
+def counted(db: firestore.Client, counter: str, uid: str) -> bool | None:
+    """On a `unique` counter, whether it counts the user; None on any other counter."""
+    data = counter_ref(db, counter).get().to_dict() or {}
+    if not Policy.from_document(data.get("policy")).unique:
+        return None
+    return counts(voter_ref(db, counter, uid).get())
+
+
+def reset_counter(db: firestore.Client, counter: str) -> None:
+    """Take every shard back by what it held at one instant, in one commit, then forget who a
+    `unique` counter counts and when a `min_interval_s` counter last counted each user.
+
+    The reset writes shards only, as increments do: the rollup's holder finds them changed and
+    publishes their new sum, so nothing it remembers (its ledger, the published count and
+    `shard_counts`) can hide the reset, and an increment that lands between the read and the
+    commit counts after the reset. The commit rewrites the counter's reset record
+    (`counters/{id}/memory/reset`) at the version read before the shards: of two resets racing
+    (two admins, a retry), one commits and the other reads the shards again, so none subtracts
+    what the other did; and a commit sent again after a lost answer finds its nonce there.
+    Forgetting the users (`forget_users`) is not atomic with it: a like that lands in between
+    counts after the reset, yet is forgotten, so the user may like once more; an un-like in
+    between takes the count to -1 (docs/api.md, reset_counter)."""
+    ref = counter_ref(db, counter)
+    snapshot = ref.get()
+    if not snapshot.exists:
+        raise NotFound(f"counter: {counter!r} does not exist")
+    collection = (snapshot.to_dict() or {}).get(COLLECTION_FIELD)
+    if collection is not None:
+        raise FailedPrecondition(f"counter: {counter!r} is a collection counter (declaration "
+                                 f"{collection!r}): it counts documents, it cannot be reset")
+    rng = random.Random()
+    nonce = writes.new_nonce()
+    record = reset_ref(db, counter)
+    for _ in range(RESET_ATTEMPTS):
+        found = record.get()  # before the shards: a reset committed since fails our commit
+        held = {s.reference: int((s.to_dict() or {}).get("count") or 0)
+                for s in ref.collection(config.SHARDS).stream()}  # one instant: a query's
+        moved = [shard for shard, count in held.items() if count]
+        batch = db.batch()
+        write_at_version(db, batch, record, {
+            "at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
+            "shards": [shard.path for shard in moved]}, found)
+        if not config.PROTECTIONS.reset_through_rollup:
+            # What resets did before: the rollup's count and memory zeroed outside its lease.
+            batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
+            batch.update(memory_ref(db, counter),
+                         {config.SHARD_COUNTS_FIELD: {s.id: 0 for s in held}})
+        for shard in moved:
+            batch.update(shard, {"count": firestore.Increment(-held[shard]),
+                                 "updated_at": firestore.SERVER_TIMESTAMP,
+                                 "stripe": partitions.shard_stripe(db, shard, rng)})
+        try:
+            results = writes.resending(functools.partial(writes.send, batch),
+                                       request_id=None)
+        except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
+            again = record.get()
+            if nonce_of(again) == nonce:  # an earlier attempt of this reset applied
+                settle(db, marker_landed(db, again), rng)
+                break
+            if isinstance(error, gexc.NotFound) or nonce_of(again) != nonce_of(found):
+                continue  # a shard folded away, or another reset committed: read again
+            raise
+        settle(db, landed(moved, results), rng)
+        break
+    else:
+        raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; "
+                      "retry")
+    forget_users(db, counter)
+
+
+def forget_users(db: firestore.Client, counter: str) -> None:
+    """After a reset: nobody counted, nobody paced. The markers are rewritten, not deleted
+    (a voter uncounted, a pacing marker's last visit at the epoch): they keep the nonces of
+    their last requests, so that a request whose answer was lost before the reset still finds
+    its own instead of applying again (a deleted marker could be created afresh)."""
+    for markers, forgotten in ((config.VOTERS, {"counted": False}),
+                               (config.PACED, {"at": EPOCH})):
+        refs = list(counter_ref(db, counter).collection(markers).list_documents())
+        for start in range(0, len(refs), config.ROLLUP_COMMIT_WRITES):
+            batch = db.batch()
+            for marker in refs[start:start + config.ROLLUP_COMMIT_WRITES]:
+                batch.set(marker, forgotten, merge=True)
+            batch.commit(retry=writes.IDEMPOTENT)
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+RESET_ATTEMPTS = 5  # reads of the shards by one reset, each after a race lost
+
+
+def reset_ref(db: firestore.Client, counter: str) -> firestore.DocumentReference:
+    """The counter's reset record: the last reset's nonce and the shards it moved."""
+    return db.collection(config.COUNTERS, counter, config.MEMORY).document(config.RESET_DOC)

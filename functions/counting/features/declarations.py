@@ -1,0 +1,117 @@
+"""The app's collection counters, declared in `declarations.json` beside main.py (docs/api.md,
+"Collection counters"): a list of `{"counter", "documents", "group_by"?, "sum"?,
+"expected_rate"?}`. Each path pattern gets one Firestore trigger, `count_` and its collection ids
+(`counting.features.collections.Watch`), which the deploy picks up from main.py: adding a
+counter is adding a declaration and deploying. This repository's file declares the demo's
+counters (comments per post, orders and revenue per status); an install starts with none
+(docs/adopt.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from counting.features.collections import Declaration, Watch, watches
+from counting.foundation import config
+from counting.foundation.errors import FailedPrecondition, InvalidArgument, NotFound
+
+# Where a deployed codebase (and this repository's functions/) keeps the declarations: beside
+# main.py. A `counting` package installed elsewhere (the operator CLI's wheel) finds none there,
+# and reads an install's with `use(load(path))`.
+FILE = Path(__file__).resolve().parents[2] / "declarations.json"
+# Each pattern is a deployed function: a bound on what one file may ask for.
+MAX_DECLARATIONS = 50
+MAX_FILE_BYTES = 64 * 1024
+_FIELDS = {"counter", "documents", "group_by", "sum", "expected_rate"}
+
+
+def parse(text: str, origin: str = "declarations.json") -> tuple[Declaration, ...]:
+    """The declarations a file's text lists, every one checked (InvalidArgument names the
+    entry at fault)."""
+    if len(text.encode()) > MAX_FILE_BYTES:
+        raise InvalidArgument(f"{origin}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        raw: Any = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidArgument(f"{origin}: not JSON ({error})") from None
+    if not isinstance(raw, list) or len(raw) > MAX_DECLARATIONS:
+        raise InvalidArgument(f"{origin}: must be a list of at most {MAX_DECLARATIONS} "
+                              "declarations")
+    found: list[Declaration] = []
+    for number, entry in enumerate(raw, 1):
+        if not isinstance(entry, dict) or not {"counter", "documents"} <= entry.keys() <= _FIELDS:
+            raise InvalidArgument(f"{origin}: entry {number} must be an object with counter and "
+                                  "documents, and optionally group_by, sum, expected_rate")
+        strings = {k: v for k, v in entry.items() if k != "expected_rate"}
+        rate = entry.get("expected_rate")
+        if not all(isinstance(v, str) for v in strings.values()) or not (
+                rate is None or (type(rate) in (int, float) and 0 < rate <= 1_000_000)):
+            raise InvalidArgument(f"{origin}: entry {number}: counter, documents, group_by and "
+                                  "sum are strings, expected_rate a number in (0, 1e6]")
+        found.append(Declaration(**entry))
+    for watch in watches(found):  # names and trigger names unique
+        check_watchable(watch, origin)
+    return tuple(found)
+
+
+# A deployed function's id (firebase-tools): a letter, then letters, digits, _ and -.
+_FUNCTION_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
+
+
+def check_watchable(watch: Watch, origin: str) -> None:
+    """A pattern must make a valid function id, and may not watch the backend's own collections
+    (each counter write would fire a trigger that writes a counter: a loop)."""
+    deployed = config.PLACEMENT.function_id(watch.function_name)
+    if not _FUNCTION_ID.fullmatch(deployed):
+        raise InvalidArgument(f"{origin}: {watch.documents!r} makes the trigger id {deployed!r}: "
+                              "collection ids of A-Z a-z 0-9 _ -, at most 63 characters in all")
+    if config.PLACEMENT.watched_database == config.PLACEMENT.database:
+        own = {getattr(config, name) for name in config.COLLECTION_IDS}
+        taken = own.intersection(watch.documents.split("/")[::2])
+        if taken:
+            raise InvalidArgument(f"{origin}: {watch.documents!r} watches the backend's own "
+                                  f"collection {sorted(taken)[0]!r}")
+
+
+def load(path: Path) -> tuple[Declaration, ...]:
+    """The declarations in `path`; none when it does not exist."""
+    return parse(path.read_text(), str(path)) if path.exists() else ()
+
+
+DECLARATIONS: tuple[Declaration, ...] = ()
+WATCHES: tuple[Watch, ...] = ()
+
+
+def use(declared: Sequence[Declaration]) -> None:
+    """Make `declared` the process's declarations (main.py's triggers are made from them)."""
+    global DECLARATIONS, WATCHES
+    DECLARATIONS = tuple(declared)
+    WATCHES = tuple(watches(DECLARATIONS))
+
+
+use(load(FILE))
+
+
+def owner(counter: str) -> str | None:
+    """The declaration whose ids `counter` has the form of, if any."""
+    return next((d.name for d in DECLARATIONS if counter.startswith(d.owns)), None)
+
+
+def watch_of(name: str) -> Watch:
+    """The watch that holds the declaration `name`, or whose trigger is named `name`."""
+    for watch in WATCHES:
+        if name == watch.function_name or any(d.name == name for d in watch.declarations):
+            return watch
+    known = sorted({d.name for d in DECLARATIONS} | {w.function_name for w in WATCHES})
+    raise NotFound(f"no declaration {name!r}; declared: {', '.join(known) or 'none'}")
+
+
+def check_plain(counter: str) -> None:
+    """A counter created by hand may not take an id a declaration keeps."""
+    declared = owner(counter)
+    if declared is not None:
+        raise FailedPrecondition(f"counter: {counter!r} has the form of declaration "
+                                 f"{declared!r}'s ids: its trigger creates it")

@@ -1,0 +1,433 @@
+"""Resetting sequences: per-tenant ticket numbers that restart at 1 every business day.
+
+`sequences/{tenant}` is both the live counter and the document "now serving" screens listen to:
+`business_day` (`YYYY-MM-DD`), `last_number`, `timezone`, `reset_time`, plus server fields
+`day` (the business day as a proleptic ordinal), `epoch` (resets so far this day) and `issued`
+(numbers issued this day, across resets). A number is one write with no transaction:
+
+    update({"last_number": Increment(1), "issued": Increment(1),
+            "epoch": Increment(0), "day": Increment(0)})
+
+and its `transform_results` give the new `last_number` together with the `day` and `epoch` it
+was counted in, read atomically by the same write (`Increment(0)` returns the current value).
+So `(day, epoch, number)` is unique under any concurrency: within one `(day, epoch)` the
+document's `last_number` only ever grows by one per write.
+
+A reset is one write too (`last_number: 0`, `epoch: Increment(1)`); every number whose write
+commits after it counts from 1 again under the new epoch. A new business day is opened lazily by
+the first request that finds the document on an older day: a compare-and-set on the document's
+update time (so exactly one writer opens the day) that also archives the closed day under
+`business_days/{YYYY-MM-DD}` with a TTL field. Nothing expires at the boundary.
+
+A `request_id` is claimed by creating its record in the same batch as the number's write; the
+number is then written into the record. A retry finds the record and returns that number.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import hashlib
+import time
+import zoneinfo
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+from google.cloud.firestore_v1.types import WriteResult
+
+from counting.foundation import config, writes
+from counting.foundation.errors import FailedPrecondition
+from counting.writepath.caching import TtlCache
+
+# The transforms of one number and of a reset; `_transformed` reads their results back.
+_NUMBER_WRITE = {
+    "day": firestore.Increment(0),
+    "epoch": firestore.Increment(0),
+    "issued": firestore.Increment(1),
+    "last_number": firestore.Increment(1),
+}
+_RESET_WRITE = {
+    "day": firestore.Increment(0),
+    "epoch": firestore.Increment(1),
+    "issued": firestore.Increment(0),
+    "last_number": 0,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequenceConfig:
+    """A tenant's business-day rule."""
+
+    tenant: str
+    timezone: str
+    reset_time: str
+
+    @property
+    def zone(self) -> zoneinfo.ZoneInfo:
+        return zoneinfo.ZoneInfo(self.timezone)
+
+    @property
+    def reset_at(self) -> dt.time:
+        return dt.time.fromisoformat(self.reset_time)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ticket:
+    """One issued number: unique per (tenant, business_day, epoch)."""
+
+    tenant: str
+    number: int
+    business_day: dt.date
+    epoch: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reset:
+    tenant: str
+    business_day: dt.date
+    epoch: int
+
+
+# --- The business day ---------------------------------------------------------------------------
+
+
+def business_day_start(day: dt.date, reset_at: dt.time, zone: zoneinfo.ZoneInfo) -> dt.datetime:
+    """The UTC instant business day `day` starts: `reset_at` local time on local date `day`.
+
+    The rule of RFC 5545 (iCalendar) for local times a DST change makes ambiguous: a time that
+    occurs twice (clocks go back) means its first occurrence; a time that does not occur (clocks
+    go forward) is read with the UTC offset in force before the gap, so it lands the gap's length
+    later (02:30 on a night that jumps 02:00 -> 03:00 starts the day at 03:30). That is `fold=0`.
+    """
+    return dt.datetime.combine(day, reset_at, tzinfo=zone).astimezone(dt.UTC)
+
+
+def business_day_for(instant: dt.datetime, reset_at: dt.time, zone: zoneinfo.ZoneInfo) -> dt.date:
+    """The business day `instant` falls in: the latest day whose start is at or before it.
+
+    Starts never decrease from one day to the next, so this is the day with
+    `start(day) <= instant < start(day + 1)`. A day whose start coincides with the next one's
+    (a date a time zone skips altogether) is empty and never returned.
+    """
+    local = instant.astimezone(zone).date()
+    one = dt.timedelta(days=1)
+    for day in (local + one, local, local - one):
+        if business_day_start(day, reset_at, zone) <= instant:
+            return day
+    return local - 2 * one
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+# --- Documents ----------------------------------------------------------------------------------
+
+
+def sequence_ref(db: firestore.Client, tenant: str) -> firestore.DocumentReference:
+    return db.collection(config.SEQUENCES).document(tenant)
+
+
+def business_day_ref(db: firestore.Client, tenant: str, day: dt.date
+                     ) -> firestore.DocumentReference:
+    return db.collection(config.SEQUENCES, tenant, config.BUSINESS_DAYS).document(day.isoformat())
+
+
+def request_ref(db: firestore.Client, tenant: str, uid: str, request_id: str
+                ) -> firestore.DocumentReference:
+    """The record of one request_id, per tenant and user (uids may hold any character)."""
+    key = hashlib.sha256(f"{tenant}\0{uid}\0{request_id}".encode()).hexdigest()
+    return db.collection(config.SEQUENCES, tenant, config.NUMBER_REQUESTS).document(key)
+
+
+def _config_from(tenant: str, data: dict[str, Any]) -> SequenceConfig:
+    if not data.get("timezone"):
+        raise FailedPrecondition(f"tenant: {tenant!r} has no sequence; configure_sequence first")
+    return SequenceConfig(tenant=tenant, timezone=str(data["timezone"]),
+                          reset_time=str(data.get("reset_time", config.DEFAULT_RESET_TIME)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Known:
+    config: SequenceConfig
+    day: int  # a lower bound of the document's open day (0: none yet)
+
+
+class SequenceCache:
+    """Per-instance cache of each tenant's configuration and the latest day seen open.
+
+    The day is a lower bound (a document's day only moves forward), so a number requested for
+    that day needs no read at all. The configuration is trusted for `ttl_s` seconds: a changed
+    timezone or reset_time reaches every instance within that time.
+    """
+
+    def __init__(self, ttl_s: float = config.SEQUENCE_CONFIG_CACHE_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._entries: TtlCache[tuple[str, str], _Known] = TtlCache(ttl_s, clock)
+
+    def get(self, db: firestore.Client, tenant: str) -> tuple[SequenceConfig, int]:
+        """The tenant's configuration and a lower bound of its open day (0: none yet)."""
+        known = self._entries.get((db.project, tenant))
+        if known is not None:
+            return known.config, known.day
+        snapshot = sequence_ref(db, tenant).get()
+        data = (snapshot.to_dict() or {}) if snapshot.exists else {}
+        found = _config_from(tenant, data)
+        return found, self.saw(db, found, int(data.get("day", 0)), fresh=True)
+
+    def saw(self, db: firestore.Client, found: SequenceConfig, day: int, *,
+            fresh: bool = False) -> int:
+        """Record that `found.tenant`'s document was on `day` (or later); the best bound known.
+
+        `fresh` says `found` was just read (or written), which restarts its time in the cache.
+        """
+        def change(known: _Known | None) -> tuple[_Known, bool]:
+            best = day if known is None else max(day, known.day)
+            same = known is not None and known.config == found and not fresh
+            return _Known(config=found, day=best), not same
+
+        return self._entries.update((db.project, found.tenant), change).day
+
+
+_CACHE = SequenceCache()
+
+
+# --- Operations ---------------------------------------------------------------------------------
+
+
+def configure_sequence(
+    db: firestore.Client,
+    tenant: str,
+    *,
+    timezone: str,
+    reset_time: str = config.DEFAULT_RESET_TIME,
+    now: dt.datetime | None = None,
+    cache: SequenceCache = _CACHE,
+) -> SequenceConfig:
+    """Set the tenant's business-day rule and open its current business day if it is new.
+
+    Numbers already issued today keep counting unless the new rule puts `now` in a later
+    business day; a rule never moves the open day backwards.
+    """
+    found = SequenceConfig(tenant=tenant, timezone=timezone, reset_time=reset_time)
+    sequence_ref(db, tenant).set(
+        {"timezone": timezone, "reset_time": reset_time,
+         "configured_at": firestore.SERVER_TIMESTAMP},
+        merge=True, retry=writes.IDEMPOTENT,
+    )
+    today = business_day_for(now or _utcnow(), found.reset_at, found.zone)
+    cache.saw(db, found, _open_day(db, tenant, today), fresh=True)
+    return found
+
+
+def next_number(
+    db: firestore.Client,
+    tenant: str,
+    *,
+    request_id: str | None = None,
+    uid: str = "",
+    now: dt.datetime | None = None,
+    cache: SequenceCache = _CACHE,
+) -> Ticket:
+    """Issue the tenant's next number of the business day `now` (server time) falls in."""
+    found = _ready_for_today(db, tenant, now, cache)
+    if request_id is None:
+        batch = db.batch()
+        batch.update(sequence_ref(db, tenant), _NUMBER_WRITE)
+        # Sent once: a number whose answer was lost is skipped, never issued twice.
+        [result] = _write_configured(tenant, writes.commit_once, batch)
+        return _ticket(db, found, result, cache)
+    return _number_once(db, found, request_ref(db, tenant, uid, request_id),
+                        uid=uid, request_id=request_id, cache=cache)
+
+
+def reset_sequence(
+    db: firestore.Client,
+    tenant: str,
+    *,
+    uid: str = "",
+    now: dt.datetime | None = None,
+    cache: SequenceCache = _CACHE,
+) -> Reset:
+    """Restart numbering at 1 within the current business day (a shift change).
+
+    Numbers issued before stay valid: they belong to the previous epoch, and the document's
+    `resets` list records how many numbers had been issued when each epoch began.
+    """
+    found = _ready_for_today(db, tenant, now, cache)
+    ref = sequence_ref(db, tenant)
+    batch = db.batch()
+    batch.update(ref, _RESET_WRITE)
+    [result] = _write_configured(tenant, writes.commit_once, batch)
+    after = _transformed(_RESET_WRITE, result)
+    cache.saw(db, found, after["day"])
+    business_day = dt.date.fromordinal(after["day"])
+    ref.update({"resets": firestore.ArrayUnion([{
+        "business_day": business_day.isoformat(), "epoch": after["epoch"],
+        "issued_before": after["issued"], "at": result.update_time, "by": uid,
+    }])}, retry=writes.IDEMPOTENT)
+    return Reset(tenant=tenant, business_day=business_day, epoch=after["epoch"])
+
+
+# --- Internals ----------------------------------------------------------------------------------
+
+
+def _ready_for_today(
+    db: firestore.Client, tenant: str, now: dt.datetime | None, cache: SequenceCache
+) -> SequenceConfig:
+    """The tenant's configuration, with its document's open day at least today's."""
+    found, open_day = cache.get(db, tenant)
+    today = business_day_for(now or _utcnow(), found.reset_at, found.zone)
+    if open_day < today.toordinal():
+        cache.saw(db, found, _open_day(db, tenant, today))
+    return found
+
+
+def _open_day(db: firestore.Client, tenant: str, today: dt.date) -> int:
+    """Move the tenant's document to business day `today` unless it is there (or later) already.
+
+    A compare-and-set on the document's update time, so that one writer opens the day while
+    numbers of the closing day may still be landing: the closed day's figures it reads are final
+    once its write commits, and it archives them in the same batch.
+    """
+    ref = sequence_ref(db, tenant)
+    for _ in range(config.SEQUENCE_OPEN_DAY_ATTEMPTS):
+        snapshot = ref.get()
+        data = (snapshot.to_dict() or {}) if snapshot.exists else {}
+        found = _config_from(tenant, data)
+        current = int(data.get("day", 0))
+        if current >= today.toordinal():
+            return current
+        batch = db.batch()
+        if current:
+            batch.set(business_day_ref(db, tenant, dt.date.fromordinal(current)),
+                      _closed_day(found, dt.date.fromordinal(current), data))
+        batch.update(
+            ref,
+            {"business_day": today.isoformat(), "day": today.toordinal(), "epoch": 0,
+             "last_number": 0, "issued": 0, "resets": [],
+             "opened_at": firestore.SERVER_TIMESTAMP},
+            option=db.write_option(last_update_time=snapshot.update_time),
+        )
+        try:
+            # A compare-and-set: sent again, an attempt fails unless none applied before it.
+            batch.commit(retry=writes.IDEMPOTENT)
+        except (gexc.FailedPrecondition, gexc.NotFound):
+            continue  # another writer (or our own earlier attempt) changed it: look again
+        return today.toordinal()
+    raise FailedPrecondition(f"tenant: could not open business day {today} (too much contention)")
+
+
+def _closed_day(found: SequenceConfig, day: dt.date, data: dict[str, Any]) -> dict[str, Any]:
+    """The audit record of a finished business day, deleted by the TTL policy later."""
+    ends = business_day_start(day + dt.timedelta(days=1), found.reset_at, found.zone)
+    return {
+        "business_day": day.isoformat(),
+        "timezone": found.timezone,
+        "reset_time": found.reset_time,
+        "last_number": int(data.get("last_number", 0)),
+        "epoch": int(data.get("epoch", 0)),
+        "issued": int(data.get("issued", 0)),
+        "resets": list(data.get("resets", [])),
+        "closed_at": firestore.SERVER_TIMESTAMP,
+        config.EXPIRES_AT: ends + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS),
+    }
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _write_configured(tenant: str, write: Callable[_P, _R], *args: _P.args,
+                      **kwargs: _P.kwargs) -> _R:
+    """Run one write to the tenant's document; a document deleted meanwhile is unconfigured."""
+    try:
+        return write(*args, **kwargs)
+    except gexc.NotFound as error:
+        raise FailedPrecondition(
+            f"tenant: {tenant!r} has no sequence; configure_sequence first") from error
+
+
+def _transformed(write: dict[str, Any], result: WriteResult) -> dict[str, int]:
+    """The value after `result`'s write of each field that `write` increments (the client sends
+    transforms sorted by field path, and their results come back in that order)."""
+    fields = sorted(name for name, value in write.items() if isinstance(value, firestore.Increment))
+    values = (value.integer_value for value in result.transform_results)
+    return dict(zip(fields, values, strict=True))
+
+
+def _ticket(db: firestore.Client, found: SequenceConfig, result: WriteResult,
+            cache: SequenceCache) -> Ticket:
+    after = _transformed(_NUMBER_WRITE, result)
+    cache.saw(db, found, after["day"])
+    return Ticket(tenant=found.tenant, number=after["last_number"],
+                  business_day=dt.date.fromordinal(after["day"]), epoch=after["epoch"])
+
+
+def _number_once(db: firestore.Client, found: SequenceConfig,
+                 record: firestore.DocumentReference, *, uid: str,
+                 request_id: str, cache: SequenceCache) -> Ticket:
+    """Issue a number for a request_id at most once, or return the one it was given.
+
+    The record is created in the same commit as the number's write, so a record exists exactly
+    when its number was issued, and the commit may be sent again after a lost answer: an attempt
+    that finds the record (an earlier attempt's, or another call's with the same id) takes the
+    number from it (`_issued`). The number is then written into the record, for the next retry.
+    """
+    claim = {"uid": uid, "request_id": request_id, "state": "issuing",
+             "claimed_at": firestore.SERVER_TIMESTAMP, writes.NONCE: writes.new_nonce(),
+             config.EXPIRES_AT: _utcnow() + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS)}
+    batch = db.batch()
+    batch.create(record, claim)
+    batch.update(sequence_ref(db, found.tenant), _NUMBER_WRITE)
+    try:
+        claimed, result = _write_configured(
+            found.tenant, writes.resending, functools.partial(writes.send, batch),
+            request_id=request_id)
+    except gexc.AlreadyExists as error:
+        with writes.finding_out(error, request_id=request_id):
+            return _issued(db, found, record, cache)
+    ticket = _ticket(db, found, result, cache)
+    _record(db, record, ticket, claimed.update_time)
+    return ticket
+
+
+def _issued(db: firestore.Client, found: SequenceConfig, record: firestore.DocumentReference,
+            cache: SequenceCache) -> Ticket:
+    """The number a request_id's record stands for. Written into it once its call has it; until
+    then (that call's answer was lost, or it died, or it is about to write it) the sequence as
+    the record's own commit left it holds it: read at the record's create time, a snapshot
+    read, which Firestore serves for an hour back (longer with point-in-time recovery). The
+    record's call writes the number within milliseconds, so a retry an hour later finds it
+    there, unless the call died: then FAILED_PRECONDITION, never a second number."""
+    snapshot = record.get()
+    data = snapshot.to_dict() or {}
+    if data.get("state") == "issued":
+        return Ticket(tenant=found.tenant, number=int(data["number"]),
+                      business_day=dt.date.fromisoformat(data["business_day"]),
+                      epoch=int(data["epoch"]))
+    try:
+        then = sequence_ref(db, found.tenant).get(read_time=snapshot.create_time).to_dict() or {}
+    except (gexc.FailedPrecondition, gexc.InvalidArgument) as error:
+        raise FailedPrecondition(f"request_id: {data.get('request_id')!r} was given a number "
+                                 "that can no longer be read back") from error
+    ticket = Ticket(tenant=found.tenant, number=int(then["last_number"]),
+                    business_day=dt.date.fromordinal(int(then["day"])), epoch=int(then["epoch"]))
+    cache.saw(db, found, int(then["day"]))
+    _record(db, record, ticket, snapshot.update_time)
+    return ticket
+
+
+def _record(db: firestore.Client, record: firestore.DocumentReference, ticket: Ticket,
+            claimed: dt.datetime) -> None:
+    """Write the number into its request's record (best effort: `_issued` can read it back)."""
+    with contextlib.suppress(gexc.GoogleAPICallError, gexc.RetryError):
+        record.update(
+            {"state": "issued", "number": ticket.number, "epoch": ticket.epoch,
+             "business_day": ticket.business_day.isoformat(),
+             "issued_at": firestore.SERVER_TIMESTAMP},
+            option=db.write_option(last_update_time=claimed), retry=writes.IDEMPOTENT)

@@ -1,0 +1,79 @@
+"""What clients call: `track` an event (the write path) and read the `top_tags` of a scope.
+
+An event is one commit: a blind shard write per distinct tag into its minute bucket, with the
+request's marker. The top tags are one read of `trends/{scope}`, which the rollup publishes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from google.cloud import firestore
+
+from counting.features import counters
+from counting.features.trends.buckets import expiry, minute_id, minute_of
+from counting.foundation import config, writes
+from counting.foundation.kinds import Window
+
+_RNG = random.Random()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TagCount:
+    tag: str
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopTags:
+    region: str
+    window: Window
+    items: list[TagCount]
+    as_of: dt.datetime
+
+
+def track(
+    db: firestore.Client,
+    region: str,
+    tags: Iterable[str],
+    *,
+    request_id: str | None = None,
+    uid: str = "",
+    now: dt.datetime | None = None,
+    rng: random.Random = _RNG,
+) -> int:
+    """Count one event: one occurrence of each distinct (normalised) tag, in one commit.
+
+    Returns the number of tags recorded; 0 when `request_id` was already applied for this user.
+    """
+    distinct = list(dict.fromkeys(tags))
+    minute = minute_of(now or dt.datetime.now(dt.UTC))
+    expires_at = expiry("1h", minute)
+    buckets = db.collection(config.TREND_MINUTES)
+    ids = [minute_id(region, minute, tag) for tag in distinct]
+    shards = [buckets.document(bucket).collection(config.SHARDS).document(
+        str(rng.randrange(config.TREND_SHARDS))) for bucket in ids]
+    shard_writes = [counters.ShardWrite(shard, {
+        **counters.shard_write(db, shard, 1, rng), "region": region, "tag": tag,
+        "minute": minute, config.EXPIRES_AT: expires_at}, creates=True)
+        for tag, shard in zip(distinct, shards, strict=True)]
+    request = None if request_id is None or not config.PROTECTIONS.request_markers \
+        else f"track:{request_id}"
+    applied = counters.commit_marked(db, shard_writes, uid=uid, request_id=request,
+                                     counters=ids, nonce=writes.new_nonce(), rng=rng)
+    return len(distinct) if applied else 0
+
+
+def top_tags(db: firestore.Client, region: str | None, k: int, window: Window) -> TopTags:
+    """The first k of the list the rollup maintains: one document read."""
+    scope = region or config.GLOBAL_SCOPE
+    snapshot = db.collection(config.TRENDS).document(scope).get()
+    data = snapshot.to_dict() or {}
+    section = (data.get("windows") or {}).get(window) or {}
+    items = [TagCount(tag=str(item["tag"]), count=int(item["count"]))
+             for item in (section.get("items") or [])[:k]]
+    return TopTags(region=scope, window=window, items=items,
+                   as_of=data.get("updated_at") or snapshot.read_time)

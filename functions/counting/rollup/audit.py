@@ -1,0 +1,255 @@
+"""The exactness audit: the deployed system checking its own rollup against its shards.
+
+Nothing here runs on real Firestore before it is deployed, so what only production can get wrong
+(a commit later than any model drew, a path nobody thought of) is looked for where it would
+show: a published count that is not the sum of its counter's shards. Each scheduled run (inside
+the `rollup` function, after the housekeeping) takes the next AUDIT_PER_RUN counters in id order,
+round and round, and for each compares `count` with the sum of its shards read at the publish's
+own instant `updated_at` (a snapshot read: one aggregation query, billed as one read per 1,000
+shards). A mismatch there is not yet drift: a write whose commit came late after its timestamp
+joins the rollup only at the next sweep. So a mismatch is a suspect, checked again at every run;
+it is drift when it is still there CONFIRM_AFTER_S later, past every sweep that could have taken
+the write in. Drift is logged at ERROR with DRIFT_LOG_PREFIX (a log-based alert matches it),
+repaired (`repair`: the rollup reads the counter's shards again), and kept, with the suspects and
+the progress, in `internal/audit`, which only this module writes (`counters status`, `counters
+audit`, `counters doctor` and the dashboard read it). So a write the rollup missed, however late
+it landed, is published again within a rotation of the counters.
+docs/operations.md, "The exactness audit".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+from google.cloud.firestore_v1.field_path import FieldPath
+
+from counting.features import counters
+from counting.foundation import config, writes
+from counting.rollup.lease import Record, state_ref
+from counting.writepath import partitions, waking
+
+log = logging.getLogger(__name__)
+
+AUDIT_DOC = "audit"  # internal/audit
+AUDIT_PER_RUN = 3  # counters a scheduled run checks: about 2 reads each
+DRIFT_KEPT = 20  # drift entries kept on the document, newest last
+SUSPECTS_KEPT = 50  # suspects re-checked at each run; beyond, the oldest are dropped
+DRIFT_LOG_PREFIX = "counters audit: drift"
+# A mismatch still there this long after it was first seen is drift: longer than a sweep period
+# plus the reach of a sweep behind its instant, plus a run's period.
+CONFIRM_AFTER_S = config.ROLLUP_SWEEP_EVERY_S + config.MAX_REQUEST_S + 60.0
+# Firestore serves snapshot reads up to an hour back (without point-in-time recovery): a publish
+# older than that is compared with the shards as they were this long ago, when nothing has been
+# published since (an unchanged sum, or drift).
+HISTORY_S = 3300.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checked:
+    """One counter's published count and the sum of its shards at the instant compared."""
+
+    counter: str
+    published: int
+    shards: int
+    as_of: dt.datetime  # the instant compared (`at`)
+    # Shards whose value the rollup had not taken in by `as_of` though they changed more than
+    # CONFIRM_AFTER_S before: drift without waiting for a confirmation.
+    missed: tuple[str, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return self.published == self.shards
+
+    def entry(self, found_at: dt.datetime) -> dict[str, Any]:
+        return {"counter": self.counter, "published": self.published, "shards": self.shards,
+                "as_of": self.as_of, "found_at": found_at}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    checked: list[Checked]
+    suspects: list[str]  # mismatched, not yet confirmed
+    drift: list[Checked]  # confirmed by this run
+
+
+def audit_ref(db: firestore.Client) -> firestore.DocumentReference:
+    return db.collection(config.INTERNAL).document(AUDIT_DOC)
+
+
+def shard_sum(db: firestore.Client, counter: str, read_time: dt.datetime) -> int:
+    """The sum of a counter's shards at `read_time` (one aggregation query)."""
+    shards = db.collection(config.COUNTERS, counter, config.SHARDS)
+    [[result]] = shards.sum("count", alias="total").get(read_time=read_time)
+    return int(result.value or 0)
+
+
+def watermarks(db: firestore.Client) -> tuple[int, dict[int, dt.datetime]]:
+    """P, and the progress of each partition: before its watermark, every write it owns is
+    published (`lease.Progress`)."""
+    count = partitions.read_count(db)
+    records = db.get_all([state_ref(db, part) for part in partitions.parts(count)])
+    by_path = {snapshot.reference.path: snapshot for snapshot in records}
+    return count, {part.index: Record.of(by_path[state_ref(db, part).path].to_dict() or {})
+                   .progress.watermark for part in partitions.parts(count)}
+
+
+def check(db: firestore.Client, snapshot: firestore.DocumentSnapshot[Any],
+          progress: tuple[int, dict[int, dt.datetime]]) -> Checked | None:
+    """Compare one counter document (read just before) with its shards at the later of its
+    publish's instant and its partition's watermark (`progress`, read before the document):
+    every write the rollup owes it is in the publish by then, however idle the counter since
+    (a write that landed after the last publish shows). None for a counter never published.
+
+    A mismatch is read shard by shard, with the counter's memory as of that instant: a shard
+    whose value differs from the one the rollup summed, and whose last write committed more
+    than CONFIRM_AFTER_S before the instant (past every sweep that could still take it in), is
+    missed: drift at once. A mismatch only of later writes is a suspect (`run`)."""
+    data = snapshot.to_dict() or {}
+    published, as_of = data.get("count"), data.get("updated_at")
+    if not isinstance(published, int) or not isinstance(as_of, dt.datetime):
+        return None
+    count, marks = progress
+    watermark = marks.get(partitions.home_of(snapshot.id) % count, as_of)
+    oldest = snapshot.read_time - dt.timedelta(seconds=HISTORY_S)
+    at = max(as_of, watermark, oldest)
+    found = Checked(counter=snapshot.id, published=published,
+                    shards=shard_sum(db, snapshot.id, at), as_of=at)
+    if found.exact:
+        return found
+    memory = counters.memory_ref(db, snapshot.id).get(read_time=at).to_dict() or {}
+    summed = memory.get(config.SHARD_COUNTS_FIELD)
+    if not isinstance(summed, dict):
+        return found  # no shard counts to compare with: a suspect, confirmed by time
+    settled = at - dt.timedelta(seconds=CONFIRM_AFTER_S)
+    shards = db.collection(config.COUNTERS, snapshot.id, config.SHARDS).stream(read_time=at)
+    missed = tuple(sorted(
+        shard.id for shard in shards
+        if int(shard.get("count") or 0) != int(summed.get(shard.id, 0))
+        and instant(shard.update_time) <= settled))
+    return dataclasses.replace(found, missed=missed)
+
+
+def instant(value: Any) -> dt.datetime:
+    """A query result's update time as a datetime (the client gives protobuf Timestamps)."""
+    if hasattr(value, "ToDatetime"):
+        converted: dt.datetime = value.ToDatetime(tzinfo=dt.UTC)
+        return converted
+    result: dt.datetime = value
+    return result
+
+
+def check_counter(db: firestore.Client, counter: str) -> Checked | None:
+    """Check one counter now (`counters audit COUNTER`); nothing is recorded."""
+    progress = watermarks(db)
+    snapshot = db.collection(config.COUNTERS).document(counter).get(
+        field_paths=["count", "updated_at"])
+    return check(db, snapshot, progress) if snapshot.exists else None
+
+
+def next_counters(db: firestore.Client, after: str, n: int
+                  ) -> list[firestore.DocumentSnapshot[Any]]:
+    """The next `n` counter documents in id order after `after`, from the first again at the
+    end."""
+    coll = db.collection(config.COUNTERS)
+
+    def page(start: str | None, limit: int) -> list[firestore.DocumentSnapshot[Any]]:
+        query = coll.order_by(FieldPath.document_id()).select(["count", "updated_at"])
+        if start:
+            query = query.start_after({FieldPath.document_id(): coll.document(start)})
+        return list(query.limit(limit).stream())
+
+    found = page(after, n)
+    if len(found) < n and after:
+        seen = {snapshot.id for snapshot in found}
+        found += [s for s in page(None, n - len(found)) if s.id not in seen]
+    return found
+
+
+def run(db: firestore.Client, per_run: int = AUDIT_PER_RUN) -> Run:
+    """One scheduled run: the next counters of the rotation and every suspect, checked and
+    recorded in one write."""
+    state_snapshot = audit_ref(db).get()
+    state = state_snapshot.to_dict() or {}
+    now: dt.datetime = state_snapshot.read_time
+    suspects: dict[str, dict[str, Any]] = dict(state.get("suspects") or {})
+    progress = watermarks(db)
+    rotation = next_counters(db, str(state.get("cursor") or ""), per_run)
+    again = [db.collection(config.COUNTERS).document(c) for c in suspects
+             if c not in {s.id for s in rotation}]
+    documents = [*rotation, *(s for s in db.get_all(again, field_paths=["count", "updated_at"])
+                              if s.exists)]
+    checked = [found for found in (check(db, snapshot, progress) for snapshot in documents)
+               if found is not None]
+    live = {snapshot.id for snapshot in documents}
+    drift: list[Checked] = []
+    for found in checked:
+        first = suspects.get(found.counter)
+        if found.exact:
+            suspects.pop(found.counter, None)
+        elif not found.missed and (
+                first is None or (now - first["found_at"]).total_seconds() < CONFIRM_AFTER_S):
+            suspects.setdefault(found.counter, found.entry(now))  # perhaps a write joining
+        else:  # shards the rollup missed, or a mismatch that lasted past every sweep
+            suspects.pop(found.counter, None)
+            drift.append(found)
+            log.error("%s: counter %r published %d at %s, its shards sum to %d; its shards are "
+                      "touched so that the rollup reads them again", DRIFT_LOG_PREFIX,
+                      found.counter, found.published, found.as_of.isoformat(), found.shards)
+            repair(db, found.counter)
+    suspects = {c: entry for c, entry in suspects.items() if c in live}  # deleted: none
+    kept = dict(sorted(suspects.items(), key=lambda item: item[1]["found_at"])[-SUSPECTS_KEPT:])
+    record(db, state, now, rotation, checked, kept, drift)
+    return Run(checked=checked, suspects=sorted(kept), drift=drift)
+
+
+def repair(db: firestore.Client, counter: str) -> None:
+    """Touch every shard of a drifting counter (a fresh `updated_at`, as a writer touches a
+    write that straddled): the rollup's next tick reads them all, and the published count is
+    their sum again. Shard values are absolute, so this changes no count; it costs a write per
+    shard, only for drift."""
+    rng = random.Random()
+    shards = list(db.collection(config.COUNTERS, counter, config.SHARDS).list_documents())
+    for start in range(0, len(shards), config.ROLLUP_COMMIT_WRITES):
+        chunk = shards[start:start + config.ROLLUP_COMMIT_WRITES]
+        try:
+            touch(db, chunk, rng)
+        except gexc.NotFound:  # a shard folded away meanwhile: the fold moved it; the others
+            for shard in chunk:
+                with contextlib.suppress(gexc.NotFound):
+                    touch(db, [shard], rng)
+    waking.after_write(db, dt.datetime.now(dt.UTC), {partitions.home_of(counter)})
+
+
+def touch(db: firestore.Client, shards: list[firestore.DocumentReference],
+          rng: random.Random) -> None:
+    batch = db.batch()
+    for shard in shards:
+        batch.update(shard, {"updated_at": firestore.SERVER_TIMESTAMP,
+                             "stripe": partitions.shard_stripe(db, shard, rng)})
+    batch.commit(retry=writes.IDEMPOTENT)
+
+
+def record(db: firestore.Client, state: dict[str, Any], now: dt.datetime,
+           rotation: Iterable[firestore.DocumentSnapshot[Any]], checked: list[Checked],
+           suspects: dict[str, dict[str, Any]], drift: list[Checked]) -> None:
+    """Write the run's outcome to internal/audit (a set of absolute values: safe to resend)."""
+    ids = [snapshot.id for snapshot in rotation]
+    history = [*(state.get("drift") or []), *(found.entry(now) for found in drift)][-DRIFT_KEPT:]
+    fields: dict[str, Any] = {
+        "cursor": ids[-1] if ids else "",
+        "last_run_at": now,
+        "checked": int(state.get("checked") or 0) + len(checked),
+        "suspects": suspects,
+        "drift": history,
+        "last_drift_at": now if drift else state.get("last_drift_at"),
+    }
+    audit_ref(db).set(fields, retry=writes.IDEMPOTENT)

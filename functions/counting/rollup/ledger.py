@@ -1,0 +1,471 @@
+"""What one rollup holder knows, and every decision it takes from it: pure, no I/O.
+
+The ledger holds, per counter, the shard values as of the last tick, the published count, the
+per-shard counts persisted with it (`shard_counts` in the counter's memory document, what a
+successor starts from) and the autoscaling state. Given the shard values a tick read (`apply`),
+it returns the new sums and measures the rates; `plan` turns them into the counters' publishes
+and the grows to commit;
+the fold and eviction steps keep it equal to the shards that exist. `counting.rollup.tick` does the
+reads and commits around it (docs/architecture.md, "Rollup"); tests/unit/test_ledger.py drives
+it with values alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from counting.foundation import config, kinds
+from counting.foundation.config import AutoscaleParams
+from counting.writepath import autoscale
+
+# A counter not changed for this many ticks is dropped from the ledger (unless it still has
+# shards to shed, or a rate to bring down to 0).
+IDLE_TICKS_KEPT = 120
+# Counters first met by a holder: their documents are read, at most this many per tick (in
+# chunks, several at once); a memory's `shard_counts` stands for the shards that did not change.
+DOCUMENT_LOADS_PER_TICK = 5000
+# Those whose document has no `shard_counts` (or that are owed a whole read: deferred) are read
+# whole, at most this many per tick (a tick reading 200 counters of 10 shards stays near a
+# second). The others wait for the next ticks.
+FIRST_LOADS_PER_TICK = 200
+# A rate sample never spans more than this (the first tick after a long pause).
+MAX_SAMPLE_S = 60.0
+INT64 = (-(2**63), 2**63 - 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardValue:
+    count: int
+    # One more per write to the shard: its growth is the number of writes. None for a shard known
+    # from `shard_counts` only: its next value read is the baseline, not a burst.
+    writes: int | None
+
+    @classmethod
+    def of(cls, data: dict[str, Any] | None) -> ShardValue:
+        data = data or {}
+        return cls(count=int(data.get("count") or 0), writes=int(data.get("writes") or 0))
+
+
+Changes = dict[str, dict[str, ShardValue]]  # counter -> shard id -> value at the tick's instant
+
+
+def persisted_counts(document: dict[str, Any]) -> dict[str, int] | None:
+    """The per-shard counts a holder persisted in a counter's memory (or, before the memory
+    existed, on its document); None when there are none (a counter from before they were
+    persisted, or whose counts were dropped: its shards are read whole)."""
+    counts = document.get(config.SHARD_COUNTS_FIELD)
+    return None if counts is None else {shard: int(n) for shard, n in counts.items()}
+
+
+# What a version before the memory kept on counters/{id}: removed with the next publish.
+LEGACY_FIELDS = (config.SHARD_COUNTS_FIELD, config.SHARD_LOAD_FIELD)
+
+
+@dataclass(kw_only=True)
+class Scaling:
+    """What the ledger knows of one counter's configuration and load."""
+
+    num_shards: int
+    min_shards: int
+    max_shards: int
+    strategy: str
+    rate: float
+    published_rate: float
+    low_since: float | None  # epoch seconds
+    shrunk_at: float | None  # epoch seconds; surplus shards are folded `fold_grace_s` later
+    shard_load: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_document(cls, data: dict[str, Any]) -> Scaling:
+        def seconds(value: Any) -> float | None:
+            return value.timestamp() if isinstance(value, dt.datetime) else None
+
+        rate = float(data.get("rate") or 0.0)
+        low_since = seconds(data.get("low_since"))
+        if low_since is None and rate == 0.0:
+            # Idle since at least its last count change (low_since is only ever written along
+            # with other fields, so a counter nobody writes to has none).
+            low_since = seconds(data.get("updated_at"))
+        return cls(
+            num_shards=int(data.get("num_shards") or 1),
+            min_shards=int(data.get("min_shards") or config.DEFAULT_MIN_SHARDS),
+            max_shards=int(data.get("max_shards") or config.DEFAULT_MAX_SHARDS),
+            strategy=str(data.get("strategy") or kinds.DEFAULT_STRATEGY),
+            rate=rate,
+            published_rate=rate,
+            low_since=low_since,
+            shrunk_at=seconds(data.get("shrunk_at")),
+        )
+
+    @property
+    def above_min(self) -> bool:
+        return self.num_shards > self.min_shards or self.shrunk_at is not None
+
+    def published_load(self) -> list[float]:
+        return [round(self.shard_load.get(str(n), 0.0), 3) for n in range(self.num_shards)]
+
+
+@dataclass(kw_only=True)
+class Held:
+    """One counter as the holder knows it: its document and, once one of its shards changed
+    while held, every shard's value as of the last tick."""
+
+    shards: dict[str, ShardValue] | None  # None: not read (held for its scaling state only)
+    written: int | None  # the count on counters/{id}; None: the document does not exist
+    # Its `shard_counts` as this holder last wrote or read it; None: there are none.
+    persisted: dict[str, int] | None
+    scaling: Scaling | None  # None when the document does not exist
+    last_changed: int  # the tick that last saw one of its shards change
+    # Its document still carries what a version before the memory kept there (LEGACY_FIELDS),
+    # and its counts are there, not in a memory.
+    legacy: bool = False
+
+    def total(self) -> int:
+        return sum(shard.count for shard in (self.shards or {}).values())
+
+    def counts(self) -> dict[str, int]:
+        return {shard: value.count for shard, value in (self.shards or {}).items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grow:
+    counter: str
+    old: int
+    new: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Publish:
+    """One counter's writes of a tick, committed together: to its document (`public`, what
+    clients read and listen to) and to its memory (`memory`: the shard counts a successor starts
+    from, the loads writers pick by). Either may be empty."""
+
+    public: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    # The document still carries LEGACY_FIELDS, which the memory now holds: remove them.
+    drop_legacy: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A tick's writes: counters' publishes, then the grows."""
+
+    updates: dict[str, Publish]
+    grows: list[Grow]
+    problems: list[str]  # counters that cannot be published, and why
+
+
+def timestamp(seconds: float | None) -> dt.datetime | None:
+    return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+def publishable(rate: float) -> float:
+    return 0.0 if rate < config.RATE_PUBLISH_ABS else round(rate, 3)
+
+
+def rate_moved(rate: float, published: float) -> bool:
+    value = publishable(rate)
+    if value == published:
+        return False
+    margin = max(config.RATE_PUBLISH_ABS, config.RATE_PUBLISH_REL * published)
+    return value == 0.0 or abs(value - published) > margin
+
+
+class Ledger:
+    def __init__(self, params: AutoscaleParams | None = None) -> None:
+        self.params = params or AutoscaleParams()
+        self.held: dict[str, Held] = {}
+        self.retry: set[str] = set()  # counters whose sum could not be published: again
+        self.deferred: set[str] = set()  # changed, not read yet (see spread_first_loads)
+        # The `since` of the earliest tick that dropped a counter still deferred: the watermark
+        # persisted for a successor goes no further, so it finds that counter changed too.
+        self.deferred_since: dt.datetime | None = None
+        self.ticks = 0
+
+    def forget(self) -> None:
+        """Drop everything; the next ticks read the changed counters whole. Counters still
+        owed a publish are read whole again too."""
+        self.held.clear()
+        self.deferred |= self.retry
+        self.retry.clear()
+
+    def durable(self, watermark: dt.datetime) -> dt.datetime:
+        """The watermark a successor may start from: everything before it is published."""
+        if self.deferred_since is None:
+            return watermark
+        return min(watermark, self.deferred_since)
+
+    # -- what to read --
+
+    def spread_first_loads(self, changes: Changes, since: dt.datetime) -> None:
+        """Bound the counter documents read in one tick (a new holder meeting thousands at once
+        would otherwise hold up every counter's publish). Changed counters past the budget are
+        dropped from `changes` and remembered; later ticks read them whole at their own instant,
+        which includes what was dropped, and publish them."""
+        unseen = [c for c in changes if c not in self.held]
+        for counter in unseen[DOCUMENT_LOADS_PER_TICK:]:
+            self._defer(changes, counter, since)
+
+    def first_loads(self, changes: Changes, since: dt.datetime) -> list[str]:
+        """With the changed counters' documents held: a counter whose document has
+        `shard_counts` takes its unchanged shards from it (`changes` has the others). The others
+        are read whole, at most FIRST_LOADS_PER_TICK, deferred ones included (what was dropped
+        from an earlier tick's changes is in no `shard_counts`); the rest are deferred as above.
+        Returns those to read whole now."""
+        whole = []
+        for counter in changes:
+            held = self.held[counter]
+            if held.shards is not None:
+                continue
+            if held.persisted is None or counter in self.deferred:
+                whole.append(counter)
+            else:
+                held.shards = {shard: ShardValue(count=count, writes=None)
+                               for shard, count in held.persisted.items()}
+        for counter in whole[FIRST_LOADS_PER_TICK:]:
+            self._defer(changes, counter, since)
+        room = FIRST_LOADS_PER_TICK - min(len(whole), FIRST_LOADS_PER_TICK)
+        catch_up = sorted(self.deferred - changes.keys())[:room]
+        self.deferred -= {*catch_up, *changes}
+        self.retry.update(catch_up)  # published from the values read whole
+        return [*whole[:FIRST_LOADS_PER_TICK], *catch_up]
+
+    def _defer(self, changes: Changes, counter: str, since: dt.datetime) -> None:
+        del changes[counter]
+        self.deferred.add(counter)
+        if self.deferred_since is None:
+            self.deferred_since = since
+
+    def unseen(self, counters: list[str]) -> list[str]:
+        """Counters whose document the ledger does not hold."""
+        return [c for c in dict.fromkeys(counters) if c not in self.held]
+
+    def hold(self, counter: str, document: dict[str, Any] | None,
+             memory: dict[str, Any] | None = None) -> None:
+        """Take in a counter's document (None: it does not exist) and its memory (None: it has
+        none: a counter from before the memory keeps its counts on its document)."""
+        legacy = document is not None and any(name in document for name in LEGACY_FIELDS)
+        self.held[counter] = Held(
+            shards=None,
+            written=None if document is None else int(document.get("count") or 0),
+            persisted=(persisted_counts(memory) if memory is not None
+                       else None if document is None else persisted_counts(document)),
+            scaling=None if document is None else Scaling.from_document(document),
+            last_changed=self.ticks,
+            legacy=legacy and memory is None,
+        )
+
+    def hold_shards(self, counter: str, shards: dict[str, ShardValue]) -> None:
+        self.held[counter].shards = shards
+
+    # -- a tick --
+
+    def apply(self, changes: Changes, since: dt.datetime, as_of: dt.datetime
+              ) -> tuple[dict[str, int], dict[str, int]]:
+        """Take in the shards the query returned; measure every held counter's rate. Returns
+        the new sums, and per counter how many of its shards changed since they were last read
+        (a shard the overlap or a sweep returns again is unchanged)."""
+        dt_s = min(MAX_SAMPLE_S, (as_of - since).total_seconds())
+        sums: dict[str, int] = {}
+        grown: dict[str, int] = {}
+        for counter, shards in changes.items():
+            held = self.held[counter]
+            assert held.shards is not None  # read before
+            writes: dict[str, int] = {}
+            grown[counter] = 0
+            for shard, value in shards.items():
+                before = held.shards.get(shard)
+                assert value.writes is not None  # read from the shard
+                if before is None:  # a shard created afresh: its write counter starts at 0
+                    writes[shard] = value.writes
+                elif before.writes is None:  # known from `shard_counts`: a baseline, no sample
+                    writes[shard] = 0
+                else:  # a shard created afresh (after a fold) restarts its write counter
+                    grew = value.writes - before.writes
+                    writes[shard] = grew if grew >= 0 else value.writes
+                grown[counter] += before is None or value.count != before.count \
+                    or before.writes not in (None, value.writes)
+                held.shards[shard] = value
+            sums[counter] = held.total()
+            if held.scaling is not None and dt_s > 0:
+                self._measure(held.scaling, writes, dt_s)
+        if dt_s > 0:
+            for counter, held in self.held.items():
+                if counter not in changes and held.scaling is not None:
+                    self._measure(held.scaling, {}, dt_s)
+        return sums, grown
+
+    def _measure(self, state: Scaling, writes: dict[str, int], dt_s: float) -> None:
+        params = self.params
+        state.rate = autoscale.measured_rate(state.rate, sum(writes.values()) / dt_s, dt_s, params)
+        if state.strategy != "least_loaded":
+            return
+        # Per-shard loads are compared with each other, so they use one (the longer) time
+        # constant both ways: less noise, and no bias against shards that had a burst.
+        for n in range(state.num_shards):
+            shard = str(n)
+            sample = writes.get(shard, 0) / dt_s
+            load = state.shard_load.get(shard, 0.0)
+            if load or sample:
+                state.shard_load[shard] = autoscale.ewma(load, sample, dt_s, params.fall_tau_s)
+
+    def plan(self, sums: dict[str, int], as_of: dt.datetime) -> Plan:
+        """The counters' publishes of this tick, and the grows to commit after them."""
+        now = as_of.timestamp()
+        updates: dict[str, dict[str, Any]] = defaultdict(dict)
+        memories: dict[str, dict[str, Any]] = defaultdict(dict)
+        grows: list[Grow] = []
+        problems: list[str] = []
+        for counter in self.retry - sums.keys():
+            if counter in self.held:
+                sums[counter] = self.held[counter].total()
+        for counter, total in sums.items():
+            held = self.held[counter]
+            if held.written is None:
+                continue  # no document to publish to
+            # The shard counts go whenever one of them moved, even when the sum did not: a
+            # successor takes the shards that do not change from them.
+            counts = held.counts()
+            if counts != held.persisted or held.legacy:
+                memories[counter][config.SHARD_COUNTS_FIELD] = counts
+            if not INT64[0] <= total <= INT64[1]:
+                # Firestore stores 64-bit integers: this count cannot be published (clients
+                # are kept from getting here by the bounds on increments).
+                problems.append(f"{counter}: sum {total} is outside 64-bit integers")
+                self.retry.add(counter)
+            elif held.written != total:
+                updates[counter].update({"count": total, "updated_at": as_of})
+        for counter, held in self.held.items():
+            state = held.scaling
+            if state is None:
+                continue
+            fields = updates.get(counter, {})
+            if self.params.enabled:
+                decision = autoscale.decide(
+                    state.num_shards, state.rate, now, state.low_since,
+                    min_shards=state.min_shards, max_shards=state.max_shards, params=self.params)
+                if decision.num_shards > state.num_shards:
+                    grows.append(Grow(counter=counter, old=state.num_shards,
+                                      new=decision.num_shards))
+                elif decision.num_shards < state.num_shards:
+                    state.num_shards, state.shrunk_at = decision.num_shards, now
+                    fields.update({"num_shards": state.num_shards, "shrunk_at": as_of,
+                                   "above_min": True})
+                state.low_since = decision.low_since
+            if fields or rate_moved(state.rate, state.published_rate):
+                # The cool-down's start rides along (an idle counter derives it on loading).
+                fields["low_since"] = timestamp(state.low_since)
+                state.published_rate = publishable(state.rate)
+                fields["rate"] = state.published_rate
+                if state.strategy == "least_loaded":
+                    memories[counter][config.SHARD_LOAD_FIELD] = state.published_load()
+                updates[counter] = fields
+        return Plan(updates={c: Publish(public=updates.get(c, {}), memory=memories.get(c, {}),
+                                        drop_legacy=c in memories and self.held[c].legacy)
+                             for c in sorted({*updates, *memories})
+                             if updates.get(c) or memories.get(c)},
+                    grows=grows, problems=problems)
+
+    def published(self, counter: str, publish: Publish) -> None:
+        """A counter's publish was committed."""
+        self.retry.discard(counter)
+        held = self.held[counter]
+        if "count" in publish.public:
+            held.written = publish.public["count"]
+        if config.SHARD_COUNTS_FIELD in publish.memory:
+            held.persisted = dict(publish.memory[config.SHARD_COUNTS_FIELD])
+            held.legacy = False
+
+    def failed(self, counter: str) -> None:
+        """A counter's own write failed: publish it again next tick, its shard counts with it
+        (the rollup removes them from the document meanwhile)."""
+        self.retry.add(counter)
+        if counter in self.held:
+            self.held[counter].persisted = None
+
+    def bounded(self, grow: Grow, bounds: dict[str, Any]) -> Grow | None:
+        """Take in the counter's current bounds before a grow (an operator may have pinned it
+        since the ledger met it): the grow to commit, or None when nothing is left of it."""
+        state = self.held[grow.counter].scaling
+        assert state is not None  # only counters with a document are scaled
+        state.min_shards = int(bounds.get("min_shards") or state.min_shards)
+        state.max_shards = int(bounds.get("max_shards") or state.max_shards)
+        new = min(grow.new, state.max_shards)
+        return Grow(counter=grow.counter, old=grow.old, new=new) if new > grow.old else None
+
+    def completing(self, grow: Grow) -> dict[str, Any]:
+        """The counter document's update that completes a grow once its new shards exist."""
+        state = self.held[grow.counter].scaling
+        assert state is not None
+        return {"num_shards": grow.new,
+                "above_min": grow.new > state.min_shards or state.shrunk_at is not None}
+
+    def grown(self, grow: Grow) -> None:
+        """A grow was committed."""
+        state = self.held[grow.counter].scaling
+        assert state is not None
+        state.num_shards = grow.new
+
+    def above_min(self, counter: str) -> bool:
+        state = self.held[counter].scaling
+        return state is not None and state.above_min
+
+    def folds_due(self, as_of: dt.datetime) -> list[tuple[str, int]]:
+        """(counter, num_shards) of the counters whose shrink is older than the grace period,
+        but those whose changes are not taken in yet (deferred, or owed a publish): a fold
+        moves their shard counts, which must first be the sums published."""
+        now = as_of.timestamp()
+        return [(counter, held.scaling.num_shards) for counter, held in self.held.items()
+                if held.scaling is not None and held.scaling.shrunk_at is not None
+                and now >= held.scaling.shrunk_at + self.params.fold_grace_s
+                and counter not in self.deferred and counter not in self.retry]
+
+    def counts_kept(self, counter: str) -> str | None:
+        """Where the counter's `shard_counts` are, which a fold moves too: "memory", "document"
+        (a counter from before the memory), or None (there are none)."""
+        held = self.held[counter]
+        if held.persisted is None:
+            return None
+        return "document" if held.legacy else "memory"
+
+    def folded(self, counter: str, deleted: list[str], moved: dict[str, int],
+               complete: bool) -> None:
+        """Mirror a committed fold: the surplus shards are gone, their counts moved (in the
+        shards and in `shard_counts`, when the document has it)."""
+        held = self.held[counter]
+        state = held.scaling
+        assert state is not None
+        for shard in deleted:
+            state.shard_load.pop(shard, None)
+        if held.persisted is not None:
+            for shard in deleted:
+                held.persisted.pop(shard, None)
+            for survivor, amount in moved.items():
+                held.persisted[survivor] = held.persisted.get(survivor, 0) + amount
+        if held.shards is not None:
+            for shard in deleted:
+                held.shards.pop(shard, None)
+            for survivor, amount in moved.items():
+                before = held.shards.get(survivor, ShardValue(count=0, writes=0))
+                held.shards[survivor] = ShardValue(count=before.count + amount,
+                                                   writes=before.writes)
+        if complete:
+            state.shrunk_at = None
+
+    def end_tick(self, changes: Changes) -> None:
+        """Count the tick, and drop the counters nobody has written to for a while."""
+        if not self.deferred:
+            self.deferred_since = None
+        self.ticks += 1
+        for counter in changes:
+            self.held[counter].last_changed = self.ticks
+        for counter, held in list(self.held.items()):
+            if self.ticks - held.last_changed <= IDLE_TICKS_KEPT:
+                continue
+            state = held.scaling
+            if state is not None and (state.above_min or state.published_rate):
+                continue  # it still has shards to shed, or a rate to bring down to 0
+            del self.held[counter]

@@ -1,0 +1,338 @@
+"""The rollup: about once a second, under the lease, sum the shards of every counter that
+changed into its rollup, measure write rates and scale shards to them; then the trending tags.
+
+`Rollup.tick` is the I/O around the pure `counting.rollup.ledger`: read what changed (one query),
+read the documents of the counters met for the first time (and whole those whose document has no
+`shard_counts`), let the ledger sum, measure and plan, commit the plan
+through the `counting.rollup.store` (every commit fenced by the lease, every operation counted),
+grow and fold, and hand the trend buckets to `counting.features.trends`. How and why, once:
+docs/architecture.md, "Rollup" and "Exact on real Firestore". Who ticks and when:
+`counting.rollup.cadence`.
+"""
+
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from counting.foundation import config
+from counting.foundation.config import AutoscaleParams
+from counting.rollup.folding import fold_surplus
+from counting.rollup.lease import Lease, Progress
+from counting.rollup.ledger import Changes, Grow, Ledger, Publish, ShardValue
+from counting.rollup.store import Store
+from counting.rollup.trend_step import TrendRollup, TrendStats
+from counting.rollup.usage import Usage
+from counting.writepath import partitions
+from counting.writepath.partitions import WHOLE, Part
+
+# Counters published per commit (two writes each at most: document and memory) beside the
+# lease's fencing write.
+PUBLISHES_PER_COMMIT = (config.ROLLUP_COMMIT_WRITES - 1) // 2
+
+log = logging.getLogger(__name__)
+
+# What one counter's own write can fail with, whatever the others do: its document was deleted,
+# or Firestore refuses a value. Anything else (unavailable, a lost lease) fails the whole tick,
+# which is then done again from the watermark.
+COUNTER_FAULTS = (gexc.NotFound, gexc.InvalidArgument, ValueError)
+PROBLEM_CHARS = 300  # of one reported problem
+
+
+@dataclass(frozen=True, kw_only=True)
+class TickStats:
+    as_of: dt.datetime
+    changed_shards: int  # held shards whose value changed since this holder last read them
+    changed_counters: int  # counters with such a shard, or whose count was written
+    written: int  # counters whose count was written
+    usage: Usage  # billed operations of the whole tick, trends included
+    seconds: float
+    published: int = 0  # counter documents written (count, rate or scaling state)
+    rescaled: int = 0  # counters whose num_shards changed
+    folded: int = 0  # surplus shards folded away
+    owed: int = 0  # changed counters deferred to later ticks (the first-load budget)
+    trends: TrendStats | None = None
+    problems: tuple[str, ...] = ()  # counters skipped this tick, and why
+
+    @property
+    def reads(self) -> int:
+        return self.usage.reads
+
+
+
+def to_micros(instant: dt.datetime) -> dt.datetime:
+    """Snapshot reads take microsecond read times."""
+    return dt.datetime(instant.year, instant.month, instant.day, instant.hour, instant.minute,
+                       instant.second, instant.microsecond, tzinfo=dt.UTC)
+
+
+def instant(value: Any) -> dt.datetime:
+    """A snapshot's time as a datetime: the client gives a query's results (read at a read
+    time) protobuf Timestamps."""
+    if hasattr(value, "ToDatetime"):
+        converted: dt.datetime = value.ToDatetime(tzinfo=dt.UTC)
+        return converted
+    result: dt.datetime = value
+    return result
+
+
+def overlap_s() -> float:
+    """How far before the last tick's instant the change query reaches."""
+    return config.CHANGE_OVERLAP_S if config.PROTECTIONS.overlap else 0.0
+
+
+class Rollup:
+    """One lease holder of a partition: its watermark, its ledger, its store."""
+
+    def __init__(self, db: firestore.Client, lease: Lease,
+                 scaling: AutoscaleParams | None = None,
+                 trends: Callable[..., TrendRollup] | None = None,
+                 renew_s: float = config.ROLLUP.renew_s, part: Part = WHOLE,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.part = part
+        self.store = Store(db, lease, renew_s=renew_s, monotonic=monotonic)
+        self.ledger = Ledger(scaling)
+        # `trends` (tests: a TrendRollup with a clock) is called with the store and `part`.
+        self._trends = (trends or TrendRollup)(self.store, part=part)
+        self.watermark = lease.record.progress.watermark
+        self.swept = lease.record.progress.swept  # the instant of the last sweep
+        self._problems: list[str] = []  # of the tick under way
+
+    def close(self) -> None:
+        self.store.close()
+
+    def forget(self) -> None:
+        """Drop what this holder remembers; the next ticks read the changed counters whole."""
+        self.ledger.forget()
+        self._trends.forget()
+
+    def sweeps_at(self, as_of: dt.datetime) -> bool:
+        """Whether the tick at `as_of` is a sweep (docs/architecture.md, "Exact on real
+        Firestore")."""
+        return config.PROTECTIONS.sweep and \
+            (as_of - self.swept).total_seconds() >= config.ROLLUP_SWEEP_EVERY_S
+
+    def reach(self, since: dt.datetime, as_of: dt.datetime) -> dt.datetime:
+        """How far back the change query of the tick at `as_of` looks: CHANGE_OVERLAP_S before
+        the last tick's instant, and on a sweep MAX_REQUEST_S before the last sweep's. A shard
+        write whose commit came at most that long after its `updated_at` and after the last
+        (sweep) instant is returned."""
+        reach = since - dt.timedelta(seconds=overlap_s())
+        if self.sweeps_at(as_of):
+            reach = min(reach, self.swept - dt.timedelta(seconds=config.MAX_REQUEST_S))
+        return reach
+
+    @property
+    def durable_progress(self) -> Progress:
+        """Where a successor may start: everything before its watermark is published."""
+        return Progress(watermark=self.ledger.durable(self.watermark), swept=self.swept)
+
+    def tick(self) -> TickStats:
+        """One tick at the instant the lease is read and found still ours. The lease is written
+        by the tick's commits, and by the store before a read when its last write is `renew_s`
+        old (the progress persisted, the lease kept live however long the tick reads)."""
+        started = dt.datetime.now(dt.UTC)
+        self.store.take_usage()
+        self._problems = []
+        since = self.watermark
+        as_of = to_micros(self.store.begin(self.durable_progress))
+        reach = self.reach(since, as_of)
+        sweep = self.sweeps_at(as_of)
+        changes, trend_changes = self._changed_shards(reach, as_of, since if sweep else None)
+        ledger = self.ledger
+        try:
+            watched: list[str] = []
+            if ledger.params.enabled and ledger.ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
+                watched = self._above_min(as_of)
+            # A counter deferred now is owed from this query's reach: a successor starts there.
+            ledger.spread_first_loads(changes, reach)
+            self._hold([*changes, *watched], as_of)
+            whole = ledger.first_loads(changes, reach)
+            self._hold(whole, as_of)  # deferred counters caught up
+            self._read_whole(whole, as_of)
+            sums, grown = ledger.apply(changes, since, as_of)
+            plan = ledger.plan(sums, as_of)
+            for problem in plan.problems:
+                self._report(problem)
+            self._commit(plan.updates)
+            for grow in plan.grows:
+                self._isolated(grow.counter, functools.partial(self._grow, grow))
+            folded = self._fold_due(as_of)
+            # Partition 0's first tick after a change of P publishes every trends/{scope}
+            # (`repartition.change` sets `republish`). Done, the record says so from its next
+            # write: a holder that dies before that leaves it to its successor, which publishes
+            # them all again (harmless: absolute lists).
+            lease = self.store.lease
+            trends = self._trends.tick(
+                trend_changes, as_of, republish=lease.record.republish and self.part.index == 0)
+            if trends.republished:
+                lease.note(republish=False)
+        except BaseException:
+            self.forget()
+            raise
+        self.watermark = as_of
+        if sweep:
+            self.swept = as_of
+        ledger.end_tick(changes)
+        written = {counter for counter, publish in plan.updates.items()
+                   if "count" in publish.public}
+        return TickStats(
+            as_of=as_of,
+            changed_shards=sum(grown.values()),
+            changed_counters=len({counter for counter, n in grown.items() if n} | written),
+            written=len(written),
+            usage=self.store.take_usage(),
+            seconds=(dt.datetime.now(dt.UTC) - started).total_seconds(),
+            published=len(plan.updates),
+            rescaled=len(plan.grows) + sum(1 for publish in plan.updates.values()
+                                           if "num_shards" in publish.public),
+            folded=folded,
+            owed=len(ledger.deferred),
+            trends=trends,
+            problems=tuple(self._problems),
+        )
+
+    def stripes(self, as_of: dt.datetime, *, sweep: bool) -> list[int]:
+        """The stripes this partition reads. A sweep reads those of every P, so that a write
+        whose writer still knew another P whenever it landed (a paused instance, a commit
+        minutes late) is found by the next sweep: narrowing is then safe at any time. A tick
+        reads, for a while after a change of P (`narrow_at`), those a writer that still knows
+        the old P picks, so that such writes are found within a tick rather than a sweep."""
+        partitioning = self.store.lease.record.partitioning
+        if sweep and config.PROTECTIONS.every_stripe_sweep:
+            return self.part.stripes(partitions.HOMES)
+        return self.part.stripes(partitioning.spread if as_of < partitioning.narrow_at
+                                 else self.part.count)
+
+    def _changed_shards(
+        self, reach: dt.datetime, as_of: dt.datetime, swept_from: dt.datetime | None
+    ) -> tuple[Changes, dict[str, dict[str, Any]]]:
+        """Counter shards and trend minute-bucket shards whose `updated_at` is in
+        (reach, as_of].
+
+        `stripe in [its stripes]` is one query that the (stripe, updated_at) index serves as one
+        range scan per stripe; what another partition owns (a shard written before its key's
+        stripe was its home's) is left to it. On a sweep (`swept_from`: the last tick's
+        instant), a shard a past tick has already taken in is dropped: committed by then, soon
+        enough after its timestamp for that tick's overlap to have found it, and in a stripe
+        every tick reads. What is left
+        is what the sweep is for, and a new holder does not read whole every counter written in
+        the last minutes."""
+        changes: Changes = defaultdict(dict)
+        trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
+        overlap = dt.timedelta(seconds=overlap_s())
+        stripes = self.stripes(as_of, sweep=swept_from is not None)
+        # Only a write in a stripe every tick reads, committed since this partitioning began, can
+        # have been taken in by a past tick: one in another P's stripe (a writer that knew
+        # another P), or committed while ticks of another P read other stripes, is the sweep's
+        # to find.
+        every_tick = set(self.part.stripes(self.part.count))
+        partitioned_at = self.store.lease.record.partitioning.since
+        for snapshot in self.store.changed_shards(stripes, reach, as_of):
+            if swept_from is not None and snapshot.get("stripe") in every_tick:
+                committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
+                if partitioned_at < committed <= swept_from and committed - stamped < overlap \
+                        and stamped <= swept_from - overlap:
+                    continue
+            parent = snapshot.reference.parent.parent
+            if parent is None:
+                continue
+            kind = parent.parent.id
+            if kind == config.COUNTERS and self.part.owns(partitions.home_of(parent.id)):
+                changes[parent.id][snapshot.id] = ShardValue.of(snapshot.to_dict())
+            elif kind == config.TREND_MINUTES and self.part.owns(
+                    partitions.home_of_hex(parent.id)):
+                trend_changes[parent.id][snapshot.id] = snapshot
+        return changes, trend_changes
+
+    def _above_min(self, as_of: dt.datetime) -> list[str]:
+        """Counters that may have shards to shed, whether or not anyone writes to them."""
+        return [counter for counter in self.store.above_min(as_of)
+                if self.part.owns(partitions.home_of(counter))]
+
+    def _hold(self, counters: list[str], as_of: dt.datetime) -> None:
+        """Read, at `as_of`, the documents and memories of the counters this holder has not
+        seen (a watched counter nobody writes to needs its document only: shrinking it reads no
+        shard)."""
+        for counter, document, memory in self.store.counters(self.ledger.unseen(counters),
+                                                             as_of):
+            self.ledger.hold(counter, document, memory)
+
+    def _read_whole(self, counters: list[str], as_of: dt.datetime) -> None:
+        """Read, at `as_of`, every shard of each counter (one query each, several at once)."""
+        for counter, shards in zip(counters, self.store.each_counters_shards(counters, as_of),
+                                   strict=True):
+            self.ledger.hold_shards(counter, {s.id: ShardValue.of(s.to_dict()) for s in shards})
+
+    def _commit(self, updates: dict[str, Publish]) -> None:
+        """Publish the counters, fenced by the lease, PUBLISHES_PER_COMMIT to a commit. A commit
+        that a counter's own write fails (its document deleted, a value Firestore refuses) is
+        redone a counter at a time, so the bad one is skipped and reported and the others are
+        written."""
+        items = list(updates.items())
+        for start in range(0, len(items), PUBLISHES_PER_COMMIT):
+            chunk = items[start:start + PUBLISHES_PER_COMMIT]
+            try:
+                self.store.publish(chunk)
+            except COUNTER_FAULTS:
+                if len(chunk) == 1:
+                    raise
+                for counter, publish in chunk:
+                    self._isolated(counter, functools.partial(self._commit, {counter: publish}))
+                continue
+            for counter, publish in chunk:
+                self.ledger.published(counter, publish)
+
+    def _isolated(self, counter: str, step: Callable[[], Any]) -> None:
+        """Run one counter's step; a fault of that counter's own is reported, not raised, and
+        its sum is published again next tick."""
+        try:
+            step()
+        except COUNTER_FAULTS as error:
+            self._report(f"{counter}: {error}")
+            self.ledger.failed(counter)
+            # Its `shard_counts` may now lag its shards: a successor must read them whole.
+            with contextlib.suppress(*COUNTER_FAULTS):
+                self.store.forget_counts(counter)
+
+    def _report(self, problem: str) -> None:
+        problem = problem[:PROBLEM_CHARS]
+        self._problems.append(problem)
+        log.warning("rollup skipped %s", problem)
+
+    def _grow(self, grow: Grow) -> None:
+        """Create shards old..new-1 (count 0, or kept if a fold left one), then raise num_shards:
+        a writer never picks a shard that does not exist. The bounds are read afresh first (one
+        read; grows are rare): an operator may have pinned the counter since this holder met it."""
+        bounded = self.ledger.bounded(grow, self.store.bounds(grow.counter))
+        if bounded is None:
+            return
+        self.store.create_shards(grow.counter, range(bounded.old, bounded.new))
+        self.store.update_counter(grow.counter, self.ledger.completing(bounded))
+        self.ledger.grown(bounded)
+        log.info("grew %s from %d to %d shards", grow.counter, bounded.old, bounded.new)
+
+    def _fold_due(self, as_of: dt.datetime) -> int:
+        """Fold the surplus shards of counters whose shrink is older than the grace period."""
+        folded = 0
+        for counter, num_shards in self.ledger.folds_due(as_of):
+            result = fold_surplus(self.store, counter, num_shards,
+                                  counts_kept=self.ledger.counts_kept(counter))
+            self.ledger.folded(counter, result.deleted, result.moved, result.complete)
+            folded += len(result.deleted)
+            if result.complete:
+                self.store.update_counter(counter, {
+                    "shrunk_at": None, "above_min": self.ledger.above_min(counter)})
+                log.info("folded %s down to %d shards", counter, num_shards)
+        return folded

@@ -1,0 +1,185 @@
+"""After a write, make sure a rollup tick follows it (docs/architecture.md, "Rollup cadence").
+
+Every write path of the domain ends in `counters.settle`, which calls `after_write` with the commit
+time of what it wrote and the homes of the keys it wrote (`counting.writepath.partitions`). The
+write committed in the one-second slot s (its commit time's whole second); for each partition that
+owns one of those homes, the process's `Waker` enqueues a task on that partition's queue named for s
+and scheduled for s + 1, once per slot, partition and process. Cloud Tasks refuses a second task of
+one name, so the writes of one second, on any number of instances, share one tick per partition,
+which starts after every one of them has committed. Failures are logged, never raised: the scheduled
+backstop ticks within about 70 s (the lease of the tick instance expires, then the next minute's run
+comes). Deployed functions, the operator CLI and the demo seed use the Cloud Tasks waker made on
+first use; tests and the simulation `install` their own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import firebase_admin
+from firebase_admin import exceptions as admin_exceptions
+from firebase_admin import functions as admin_functions
+from google.cloud import firestore
+
+from counting.foundation import config
+from counting.writepath import partitions
+from counting.writepath.partitions import Part
+
+log = logging.getLogger(__name__)
+
+
+def slot_of(instant: dt.datetime) -> int:
+    """The slot of a commit: its whole second since the epoch."""
+    return int(instant.timestamp() // config.TICK_SLOT_S)
+
+
+def slot_end(slot: int) -> dt.datetime:
+    """When a slot's tick may start: every write of the slot has committed by then."""
+    return dt.datetime.fromtimestamp((slot + 1) * config.TICK_SLOT_S, dt.UTC)
+
+
+def task_id(slot: int, part: Part = partitions.WHOLE) -> str:
+    """The task's name: Cloud Tasks serves names with a spread-out prefix best (sequential ones
+    concentrate its lookups), so a short digest of the slot goes first. A name is kept for a
+    while after its task ran, so the partitioning is part of it."""
+    name = f"{slot}" if part.count == 1 else f"{slot}-{part.count}-{part.index}"
+    return f"{hashlib.sha256(name.encode()).hexdigest()[:8]}-{name}"
+
+
+def enqueue_tick(db: firestore.Client, reason: str, part: Part = partitions.WHOLE,
+                 slot: int | None = None) -> bool:
+    """Enqueue an invocation of `part`'s tick function for `db`'s project (Cloud Tasks; the
+    emulator's when CLOUD_TASKS_EMULATOR_HOST is set): for `slot`, named for it and scheduled at
+    its end (False when that task exists already), or else at once. The task body is the
+    callable envelope `{"data": ...}` the task function reads."""
+    queue = admin_functions.task_queue(
+        f"locations/{config.REGION}/functions/{config.PLACEMENT.function_id(part.function)}",
+        app=_app(db.project))
+    options = admin_functions.TaskOptions(dispatch_deadline_seconds=config.ROLLUP_TIMEOUT_S)
+    if slot is not None:
+        options.task_id, options.schedule_time = task_id(slot, part), slot_end(slot)
+    data = {"reason": reason, "slot": slot, "partitions": part.count, "partition": part.index}
+    try:
+        queue.enqueue({"data": data}, options)
+    except (admin_exceptions.AlreadyExistsError, admin_exceptions.ConflictError):
+        return False
+    except ValueError as error:
+        # firebase-admin 7.7 reads the emulator's answer for a named task wrongly: it drops the
+        # first character of the name, assuming the leading "/" the emulator adds only to the
+        # names it makes up, and fails to parse what is left, after the task was created.
+        emulated = bool(os.environ.get("CLOUD_TASKS_EMULATOR_HOST"))
+        if not (emulated and slot is not None and "resource name" in str(error)):
+            raise
+    return True
+
+
+def _app(project: str) -> firebase_admin.App:
+    """The Admin SDK app for `project`: the default one when it is that project's (deployed
+    functions), else one of its own (a shell without GCLOUD_PROJECT: the CLI)."""
+    if firebase_admin._DEFAULT_APP_NAME in firebase_admin._apps:
+        default = firebase_admin.get_app()
+        if default.project_id == project:
+            return default
+    name = f"counters-{project}"
+    try:
+        return firebase_admin.get_app(name)
+    except ValueError:
+        return firebase_admin.initialize_app(options={"projectId": project}, name=name)
+
+
+class Waker:
+    """The write path's side of ticking (one per process): after a write, make sure a tick of
+    its slot is enqueued for each partition it wrote to. `enqueue(db, part, slot)` enqueues it
+    (False: it existed already); `count(db)` is P as the process knows it."""
+
+    def __init__(self, enqueue: Callable[[firestore.Client, Part, int], bool], *,
+                 count: Callable[[firestore.Client], int] = partitions.count,
+                 timeout_s: float = config.TICK_ENQUEUE_TIMEOUT_S) -> None:
+        self._enqueue = enqueue
+        self._count = count
+        self._timeout_s = timeout_s
+        # The Admin SDK waits up to 120 s for Cloud Tasks and retries: a write waits this
+        # long at most (the call goes on in the background).
+        self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tick-enqueue")
+        self._lock = threading.Lock()
+        # Per database and partition: the last slot enqueued.
+        self._last: dict[tuple[str, str, Part], int] = {}
+        self.created = 0  # tasks this process created
+        self.refused = 0  # create calls refused because another process created that slot's
+
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime,
+                    homes: Iterable[int]) -> bool:
+        """Returns True when this call created a task. A failed enqueue is not tried again for
+        that slot (the backstop ticks within about 70 s; a flood of retries would only slow
+        every write while Cloud Tasks is down)."""
+        slot = slot_of(committed_at)
+        database = getattr(db, "_database", "(default)")
+        count = self._count(db)
+        due: list[Part] = []
+        with self._lock:
+            for part in sorted({Part(count, home % count) for home in homes}):
+                key = (db.project, database, part)
+                if self._last.get(key, -1) < slot:
+                    self._last[key] = slot
+                    due.append(part)
+        calls = [self._calls.submit(self._enqueue, db, part, slot) for part in due]
+        created = False
+        for call in calls:
+            try:
+                made = call.result(self._timeout_s)
+            except Exception as error:  # refused, failed, or still waiting (TimeoutError)
+                log.warning("could not enqueue the rollup's tick (the scheduler ticks within a "
+                            "minute): %r", error)
+                continue
+            with self._lock:
+                if made:
+                    self.created += 1
+                else:
+                    self.refused += 1
+            created = created or made
+        return created
+
+
+class AfterWrite(Protocol):
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime,
+                    homes: Iterable[int]) -> bool: ...
+
+
+class Never:
+    """Enqueues nothing: for writers whose rollup runs in-process (tests, benchmarks)."""
+
+    def after_write(self, db: firestore.Client, committed_at: dt.datetime,
+                    homes: Iterable[int]) -> bool:
+        return False
+
+
+_installed: AfterWrite | None = None
+
+
+def install(waker: AfterWrite | None) -> AfterWrite | None:
+    """Make `waker` the process's (None: the Cloud Tasks waker, made on next use); returns the
+    one it replaces."""
+    global _installed
+    previous, _installed = _installed, waker
+    return previous
+
+
+def after_write(db: firestore.Client, committed_at: dt.datetime, homes: Iterable[int]) -> bool:
+    """Called by the domain after each commit of shard writes, with its commit time and the
+    homes of the keys written; never raises (the write is done: a client told otherwise would
+    retry it)."""
+    global _installed
+    if _installed is None:
+        _installed = Waker(lambda target, part, slot: enqueue_tick(target, "write", part, slot))
+    try:
+        return _installed.after_write(db, committed_at, homes)
+    except Exception:
+        log.exception("could not enqueue the rollup's tick (the scheduled run will tick)")
+        return False
