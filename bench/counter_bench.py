@@ -27,6 +27,7 @@ from counting.foundation.config import AutoscaleParams
 from counting.rollup import cadence
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup
+from counting.writepath.shards import shard_write
 from google.cloud import firestore
 
 
@@ -306,7 +307,7 @@ def listener_bytes(shards: int = 1000) -> dict[str, Any]:
         batch = db.batch()
         for shard in range(n, min(shards, n + 500)):
             ref = counters.shard_ref(db, counter, shard)
-            batch.update(ref, counters.shard_write(db, ref, 1 + shard % 7, random.Random()))
+            batch.update(ref, shard_write(db, ref, 1 + shard % 7, random.Random()).fields)
         batch.commit()
     step.tick()
     public = counters.counter_ref(db, counter).get()

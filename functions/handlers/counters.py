@@ -8,7 +8,7 @@ from typing import Any
 from counting.features import counters, declarations
 from counting.foundation import inputs, kinds
 from counting.foundation.errors import InvalidArgument
-from counting.writepath import policy
+from counting.writepath import policy, shards
 
 from handlers import Request, caller, client_callable, db, is_admin, require_admin, rfc3339
 
@@ -63,7 +63,7 @@ def increment(req: Request) -> dict[str, Any]:
         return {"counter": counter, "applied": True, "committed_at": rfc3339(committed)}
     # A retry of a request that was applied: when that was, so that a client whose answer was
     # lost can still tell whether the rollup includes it.
-    first = None if request_id is None else counters.applied_at(db(), uid, request_id)
+    first = None if request_id is None else shards.applied_at(db(), uid, request_id)
     if first is None:
         return {"counter": counter, "applied": False}
     return {"counter": counter, "applied": False, "committed_at": rfc3339(first)}

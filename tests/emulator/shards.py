@@ -6,9 +6,10 @@ from __future__ import annotations
 import random
 
 from counting.features import counters
+from counting.writepath import shards
 from google.cloud import firestore
 
 
 def write_shard(db: firestore.Client, counter: str, shard: int, by: int) -> None:
     ref = counters.shard_ref(db, counter, shard)
-    ref.update(counters.shard_write(db, ref, by, random.Random()))
+    ref.update(shards.shard_write(db, ref, by, random.Random()).fields)

@@ -13,6 +13,7 @@ from callables import Callables, CallError, User
 from counting.features import counters
 from counting.features.counters import shards_for
 from counting.foundation import config, kinds
+from counting.writepath import shards
 from counting.writepath.policy import Policy
 from google.cloud import firestore
 
@@ -113,7 +114,7 @@ def test_a_retry_answers_when_it_applied_after_the_emulator_reimports_its_data(
     # A restart takes longer than a commit can follow its request.
     overlap = dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
     eventually(lambda: dt.datetime.now(dt.UTC) > first + overlap, timeout_s=5)
-    marker = counters.request_marker_ref(db, plain_user.uid, request_id)
+    marker = shards.request_marker_ref(db, plain_user.uid, request_id)
     exported = marker.get().to_dict()
     assert exported is not None
     marker.delete()

@@ -14,7 +14,7 @@ from counting.foundation.config import AutoscaleParams
 from counting.rollup import folding, ledger, repartition
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup, TickStats
-from counting.writepath import partitions
+from counting.writepath import partitions, shards
 from counting.writepath.partitions import WHOLE
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -58,7 +58,7 @@ class Scene:
 
     def write_shard(self, counter: str, shard: int, by: int) -> None:
         ref = counters.shard_ref(self.db, counter, shard)
-        ref.update(counters.shard_write(self.db, ref, by, random.Random(shard)))
+        ref.update(shards.shard_write(self.db, ref, by, random.Random(shard)).fields)
 
     def twenty_counters(self) -> tuple[list[str], Rollup]:
         """Counters c0..c19 of 10 shards, and a first holder that took the lease after them."""
@@ -478,7 +478,7 @@ def old_stripe_after_narrowing() -> int:
     changed = repartition.change(scene.db, 2)
     scene.at(12)
     ref = counters.shard_ref(scene.db, name, 0)
-    ref.update({**counters.shard_write(scene.db, ref, 1, random.Random(1)),
+    ref.update({**shards.shard_write(scene.db, ref, 1, random.Random(1)).fields,
                 "stripe": partitions.home_of(name) + 3 * partitions.HOMES})
     narrow_at = (changed.narrow_at - scene.sim.instant(0)).total_seconds()
     owner = scene.holder_of(partitions.Part(2, 1), at=narrow_at + 5)

@@ -7,8 +7,9 @@ import math
 import random
 from collections import Counter
 
-from counting.features.counters import CounterConfig, ShardPicker, commit_time_of, shards_for
+from counting.features.counters import CounterConfig, ShardPicker, shards_for
 from counting.foundation import config
+from counting.writepath.shards import commit_time_of
 from hypothesis import given
 from hypothesis import strategies as st
 

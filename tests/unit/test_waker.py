@@ -12,8 +12,7 @@ from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
-from counting.features import counters
-from counting.writepath import partitions, waking
+from counting.writepath import partitions, shards, waking
 from counting.writepath.partitions import WHOLE, Part
 from google.cloud.firestore_v1.types import Value
 
@@ -95,7 +94,7 @@ class Written:
 
 
 def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
-    """`counters.settle`, where the domain's write paths end, hands the process's waker the
+    """`shards.settle`, where the domain's write paths end, hands the process's waker the
     latest commit time of the shards it wrote; a commit that wrote no shard asks for nothing."""
     seen: list[tuple[object, dt.datetime, set[int]]] = []
 
@@ -108,11 +107,11 @@ def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
     db = object()
     previous = waking.install(Recording())
     try:
-        counters.settle(db, [], random.Random())  # type: ignore[arg-type]
+        shards.settle(db, [], random.Random())  # type: ignore[arg-type]
         assert seen == []
-        written = [counters.Landed.of(shard("a"), Written(at(0.3))),
-                   counters.Landed.of(shard("b"), Written(at(0.1)))]
-        counters.settle(db, written, random.Random())  # type: ignore[arg-type]
+        written = [shards.Landed.of(shard("a"), partitions.home_of("a"), Written(at(0.3))),
+                   shards.Landed.of(shard("b"), partitions.home_of("b"), Written(at(0.1)))]
+        shards.settle(db, written, random.Random())  # type: ignore[arg-type]
     finally:
         waking.install(previous)
     assert seen == [(db, at(0.3), {partitions.home_of("a"), partitions.home_of("b")})]

@@ -46,6 +46,7 @@ from counting.features import counters
 from counting.features.counters import ConfigCache, ShardPicker
 from counting.foundation import config, writes
 from counting.foundation.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
+from counting.writepath import shards
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 _TEMPLATE = re.compile(r"(?P<name>[^:{}]+):\{(?P<placeholder>[A-Za-z_][A-Za-z0-9_]*)\}")
@@ -368,8 +369,8 @@ class Counting:
         planned: Plan | None = None
         for attempt in range(1, config.COLLECTION_APPLY_ATTEMPTS + 1):
             snapshot = ref.get()
-            if planned is not None and counters.nonce_of(snapshot) == nonce:
-                counters.settle(self.db, counters.marker_landed(self.db, snapshot),
+            if planned is not None and shards.nonce_of(snapshot) == nonce:
+                shards.settle(self.db, shards.marker_landed(self.db, snapshot),
                                 self._picker.rng)
                 return Applied(deltas=planned.deltas, committed_at=snapshot.update_time,
                                attempts=attempt)
@@ -396,10 +397,11 @@ class Counting:
         and the shard writes of its deltas; sent again while its answers are lost."""
         self._ensure_counters(change.counters)
         gone = all(entry.deleted for entry in change.entries.values())
-        shards = []
-        for counter in sorted(change.deltas):
+        written = []
+        for counter, delta in sorted(change.deltas.items()):
             target = self._configs.get(self.db, counter)
-            shards.append(counters.shard_ref(self.db, counter, self._picker.pick(target)))
+            shard = counters.shard_ref(self.db, counter, self._picker.pick(target))
+            written.append(shards.shard_write(self.db, shard, delta, self._picker.rng))
         record = {
             "path": observed.path,
             "entries": [e.to_document(name) for name, e in sorted(change.entries.items())],
@@ -407,7 +409,7 @@ class Counting:
             config.EXPIRES_AT: (dt.datetime.now(dt.UTC) + config.COUNTED_TOMBSTONE_TTL
                                 if gone else None),
             writes.NONCE: nonce, "at": firestore.SERVER_TIMESTAMP,
-            "shards": [shard.path for shard in shards],
+            "shards": [write.ref.path for write in written],
         }
         batch = self.db.batch()
         if snapshot.exists:
@@ -415,10 +417,10 @@ class Counting:
                          option=self.db.write_option(last_update_time=snapshot.update_time))
         else:
             batch.create(ref, record)
-        for shard, (_, delta) in zip(shards, sorted(change.deltas.items()), strict=True):
-            batch.update(shard, counters.shard_write(self.db, shard, delta, self._picker.rng))
+        for write in written:
+            write.add_to(batch)
         results = writes.resending(functools.partial(writes.send, batch), request_id=None)
-        counters.settle(self.db, counters.landed(shards, results), self._picker.rng)
+        shards.settle(self.db, shards.landed(written, results), self._picker.rng)
         committed: dt.datetime = results[0].update_time
         return committed
 

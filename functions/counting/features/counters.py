@@ -34,9 +34,26 @@ from counting.foundation.errors import (
     ResourceExhausted,
 )
 from counting.foundation.kinds import Consistency, Strategy
-from counting.writepath import autoscale, partitions, waking
+from counting.writepath import autoscale, partitions
 from counting.writepath.caching import TtlCache
 from counting.writepath.policy import Policy
+from counting.writepath.shards import (
+    NONCES,
+    Landed,
+    ShardWrite,
+    Snapshot,
+    commit_marked,
+    landed,
+    marker_landed,
+    nonce_of,
+    nonces_of,
+    recent_nonces,
+    request_marker_fields,
+    request_marker_ref,
+    settle,
+    shard_write,
+    write_at_version,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -114,89 +131,6 @@ def voter_ref(db: firestore.Client, counter: str, uid: str) -> firestore.Documen
 
 def paced_ref(db: firestore.Client, counter: str, uid: str) -> firestore.DocumentReference:
     return db.collection(config.COUNTERS, counter, config.PACED).document(user_key(uid))
-
-
-def shard_write(db: firestore.Client, shard: firestore.DocumentReference, by: int,
-                rng: random.Random) -> dict[str, Any]:
-    """The fields every write to `shard` sets; `updated_at` and `stripe` feed the rollup query
-    of the partition that owns it (`counting.writepath.partitions`), `writes` (one more per write,
-    whatever `by`) is how the rollup measures the write rate."""
-    return {
-        "count": firestore.Increment(by),
-        "writes": firestore.Increment(1),
-        "updated_at": firestore.SERVER_TIMESTAMP,
-        "stripe": partitions.shard_stripe(db, shard, rng),
-    }
-
-
-@dataclass(frozen=True)
-class Landed:
-    """A shard write that committed: its server timestamp (taken when its request started;
-    None if it stored none) and its commit time."""
-
-    ref: firestore.DocumentReference
-    stamped: dt.datetime | None
-    committed: dt.datetime
-
-    @classmethod
-    def of(cls, ref: firestore.DocumentReference, result: Any) -> Landed:
-        """From a commit's WriteResult: Firestore returns the timestamp it stored among the
-        write's transform results."""
-        stamped: dt.datetime | None = None
-        for value in result.transform_results:
-            pb = type(value).pb(value)
-            if pb.WhichOneof("value_type") == "timestamp_value":
-                stamped = pb.timestamp_value.ToDatetime(tzinfo=dt.UTC)
-                break
-        return cls(ref, stamped, result.update_time)
-
-    @property
-    def straddles(self) -> bool:
-        """Whether the rollup's change query could miss this write: its `updated_at` lies
-        further before its commit than the query's overlap allows for. A write that stored no
-        timestamp counts as one."""
-        return self.stamped is None or (self.committed - self.stamped).total_seconds() >= \
-            config.SHARD_TOUCH_AFTER_S
-
-
-def landed(refs: Iterable[firestore.DocumentReference], results: list[Any]) -> list[Landed]:
-    """The shard writes among a commit's last results (shard writes come last in every commit
-    of the write paths, after their markers)."""
-    refs = list(refs)
-    return [Landed.of(ref, result)
-            for ref, result in zip(refs, results[len(results) - len(refs):], strict=True)]
-
-
-def settle(db: firestore.Client, written: Iterable[Landed], rng: random.Random) -> None:
-    """After a commit of shard writes: touch every shard whose write straddles, so that the
-    rollup finds it within a tick. A touch is a write of a fresh `updated_at` alone, sent after
-    the commit was acknowledged, so its server timestamp is later than that commit; it is itself
-    checked, up to SHARD_TOUCH_ATTEMPTS times. A write left untouched (this instance died,
-    Firestore stayed slow) is found by the rollup's sweep (docs/architecture.md, "Exact on real
-    Firestore"). Then make sure a rollup tick follows the last of these commits
-    (`waking.after_write`): every write path of the domain ends here, and a commit that wrote no
-    shard (a document change that moves no count) asks for no tick."""
-    written = list(written)
-    last: dt.datetime | None = None
-    for write in written:
-        touches = 0
-        while config.PROTECTIONS.touch and write.straddles \
-                and touches < config.SHARD_TOUCH_ATTEMPTS:
-            touches += 1
-            try:
-                result = write.ref.update(
-                    {"updated_at": firestore.SERVER_TIMESTAMP,
-                     "stripe": partitions.shard_stripe(db, write.ref, rng)},
-                    retry=writes.IDEMPOTENT)
-            except gexc.NotFound:
-                break  # folded away: the fold moved its count, which the rollup mirrors
-            except Exception as error:  # the write itself is done; the sweep will find it
-                log.warning("could not touch %s after a slow write: %r", write.ref.path, error)
-                break
-            write = Landed.of(write.ref, result)
-        last = write.committed if last is None else max(last, write.committed)
-    if last is not None:
-        waking.after_write(db, last, {partitions.home_of_shard(w.ref) for w in written})
 
 
 class ConfigCache:
@@ -404,16 +338,16 @@ def increment(
         target.check_writable()
         policy = target.policy
         policy.check(by, admin=admin, counter=counter)
-        ref = shard_ref(db, counter, picker.pick(target))
+        write = shard_write(db, shard_ref(db, counter, picker.pick(target)), by, picker.rng)
         paced = bool(policy.min_interval_s) and not admin
         if request_id is None and not policy.unique and not paced:
             batch = db.batch()
-            batch.update(ref, shard_write(db, ref, by, picker.rng))
+            write.add_to(batch)
             results = writes.commit_once(batch)
-            settle(db, landed([ref], results), picker.rng)
+            settle(db, landed([write], results), picker.rng)
             committed: dt.datetime = results[-1].update_time
             return committed
-        return Guarded(db, counter, by, ref, uid=uid, request_id=request_id, nonce=nonce,
+        return Guarded(db, counter, write, by=by, uid=uid, request_id=request_id, nonce=nonce,
                        unique=policy.unique, interval_s=policy.min_interval_s if paced else 0,
                        rng=picker.rng).apply()
 
@@ -429,10 +363,10 @@ class Guarded:
     its own (applied: its shard is touched if it straddled) from another request (this one is a
     no-op, or is planned again on what it read)."""
 
-    def __init__(self, db: firestore.Client, counter: str, by: int,
-                 shard: firestore.DocumentReference, *, uid: str, request_id: str | None,
-                 nonce: str, unique: bool, interval_s: int, rng: random.Random) -> None:
-        self.db, self.counter, self.by, self.shard = db, counter, by, shard
+    def __init__(self, db: firestore.Client, counter: str, write: ShardWrite, *, by: int,
+                 uid: str, request_id: str | None, nonce: str, unique: bool, interval_s: int,
+                 rng: random.Random) -> None:
+        self.db, self.counter, self.write, self.by = db, counter, write, by
         self.uid, self.request_id, self.nonce = uid, request_id, nonce
         self.unique, self.interval_s, self.rng = unique, interval_s, rng
         self.marker = None if request_id is None else request_marker_ref(db, uid, request_id)
@@ -457,7 +391,7 @@ class Guarded:
                 if isinstance(error, gexc.NotFound):
                     raise  # the shard was folded away: `with_fresh_config` writes once more
                 continue
-            settle(self.db, landed([self.shard], results), self.rng)
+            settle(self.db, landed([self.write], results), self.rng)
             committed: dt.datetime = results[-1].update_time
             return committed
         raise Aborted(f"counter: {self.counter!r}: concurrent requests of this user got in the "
@@ -476,7 +410,7 @@ class Guarded:
         still finds its own after another request of the user came."""
         batch = self.db.batch()
         mark = {"uid": self.uid, "at": firestore.SERVER_TIMESTAMP, writes.NONCE: self.nonce,
-                "shards": [self.shard.path]}
+                "shards": [self.write.ref.path]}
         if self.marker is not None:
             batch.create(self.marker, request_marker_fields(self.uid, self.request_id or "",
                                                             [self.counter], mark))
@@ -486,7 +420,7 @@ class Guarded:
                               NONCES: recent_nonces(self.voter, self.nonce)}, self.voter)
         if self.interval_s:
             self._pace(batch, {**mark, NONCES: recent_nonces(self.pacing, self.nonce)})
-        batch.update(self.shard, shard_write(self.db, self.shard, self.by, self.rng))
+        self.write.add_to(batch)
         return writes.send(batch)
 
     def _pace(self, batch: firestore.WriteBatch, mark: dict[str, Any]) -> None:
@@ -526,7 +460,8 @@ class Guarded:
                 # Applied, and rewritten since by another request of the user: when is not
                 # known, so the shard is touched whatever its write's delay was; the answer's
                 # commit time is the marker's later version, never too early for a client.
-                settle(self.db, [Landed(self.shard, None, snapshot.update_time)], self.rng)
+                settle(self.db, [Landed(self.write.ref, self.write.home, None,
+                                        snapshot.update_time)], self.rng)
                 return True, snapshot.update_time
         if self.marker is not None and found[self.marker.path].exists:
             settle(self.db, marker_landed(self.db, found[self.marker.path]), self.rng)
@@ -541,39 +476,6 @@ class Guarded:
 
 
 GUARDED_ATTEMPTS = 5  # plans of one guarded increment, each on markers read afresh
-Snapshot = firestore.DocumentSnapshot[Any]
-# On voter and pacing markers: the nonces of the last requests that wrote them.
-NONCES = "nonces"
-RECENT_NONCES = 8
-
-
-def recent_nonces(found: Snapshot | None, nonce: str) -> list[str]:
-    """The nonces a marker keeps after this request's write: its last ones, then this one."""
-    return [*nonces_of(found), nonce][-RECENT_NONCES:] if found is not None else [nonce]
-
-
-def nonces_of(marker: Snapshot | None) -> list[str]:
-    if marker is None or not marker.exists:
-        return []
-    kept = (marker.to_dict() or {}).get(NONCES)
-    return [str(n) for n in kept] if isinstance(kept, list) else []
-
-
-def write_at_version(db: firestore.Client, batch: firestore.WriteBatch,
-                     ref: firestore.DocumentReference, fields: dict[str, Any],
-                     found: Snapshot | None) -> None:
-    """Add a marker's write to `batch`: created when it was not read or did not exist (fails if
-    it exists), else rewritten at the version read (fails if it changed since)."""
-    if found is None or not found.exists:
-        batch.create(ref, fields)
-    else:
-        batch.update(ref, fields, option=db.write_option(last_update_time=found.update_time))
-
-
-def nonce_of(marker: Snapshot) -> str | None:
-    """The nonce of the request whose commit last wrote a marker."""
-    nonce = (marker.to_dict() or {}).get(writes.NONCE) if marker.exists else None
-    return nonce if isinstance(nonce, str) else None
 
 
 def counts(voter: Snapshot) -> bool:
@@ -583,16 +485,6 @@ def counts(voter: Snapshot) -> bool:
         return False
     data = voter.to_dict() or {}
     return bool(data.get("counted", "uid" in data))
-
-
-def marker_landed(db: firestore.Client, marker: Snapshot) -> list[Landed]:
-    """The shard writes a marker's commit made, as `settle` takes them: each marker records its
-    shards and its commit's server timestamp; the commit time is its version (a marker is
-    created, or rewritten at a version, by the commit that wrote its shards)."""
-    data = marker.to_dict() or {}
-    stamped, committed = data.get("at"), marker.update_time
-    return [Landed(db.document(path), stamped, committed) for path in data.get("shards") or ()
-            if committed is not None]
 
 
 def with_fresh_config(
@@ -640,103 +532,13 @@ def increment_many(
                 raise InvalidArgument(f"increments: {target.counter!r} counts each user once or "
                                       "paces them: increment it on its own")
             target.policy.check(totals[target.counter], admin=admin, counter=target.counter)
-        refs = [shard_ref(db, target.counter, picker.pick(target)) for target in targets]
-        shard_writes = [ShardWrite(ref, shard_write(db, ref, totals[target.counter], picker.rng))
-                        for ref, target in zip(refs, targets, strict=True)]
+        shard_writes = [shard_write(db, shard_ref(db, target.counter, picker.pick(target)),
+                                    totals[target.counter], picker.rng) for target in targets]
         applied = commit_marked(db, shard_writes, uid=uid, request_id=request_id,
                                 counters=sorted(totals), nonce=nonce, rng=picker.rng)
         return len(items) if applied else 0
 
     return with_fresh_config(attempt, configs, totals)
-
-
-@dataclass(frozen=True)
-class ShardWrite:
-    """One shard's part of a commit: `fields` updated into it, or merged (`creates`: a trend
-    bucket's shards come into being with their first write; a counter's exist, and one folded
-    away must fail the write rather than come back)."""
-
-    ref: firestore.DocumentReference
-    fields: dict[str, Any]
-    creates: bool = False
-
-    def add_to(self, batch: firestore.WriteBatch) -> None:
-        if self.creates:
-            batch.set(self.ref, self.fields, merge=True)
-        else:
-            batch.update(self.ref, self.fields)
-
-
-def commit_marked(db: firestore.Client, shard_writes: list[ShardWrite], *, uid: str,
-                  request_id: str | None, counters: list[str], nonce: str,
-                  rng: random.Random) -> bool:
-    """Commit shard writes with the request's marker when there is
-    a `request_id`, and settle them; False when the request_id was applied before. Without one
-    the commit is sent once (`OutcomeUnknown` when its answer is lost); with one it is sent again
-    after a lost answer, and an attempt that finds the marker there reads its nonce: an earlier
-    attempt of this request made it (applied), or another request did (False). Either way the
-    marker's shard writes are touched if they straddled: whoever made them may have lost the
-    answer before touching."""
-    batch = db.batch()
-    if request_id is not None:
-        marker = request_marker_ref(db, uid, request_id)
-        batch.create(marker, request_marker_fields(
-            uid, request_id, counters, {"at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
-                                        "shards": [w.ref.path for w in shard_writes]}))
-    for write in shard_writes:
-        write.add_to(batch)
-    refs = [write.ref for write in shard_writes]
-    if request_id is None:
-        results = writes.commit_once(batch)
-    else:
-        try:
-            results = writes.resending(functools.partial(writes.send, batch),
-                                       request_id=request_id)
-        except gexc.AlreadyExists as error:
-            with writes.finding_out(error, request_id=request_id):
-                found = marker.get()
-            settle(db, marker_landed(db, found), rng)
-            return nonce_of(found) == nonce
-    settle(db, landed(refs, results), rng)
-    return True
-
-
-def request_marker_ref(db: firestore.Client, uid: str,
-                       request_id: str) -> firestore.DocumentReference:
-    """The marker document that makes a request id count once per user: its id hashes (uid,
-    request_id), since uids may hold characters a document id cannot."""
-    key = hashlib.sha256(f"{uid}\0{request_id}".encode()).hexdigest()
-    return db.collection(config.REQUESTS).document(key)
-
-
-def request_marker_fields(uid: str, request_id: str, counters: list[str],
-                          mark: dict[str, Any]) -> dict[str, Any]:
-    """A request marker: created in the same commit as the request's shard writes. `mark` holds
-    the nonce, the shards written and `at`, the commit's server timestamp, which outlives a copy
-    of the database (`commit_time_of`). Expired by TTL on EXPIRES_AT."""
-    return {"uid": uid, "request_id": request_id, "counters": counters, **mark,
-            config.EXPIRES_AT: dt.datetime.now(dt.UTC) + config.REQUEST_MARKER_TTL}
-
-
-def applied_at(db: firestore.Client, uid: str, request_id: str) -> dt.datetime | None:
-    """When this user's request was applied (its marker was created in the same commit as the
-    shard write), or None if it was not (or has expired)."""
-    snapshot = request_marker_ref(db, uid, request_id).get()
-    if not snapshot.exists:
-        return None
-    return commit_time_of(snapshot.create_time, (snapshot.to_dict() or {}).get("at"))
-
-
-def commit_time_of(created: dt.datetime, stamped: dt.datetime | None) -> dt.datetime:
-    """The commit time of a marker's creation: its create time, unless that is more than
-    CHANGE_OVERLAP_S after the server timestamp the commit stored in it (taken as the commit's
-    request started). Then the create time may not be the commit's: an import re-creates each
-    document, fields unchanged, at the import time (the emulator's, on a `make dev` restart).
-    The stored timestamp stands in, earlier than the commit by the commit's delay (docs/api.md,
-    `increment`). A marker from before markers stored it has its create time only."""
-    if stamped is None or created - stamped <= dt.timedelta(seconds=config.CHANGE_OVERLAP_S):
-        return created
-    return stamped
 
 
 def get_count(db: firestore.Client, counter: str, consistency: Consistency = "rollup",
@@ -801,20 +603,18 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
         found = record.get()  # before the shards: a reset committed since fails our commit
         held = {s.reference: int((s.to_dict() or {}).get("count") or 0)
                 for s in ref.collection(config.SHARDS).stream()}  # one instant: a query's
-        moved = [shard for shard, count in held.items() if count]
+        moved = [taken_back(db, shard, count, rng) for shard, count in held.items() if count]
         batch = db.batch()
         write_at_version(db, batch, record, {
             "at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
-            "shards": [shard.path for shard in moved]}, found)
+            "shards": [write.ref.path for write in moved]}, found)
         if not config.PROTECTIONS.reset_through_rollup:
             # What resets did before: the rollup's count and memory zeroed outside its lease.
             batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
             batch.update(memory_ref(db, counter),
                          {config.SHARD_COUNTS_FIELD: {s.id: 0 for s in held}})
-        for shard in moved:
-            batch.update(shard, {"count": firestore.Increment(-held[shard]),
-                                 "updated_at": firestore.SERVER_TIMESTAMP,
-                                 "stripe": partitions.shard_stripe(db, shard, rng)})
+        for write in moved:
+            write.add_to(batch)
         try:
             results = writes.resending(functools.partial(writes.send, batch),
                                        request_id=None)
@@ -832,6 +632,16 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
         raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; "
                       "retry")
     forget_users(db, counter)
+
+
+def taken_back(db: firestore.Client, shard: firestore.DocumentReference, held: int,
+               rng: random.Random) -> ShardWrite:
+    """A reset's write to a shard: what it held taken back. Not a write of the load (`writes`
+    stays), so the rollup's measured rate does not move."""
+    home = partitions.home_of_shard(shard)
+    return ShardWrite(shard, home, {"count": firestore.Increment(-held),
+                                    "updated_at": firestore.SERVER_TIMESTAMP,
+                                    "stripe": partitions.stripe(home, partitions.count(db), rng)})
 
 
 def forget_users(db: firestore.Client, counter: str) -> None:

@@ -104,7 +104,7 @@ REQUEST_MARKER_TTL = dt.timedelta(hours=24)
 # visible at its commit, later. The change query therefore reaches CHANGE_OVERLAP_S back before
 # the watermark: a write whose commit came at most that long after its timestamp is found by the
 # first tick that can see it. A writer whose write took longer (it sees both instants in the
-# write's result) touches the shard again (`counters.settle`), up to SHARD_TOUCH_ATTEMPTS times.
+# write's result) touches the shard again (`shards.settle`), up to SHARD_TOUCH_ATTEMPTS times.
 # What no writer touched is found by a sweep: every ROLLUP_SWEEP_EVERY_S the query reaches back
 # to MAX_REQUEST_S before the previous sweep. MAX_REQUEST_S is Firestore's time limit for a
 # transaction (270 s), the longest any commit can follow the start of its request; a blind
@@ -125,7 +125,7 @@ class Protections:
     off (docs/architecture.md, "Exact on real Firestore")."""
 
     overlap: bool = True  # the change query reaches CHANGE_OVERLAP_S before the watermark
-    touch: bool = True  # a writer touches a shard whose write straddled (`counters.settle`)
+    touch: bool = True  # a writer touches a shard whose write straddled (`shards.settle`)
     sweep: bool = True  # every ROLLUP_SWEEP_EVERY_S the query reaches MAX_REQUEST_S back
     every_stripe_sweep: bool = True  # a sweep reads the stripes of every P, not the current's
     lease_fence: bool = True  # a holder's commits carry its lease's version as a precondition

@@ -240,7 +240,10 @@ class Rollup:
         every_tick = set(self.part.stripes(self.part.count))
         partitioned_at = self.store.lease.record.partitioning.since
         for snapshot in self.store.changed_shards(stripes, reach, as_of):
-            if swept_from is not None and snapshot.get("stripe") in every_tick:
+            stripe = snapshot.get("stripe")  # the query matched on it: every shard found has one
+            if not self.part.owns(stripe % partitions.HOMES):  # its key's home, as its writer
+                continue  # computed it
+            if swept_from is not None and stripe in every_tick:
                 committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
                 if partitioned_at < committed <= swept_from and committed - stamped < overlap \
                         and stamped <= swept_from - overlap:
@@ -249,10 +252,9 @@ class Rollup:
             if parent is None:
                 continue
             kind = parent.parent.id
-            if kind == config.COUNTERS and self.part.owns(partitions.home_of(parent.id)):
+            if kind == config.COUNTERS:
                 changes[parent.id][snapshot.id] = ShardValue.of(snapshot.to_dict())
-            elif kind == config.TREND_MINUTES and self.part.owns(
-                    partitions.home_of_hex(parent.id)):
+            elif kind == config.TREND_MINUTES:
                 trend_changes[parent.id][snapshot.id] = snapshot
         return changes, trend_changes
 

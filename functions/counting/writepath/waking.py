@@ -1,6 +1,6 @@
 """After a write, make sure a rollup tick follows it (docs/architecture.md, "Rollup cadence").
 
-Every write path of the domain ends in `counters.settle`, which calls `after_write` with the commit
+Every write path of the domain ends in `shards.settle`, which calls `after_write` with the commit
 time of what it wrote and the homes of the keys it wrote (`counting.writepath.partitions`). The
 write committed in the one-second slot s (its commit time's whole second); for each partition that
 owns one of those homes, the process's `Waker` enqueues a task on that partition's queue named for s

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from google.cloud import firestore
 
-from counting.features import counters
 from counting.features.trends.buckets import expiry, minute_id, minute_of
 from counting.foundation import config, writes
 from counting.foundation.kinds import Window
+from counting.writepath import shards
 
 _RNG = random.Random()
 
@@ -54,15 +54,14 @@ def track(
     expires_at = expiry("1h", minute)
     buckets = db.collection(config.TREND_MINUTES)
     ids = [minute_id(region, minute, tag) for tag in distinct]
-    shards = [buckets.document(bucket).collection(config.SHARDS).document(
+    refs = [buckets.document(bucket).collection(config.SHARDS).document(
         str(rng.randrange(config.TREND_SHARDS))) for bucket in ids]
-    shard_writes = [counters.ShardWrite(shard, {
-        **counters.shard_write(db, shard, 1, rng), "region": region, "tag": tag,
-        "minute": minute, config.EXPIRES_AT: expires_at}, creates=True)
-        for tag, shard in zip(distinct, shards, strict=True)]
+    shard_writes = [shards.shard_write(db, shard, 1, rng, creates=True, region=region, tag=tag,
+                                       minute=minute, **{config.EXPIRES_AT: expires_at})
+                    for tag, shard in zip(distinct, refs, strict=True)]
     request = None if request_id is None or not config.PROTECTIONS.request_markers \
         else f"track:{request_id}"
-    applied = counters.commit_marked(db, shard_writes, uid=uid, request_id=request,
+    applied = shards.commit_marked(db, shard_writes, uid=uid, request_id=request,
                                      counters=ids, nonce=writes.new_nonce(), rng=rng)
     return len(distinct) if applied else 0
 

@@ -1,0 +1,251 @@
+"""The shard write every write path shares (counters, trends, collection counters, resets), and
+what makes it count once (docs/architecture.md, "Exactly once").
+
+A write to a shard sets the fields the rollup reads (`ShardWrite`): its key's home is computed
+once, from the shard's reference, and carried by the write through its commit (`Landed`), the
+touch after a slow commit and the wake-up of the partition that owns it (`settle`). A write sent
+again after a lost answer is made safe by a marker committed with it (`commit_marked`: a request
+marker; a counter's voter and pacing markers and a collection's record are the features' own),
+which carries the request's nonce and the shards it wrote, so that whoever finds the marker can
+tell whose commit made it and settle what it wrote (`marker_landed`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import logging
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+
+from counting.foundation import config, writes
+from counting.writepath import partitions, waking
+
+log = logging.getLogger(__name__)
+Snapshot = firestore.DocumentSnapshot[Any]
+# On voter and pacing markers: the nonces of the last requests that wrote them.
+NONCES = "nonces"
+RECENT_NONCES = 8
+
+
+@dataclass(frozen=True)
+class ShardWrite:
+    """One shard's part of a commit: `fields` updated into it, or merged (`creates`: a trend
+    bucket's shards come into being with their first write; a counter's exist, and one folded
+    away must fail the write rather than come back). `home` is its key's home."""
+
+    ref: firestore.DocumentReference
+    home: int
+    fields: dict[str, Any]
+    creates: bool = False
+
+    def add_to(self, batch: firestore.WriteBatch) -> None:
+        if self.creates:
+            batch.set(self.ref, self.fields, merge=True)
+        else:
+            batch.update(self.ref, self.fields)
+
+
+def shard_write(db: firestore.Client, shard: firestore.DocumentReference, by: int,
+                rng: random.Random, *, creates: bool = False, **extra: Any) -> ShardWrite:
+    """A write adding `by` to `shard`, with `extra` fields. `updated_at` and `stripe` feed the
+    rollup query of the partition that owns it (`counting.writepath.partitions`), `writes` (one
+    more per write, whatever `by`) is how the rollup measures the write rate."""
+    home = partitions.home_of_shard(shard)
+    return ShardWrite(shard, home, {
+        "count": firestore.Increment(by),
+        "writes": firestore.Increment(1),
+        "updated_at": firestore.SERVER_TIMESTAMP,
+        "stripe": partitions.stripe(home, partitions.count(db), rng),
+        **extra,
+    }, creates)
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A shard write that committed: its key's home, its server timestamp (taken when its
+    request started; None if it stored none) and its commit time."""
+
+    ref: firestore.DocumentReference
+    home: int
+    stamped: dt.datetime | None
+    committed: dt.datetime
+
+    @classmethod
+    def of(cls, ref: firestore.DocumentReference, home: int, result: Any) -> Landed:
+        """From a commit's WriteResult: Firestore returns the timestamp it stored among the
+        write's transform results."""
+        stamped: dt.datetime | None = None
+        for value in result.transform_results:
+            pb = type(value).pb(value)
+            if pb.WhichOneof("value_type") == "timestamp_value":
+                stamped = pb.timestamp_value.ToDatetime(tzinfo=dt.UTC)
+                break
+        return cls(ref, home, stamped, result.update_time)
+
+    @property
+    def straddles(self) -> bool:
+        """Whether the rollup's change query could miss this write: its `updated_at` lies
+        further before its commit than the query's overlap allows for. A write that stored no
+        timestamp counts as one."""
+        return self.stamped is None or (self.committed - self.stamped).total_seconds() >= \
+            config.SHARD_TOUCH_AFTER_S
+
+
+def landed(shard_writes: Iterable[ShardWrite], results: list[Any]) -> list[Landed]:
+    """The shard writes among a commit's last results (shard writes come last in every commit
+    of the write paths, after their markers)."""
+    shard_writes = list(shard_writes)
+    return [Landed.of(write.ref, write.home, result) for write, result in
+            zip(shard_writes, results[len(results) - len(shard_writes):], strict=True)]
+
+
+def settle(db: firestore.Client, written: Iterable[Landed], rng: random.Random) -> None:
+    """After a commit of shard writes: touch every shard whose write straddles, so that the
+    rollup finds it within a tick. A touch is a write of a fresh `updated_at` alone, sent after
+    the commit was acknowledged, so its server timestamp is later than that commit; it is itself
+    checked, up to SHARD_TOUCH_ATTEMPTS times. A write left untouched (this instance died,
+    Firestore stayed slow) is found by the rollup's sweep (docs/architecture.md, "Exact on real
+    Firestore"). Then make sure a rollup tick follows the last of these commits
+    (`waking.after_write`): every write path of the domain ends here, and a commit that wrote no
+    shard (a document change that moves no count) asks for no tick."""
+    written = list(written)
+    last: dt.datetime | None = None
+    for write in written:
+        touches = 0
+        while config.PROTECTIONS.touch and write.straddles \
+                and touches < config.SHARD_TOUCH_ATTEMPTS:
+            touches += 1
+            try:
+                result = write.ref.update(
+                    {"updated_at": firestore.SERVER_TIMESTAMP,
+                     "stripe": partitions.stripe(write.home, partitions.count(db), rng)},
+                    retry=writes.IDEMPOTENT)
+            except gexc.NotFound:
+                break  # folded away: the fold moved its count, which the rollup mirrors
+            except Exception as error:  # the write itself is done; the sweep will find it
+                log.warning("could not touch %s after a slow write: %r", write.ref.path, error)
+                break
+            write = Landed.of(write.ref, write.home, result)
+        last = write.committed if last is None else max(last, write.committed)
+    if last is not None:
+        waking.after_write(db, last, {write.home for write in written})
+
+
+def marker_landed(db: firestore.Client, marker: Snapshot) -> list[Landed]:
+    """The shard writes a marker's commit made, as `settle` takes them: each marker records its
+    shards and its commit's server timestamp; the commit time is its version (a marker is
+    created, or rewritten at a version, by the commit that wrote its shards)."""
+    data = marker.to_dict() or {}
+    stamped, committed = data.get("at"), marker.update_time
+    if committed is None:
+        return []
+    refs = [db.document(path) for path in data.get("shards") or ()]
+    return [Landed(ref, partitions.home_of_shard(ref), stamped, committed) for ref in refs]
+
+
+def commit_marked(db: firestore.Client, shard_writes: list[ShardWrite], *, uid: str,
+                  request_id: str | None, counters: list[str], nonce: str,
+                  rng: random.Random) -> bool:
+    """Commit shard writes with the request's marker when there is a `request_id`, and settle
+    them; False when the request_id was applied before. Without one the commit is sent once
+    (`OutcomeUnknown` when its answer is lost); with one it is sent again after a lost answer,
+    and an attempt that finds the marker there reads its nonce: an earlier attempt of this
+    request made it (applied), or another request did (False). Either way the marker's shard
+    writes are touched if they straddled: whoever made them may have lost the answer before
+    touching."""
+    batch = db.batch()
+    marker = None if request_id is None else request_marker_ref(db, uid, request_id)
+    if marker is not None:
+        batch.create(marker, request_marker_fields(
+            uid, request_id or "", counters,
+            {"at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
+             "shards": [write.ref.path for write in shard_writes]}))
+    for write in shard_writes:
+        write.add_to(batch)
+    if marker is None:
+        results = writes.commit_once(batch)
+    else:
+        try:
+            results = writes.resending(functools.partial(writes.send, batch),
+                                       request_id=request_id)
+        except gexc.AlreadyExists as error:
+            with writes.finding_out(error, request_id=request_id):
+                found = marker.get()
+            settle(db, marker_landed(db, found), rng)
+            return nonce_of(found) == nonce
+    settle(db, landed(shard_writes, results), rng)
+    return True
+
+
+def request_marker_ref(db: firestore.Client, uid: str,
+                       request_id: str) -> firestore.DocumentReference:
+    """The marker document that makes a request id count once per user: its id hashes (uid,
+    request_id), since uids may hold characters a document id cannot."""
+    key = hashlib.sha256(f"{uid}\0{request_id}".encode()).hexdigest()
+    return db.collection(config.REQUESTS).document(key)
+
+
+def request_marker_fields(uid: str, request_id: str, counters: list[str],
+                          mark: dict[str, Any]) -> dict[str, Any]:
+    """A request marker: created in the same commit as the request's shard writes. `mark` holds
+    the nonce, the shards written and `at`, the commit's server timestamp, which outlives a copy
+    of the database (`commit_time_of`). Expired by TTL on EXPIRES_AT."""
+    return {"uid": uid, "request_id": request_id, "counters": counters, **mark,
+            config.EXPIRES_AT: dt.datetime.now(dt.UTC) + config.REQUEST_MARKER_TTL}
+
+
+def applied_at(db: firestore.Client, uid: str, request_id: str) -> dt.datetime | None:
+    """When this user's request was applied (its marker was created in the same commit as the
+    shard write), or None if it was not (or has expired)."""
+    snapshot = request_marker_ref(db, uid, request_id).get()
+    if not snapshot.exists:
+        return None
+    return commit_time_of(snapshot.create_time, (snapshot.to_dict() or {}).get("at"))
+
+
+def commit_time_of(created: dt.datetime, stamped: dt.datetime | None) -> dt.datetime:
+    """The commit time of a marker's creation: its create time, unless that is more than
+    CHANGE_OVERLAP_S after the server timestamp the commit stored in it (taken as the commit's
+    request started). Then the create time may not be the commit's: an import re-creates each
+    document, fields unchanged, at the import time (the emulator's, on a `make dev` restart).
+    The stored timestamp stands in, earlier than the commit by the commit's delay (docs/api.md,
+    `increment`). A marker from before markers stored it has its create time only."""
+    if stamped is None or created - stamped <= dt.timedelta(seconds=config.CHANGE_OVERLAP_S):
+        return created
+    return stamped
+
+
+def nonce_of(marker: Snapshot) -> str | None:
+    """The nonce of the request whose commit last wrote a marker."""
+    nonce = (marker.to_dict() or {}).get(writes.NONCE) if marker.exists else None
+    return nonce if isinstance(nonce, str) else None
+
+
+def recent_nonces(found: Snapshot | None, nonce: str) -> list[str]:
+    """The nonces a marker keeps after this request's write: its last ones, then this one."""
+    return [*nonces_of(found), nonce][-RECENT_NONCES:] if found is not None else [nonce]
+
+
+def nonces_of(marker: Snapshot | None) -> list[str]:
+    if marker is None or not marker.exists:
+        return []
+    kept = (marker.to_dict() or {}).get(NONCES)
+    return [str(n) for n in kept] if isinstance(kept, list) else []
+
+
+def write_at_version(db: firestore.Client, batch: firestore.WriteBatch,
+                     ref: firestore.DocumentReference, fields: dict[str, Any],
+                     found: Snapshot | None) -> None:
+    """Add a marker's write to `batch`: created when it was not read or did not exist (fails if
+    it exists), else rewritten at the version read (fails if it changed since)."""
+    if found is None or not found.exists:
+        batch.create(ref, fields)
+    else:
+        batch.update(ref, fields, option=db.write_option(last_update_time=found.update_time))
