@@ -164,23 +164,32 @@ def test_a_counter_with_shard_counts_is_not_read_whole() -> None:
     assert sums == {"c": 13}
 
 
-def test_shard_counts_are_published_whenever_one_moves() -> None:
-    """A shard count that moved is published to the memory, with the others, even when the sum
-    did not (+1 on one shard, -1 on another): no count is written to the counter's document,
-    and once published, the counts are not written again."""
+def test_shard_counts_go_to_the_memory_with_the_next_sweep() -> None:
+    """Shard counts that moved wait for the next sweep's tick (`flush`), which writes them to
+    the memory, all of them, even when the sum did not move (+1 on one shard, -1 on another):
+    not with every publish. Once written, they are not written again until one moves, and a
+    counter is not dropped from the ledger while they wait."""
     book = Ledger(AutoscaleParams(enabled=False))
     book.hold("c", {"count": 0}, {"shard_counts": {}})
     book.first_loads({"c": {}}, at(0))
-    sums, _ = book.apply({"c": {"0": value(1, 1), "1": value(-1, 1)}}, at(0), at(1))
-    publish = book.plan(sums, at(1)).updates["c"]
+    # (No write counted: no rate either, which would keep it held.)
+    sums, _ = book.apply({"c": {"0": value(1, 0), "1": value(-1, 0)}}, at(0), at(1))
+    publish = book.plan(sums, at(1)).updates.get("c", Publish())
+    assert not publish.memory and "count" not in publish.public
+    book.end_tick({"c": {}})
+    for _ in range(ledger.IDLE_TICKS_KEPT + 1):
+        book.end_tick({})
+    assert "c" in book.held
+    publish = book.plan({}, at(2), flush=True).updates["c"]
     assert publish.memory == {"shard_counts": {"0": 1, "1": -1}}
-    assert "count" not in publish.public
     book.published("c", publish)
-    sums, _ = book.apply({"c": {"0": value(1, 1)}}, at(1), at(2))
-    assert "shard_counts" not in book.plan(sums, at(2)).updates.get("c", Publish()).memory
+    sums, _ = book.apply({"c": {"0": value(1, 0)}}, at(2), at(3))
+    assert not book.plan(sums, at(3), flush=True).updates.get("c", Publish()).memory
+    book.end_tick({})
+    assert "c" not in book.held
 
 
-def test_a_counter_without_shard_counts_gets_them_with_its_next_publish() -> None:
+def test_a_counter_without_shard_counts_gets_them_with_the_next_sweep() -> None:
     """A counter whose memory has no shard_counts (dropped after a failed publish) is read
     whole, then given them."""
     book = Ledger(AutoscaleParams(enabled=False))
@@ -188,7 +197,8 @@ def test_a_counter_without_shard_counts_gets_them_with_its_next_publish() -> Non
     assert book.first_loads({"old": {"0": value(3, 3)}}, at(0)) == ["old"]
     book.hold_shards("old", {"0": value(3, 3), "1": value(0, 0)})
     sums, _ = book.apply({"old": {"0": value(3, 3)}}, at(0), at(1))
-    assert book.plan(sums, at(1)).updates["old"].memory == {"shard_counts": {"0": 3, "1": 0}}
+    assert book.plan(sums, at(1), flush=True).updates["old"].memory == \
+        {"shard_counts": {"0": 3, "1": 0}}
 
 
 def test_a_counter_from_before_the_memory_moves_its_counts_there() -> None:

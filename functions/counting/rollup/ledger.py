@@ -33,6 +33,7 @@ DOCUMENT_LOADS_PER_TICK = 5000
 FIRST_LOADS_PER_TICK = 200
 # A rate sample never spans more than this (the first tick after a long pause).
 MAX_SAMPLE_S = 60.0
+
 INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -122,6 +123,8 @@ class Held:
     # Its document still carries what a version before the memory kept there (LEGACY_FIELDS),
     # and its counts are there, not in a memory.
     legacy: bool = False
+    # Its counts moved since `persisted` was written: written with the next sweep.
+    unpersisted: bool = False
 
     def total(self) -> int:
         return sum(shard.count for shard in (self.shards or {}).values())
@@ -184,6 +187,8 @@ class Ledger:
         # persisted for a successor goes no further, so it finds that counter changed too.
         self.deferred_since: dt.datetime | None = None
         self.ticks = 0
+        # No tick since it was made or forgot: its first reads back from the last sweep.
+        self.fresh = True
 
     def forget(self) -> None:
         """Drop everything; the next ticks read the changed counters whole. Counters still
@@ -191,6 +196,7 @@ class Ledger:
         self.held.clear()
         self.deferred |= self.retry
         self.retry.clear()
+        self.fresh = True
 
     def durable(self, watermark: dt.datetime) -> dt.datetime:
         """The watermark a successor may start from: everything before it is published."""
@@ -312,8 +318,13 @@ class Ledger:
             if load or sample:
                 state.shard_load[shard] = autoscale.ewma(load, sample, dt_s, params.fall_tau_s)
 
-    def plan(self, sums: dict[str, int], as_of: dt.datetime) -> Plan:
-        """The counters' publishes of this tick, and the grows to commit after them."""
+    def plan(self, sums: dict[str, int], as_of: dt.datetime, *, flush: bool = False) -> Plan:
+        """The counters' publishes of this tick, and the grows to commit after them. A sweep's
+        tick (`flush`) also writes the shard counts of every counter whose counts moved since
+        they were last written: then every memory holds every change taken in up to it, and a
+        successor (or this holder after forgetting) that reads back from that sweep misses
+        nothing (docs/architecture.md, "The holder's memory"). Between sweeps they wait: a busy
+        counter would otherwise pay a second write per counter-second."""
         now = as_of.timestamp()
         updates: dict[str, dict[str, Any]] = defaultdict(dict)
         memories: dict[str, dict[str, Any]] = defaultdict(dict)
@@ -326,11 +337,7 @@ class Ledger:
             held = self.held[counter]
             if held.written is None:
                 continue  # no document to publish to
-            # The shard counts go whenever one of them moved, even when the sum did not: a
-            # successor takes the shards that do not change from them.
-            counts = held.counts()
-            if counts != held.persisted or held.legacy:
-                memories[counter][config.SHARD_COUNTS_FIELD] = counts
+            held.unpersisted = held.unpersisted or held.counts() != held.persisted
             if not INT64[0] <= total <= INT64[1]:
                 # Firestore stores 64-bit integers: this count cannot be published (clients
                 # are kept from getting here by the bounds on increments).
@@ -339,6 +346,9 @@ class Ledger:
             elif held.written != total:
                 updates[counter].update({"count": total, "updated_at": as_of})
         for counter, held in self.held.items():
+            if ((held.unpersisted and flush) or held.legacy) and held.shards is not None \
+                    and held.written is not None:
+                memories[counter][config.SHARD_COUNTS_FIELD] = held.counts()
             state = held.scaling
             if state is None:
                 continue
@@ -377,6 +387,7 @@ class Ledger:
             held.written = publish.public["count"]
         if config.SHARD_COUNTS_FIELD in publish.memory:
             held.persisted = dict(publish.memory[config.SHARD_COUNTS_FIELD])
+            held.unpersisted = False
             held.legacy = False
 
     def failed(self, counter: str) -> None:
@@ -459,12 +470,13 @@ class Ledger:
         """Count the tick, and drop the counters nobody has written to for a while."""
         if not self.deferred:
             self.deferred_since = None
+        self.fresh = False
         self.ticks += 1
         for counter in changes:
             self.held[counter].last_changed = self.ticks
         for counter, held in list(self.held.items()):
-            if self.ticks - held.last_changed <= IDLE_TICKS_KEPT:
-                continue
+            if self.ticks - held.last_changed <= IDLE_TICKS_KEPT or held.unpersisted:
+                continue  # recent, or its counts still to be written by a sweep
             state = held.scaling
             if state is not None and (state.above_min or state.published_rate):
                 continue  # it still has shards to shed, or a rate to bring down to 0

@@ -149,8 +149,14 @@ class Rollup:
         as_of = to_micros(self.store.begin(self.durable_progress))
         reach = self.reach(since, as_of)
         sweep = self.sweeps_at(as_of)
-        changes, trend_changes = self._changed_shards(reach, as_of, since if sweep else None)
         ledger = self.ledger
+        # What a ledger knows starts at the last sweep, whose tick wrote every memory's shard
+        # counts (`Ledger.plan`): its first tick reads back from there, and takes as taken in
+        # (in the memories) only what that sweep's tick or an earlier one could have.
+        known_from = min(since, self.swept) if ledger.fresh else since
+        reach = min(reach, known_from - dt.timedelta(seconds=overlap_s()))
+        changes, trend_changes = self._changed_shards(reach, as_of,
+                                                      known_from if sweep else None)
         try:
             watched: list[str] = []
             if ledger.params.enabled and ledger.ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
@@ -162,7 +168,7 @@ class Rollup:
             self._hold(whole, as_of)  # deferred counters caught up
             self._read_whole(whole, as_of)
             sums, grown = ledger.apply(changes, since, as_of)
-            plan = ledger.plan(sums, as_of)
+            plan = ledger.plan(sums, as_of, flush=sweep)
             for problem in plan.problems:
                 self._report(problem)
             self._commit(plan.updates)
