@@ -8,7 +8,7 @@ from counting.foundation import config, kinds
 
 def test_every_window_has_its_buckets_and_threshold() -> None:
     """mypy checks that the tables' keys are windows, not that every window is there."""
-    assert set(config.WINDOWS) == set(config.TRENDING_THRESHOLDS) == set(kinds.WINDOWS)
+    assert set(config.WINDOW_BUCKETS) == set(config.TRENDING_THRESHOLDS) == set(kinds.WINDOWS)
 
 
 def test_a_value_is_a_member_only_when_equal_to_one_of_the_names() -> None:

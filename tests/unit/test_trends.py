@@ -65,7 +65,7 @@ def test_an_event_counts_for_at_most_a_window_and_at_least_a_window_less_a_bucke
     (n - 1) * b seconds and never once it is n * b seconds old."""
     now = event + dt.timedelta(seconds=age_s)
     for window in kinds.WINDOWS:
-        bucket_s, buckets = config.WINDOWS[window]
+        bucket_s, buckets = config.WINDOW_BUCKETS[window]
         bucket = trends.bucket_of(window, trends.minute_of(event))
         counted = trends.in_window(window, bucket, trends.minute_of(now))
         if age_s < (buckets - 1) * bucket_s:
@@ -88,7 +88,7 @@ def test_buckets_expire_by_ttl_only_after_leaving_their_window(instant: dt.datet
     """The TTL deadline of a bucket comes after the last instant the bucket still counts."""
     minute = trends.minute_of(instant)
     for window in kinds.WINDOWS:
-        bucket_s, buckets = config.WINDOWS[window]
+        bucket_s, buckets = config.WINDOW_BUCKETS[window]
         bucket = trends.bucket_of(window, minute)
         last_counted = dt.datetime.fromtimestamp((bucket + buckets) * bucket_s - 1, dt.UTC)
         assert trends.in_window(window, bucket, trends.minute_of(last_counted))

@@ -1,5 +1,6 @@
-"""The one place for collection names, limits and defaults, and for where the backend lives
-(`Placement`)."""
+"""Collection names; the API's limits and the limits, defaults and timings that modules share,
+each with its reason; and where the backend lives (`Placement`). A limit that concerns one module
+alone is at the top of that module, with its reason (docs/architecture.md, the layout)."""
 
 from __future__ import annotations
 
@@ -235,9 +236,10 @@ MAX_REGION_CHARS = 64
 TOP_K = 100  # the list the rollup maintains; top_tags serves k = 1..TOP_K of it
 DEFAULT_K = 10
 
-# A window counts the last `buckets` buckets of `bucket_s` seconds, the current partial one
-# included: it covers between (buckets - 1) and buckets bucket lengths of history.
-WINDOWS: dict[Window, tuple[int, int]] = {"1h": (60, 60), "24h": (3600, 24)}  # bucket_s, buckets
+# The buckets of each window (kinds.WINDOWS names the windows): (bucket_s, buckets). A window
+# counts the last `buckets` buckets of `bucket_s` seconds, the current partial one included: it
+# covers between (buckets - 1) and buckets bucket lengths of history.
+WINDOW_BUCKETS: dict[Window, tuple[int, int]] = {"1h": (60, 60), "24h": (3600, 24)}
 # A tag is trending in a scope once its window count reaches this.
 TRENDING_THRESHOLDS: dict[Window, int] = {"1h": 1_000, "24h": 10_000}
 

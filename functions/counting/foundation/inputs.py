@@ -188,7 +188,10 @@ MAX_TAG_INPUT_CHARS = 4 * config.MAX_TAG_CHARS
 
 def tag(value: object, field: str = "tag") -> str:
     """A tag as it is counted: trimmed, one leading `#` stripped, case-folded (NFC first, so
-    composed and decomposed spellings are one tag)."""
+    composed and decomposed spellings are one tag). Two bounds: what is sent is a string of
+    1..MAX_TAG_INPUT_CHARS characters, and the tag it normalises to 1..config.MAX_TAG_CHARS (the
+    stored form is the one bounded: case folding can lengthen a tag, and a `#` or spaces are
+    dropped)."""
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_TAG_INPUT_CHARS:
         raise InvalidArgument(f"{field}: must be a string of 1..{MAX_TAG_INPUT_CHARS} characters, "
                               f"at most {config.MAX_TAG_CHARS} once normalised "

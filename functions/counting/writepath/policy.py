@@ -5,16 +5,20 @@ write path through its configuration cache, so enforcing a policy reads no share
 - `writers`: "users" (any signed-in user) or "admins".
 - `by`: the [min, max] a non-admin may send (default [1, 1]); outside it PERMISSION_DENIED.
 - `unique`: each user counts at most once (likes, votes). `by` is 1 (count me) or -1 (uncount me)
-  for everyone, admins included, whatever the `by` range; the user's marker document
-  `counters/{id}/voters/{user}` is created by a like, or rewritten (`counted`) at the version
-  read, in the same commit as the shard write, so racing requests of one user apply once: the
-  user's own count never goes below zero (a reset that forgets voters while they vote can take
-  the counter's, docs/api.md).
+  for everyone, admins included, whatever the `by` range. A like creates the user's marker
+  `counters/{id}/voters/{user}` blind, in the same commit as the shard write (or, when it
+  exists, rewrites it `counted` at the version read); an un-like reads it first and applies only
+  when it counts the user, rewriting it at the version read. So racing requests of one user
+  apply once, and between resets a user adds 1 or nothing. This is no floor on the counter: an
+  un-like that lands between a reset's commit and its forgetting the voters takes the count to
+  -1 (docs/api.md, `reset_counter`).
 - `min_interval_s`: a non-admin's applied increments are at least this many seconds apart
-  (views), as Firestore stamps them. The user's marker `counters/{id}/paced/{user}` is created
-  blind on a first visit; when it exists it is read (one per-user document, never a hot one)
-  and rewritten with a precondition on the version read, in the shard write's commit: of racing
-  requests one applies, the others are read again (RESOURCE_EXHAUSTED when too soon).
+  (views), as Firestore stamps them. The user's marker `counters/{id}/paced/{user}` is not read
+  first: every request's commit tries to create it blind, with the shard write (a first visit is
+  one round trip). When it exists, that create fails and the marker is read (one per-user
+  document, never a hot one): too soon after its `at` is RESOURCE_EXHAUSTED, otherwise a new
+  commit rewrites it with a precondition on the version read, so of racing requests one
+  applies.
 
 Admins bypass `by` and `min_interval_s`, not `unique`.
 """

@@ -3,7 +3,7 @@
 Events of a tag in a region are counted per minute (`trend_minutes/{id}`, whose shards clients
 write), the rollup sums them per hour (`trend_hours/{id}`), and each window's count of a tag in
 a scope (a region, or `global`) is a window total (`trend_totals/{id}`). A window is a number of
-buckets (`config.WINDOWS`): 60 minutes for 1 h, 24 hours for 24 h.
+buckets (`config.WINDOW_BUCKETS`): 60 minutes for 1 h, 24 hours for 24 h.
 """
 
 from __future__ import annotations
@@ -35,25 +35,25 @@ def minute_of(instant: dt.datetime) -> int:
 
 def bucket_of(window: Window, minute: int) -> int:
     """The bucket of `window` that a minute falls in."""
-    bucket_s, _ = config.WINDOWS[window]
+    bucket_s, _ = config.WINDOW_BUCKETS[window]
     return minute * MINUTE_S // bucket_s
 
 
 def in_window(window: Window, bucket: int, now_minute: int) -> bool:
     """Whether a bucket of `window` still counts at `now_minute` (the current one included)."""
-    _, buckets = config.WINDOWS[window]
+    _, buckets = config.WINDOW_BUCKETS[window]
     return bucket > bucket_of(window, now_minute) - buckets
 
 
 def last_expired(window: Window, now_minute: int) -> int:
     """The last bucket of `window` that no longer counts at `now_minute`."""
-    _, buckets = config.WINDOWS[window]
+    _, buckets = config.WINDOW_BUCKETS[window]
     return bucket_of(window, now_minute) - buckets
 
 
 def expiry(window: Window, bucket: int) -> dt.datetime:
     """When the TTL policy may delete a bucket: after it left its window, plus the grace."""
-    bucket_s, buckets = config.WINDOWS[window]
+    bucket_s, buckets = config.WINDOW_BUCKETS[window]
     seconds = (bucket + buckets) * bucket_s
     return dt.datetime.fromtimestamp(seconds, dt.UTC) + config.TREND_TTL_GRACE
 
