@@ -396,6 +396,9 @@ class Fencing:
         return found
 
 
+TOUCHED = {"updated_at", "stripe"}  # the fields a writer's touch of a shard writes
+
+
 class Promptness:
     name = "promptness"
 
@@ -459,9 +462,13 @@ class Promptness:
                 or not isinstance(call, Call) or call.answer is not Answer.OK:
             return None  # its writer never saw it straddle (a lost answer, a resend's)
         sent = run.by_call[id(call)]
-        later = sent[sent.index(origin) + 1:] if origin in sent else []
-        if any(w.path == path for attempt in later for w in attempt.writes):
+        at = sent.index(origin) if origin in sent else len(sent)
+        if any(w.path == path for attempt in sent[at + 1:] for w in attempt.writes):
             return None  # touched (or tried to): the touch's own state is judged
+        touches = {id(attempt) for attempt in sent[:at + 1] for w in attempt.writes
+                   if w.path == path and w.op == "update" and set(w.fields) == TOUCHED}
+        if len(touches) >= config.SHARD_TOUCH_ATTEMPTS:
+            return None  # its writer's last touch straddled too: the sweep's (by design)
         return max(commit, call.answered_us or commit)
 
 
