@@ -1,11 +1,11 @@
 """What one rollup holder knows, and every decision it takes from it: pure, no I/O.
 
 The ledger holds, per counter, the shard values as of the last tick, the published count, the
-per-shard counts persisted with it (`shard_counts` in the counter's memory document, what a
-successor starts from) and the autoscaling state. Given the shard values a tick read (`apply`),
-it returns the new sums and measures the rates; `plan` turns them into the counters' publishes
-and the grows to commit;
-the fold and eviction steps keep it equal to the shards that exist. `counting.rollup.tick` does the
+per-shard counts persisted by a sweep's tick or a whole read's publish (`shard_counts` in the
+counter's memory document, what a successor starts from) and the autoscaling state. Given the
+shard values a tick read (`apply`), it returns the new sums and measures the rates; `plan` turns
+them into the counters' publishes and the grows to commit; the fold and eviction steps keep it
+equal to the shards that exist. `counting.rollup.tick` does the
 reads and commits around it (docs/architecture.md, "Rollup"); tests/unit/test_ledger.py drives
 it with values alone.
 """
@@ -125,6 +125,9 @@ class Held:
     legacy: bool = False
     # Its counts moved since `persisted` was written: written with the next sweep.
     unpersisted: bool = False
+    # Its shards were read whole (a first load without shard counts, a catch-up): what that
+    # took in may be older than the last sweep, so its counts go with its next publish.
+    read_whole: bool = False
 
     def total(self) -> int:
         return sum(shard.count for shard in (self.shards or {}).values())
@@ -265,7 +268,9 @@ class Ledger:
         )
 
     def hold_shards(self, counter: str, shards: dict[str, ShardValue]) -> None:
-        self.held[counter].shards = shards
+        """Take in every shard of a counter, read whole."""
+        held = self.held[counter]
+        held.shards, held.read_whole = shards, True
 
     # -- a tick --
 
@@ -324,7 +329,9 @@ class Ledger:
         they were last written: then every memory holds every change taken in up to it, and a
         successor (or this holder after forgetting) that reads back from that sweep misses
         nothing (docs/architecture.md, "The holder's memory"). Between sweeps they wait: a busy
-        counter would otherwise pay a second write per counter-second."""
+        counter would otherwise pay a second write per counter-second. A counter read whole
+        (its first load without shard counts, a catch-up of deferred changes) has them written
+        with its next publish: that read took in changes older than the last sweep."""
         now = as_of.timestamp()
         updates: dict[str, dict[str, Any]] = defaultdict(dict)
         memories: dict[str, dict[str, Any]] = defaultdict(dict)
@@ -346,8 +353,8 @@ class Ledger:
             elif held.written != total:
                 updates[counter].update({"count": total, "updated_at": as_of})
         for counter, held in self.held.items():
-            if ((held.unpersisted and flush) or held.legacy) and held.shards is not None \
-                    and held.written is not None:
+            if ((held.unpersisted and (flush or held.read_whole)) or held.legacy) \
+                    and held.shards is not None and held.written is not None:
                 memories[counter][config.SHARD_COUNTS_FIELD] = held.counts()
             state = held.scaling
             if state is None:
@@ -387,8 +394,7 @@ class Ledger:
             held.written = publish.public["count"]
         if config.SHARD_COUNTS_FIELD in publish.memory:
             held.persisted = dict(publish.memory[config.SHARD_COUNTS_FIELD])
-            held.unpersisted = False
-            held.legacy = False
+            held.unpersisted = held.read_whole = held.legacy = False
 
     def failed(self, counter: str) -> None:
         """A counter's own write failed: publish it again next tick, its shard counts with it

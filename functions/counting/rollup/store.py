@@ -195,8 +195,8 @@ class Store:
         return self.each(lambda counter: self.shards(counter, as_of), counters)
 
     def publish(self, items: list[tuple[str, Publish]]) -> None:
-        """One fenced commit of counters' publishes: each counter's document and memory
-        together, so that a successor finds the shard counts beside the sum they add up to."""
+        """One fenced commit of counters' publishes: each counter's document and, when the
+        ledger writes it (a sweep's tick, a whole read, a rate's `shard_load`), its memory."""
         batch = self.db.batch()
         for counter, publish in items:
             public = dict(publish.public)

@@ -230,9 +230,10 @@ class Rollup:
         `stripe in [its stripes]` is one query that the (stripe, updated_at) index serves as one
         range scan per stripe; what another partition owns (a shard written before its key's
         stripe was its home's) is left to it. On a sweep (`swept_from`: the last tick's
-        instant), a shard a past tick has already taken in is dropped: committed by then, soon
-        enough after its timestamp for that tick's overlap to have found it, and in a stripe
-        every tick reads. What is left
+        instant, or on a fresh ledger's first tick the last sweep's, up to which the memories
+        hold everything), a shard a past tick has already taken in is dropped: committed by
+        then, soon enough after its timestamp for that tick's overlap to have found it, and in
+        a stripe every tick reads. What is left
         is what the sweep is for, and a new holder does not read whole every counter written in
         the last minutes."""
         changes: Changes = defaultdict(dict)
@@ -246,10 +247,7 @@ class Rollup:
         every_tick = set(self.part.stripes(self.part.count))
         partitioned_at = self.store.lease.record.partitioning.since
         for snapshot in self.store.changed_shards(stripes, reach, as_of):
-            stripe = snapshot.get("stripe")  # the query matched on it: every shard found has one
-            if not self.part.owns(stripe % partitions.HOMES):  # its key's home, as its writer
-                continue  # computed it
-            if swept_from is not None and stripe in every_tick:
+            if swept_from is not None and snapshot.get("stripe") in every_tick:
                 committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
                 if partitioned_at < committed <= swept_from and committed - stamped < overlap \
                         and stamped <= swept_from - overlap:
@@ -257,10 +255,13 @@ class Rollup:
             parent = snapshot.reference.parent.parent
             if parent is None:
                 continue
+            # Its key's home from its id, not from `stripe % HOMES`: shards written before
+            # stripes carried the home hold a random stripe.
             kind = parent.parent.id
-            if kind == config.COUNTERS:
+            if kind == config.COUNTERS and self.part.owns(partitions.home_of(parent.id)):
                 changes[parent.id][snapshot.id] = ShardValue.of(snapshot.to_dict())
-            elif kind == config.TREND_MINUTES:
+            elif kind == config.TREND_MINUTES and self.part.owns(
+                    partitions.home_of_hex(parent.id)):
                 trend_changes[parent.id][snapshot.id] = snapshot
         return changes, trend_changes
 
