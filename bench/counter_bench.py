@@ -22,11 +22,13 @@ from typing import Any
 from callables import Callables, sign_up
 from counters_cli.load import percentile
 from counting.features import counters
+from counting.features.context import Context
 from counting.foundation import config, kinds
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import cadence
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup
+from counting.writepath.context import Writing
 from counting.writepath.shards import shard_write
 from google.cloud import firestore
 
@@ -101,18 +103,18 @@ def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4) -> 
 
 def rollup_cost(active: int = 10, idle: int = 5000, ticks: int = 10) -> dict[str, Any]:
     """Reads and wall time per tick for `active` changing counters, without and with idle ones."""
+    ctx = Context.offline()
     db = own_db()
-    step = Rollup(db, taken_lease(db))
+    step = Rollup(db, taken_lease(db), writing=ctx.writing)
     names = [f"active-{n}" for n in range(active)]
-    cache = counters.ConfigCache()
     for name in names:
-        counters.create_counter(db, name, shards=10)
+        counters.create_counter(ctx, db, name, shards=10)
 
     def measure() -> dict[str, float]:
         reads, seconds = [], []
         for _ in range(ticks):
             for name in names:
-                counters.increment(db, name, 1, configs=cache)
+                counters.increment(ctx, db, name, 1)
             stats = step.tick()
             reads.append(stats.reads)
             seconds.append(stats.seconds)
@@ -125,8 +127,8 @@ def rollup_cost(active: int = 10, idle: int = 5000, ticks: int = 10) -> dict[str
 
     def make_idle(n: int) -> None:
         name = f"idle-{n}"
-        counters.create_counter(db, name, shards=1)
-        counters.increment(db, name, 1, configs=cache)
+        counters.create_counter(ctx, db, name, shards=1)
+        counters.increment(ctx, db, name, 1)
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(make_idle, range(idle)))
@@ -161,13 +163,14 @@ def write_path(clients: int = 16, per_client: int = 100, rounds: int = 3) -> dic
     otherwise read and sum the domain's writes (which stamp `updated_at`) but not the bare ones,
     taking the 2 cores from one side only. The rollup's cost is benchmark 2's subject.
     """
+    ctx = Context.offline()
     db = own_db()
     counter = f"bench-write-{uuid.uuid4().hex[:8]}"
-    counters.create_counter(db, counter, shards=10)
+    counters.create_counter(ctx, db, counter, shards=10)
     rng = random.Random()
 
     def domain() -> None:
-        counters.increment(db, counter, 1)
+        counters.increment(ctx, db, counter, 1)
 
     def bare() -> None:
         shard = counters.shard_ref(db, counter, rng.randrange(10))
@@ -181,7 +184,7 @@ def write_path(clients: int = 16, per_client: int = 100, rounds: int = 3) -> dic
     domain_rate, bare_rate = statistics.median(domain_rates), statistics.median(bare_rates)
 
     db = stack_db()
-    counters.create_counter(db, counter, shards=10)
+    counters.create_counter(ctx, db, counter, shards=10)
     caller_token = sign_up().id_token
     latencies: list[float] = []
     lock = threading.Lock()
@@ -213,13 +216,13 @@ def write_profile(increments: int = 1000, top: int = 12) -> dict[str, Any]:
     in-process (what the callable's handler calls once its input is checked), against a bare
     `Increment` of a shard the same number of times. The top entries by own time, each with its
     calls per increment and microseconds per increment."""
+    ctx = Context.offline()
     db = own_db()
     counter = f"bench-profile-{uuid.uuid4().hex[:8]}"
-    counters.create_counter(db, counter, shards=10)
-    configs = counters.ConfigCache()
+    counters.create_counter(ctx, db, counter, shards=10)
     rng = random.Random()
     for _ in range(20):  # warm the connection and the caches
-        counters.increment(db, counter, 1, configs=configs)
+        counters.increment(ctx, db, counter, 1)
 
     def profiled(work: Callable[[], object]) -> tuple[float, list[dict[str, Any]]]:
         profile = cProfile.Profile()
@@ -242,7 +245,7 @@ def write_profile(increments: int = 1000, top: int = 12) -> dict[str, Any]:
         shard = counters.shard_ref(db, counter, rng.randrange(10))
         shard.update({"count": firestore.Increment(1)})
 
-    domain_s, domain_top = profiled(lambda: counters.increment(db, counter, 1, configs=configs))
+    domain_s, domain_top = profiled(lambda: counters.increment(ctx, db, counter, 1))
     bare_s, bare_top = profiled(bare)
     return {"increments": increments,
             "domain_us_per_increment": round(1e6 * domain_s / increments, 1),
@@ -252,9 +255,10 @@ def write_profile(increments: int = 1000, top: int = 12) -> dict[str, Any]:
 
 def read_cost(shards: int = 100) -> dict[str, Any]:
     """Documents a get_count reads, rollup vs strong, on a 100-shard counter."""
+    ctx = Context.offline()
     db = stack_db()
     counter = f"bench-read-{uuid.uuid4().hex[:8]}"
-    counters.create_counter(db, counter, shards=shards)
+    counters.create_counter(ctx, db, counter, shards=shards)
     def timed(consistency: kinds.Consistency) -> float:
         samples = []
         for _ in range(20):
@@ -298,16 +302,17 @@ def listener_bytes(shards: int = 1000) -> dict[str, Any]:
     """The public document of a counter of `shards` shards after a publish that moved every
     shard's count (a least_loaded counter: its per-shard loads are published too), and the
     memory beside it that listeners do not receive."""
+    ctx = Context.offline()
     db = own_db()
     counter = "listened"
-    counters.create_counter(db, counter, shards=shards, strategy="least_loaded")
-    step = Rollup(db, taken_lease(db), AutoscaleParams(enabled=False))
+    counters.create_counter(ctx, db, counter, shards=shards, strategy="least_loaded")
+    step = Rollup(db, taken_lease(db), AutoscaleParams(enabled=False), writing=ctx.writing)
     step.tick()
     for n in range(0, shards, 500):
         batch = db.batch()
         for shard in range(n, min(shards, n + 500)):
             ref = counters.shard_ref(db, counter, shard)
-            batch.update(ref, shard_write(db, ref, 1 + shard % 7, random.Random()).fields)
+            batch.update(ref, shard_write(ctx.writing, db, ref, 1 + shard % 7).fields)
         batch.commit()
     step.tick()
     public = counters.counter_ref(db, counter).get()
@@ -330,7 +335,8 @@ def rollup_thread(db: firestore.Client, scaling: AutoscaleParams | None = None,
     """The rollup loop (with autoscaling) on `db`, in a thread of this process."""
     stop = threading.Event()
     thread = threading.Thread(target=cadence.loop, args=(db,),
-                              kwargs={"period_s": period_s, "stop": stop, "scaling": scaling})
+                              kwargs={"writing": Writing.offline(), "period_s": period_s,
+                                      "stop": stop, "scaling": scaling})
     thread.start()
     return thread, stop
 
@@ -347,9 +353,10 @@ def balance(increments: int = 10_000, clients: int = 16, shards: int = 16) -> di
     function instances are; the shard count is pinned (min = max) and the rollup loop runs with
     autoscaling, publishing the per-shard loads least_loaded uses.
     """
+    ctx = Context.offline()
     db = own_db()
     for strategy in kinds.STRATEGIES:  # pinned before the rollup loop can meet them
-        counters.create_counter(db, f"balance-{strategy}", shards=shards, strategy=strategy)
+        counters.create_counter(ctx, db, f"balance-{strategy}", shards=shards, strategy=strategy)
         counters.counter_ref(db, f"balance-{strategy}").update({"min_shards": shards,
                                                                  "max_shards": shards})
     thread, stop = rollup_thread(db)
@@ -361,9 +368,9 @@ def balance(increments: int = 10_000, clients: int = 16, shards: int = 16) -> di
             counter = f"balance-{strategy}"
 
             def client(_: int, counter: str = counter) -> None:
-                cache, picker = counters.ConfigCache(), counters.ShardPicker()
+                mine = Context.of(ctx.writing)  # a client's own caches and picker
                 for _ in range(per_client):
-                    counters.increment(db, counter, 1, configs=cache, picker=picker)
+                    counters.increment(mine, db, counter, 1)
 
             started = time.monotonic()
             with ThreadPoolExecutor(clients) as pool:
@@ -388,9 +395,10 @@ def step_load(rate: float = 50.0, seconds: float = 30.0, clients: int = 5) -> di
     """A 1-shard counter suddenly taking `rate` increments/s, with production autoscaling:
     num_shards and the published rate over time, and how long until num_shards reached the size
     the offered load needs."""
+    ctx = Context.offline()
     db = own_db()
     counter = "step"
-    counters.create_counter(db, counter, shards=1)
+    counters.create_counter(ctx, db, counter, shards=1)
     thread, stop = rollup_thread(db)
     samples: list[tuple[float, int, float]] = []
     done = threading.Event()
@@ -405,12 +413,12 @@ def step_load(rate: float = 50.0, seconds: float = 30.0, clients: int = 5) -> di
             done.wait(0.25)
 
     def client(n: int) -> None:
-        cache, picker = counters.ConfigCache(), counters.ShardPicker()
+        mine = Context.of(ctx.writing)  # a client's own caches and picker
         interval = clients / rate
         next_at = t0 + n * interval / clients
         while next_at < t0 + seconds:
             time.sleep(max(0.0, next_at - time.monotonic()))
-            counters.increment(db, counter, 1, configs=cache, picker=picker)
+            counters.increment(mine, db, counter, 1)
             acked[n] += 1
             next_at += interval
 

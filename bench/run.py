@@ -31,7 +31,6 @@ import trend_bench  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from counting.writepath import waking  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -328,9 +327,9 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown group {unknown[0]!r}; groups: {' '.join(GROUPS)}", file=sys.stderr)
         return 2
-    # The benchmarks that write in-process run their own rollup holders (on projects of their
-    # own); the functions under test wake the stack's rollup themselves.
-    waking.install(waking.Never())
+    # The benchmarks that write in-process build contexts whose writes wake nothing
+    # (`Context.offline`) and run their own rollup holders, on projects of their own; the
+    # functions under test wake the stack's rollup themselves.
     for name in argv or list(GROUPS):
         GROUPS[name]()
     return 0

@@ -7,9 +7,9 @@ Each part runs on a project of its own, where no trigger of the stack ticks. Its
 process with its own Firestore client: holders in threads of one process would share one GIL.
 Writes go through the domain's batch increment (`counters.increment_many`, at most MAX_BATCH
 distinct counters a commit) from a thread pool; the commit time of each comes from the hook every
-domain write path ends in (`waking.install`). Only the public pieces are used (create_counter,
-increment_many, Holder/loop with a partition, TickStats, repartition.change/home_of/parts), so
-that the rollup's internals may change under the benchmark.
+domain write path ends in (the waker of the writer's context). Only the public pieces are used
+(create_counter, increment_many, Holder/loop with a partition, TickStats,
+repartition.change/home_of/parts), so that the rollup's internals may change under the benchmark.
 
 Sizes come from the environment (SCALE_COUNTERS, SCALE_DISTINCT, SCALE_LAG_S, SCALE_RATE); the
 figures say which were used.
@@ -36,11 +36,14 @@ from typing import Any
 from counter_bench import own_db
 from counters_cli.load import percentile
 from counting.features import counters
+from counting.features.context import Context
+from counting.features.sequences import SequenceCache
 from counting.foundation import config
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import cadence, repartition
 from counting.rollup.tick import TickStats
-from counting.writepath import partitions, waking
+from counting.writepath import partitions
+from counting.writepath.context import Writing
 from google.cloud import firestore
 
 COUNTERS = int(os.environ.get("SCALE_COUNTERS", 4000))  # of the capacity runs
@@ -87,7 +90,7 @@ def serve(conn: Connection, project: str, count: int, index: int) -> None:
     """A holder of partition `index` of `count`, in its own process: `tick` ticks once (wall and
     CPU seconds around it), `loop` runs `cadence.loop` every PERIOD_S in a thread until `stop`
     (`progress` reports its ticks so far), `close` lets the lease go and ends the process."""
-    waking.install(waking.Never())
+    writing = Writing.offline()
     db = firestore.Client(project=project)
     part = partitions.Part(count, index)
     holder: cadence.Holder | None = None
@@ -99,7 +102,7 @@ def serve(conn: Connection, project: str, count: int, index: int) -> None:
         command = conn.recv()
         if command == "tick":
             if holder is None:
-                holder = cadence.Holder(db, part=part, scaling=NO_GROWTH,
+                holder = cadence.Holder(db, writing=writing, part=part, scaling=NO_GROWTH,
                                         on_tick=lambda stats: ticks.append(tick_record(stats)))
             ticks.clear()
             began, cpu = time.monotonic(), time.process_time()
@@ -112,8 +115,8 @@ def serve(conn: Connection, project: str, count: int, index: int) -> None:
         elif command == "loop":
             cpu_at_start = time.process_time()
             looping = threading.Thread(target=cadence.loop, args=(db,), kwargs={
-                "period_s": PERIOD_S, "stop": stop, "part": part, "scaling": NO_GROWTH,
-                "on_tick": lambda stats: ticks.append(tick_record(stats))})
+                "writing": writing, "period_s": PERIOD_S, "stop": stop, "part": part,
+                "scaling": NO_GROWTH, "on_tick": lambda stats: ticks.append(tick_record(stats))})
             looping.start()
             conn.send(None)
         elif command == "progress":
@@ -197,7 +200,9 @@ class Writer:
         # app, whose caches are warm; re-reading 500 configurations a batch every
         # CONFIG_CACHE_TTL_S would measure the cache, not the rollup. No counter here changes
         # its shards (one write every few seconds is far below a shard's rate).
-        self._configs = counters.ConfigCache(ttl_s=24 * 3600)
+        self.ctx = Context(writing=Writing(known=partitions.Known(), waker=self),
+                           configs=counters.ConfigCache(ttl_s=24 * 3600),
+                           picker=counters.ShardPicker(), sequences=SequenceCache())
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="scale-writer")
         self._local = threading.local()
         self.sent: defaultdict[str, int] = defaultdict(int)  # increments acknowledged
@@ -211,12 +216,12 @@ class Writer:
     def prime(self, names: list[str]) -> float:
         """Read every configuration once, in parallel; returns the seconds it took."""
         began = time.monotonic()
-        list(self._pool.map(lambda name: self._configs.get(self._db, name), names))
+        list(self._pool.map(lambda name: self.ctx.configs.get(self._db, name), names))
         return time.monotonic() - began
 
     def batch(self, names: list[str]) -> float:
         """One commit of +1 on each of `names` (distinct): its commit time, epoch seconds."""
-        counters.increment_many(self._db, [(name, 1) for name in names], configs=self._configs)
+        counters.increment_many(self.ctx, self._db, [(name, 1) for name in names])
         committed: dt.datetime = self._local.committed_at
         with self._lock:
             for name in names:
@@ -239,11 +244,9 @@ class Writer:
 @contextmanager
 def writer_of(db: firestore.Client) -> Iterator[Writer]:
     writer = Writer(db)
-    previous = waking.install(writer)
     try:
         yield writer
     finally:
-        waking.install(previous)
         writer.close()
 
 
@@ -251,9 +254,10 @@ def create(db: firestore.Client, count: int) -> tuple[list[str], float]:
     """`count` counters of SHARDS shards each (names spread over the homes by their hash); returns
     their names and the seconds it took."""
     names = [f"scale-{n:06d}" for n in range(count)]
+    ctx = Context.offline()
     began = time.monotonic()
     with ThreadPoolExecutor(CREATE_THREADS) as pool:
-        list(pool.map(lambda name: counters.create_counter(db, name, shards=SHARDS), names))
+        list(pool.map(lambda name: counters.create_counter(ctx, db, name, shards=SHARDS), names))
     return names, time.monotonic() - began
 
 
@@ -343,7 +347,7 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
     ticks until none owes a first load), then per step k, REPEATS times: change k distinct
     counters, tick every holder at once and time them. Stops after the first step whose ticks
     take TICK_LIMIT_S or more."""
-    repartition.change(db, count)
+    repartition.change(db, count, known=writer.ctx.writing.known)
     warm_began = time.monotonic()
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -501,7 +505,7 @@ def lag_run() -> dict[str, Any]:
     db = own_db()
     rng = random.Random(2)
     names, create_s = create(db, LAG_COUNTERS)
-    repartition.change(db, BALANCE_P)
+    repartition.change(db, BALANCE_P, known=partitions.Known())
     writes: list[tuple[float, list[str]]] = []
     with writer_of(db) as writer:
         prime_s = writer.prime(names)
@@ -568,7 +572,7 @@ def distinct_run() -> dict[str, Any]:
     published a count."""
     db = own_db()
     names, create_s = create(db, DISTINCT)
-    repartition.change(db, BALANCE_P)
+    repartition.change(db, BALANCE_P, known=partitions.Known())
     with writer_of(db) as writer:
         prime_s = writer.prime(names)
         with holders_of(db.project, BALANCE_P) as holders:

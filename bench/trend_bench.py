@@ -24,6 +24,7 @@ from typing import Any
 from counter_bench import own_db, rollup_thread
 from counters_cli.load import percentile
 from counting.features import trends
+from counting.features.context import Context
 from counting.foundation import config
 from counting.rollup import trend_step
 from counting.rollup.lease import Lease, state_ref
@@ -64,6 +65,7 @@ class Clock:
 
 
 def track_rate(seconds: float = 10.0, threads: int = 8) -> dict[str, Any]:
+    ctx = Context.offline()
     db = own_db()
     zipf = Zipf()
     stop = time.monotonic() + seconds
@@ -74,7 +76,7 @@ def track_rate(seconds: float = 10.0, threads: int = 8) -> dict[str, Any]:
         while time.monotonic() < stop:
             region, *tags = zipf.event()
             started = time.monotonic()
-            trends.track(db, region, tags)
+            trends.track(ctx, db, region, tags)
             latencies[n].append(time.monotonic() - started)
             done[n] += 1
 
@@ -94,6 +96,7 @@ def track_rate(seconds: float = 10.0, threads: int = 8) -> dict[str, Any]:
 
 def freshness(seconds: float = 30.0, background_rate: float = 40.0,
               probe_every_s: float = 0.5) -> dict[str, Any]:
+    ctx = Context.offline()
     db = own_db()
     thread, stop_rollup = rollup_thread(db)
     zipf = Zipf(seed=2)
@@ -102,7 +105,7 @@ def freshness(seconds: float = 30.0, background_rate: float = 40.0,
     def background() -> None:
         while not stop.is_set():
             region, *tags = zipf.event()
-            trends.track(db, region, tags)
+            trends.track(ctx, db, region, tags)
             stop.wait(4 / background_rate)
 
     loaders = [threading.Thread(target=background) for _ in range(4)]
@@ -129,7 +132,7 @@ def freshness(seconds: float = 30.0, background_rate: float = 40.0,
     watcher.start()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        trends.track(db, random.choice(REGIONS), [probe])
+        trends.track(ctx, db, random.choice(REGIONS), [probe])
         acked.append(time.monotonic())
         time.sleep(probe_every_s)
     stop.set()
@@ -147,12 +150,13 @@ def freshness(seconds: float = 30.0, background_rate: float = 40.0,
 
 def populate(db: firestore.Client, tags: int, now: dt.datetime) -> None:
     """`tags` distinct tags in one minute bucket, 20 per event, spread over the regions."""
+    ctx = Context.offline()
     names = [f"a{n}" for n in range(tags)]
     events = [names[i:i + 20] for i in range(0, tags, 20)]
 
     def write(chunk: list[list[str]], region: str) -> None:
         for event in chunk:
-            trends.track(db, region, event, now=now)
+            trends.track(ctx, db, region, event, now=now)
 
     workers = [threading.Thread(target=write, args=(events[n::8], REGIONS[n])) for n in range(8)]
     for worker in workers:
@@ -173,6 +177,7 @@ def empty_change_query(db: firestore.Client) -> float:
 def tick_cost(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), ticks: int = 5,
               changed: int = 100) -> dict[str, Any]:
     """Steady ticks (`changed` tags per tick) beside `size` active tags, and the boundary tick."""
+    ctx = Context.offline()
     out: dict[str, Any] = {}
     for size in sizes:
         db = own_db()
@@ -180,21 +185,21 @@ def tick_cost(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), ticks: int = 5,
         clock = Clock(now)
         lease = Lease(db, state_ref(db), "bench", config.ROLLUP.lease_s * 100)
         assert lease.acquire()
-        step = Rollup(db, lease,
-                             trends=functools.partial(trend_step.TrendRollup, clock=clock))
+        step = Rollup(db, lease, trends=functools.partial(trend_step.TrendRollup, clock=clock),
+                      writing=ctx.writing)
         started = time.monotonic()
         populate(db, size, now)
         populate_s = time.monotonic() - started
         first = step.tick()
         zipf = Zipf(seed=3)
         for region in REGIONS:  # warm up: a holder reads each scope's lists once
-            trends.track(db, region, zipf.event()[1:], now=now)
+            trends.track(ctx, db, region, zipf.event()[1:], now=now)
         step.tick()
         samples = []
         for _ in range(ticks):
             for _ in range(changed // 5):
                 region, *tags = zipf.event()
-                trends.track(db, region, tags, now=now)
+                trends.track(ctx, db, region, tags, now=now)
             stats = step.tick()
             assert stats.trends is not None
             samples.append((stats.seconds, stats.reads + stats.trends.reads,

@@ -15,6 +15,7 @@ import datetime as dt
 
 from callables import sign_up
 from counting.features import collections, counters, declarations, sequences, trends
+from counting.features.context import Context
 from counting.writepath.policy import Policy
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -51,21 +52,22 @@ DEMO_ORDERS = (("paid", 1200), ("paid", 450), ("shipped", 3000), ("pending", 800
 def seed(project: str) -> None:
     """Create whatever of the demo data is missing in `project`."""
     db = firestore.Client(project=project)
+    ctx = Context.for_process()
     for counter, policy in DEMO_POST_COUNTERS.items():
-        counters.create_counter(db, counter, policy=policy)  # leaves an existing one as it is
+        counters.create_counter(ctx, db, counter, policy=policy)  # leaves an existing one as is
     if not sequences.sequence_ref(db, DEMO_TENANT).get().exists:
-        sequences.configure_sequence(db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
+        sequences.configure_sequence(ctx, db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
                                      reset_time=DEMO_RESET_TIME)
     email, password = DEMO_STAFF
     sign_up({"tenants": [DEMO_TENANT]}, email=email, password=password, project=project)
     email, password = DEMO_ADMIN
     sign_up({"admin": True}, email=email, password=password, project=project)
-    seed_trends(db)
+    seed_trends(ctx, db)
     seed_documents(db)
     # The triggers count what was just created; a backfill counts anything they missed (written
     # before the Functions emulator was ready) and nothing twice.
     for watch in declarations.WATCHES:
-        collections.backfill(collections.Counting(db, watch))
+        collections.backfill(collections.Counting(ctx, db, watch))
 
 
 def seed_documents(db: firestore.Client) -> int:
@@ -88,7 +90,7 @@ def seed_documents(db: firestore.Client) -> int:
     return created
 
 
-def seed_trends(db: firestore.Client, now: dt.datetime | None = None) -> bool:
+def seed_trends(ctx: Context, db: firestore.Client, now: dt.datetime | None = None) -> bool:
     """Track the demo events of each region whose 24 h list is empty.
 
     The rollup publishes a list a moment after its events, so a stack stopped in between still
@@ -101,7 +103,7 @@ def seed_trends(db: firestore.Client, now: dt.datetime | None = None) -> bool:
         if trends.top_tags(db, region, 1, "24h").items:
             continue
         for number, tags in enumerate(events):
-            trends.track(db, region, tags, request_id=f"demo-{region}-{hour}-{number}",
+            trends.track(ctx, db, region, tags, request_id=f"demo-{region}-{hour}-{number}",
                          uid=DEMO_UID, now=now)
             tracked = True
     return tracked

@@ -46,6 +46,7 @@ from counters_cli import doctor
 from counters_cli.canary import Finding
 from counters_cli.doctor import ACT_AS, ENQUEUER, INVOKER
 from counters_cli.google_apis import POLICY_V3
+from counting.features.context import Context
 from counting.foundation import config
 from google.cloud import firestore
 
@@ -245,7 +246,7 @@ def check_deployed(project: str) -> list[Finding]:
     credentials = cli_credentials()
     placement = config.Placement.read(FUNCTIONS)
     db = firestore.Client(project=project, database=placement.database, credentials=credentials)
-    return doctor.deployed(project, placement, FUNCTIONS, credentials, db)
+    return doctor.deployed(project, placement, FUNCTIONS, credentials, Context.for_process(), db)
 
 
 def preflight(project: str, run: Run) -> None:

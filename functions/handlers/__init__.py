@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import flask
+from counting.features.context import Context
 from counting.foundation import config
 from counting.foundation.errors import (
     Aborted,
@@ -53,6 +54,13 @@ def db() -> firestore.Client:
     """The instance's Firestore client, on the backend's database (anonymous credentials under
     the emulator)."""
     return firestore.Client(database=config.PLACEMENT.database)
+
+
+@functools.cache
+def context() -> Context:
+    """The instance's context of the domain: its caches, P as it knows it, and the Cloud Tasks
+    waker of the rollup, made on first use and passed to every call of the domain."""
+    return Context.for_process()
 
 
 @functools.cache

@@ -28,7 +28,7 @@ from google.api_core import exceptions as gexc
 from google.cloud.firestore import DocumentSnapshot
 from google.events.cloud.firestore import DocumentEventData
 
-from handlers import db, watched_db
+from handlers import context, db, watched_db
 
 Event: TypeAlias = "firestore_fn.Event[Change[DocumentSnapshot[Any] | None]]"
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 @functools.cache
 def counting(watch: Watch) -> Counting:
-    return Counting(db(), watch, source=watched_db())
+    return Counting(context(), db(), watch, source=watched_db())
 
 
 # What a retry may fix: contention (lost races on the record, Firestore's ABORTED) and outages

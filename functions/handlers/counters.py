@@ -10,7 +10,16 @@ from counting.foundation import inputs, kinds
 from counting.foundation.errors import InvalidArgument
 from counting.writepath import policy, shards
 
-from handlers import Request, caller, client_callable, db, is_admin, require_admin, rfc3339
+from handlers import (
+    Request,
+    caller,
+    client_callable,
+    context,
+    db,
+    is_admin,
+    require_admin,
+    rfc3339,
+)
 
 
 @client_callable
@@ -20,6 +29,7 @@ def create_counter(req: Request) -> dict[str, Any]:
     counter = inputs.counter_id(inputs.required(data, "counter"))
     declarations.check_plain(counter)
     created = counters.create_counter(
+        context(),
         db(),
         counter,
         shards=inputs.shard_count(data.get("shards")),
@@ -52,12 +62,12 @@ def increment(req: Request) -> dict[str, Any]:
         if "counter" in data or "by" in data:
             raise InvalidArgument("increments: give either increments or counter/by")
         batch = inputs.increments(data["increments"])
-        applied = counters.increment_many(db(), batch, request_id=request_id, uid=uid,
+        applied = counters.increment_many(context(), db(), batch, request_id=request_id, uid=uid,
                                           admin=admin)
         return {"applied": applied > 0, "count": applied}
     counter = inputs.counter_id(inputs.required(data, "counter"))
     by = inputs.increment_by(data.get("by"))
-    committed = counters.increment(db(), counter, by, request_id=request_id, uid=uid,
+    committed = counters.increment(context(), db(), counter, by, request_id=request_id, uid=uid,
                                    admin=admin)
     if committed is not None:
         return {"counter": counter, "applied": True, "committed_at": rfc3339(committed)}
@@ -92,5 +102,5 @@ def reset_counter(req: Request) -> dict[str, Any]:
     require_admin(req)
     data = inputs.payload(req.data, {"counter"})
     counter = inputs.counter_id(inputs.required(data, "counter"))
-    counters.reset_counter(db(), counter)
+    counters.reset_counter(context(), db(), counter)
     return {"counter": counter, "count": 0}

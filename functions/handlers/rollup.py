@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from counting.writepath import partitions
 from counting.writepath.partitions import Part
 from firebase_functions import options, scheduler_fn, tasks_fn
 
-from handlers import Request, db
+from handlers import Request, context, db
 from handlers.task_queues import RUNTIME_SERVICE_ACCOUNT, task_queue_invoker
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,13 @@ ROLLUP_RUNTIME = {
 }
 
 
+@functools.cache
+def holders() -> cadence.Holders:
+    """The instance's rollup holders, kept between invocations: the lease and the ledger stay
+    with a warm instance."""
+    return cadence.Holders(context().writing)
+
+
 @scheduler_fn.on_schedule(
     schedule="every 1 minutes",
     **ROLLUP_RUNTIME,  # type: ignore[arg-type]
@@ -55,11 +63,11 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
         # Scheduler stand-in (tools/scheduler.py) sends a job name.
         return
     try:
-        cadence.housekeeping(db())
+        holders().housekeeping(db())
     finally:
         # The exactness audit rides on the same minute (no scheduler job of its own): a few
         # reads. A housekeeping that failed does not keep it from its run.
-        audit.run(db())
+        audit.run(context().writing, db())
 
 
 def tick_function(index: int) -> Callable[[Request], None]:
@@ -74,7 +82,7 @@ def tick_function(index: int) -> Callable[[Request], None]:
                 or index >= count:
             log.warning("task for another partition ignored: %r", data)
             return  # a task no tick can serve: delivering it again would not help
-        cadence.tick_task(
+        holders().tick_task(
             db(), Part(count, index),
             slot if isinstance(slot, int) and not isinstance(slot, bool) else None,
             trigger=reason if reason in TASK_REASONS else "task")

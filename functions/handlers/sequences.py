@@ -7,7 +7,7 @@ from typing import Any
 from counting.features import sequences
 from counting.foundation import inputs
 
-from handlers import Request, caller, client_callable, db, require_admin
+from handlers import Request, caller, client_callable, context, db, require_admin
 
 
 def require_member(req: Request, tenant: str) -> str:
@@ -25,6 +25,7 @@ def configure_sequence(req: Request) -> dict[str, Any]:
     require_admin(req)
     data = inputs.payload(req.data, {"tenant", "timezone", "reset_time"})
     configured = sequences.configure_sequence(
+        context(),
         db(),
         inputs.tenant_id(inputs.required(data, "tenant")),
         timezone=inputs.timezone(inputs.required(data, "timezone")),
@@ -41,7 +42,7 @@ def next_number(req: Request) -> dict[str, Any]:
     tenant = inputs.tenant_id(inputs.required(data, "tenant"))
     request_id = inputs.request_id(data.get("request_id"))
     uid = require_member(req, tenant)
-    ticket = sequences.next_number(db(), tenant, request_id=request_id, uid=uid)
+    ticket = sequences.next_number(context(), db(), tenant, request_id=request_id, uid=uid)
     return {"tenant": ticket.tenant, "number": ticket.number,
             "business_day": ticket.business_day.isoformat()}
 
@@ -52,5 +53,5 @@ def reset_sequence(req: Request) -> dict[str, Any]:
     data = inputs.payload(req.data, {"tenant"})
     tenant = inputs.tenant_id(inputs.required(data, "tenant"))
     uid = require_member(req, tenant)
-    reset = sequences.reset_sequence(db(), tenant, uid=uid)
+    reset = sequences.reset_sequence(context(), db(), tenant, uid=uid)
     return {"tenant": reset.tenant, "business_day": reset.business_day.isoformat()}

@@ -7,7 +7,7 @@ from typing import Any
 from counting.features import trends
 from counting.foundation import inputs, kinds
 
-from handlers import Request, caller, client_callable, db, rfc3339
+from handlers import Request, caller, client_callable, context, db, rfc3339
 
 
 @client_callable
@@ -17,7 +17,7 @@ def track(req: Request) -> dict[str, Any]:
     region = inputs.region(inputs.required(data, "region"))
     tags = inputs.tags(inputs.required(data, "tags"))
     request_id = inputs.request_id(data.get("request_id"))
-    recorded = trends.track(db(), region, tags, request_id=request_id, uid=uid)
+    recorded = trends.track(context(), db(), region, tags, request_id=request_id, uid=uid)
     return {"recorded": recorded}
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from callables import Callables, User, sign_up
-from counting.writepath import waking
+from counting.features.context import Context
 from google.cloud import firestore
 
 if "COUNTERS_FUNCTIONS_URL" not in os.environ:
@@ -63,12 +62,17 @@ def db() -> firestore.Client:
 
 
 @pytest.fixture
-def isolated_db() -> Iterator[firestore.Client]:
-    """A fresh project of its own in the Firestore emulator: no rollup loop runs there, and the
-    domain's writes wake nothing (the stack's Cloud Tasks serve its own project only); tests
+def isolated_db() -> firestore.Client:
+    """A fresh project of its own in the Firestore emulator, where no rollup loop runs: tests
     drive their holders in-process."""
-    previous = waking.install(waking.Never())
-    try:
-        yield firestore.Client(project=f"demo-test-{uuid.uuid4().hex[:8]}")
-    finally:
-        waking.install(previous)
+    return firestore.Client(project=f"demo-test-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def ctx(request: pytest.FixtureRequest) -> Context:
+    """The test's own context of the domain. Its writes wake the stack's rollup, as the deployed
+    functions' do; beside an `isolated_db` they wake nothing (the stack's Cloud Tasks serve its
+    own project only)."""
+    if "isolated_db" in request.fixturenames:
+        return Context.offline()
+    return Context.for_process()

@@ -3,13 +3,12 @@ shard's value)."""
 
 from __future__ import annotations
 
-import random
-
 from counting.features import counters
 from counting.writepath import shards
+from counting.writepath.context import Writing
 from google.cloud import firestore
 
 
 def write_shard(db: firestore.Client, counter: str, shard: int, by: int) -> None:
     ref = counters.shard_ref(db, counter, shard)
-    ref.update(shards.shard_write(db, ref, by, random.Random()).fields)
+    ref.update(shards.shard_write(Writing.offline(), db, ref, by).fields)

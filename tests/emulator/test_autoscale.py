@@ -4,6 +4,7 @@ folding shards under load, driven in-process on a project of its own (short auto
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -16,11 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from callables import Callables
 from counting.features import counters
+from counting.features.context import Context
 from counting.foundation import config
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import cadence
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup
+from counting.writepath.context import Writing
 from google.cloud import firestore
 
 from ..waiting import eventually
@@ -61,7 +64,8 @@ def loop(isolated_db: firestore.Client) -> Iterator[None]:
     """The rollup loop with FAST autoscaling, ticking every 0.3 s, for the test's duration."""
     stop = threading.Event()
     thread = threading.Thread(target=cadence.loop, args=(isolated_db,),
-                              kwargs={"period_s": 0.3, "stop": stop, "scaling": FAST})
+                              kwargs={"writing": Writing.offline(), "period_s": 0.3,
+                                      "stop": stop, "scaling": FAST})
     thread.start()
     yield
     stop.set()
@@ -101,19 +105,19 @@ def test_least_loaded_spreads_writes_at_least_as_evenly_as_random(
 
 
 def test_a_loaded_counter_grows_then_shrinks_back_to_min(
-    isolated_db: firestore.Client, loop: None
+    isolated_db: firestore.Client, loop: None, ctx: Context
 ) -> None:
     """A 1-shard counter under ~40 writes/s grows; once the load stops it shrinks to 1 shard,
     its surplus shards are folded away, and the count is exact throughout."""
     db = isolated_db
-    counters.create_counter(db, "hot", shards=1)
+    counters.create_counter(ctx, db, "hot", shards=1)
     stop = threading.Event()
     totals = [0] * 4
 
     def writer(n: int) -> None:
-        cache = counters.ConfigCache()
+        mine = dataclasses.replace(ctx, configs=counters.ConfigCache())  # a writer's own cache
         while not stop.is_set():
-            counters.increment(db, "hot", 1, configs=cache)
+            counters.increment(mine, db, "hot", 1)
             totals[n] += 1
             time.sleep(0.1)
 
@@ -137,13 +141,13 @@ def test_a_loaded_counter_grows_then_shrinks_back_to_min(
 
 
 def test_no_increment_is_lost_while_shards_grow_and_shrink(
-    isolated_db: firestore.Client, loop: None
+    isolated_db: firestore.Client, loop: None, ctx: Context
 ) -> None:
     """Writers keep going through a grow, a shrink and the folds: the total stays exact. Two of
     them read the grown configuration as the load drops and keep it for a minute, so they write
     to shards that are being folded or already gone."""
     db = isolated_db
-    counters.create_counter(db, "busy", shards=1)
+    counters.create_counter(ctx, db, "busy", shards=1)
     stop, calm = threading.Event(), threading.Event()
     totals = [0] * 4
     writes = [0] * 4
@@ -152,6 +156,7 @@ def test_no_increment_is_lost_while_shards_grow_and_shrink(
     def writer(n: int) -> None:
         rng = random.Random(n)
         cache = counters.ConfigCache(ttl_s=config.CONFIG_CACHE_TTL_S if n < 2 else 60.0)
+        mine = dataclasses.replace(ctx, configs=cache)
         stale = False
         while not stop.is_set():
             if n >= 2 and calm.is_set() and not stale:
@@ -159,10 +164,9 @@ def test_no_increment_is_lost_while_shards_grow_and_shrink(
                 stale = True
             by = rng.randint(-3, 9)
             if n == 0 and rng.random() < 0.2:
-                counters.increment(db, "busy", by, request_id=f"w{n}-{rng.random()}",
-                                   configs=cache)
+                counters.increment(mine, db, "busy", by, request_id=f"w{n}-{rng.random()}")
             else:
-                counters.increment(db, "busy", by, configs=cache)
+                counters.increment(mine, db, "busy", by)
             totals[n] += by
             writes[n] += 1
             if calm.is_set():
@@ -197,11 +201,11 @@ def test_no_increment_is_lost_while_shards_grow_and_shrink(
     eventually(lambda: rollup_count(db, "busy") == total)
 
 
-def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client) -> None:
+def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client, ctx: Context) -> None:
     """Ticks by hand: a shrink lowers num_shards at once; a late write to a surplus shard in the
     grace period is folded with the rest; nothing is lost, and the rollup never double counts."""
     db = isolated_db
-    counters.create_counter(db, "c", shards=8)
+    counters.create_counter(ctx, db, "c", shards=8)
     stale = counters.ConfigCache(ttl_s=600)  # a writer that will miss the shrink
     stale.get(db, "c")
     for n in range(8):
@@ -210,7 +214,7 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client) -> No
     assert lease.acquire()
     # No grow from the few writes here; shrink as soon as the rate is low.
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.5)
-    step = Rollup(db, lease, params)
+    step = Rollup(db, lease, params, writing=ctx.writing)
     step.tick()  # meets the counter (36), measures no load: shrinks to 1 at once
     assert (num_shards(db, "c"), rollup_count(db, "c")) == (1, 36)
     write_shard(db, "c", 5, 100)
@@ -223,24 +227,24 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client) -> No
     assert rollup_count(db, "c") == 136
     # A writer whose cache still says 8 shards: writes that hit a folded shard are redone.
     for _ in range(8):
-        counters.increment(db, "c", 1, configs=stale)
+        counters.increment(dataclasses.replace(ctx, configs=stale), db, "c", 1)
     step.tick()
     assert strong_count(db, "c") == rollup_count(db, "c") == 144
 
 
 def test_an_increment_racing_a_fold_is_not_lost(
-    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch, ctx: Context
 ) -> None:
     """An increment that lands on a shard between the fold's read and its commit fails the fold
     (precondition), which moves nothing; the next tick folds the shard with it."""
     db = isolated_db
-    counters.create_counter(db, "r", shards=4)
+    counters.create_counter(ctx, db, "r", shards=4)
     for n in range(4):
         write_shard(db, "r", n, 10)
     lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.3)
-    step = Rollup(db, lease, params)
+    step = Rollup(db, lease, params, writing=ctx.writing)
     step.tick()  # shrinks to 1; the fold comes on the first tick after the grace
     real_option = db.write_option
     raced: list[bool] = []

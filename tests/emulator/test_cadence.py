@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 from callables import Callables
 from counting.features import counters
+from counting.features.context import Context
 from counting.foundation import config
-from counting.rollup import cadence, ledger, repartition, status
+from counting.rollup import cadence, repartition, status
 from counting.rollup.lease import state_ref
+from counting.rollup.tick import Limits
 from counting.writepath import partitions, waking
 from counting.writepath.partitions import WHOLE, Part
 from google.cloud import firestore
@@ -34,9 +36,9 @@ def rollup_count(db: firestore.Client, counter: str) -> int:
     return int(counters.counter_ref(db, counter).get().get("count") or 0)
 
 
-def add(db: firestore.Client, counter: str, by: int) -> dt.datetime:
-    """An increment; returns its commit time."""
-    counters.increment(db, counter, by, configs=counters.ConfigCache())
+def add(ctx: Context, db: firestore.Client, counter: str, by: int) -> dt.datetime:
+    """An increment, the counter's configuration read afresh; returns its commit time."""
+    counters.increment(dataclasses.replace(ctx, configs=counters.ConfigCache()), db, counter, by)
     shards = counters.counter_ref(db, counter).collection(config.SHARDS).stream()
     latest: dt.datetime = max(shard.update_time for shard in shards)
     return latest
@@ -46,12 +48,12 @@ def usage(db: firestore.Client) -> dict[str, Any]:
     return cadence.usage_ref(db).get().to_dict() or {}
 
 
-def test_a_slot_is_ticked_once_after_it_ends(isolated_db: firestore.Client) -> None:
+def test_a_slot_is_ticked_once_after_it_ends(isolated_db: firestore.Client, ctx: Context) -> None:
     """A task for the slot of a write ticks after the slot's end and publishes the write; the
     same slot delivered again, or an older slot delivered late, costs no Firestore operation."""
-    counters.create_counter(isolated_db, "slotted", shards=2)
-    holder = cadence.Holder(isolated_db, cadence=FAST)
-    slot = waking.slot_of(add(isolated_db, "slotted", 3))
+    counters.create_counter(ctx, isolated_db, "slotted", shards=2)
+    holder = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
+    slot = waking.slot_of(add(ctx, isolated_db, "slotted", 3))
     run = holder.tick_slot(slot)
     assert run.outcome == cadence.Outcome.TICKED and rollup_count(isolated_db, "slotted") == 3
     assert holder.last_as_of is not None and holder.last_as_of >= waking.slot_end(slot)
@@ -61,18 +63,18 @@ def test_a_slot_is_ticked_once_after_it_ends(isolated_db: firestore.Client) -> N
     holder.close()
 
 
-def test_a_warm_holder_reads_only_what_changed(isolated_db: firestore.Client) -> None:
+def test_a_warm_holder_reads_only_what_changed(isolated_db: firestore.Client, ctx: Context) -> None:
     """Between invocations the holder keeps its ledger: a later tick reads the lease, the change
     query and nothing whole, and writes the counter and the lease in one commit."""
-    counters.create_counter(isolated_db, "warm", shards=8)
+    counters.create_counter(ctx, isolated_db, "warm", shards=8)
     for _ in range(8):
-        add(isolated_db, "warm", 1)
+        add(ctx, isolated_db, "warm", 1)
     # Past the change query's overlap: the second tick's query does not return these again.
     time.sleep(config.CHANGE_OVERLAP_S + 0.2)
-    holder = cadence.Holder(isolated_db, cadence=FAST)
+    holder = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
     first = holder.tick_slot(None)
     assert first.usage.reads >= 8 + 1  # the counter read whole
-    add(isolated_db, "warm", 1)
+    add(ctx, isolated_db, "warm", 1)
     second = holder.tick_slot(None)
     assert rollup_count(isolated_db, "warm") == 9
     # The lease, the shards written within the overlap (at most the two of the last second).
@@ -83,20 +85,21 @@ def test_a_warm_holder_reads_only_what_changed(isolated_db: firestore.Client) ->
 
 
 def test_an_early_task_whose_lease_was_taken_ticks_after_its_slot(
-    isolated_db: firestore.Client,
+    isolated_db: firestore.Client, ctx: Context,
 ) -> None:
     """A task delivered before its slot ends, to a holder whose lease the scheduled run took and
     let go meanwhile: it takes the lease back once, and its last tick still starts after the
     slot's end."""
-    counters.create_counter(isolated_db, "early", shards=1)
-    holder = cadence.Holder(isolated_db, cadence=FAST)
+    counters.create_counter(ctx, isolated_db, "early", shards=1)
+    holder = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
     holder.tick_slot(None)
     time.sleep(FAST.lease_s + 0.5)
-    assert cadence.Holder(isolated_db, cadence=FAST).housekeeping().outcome == \
+    assert cadence.Holder(isolated_db, cadence=FAST,
+                          writing=ctx.writing).housekeeping().outcome == \
         cadence.Outcome.TICKED
     # The next second's task, delivered at once: over a second early, however slow the machine
     # (the write's own slot may have ended by the time the lease is read).
-    slot = waking.slot_of(add(isolated_db, "early", 1)) + 1
+    slot = waking.slot_of(add(ctx, isolated_db, "early", 1)) + 1
     run = holder.tick_slot(slot)
     assert run.outcome == cadence.Outcome.TICKED and run.early and run.ticks >= 2
     assert holder.last_as_of is not None and holder.last_as_of >= waking.slot_end(slot)
@@ -105,16 +108,14 @@ def test_an_early_task_whose_lease_was_taken_ticks_after_its_slot(
 
 
 def test_a_holder_that_owes_counters_does_not_take_a_late_task_as_done(
-    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    isolated_db: firestore.Client, ctx: Context
 ) -> None:
     """Counters deferred by the first-load budget get the next second's task; a late delivery
     of an earlier slot is not skipped while any is owed: it reads the next one."""
-    monkeypatch.setattr(ledger, "DOCUMENT_LOADS_PER_TICK", 1)  # one met by its document,
-    monkeypatch.setattr(ledger, "FIRST_LOADS_PER_TICK", 1)  # one deferred read whole, a tick
     names = ("a", "b", "c")
     for name in names:
-        counters.create_counter(isolated_db, name, shards=1)
-    slot = max(waking.slot_of(add(isolated_db, name, 1)) for name in names)
+        counters.create_counter(ctx, isolated_db, name, shards=1)
+    slot = max(waking.slot_of(add(ctx, isolated_db, name, 1)) for name in names)
     enqueued: list[int] = []
 
     def enqueue(part: Part, next_slot: int) -> bool:
@@ -122,7 +123,9 @@ def test_a_holder_that_owes_counters_does_not_take_a_late_task_as_done(
         enqueued.append(next_slot)
         return True
 
-    holder = cadence.Holder(isolated_db, cadence=FAST, enqueue=enqueue)
+    holder = cadence.Holder(isolated_db, cadence=FAST, enqueue=enqueue, writing=ctx.writing,
+                            # one met by its document, one deferred read whole, a tick
+                            limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
     time.sleep(max(0.0, (waking.slot_end(slot) - dt.datetime.now(dt.UTC)).total_seconds()))
     first = holder.tick_slot(slot)
     assert first.outcome == cadence.Outcome.TICKED and len(enqueued) == 1
@@ -133,55 +136,57 @@ def test_a_holder_that_owes_counters_does_not_take_a_late_task_as_done(
     holder.close()
 
 
-def test_a_task_that_finds_another_holder_fails_for_a_retry(isolated_db: firestore.Client
+def test_a_task_that_finds_another_holder_fails_for_a_retry(isolated_db: firestore.Client,
+                                                            ctx: Context
                                                              ) -> None:
     """While another holder's lease is live, a task waits `busy_wait_s` and fails (Cloud Tasks
     delivers it again); once that holder lets go it ticks, with a ledger of its own."""
-    counters.create_counter(isolated_db, "shared", shards=2)
-    add(isolated_db, "shared", 2)
-    first = cadence.Holder(isolated_db, cadence=FAST)
+    counters.create_counter(ctx, isolated_db, "shared", shards=2)
+    add(ctx, isolated_db, "shared", 2)
+    first = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
     first.tick_slot(None)
-    second = cadence.Holder(isolated_db, cadence=FAST)
+    second = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
     with pytest.raises(cadence.Busy):
         second.tick_slot(None)
     first.close()
-    add(isolated_db, "shared", 3)
+    add(ctx, isolated_db, "shared", 3)
     assert second.tick_slot(None).outcome == cadence.Outcome.TICKED
     assert rollup_count(isolated_db, "shared") == 5
     second.close()
 
 
 def test_housekeeping_ticks_only_when_nobody_else_holds_the_lease(
-    isolated_db: firestore.Client,
+    isolated_db: firestore.Client, ctx: Context,
 ) -> None:
     """The scheduled invocation leaves a live holder alone; once that holder's lease expires it
     ticks and lets go, and the holder takes the lease back at its next task with an empty
     ledger, publishing exactly."""
-    counters.create_counter(isolated_db, "kept", shards=3)
-    add(isolated_db, "kept", 1)
-    tasks = cadence.Holder(isolated_db, cadence=FAST)
+    counters.create_counter(ctx, isolated_db, "kept", shards=3)
+    add(ctx, isolated_db, "kept", 1)
+    tasks = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
     tasks.tick_slot(None)
-    scheduled = cadence.Holder(isolated_db, cadence=FAST)
+    scheduled = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
     assert scheduled.housekeeping().outcome == cadence.Outcome.BUSY
-    add(isolated_db, "kept", 2)
+    add(ctx, isolated_db, "kept", 2)
     eventually(lambda: scheduled.housekeeping().outcome == cadence.Outcome.TICKED,
                timeout_s=FAST.lease_s + 10)
     assert rollup_count(isolated_db, "kept") == 3
     assert (state_ref(isolated_db).get().to_dict() or {}).get("owner") is None  # let go
-    add(isolated_db, "kept", 4)
+    add(ctx, isolated_db, "kept", 4)
     again = tasks.tick_slot(None)
     assert again.outcome == cadence.Outcome.TICKED and rollup_count(isolated_db, "kept") == 7
     assert again.usage.reads >= 3  # read whole again: another holder published in between
     tasks.close()
 
 
-def test_invocations_add_what_they_cost_to_the_usage_record(isolated_db: firestore.Client
+def test_invocations_add_what_they_cost_to_the_usage_record(isolated_db: firestore.Client,
+                                                            ctx: Context
                                                             ) -> None:
     """Each invocation's billed time (rounded up to 100 ms), ticks, operations, outcome and
     trigger reach internal/rollup_usage; the record's own write is counted."""
-    counters.create_counter(isolated_db, "billed", shards=2)
-    holder = cadence.Holder(isolated_db, cadence=FAST)
-    slot = waking.slot_of(add(isolated_db, "billed", 1)) + 1  # over a second early
+    counters.create_counter(ctx, isolated_db, "billed", shards=2)
+    holder = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
+    slot = waking.slot_of(add(ctx, isolated_db, "billed", 1)) + 1  # over a second early
     holder.tick_slot(slot)
     holder.tick_slot(slot)
     found = usage(isolated_db)
@@ -196,15 +201,15 @@ def test_invocations_add_what_they_cost_to_the_usage_record(isolated_db: firesto
 
 
 def test_the_lease_reports_the_rollups_health(
-    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch, ctx: Context
 ) -> None:
     """After ticks, health shows it active with its tick figures; once nobody writes the lease
     for longer than ROLLUP_STALE_S (commit times, not the `renewed_at` field), it is stale."""
-    counters.create_counter(isolated_db, "watched", shards=2)
+    counters.create_counter(ctx, isolated_db, "watched", shards=2)
     assert status.read_status(isolated_db).stale == "the rollup never ran"
-    holder = cadence.Holder(isolated_db, cadence=FAST)
+    holder = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
     for _ in range(2):  # a tick's figures go with the holder's next write to the lease
-        add(isolated_db, "watched", 1)
+        add(ctx, isolated_db, "watched", 1)
         holder.tick_slot(None)
     found = status.read_status(isolated_db)
     assert found.active and found.stale is None and found.holder and found.lag_s is not None
@@ -251,7 +256,7 @@ def test_the_writes_of_one_second_share_one_task(db: firestore.Client, suffix: s
 
 
 def test_each_partition_is_ticked_by_its_own_function(
-    admin: Callables, db: firestore.Client, suffix: str
+    admin: Callables, db: firestore.Client, suffix: str, ctx: Context
 ) -> None:
     """With P = 4 on the stack's project, a write to a counter of each partition is published by
     that partition's task function (`rolluptick`, `rolluptick1`, ...); back at P = 1 the one
@@ -265,7 +270,7 @@ def test_each_partition_is_ticked_by_its_own_function(
     for name in names.values():
         admin.call("create_counter", counter=name, shards=2)
     try:
-        repartition.change(db, 4)
+        repartition.change(db, 4, known=ctx.writing.known)
         ticked_by_a_write(
             db, lambda: [admin.call("increment", counter=name, by=3) for name in names.values()],
             lambda: all(rollup_count(db, name) == 3 for name in names.values()),
@@ -274,7 +279,7 @@ def test_each_partition_is_ticked_by_its_own_function(
         assert [part for part, _ in found] == partitions.parts(4)
         assert all(state.last_tick_at is not None for _, state in found)
     finally:
-        repartition.change(db, 1)
+        repartition.change(db, 1, known=ctx.writing.known)
     ticked_by_a_write(
         db, lambda: [admin.call("increment", counter=name, by=2) for name in names.values()],
         lambda: all(rollup_count(db, name) == 5 for name in names.values()))

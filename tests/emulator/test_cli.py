@@ -20,6 +20,7 @@ from callables import Callables, CallError, sign_up
 from click.testing import CliRunner, Result
 from counters_cli import cli
 from counting.features import counters, declarations
+from counting.features.context import Context
 from counting.foundation import config
 from counting.foundation.errors import NotFound
 from google.cloud import firestore
@@ -142,7 +143,7 @@ def test_seq_next_unconfigured_is_a_clean_error(suffix: str) -> None:
 
 
 def test_watch_follows_the_rollup_until_interrupted(
-    suffix: str, db: firestore.Client, tmp_path: Path
+    suffix: str, db: firestore.Client, tmp_path: Path, ctx: Context
 ) -> None:
     """`watch` prints the rollup document as it is, then each state the rollup publishes, until
     Ctrl-C, which ends it cleanly."""
@@ -166,7 +167,7 @@ def test_watch_follows_the_rollup_until_interrupted(
         try:
             eventually(lambda: printed)
             assert re.fullmatch(rf"count=0 num_shards=3 updated_at=({ISO}|-)", printed[0]), printed
-            counters.increment(db, counter, 4)
+            counters.increment(ctx, db, counter, 4)
             eventually(lambda: printed[-1].startswith("count=4 "))
         finally:
             watching.send_signal(signal.SIGINT)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import os
 import random
@@ -23,7 +24,7 @@ import pytest
 import requests
 from callables import Callables, CallError
 from counting.features import collections, counters, declarations
-from counting.features.counters import ShardPicker
+from counting.features.context import Context
 from counting.foundation.errors import FailedPrecondition
 from google.cloud import firestore
 from google.events.cloud import firestore as events
@@ -265,7 +266,7 @@ def triggers_off(db: firestore.Client, suffix: str) -> Iterator[None]:
 
 
 def test_backfill_counts_old_documents_once_while_documents_change(
-    db: firestore.Client, suffix: str,
+    db: firestore.Client, suffix: str, ctx: Context,
 ) -> None:
     """Documents written with no trigger running are counted by the backfill; documents
     created, deleted, moved and re-summed while it runs (before and after it reads them) are
@@ -317,7 +318,8 @@ def test_backfill_counts_old_documents_once_while_documents_change(
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        collections.backfill(collections.Counting(db, ORDERS_WATCH), progress=progress, page=50)
+        collections.backfill(collections.Counting(ctx, db, ORDERS_WATCH), progress=progress,
+                             page=50)
     finally:
         done.set()
         thread.join()
@@ -325,15 +327,15 @@ def test_backfill_counts_old_documents_once_while_documents_change(
     expected = expected_of(db, refs + written, [ORDERS, REVENUE])
     wait_for(db, expected)
 
-    again = collections.backfill(collections.Counting(db, ORDERS_WATCH))
+    again = collections.backfill(collections.Counting(ctx, db, ORDERS_WATCH))
     assert not {c for c in again.deltas if c.endswith(suffix)}
-    comments = collections.backfill(collections.Counting(db, COMMENTS_WATCH))
+    comments = collections.backfill(collections.Counting(ctx, db, COMMENTS_WATCH))
     assert comments.deltas.get(COMMENTS.counter_id(post)) == 30
     wait_for(db, expected | {COMMENTS.counter_id(post): 30})
 
 
 def test_backfill_uncounts_a_document_whose_delete_event_was_lost(
-    db: firestore.Client, suffix: str,
+    db: firestore.Client, suffix: str, ctx: Context,
 ) -> None:
     """A document deleted while no trigger ran stays counted until a backfill, which uncounts it
     once (and a second backfill changes nothing); a document re-created afterwards counts."""
@@ -344,12 +346,12 @@ def test_backfill_uncounts_a_document_whose_delete_event_was_lost(
     wait_for(db, {f"orders:{status}": 2, f"revenue:{status}": 12})
     with triggers_off(db, suffix):
         lost.delete()
-    repaired = collections.backfill(collections.Counting(db, ORDERS_WATCH))
+    repaired = collections.backfill(collections.Counting(ctx, db, ORDERS_WATCH))
     assert repaired.removed >= 1 and not repaired.failed
     assert repaired.deltas[f"orders:{status}"] == -1
     assert repaired.deltas[f"revenue:{status}"] == -7
     wait_for(db, {f"orders:{status}": 1, f"revenue:{status}": 5})
-    again = collections.backfill(collections.Counting(db, ORDERS_WATCH))
+    again = collections.backfill(collections.Counting(ctx, db, ORDERS_WATCH))
     assert not {c for c in again.deltas if c.endswith(suffix)}
     lost.set({"status": status, "amount": 1})
     wait_for(db, {f"orders:{status}": 2, f"revenue:{status}": 6})
@@ -359,13 +361,13 @@ def test_backfill_uncounts_a_document_whose_delete_event_was_lost(
 
 
 def test_racing_first_events_create_a_counter_once_and_count_each(
-    isolated_db: firestore.Client,
+    isolated_db: firestore.Client, ctx: Context,
 ) -> None:
     """16 instances (each with its own configuration cache) apply the first comments of a post
     at once: one creates the counter, the others find it, every comment counts."""
     def instance(n: int) -> collections.Applied:
-        counting = collections.Counting(isolated_db, COMMENTS_WATCH,
-                                        configs=counters.ConfigCache(), picker=ShardPicker())
+        own = Context.of(ctx.writing)  # an instance's own caches and picker
+        counting = collections.Counting(own, isolated_db, COMMENTS_WATCH)
         return counting.apply(collections.Observed(
             path=f"posts/p/comments/c{n}", data={"text": "hi"}, version=1_000 + n), event=f"e{n}")
 
@@ -377,7 +379,8 @@ def test_racing_first_events_create_a_counter_once_and_count_each(
     assert data["collection"] == "comments"
 
 
-def test_racing_states_of_one_document_end_at_the_newest(isolated_db: firestore.Client) -> None:
+def test_racing_states_of_one_document_end_at_the_newest(isolated_db: firestore.Client,
+                                                         ctx: Context) -> None:
     """Thirty states of one order, applied at once in any order and some twice: the counters
     hold what the newest state counts."""
     rng = random.Random(7)
@@ -387,7 +390,7 @@ def test_racing_states_of_one_document_end_at_the_newest(isolated_db: firestore.
     rng.shuffle(delivered)
 
     def deliver_one(observed: collections.Observed) -> collections.Applied:
-        return collections.Counting(isolated_db, ORDERS_WATCH).apply(observed, event="e")
+        return collections.Counting(ctx, isolated_db, ORDERS_WATCH).apply(observed, event="e")
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(deliver_one, delivered))
@@ -400,12 +403,13 @@ def test_racing_states_of_one_document_end_at_the_newest(isolated_db: firestore.
 
 
 def test_a_hand_made_counter_under_a_declared_id_is_not_counted_into(
-    isolated_db: firestore.Client,
+    isolated_db: firestore.Client, ctx: Context,
 ) -> None:
     """A plain counter created with a declared id before the declaration: the event is refused
     and nothing is written."""
-    counters.create_counter(isolated_db, "orders:legacy", shards=1)
-    counting = collections.Counting(isolated_db, ORDERS_WATCH, configs=counters.ConfigCache())
+    counters.create_counter(ctx, isolated_db, "orders:legacy", shards=1)
+    counting = collections.Counting(dataclasses.replace(ctx, configs=counters.ConfigCache()),
+                                    isolated_db, ORDERS_WATCH)
     with pytest.raises(FailedPrecondition, match="not maintained by declaration"):
         counting.apply(collections.Observed(path="orders/o", data={"status": "legacy"},
                                             version=1), event="e")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from callables import Callables, CallError, User
 from counting.features import counters
+from counting.features.context import Context
 from counting.features.counters import shards_for
 from counting.foundation import config, kinds
 from counting.writepath import shards
@@ -149,12 +150,12 @@ def test_batch_applies_all_once(user: Callables, admin: Callables, suffix: str) 
 
 
 def test_full_batch_of_distinct_counters(
-    user: Callables, admin: Callables, db: firestore.Client, suffix: str
+    user: Callables, admin: Callables, db: firestore.Client, suffix: str, ctx: Context
 ) -> None:
     """500 increments to 500 counters plus the request marker commit as one batch, once."""
     names = [f"wide-{suffix}-{n}" for n in range(500)]
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda name: counters.create_counter(db, name, shards=1,
+        list(pool.map(lambda name: counters.create_counter(ctx, db, name, shards=1,
                                                            policy=Policy(by=(1, 2))), names))
     items = [{"counter": name, "by": 2} for name in names]
     assert user.call("increment", increments=items, request_id=f"w-{suffix}")["count"] == 500

@@ -6,6 +6,7 @@ they control every tick.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -13,10 +14,11 @@ from typing import Any
 
 import pytest
 from counting.features import counters
+from counting.features.context import Context
 from counting.foundation import config
-from counting.rollup import audit, cadence, ledger, tick
+from counting.rollup import audit, cadence, ledger
 from counting.rollup.lease import Lease, LeaseLost, state_ref
-from counting.rollup.tick import Rollup
+from counting.rollup.tick import Limits, Rollup
 from google.cloud import firestore
 
 from ..waiting import eventually
@@ -37,18 +39,20 @@ def strong_count(db: firestore.Client, counter: str) -> int:
     return counters.get_count(db, counter, "strong").count
 
 
-def add(db: firestore.Client, counter: str, by: int) -> None:
-    counters.increment(db, counter, by, configs=counters.ConfigCache())
+def add(ctx: Context, db: firestore.Client, counter: str, by: int) -> None:
+    """An increment, the counter's configuration read afresh."""
+    counters.increment(dataclasses.replace(ctx, configs=counters.ConfigCache()), db, counter, by)
 
 
-def test_tick_writes_the_sum_of_changed_counters(isolated_db: firestore.Client) -> None:
+def test_tick_writes_the_sum_of_changed_counters(isolated_db: firestore.Client,
+                                                 ctx: Context) -> None:
     """A tick sets count and updated_at for counters that changed, and only those."""
     for name in ("a", "b", "quiet"):
-        counters.create_counter(isolated_db, name, shards=4)
-    step = Rollup(isolated_db, lease_for(isolated_db))
+        counters.create_counter(ctx, isolated_db, name, shards=4)
+    step = Rollup(isolated_db, lease_for(isolated_db), writing=ctx.writing)
     for by in (1, 2, 3):
-        add(isolated_db, "a", by)
-    add(isolated_db, "b", -4)
+        add(ctx, isolated_db, "a", by)
+    add(ctx, isolated_db, "b", -4)
     stats = step.tick()
     assert (rollup_count(isolated_db, "a"), rollup_count(isolated_db, "b")) == (6, -4)
     assert stats.written == 2 and stats.changed_counters == 2
@@ -58,13 +62,14 @@ def test_tick_writes_the_sum_of_changed_counters(isolated_db: firestore.Client) 
     assert quiet.update_time < stats.as_of  # never rewritten
 
 
-def test_idle_ticks_cost_a_lease_read_and_one_empty_query(isolated_db: firestore.Client
+def test_idle_ticks_cost_a_lease_read_and_one_empty_query(isolated_db: firestore.Client,
+                                                          ctx: Context
                                                            ) -> None:
     """With nothing changed, a tick costs the read of the lease, the minimum of one query, and
     writes nothing (its lease was written less than `renew_s` ago)."""
     for n in range(30):
-        counters.create_counter(isolated_db, f"idle-{n}", shards=3)
-    step = Rollup(isolated_db, lease_for(isolated_db))
+        counters.create_counter(ctx, isolated_db, f"idle-{n}", shards=3)
+    step = Rollup(isolated_db, lease_for(isolated_db), writing=ctx.writing)
     step.tick()
     stats = step.tick()
     counter_reads = stats.reads - (stats.trends.reads if stats.trends else 0)
@@ -72,35 +77,36 @@ def test_idle_ticks_cost_a_lease_read_and_one_empty_query(isolated_db: firestore
     assert stats.usage.writes == 0
 
 
-def test_unchanged_sum_is_not_rewritten(isolated_db: firestore.Client) -> None:
+def test_unchanged_sum_is_not_rewritten(isolated_db: firestore.Client, ctx: Context) -> None:
     """Shards that change but cancel out leave the rollup document alone."""
-    counters.create_counter(isolated_db, "flat", shards=2)
-    step = Rollup(isolated_db, lease_for(isolated_db))
-    add(isolated_db, "flat", 5)
+    counters.create_counter(ctx, isolated_db, "flat", shards=2)
+    step = Rollup(isolated_db, lease_for(isolated_db), writing=ctx.writing)
+    add(ctx, isolated_db, "flat", 5)
     step.tick()
-    add(isolated_db, "flat", 3)
-    add(isolated_db, "flat", -3)
+    add(ctx, isolated_db, "flat", 3)
+    add(ctx, isolated_db, "flat", -3)
     assert step.tick().written == 0
     assert rollup_count(isolated_db, "flat") == 5
 
 
 def test_interrupted_tick_is_redone_exactly(
-    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch, ctx: Context
 ) -> None:
     """A tick that dies after writing some sums is redone by the next holder, exactly."""
     names = [f"c{n}" for n in range(6)]
     for name in names:
-        counters.create_counter(isolated_db, name, shards=3)
-    first = Rollup(isolated_db, lease_for(isolated_db, "crashing"))
+        counters.create_counter(ctx, isolated_db, name, shards=3)
+    one_a_commit = Limits(publishes_per_commit=1)
+    first = Rollup(isolated_db, lease_for(isolated_db, "crashing"), writing=ctx.writing,
+                   limits=one_a_commit)
     first.tick()
     rng = random.Random(7)
     expected = dict.fromkeys(names, 0)
     for _ in range(60):
         name, by = rng.choice(names), rng.randint(-5, 9)
-        add(isolated_db, name, by)
+        add(ctx, isolated_db, name, by)
         expected[name] += by
 
-    monkeypatch.setattr(tick, "PUBLISHES_PER_COMMIT", 1)
     real_batch = isolated_db.batch
     commits = {"n": 0}
 
@@ -126,23 +132,24 @@ def test_interrupted_tick_is_redone_exactly(
     assert 0 < sum(half_written) < len(names)
 
     # The dead holder's lease has the persisted watermark of before the failed tick.
-    successor = Rollup(isolated_db, lease_for(isolated_db, "crashing"))
+    successor = Rollup(isolated_db, lease_for(isolated_db, "crashing"), writing=ctx.writing,
+                       limits=one_a_commit)
     successor.tick()
     assert {name: rollup_count(isolated_db, name) for name in names} == expected
     assert all(strong_count(isolated_db, name) == expected[name] for name in names)
 
 
-def test_rollup_is_exact_while_writes_continue(isolated_db: firestore.Client) -> None:
+def test_rollup_is_exact_while_writes_continue(isolated_db: firestore.Client, ctx: Context) -> None:
     """Ticks racing 4 writers always publish a sum the shards really had; the last is exact."""
-    counters.create_counter(isolated_db, "hot", shards=5)
-    step = Rollup(isolated_db, lease_for(isolated_db))
+    counters.create_counter(ctx, isolated_db, "hot", shards=5)
+    step = Rollup(isolated_db, lease_for(isolated_db), writing=ctx.writing)
     stop = threading.Event()
     totals = [0] * 4
 
     def writer(n: int) -> None:
-        cache = counters.ConfigCache()
+        mine = dataclasses.replace(ctx, configs=counters.ConfigCache())
         while not stop.is_set():
-            counters.increment(isolated_db, "hot", 1, configs=cache)
+            counters.increment(mine, isolated_db, "hot", 1)
             totals[n] += 1
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
@@ -176,17 +183,17 @@ def test_a_second_loop_waits_for_the_lease(isolated_db: firestore.Client) -> Non
 
 
 def test_a_holder_keeps_its_ledger_between_ticks_and_lets_go_when_closed(
-    isolated_db: firestore.Client,
+    isolated_db: firestore.Client, ctx: Context,
 ) -> None:
     """One holder ticks in separate invocations: the first reads the counter whole, the next
     only the shard written since; closing it releases the lease with its progress."""
-    counters.create_counter(isolated_db, "looped", shards=3)
+    counters.create_counter(ctx, isolated_db, "looped", shards=3)
     for _ in range(10):
-        add(isolated_db, "looped", 2)
-    holder = cadence.Holder(isolated_db)
+        add(ctx, isolated_db, "looped", 2)
+    holder = cadence.Holder(isolated_db, writing=ctx.writing)
     first = holder.tick_slot(None)
     assert first.outcome == cadence.Outcome.TICKED and rollup_count(isolated_db, "looped") == 20
-    add(isolated_db, "looped", 1)
+    add(ctx, isolated_db, "looped", 1)
     second = holder.tick_slot(None)
     assert rollup_count(isolated_db, "looped") == 21
     # The lease read, the change query (the shards written within the overlap) and no shard
@@ -198,24 +205,24 @@ def test_a_holder_keeps_its_ledger_between_ticks_and_lets_go_when_closed(
 
 
 def test_a_superseded_holder_commits_nothing(
-    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch, ctx: Context
 ) -> None:
     """A holder that stalls mid-tick past its lease cannot write its older sums over those of
     the holder that took over meanwhile."""
-    counters.create_counter(isolated_db, "fenced", shards=2)
+    counters.create_counter(ctx, isolated_db, "fenced", shards=2)
     stale = Rollup(isolated_db, Lease(isolated_db, state_ref(isolated_db), "stale",
-                                             0.5))
+                                             0.5), writing=ctx.writing)
     assert stale.store.lease.acquire()
-    add(isolated_db, "fenced", 1)
+    add(ctx, isolated_db, "fenced", 1)
     real_plan = ledger.Ledger.plan
 
     def stall_then_plan(self: ledger.Ledger, *args: Any) -> Any:
         if self is stale.ledger:
             # Paused (GC, a slow machine) past the lease: a successor takes over and publishes.
-            add(isolated_db, "fenced", 10)
+            add(ctx, isolated_db, "fenced", 10)
             lease = Lease(isolated_db, state_ref(isolated_db), "successor", 0.5)
             eventually(lease.acquire, timeout_s=10)  # once the stale holder's lease expired
-            successor = Rollup(isolated_db, lease)
+            successor = Rollup(isolated_db, lease, writing=ctx.writing)
             successor.tick()
         return real_plan(self, *args)
 
@@ -226,50 +233,51 @@ def test_a_superseded_holder_commits_nothing(
 
 
 def test_a_counter_that_cannot_be_published_does_not_stop_the_others(
-    isolated_db: firestore.Client,
+    isolated_db: firestore.Client, ctx: Context,
 ) -> None:
     """A sum outside 64-bit integers and a deleted counter document are skipped and reported;
     every other counter is published and the watermark moves on."""
     for name in ("big", "gone", "fine"):
-        counters.create_counter(isolated_db, name, shards=2)
-    step = Rollup(isolated_db, lease_for(isolated_db))
-    add(isolated_db, "gone", 1)
+        counters.create_counter(ctx, isolated_db, name, shards=2)
+    step = Rollup(isolated_db, lease_for(isolated_db), writing=ctx.writing)
+    add(ctx, isolated_db, "gone", 1)
     step.tick()
     for shard in (0, 1):
         write_shard(isolated_db, "big", shard, 2**62)
     write_shard(isolated_db, "big", 0, 2**62)
-    add(isolated_db, "gone", 4)
+    add(ctx, isolated_db, "gone", 4)
     counters.counter_ref(isolated_db, "gone").delete()
-    add(isolated_db, "fine", 5)
+    add(ctx, isolated_db, "fine", 5)
     before = step.watermark
     stats = step.tick()
     assert rollup_count(isolated_db, "fine") == 5
     assert step.watermark > before
     assert any(p.startswith("big: sum") for p in stats.problems)
     assert any(p.startswith("gone: ") for p in stats.problems)
-    add(isolated_db, "fine", 1)
+    add(ctx, isolated_db, "fine", 1)
     again = step.tick()
     assert rollup_count(isolated_db, "fine") == 6
     assert any(p.startswith("big: ") for p in again.problems)  # reported while it lasts
 
 
 def test_first_loads_are_spread_and_survive_a_handover(
-    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch, ctx: Context
 ) -> None:
     """A holder meeting more counters than it reads in a tick (one by its document, one deferred
     read whole) publishes them over the next ticks; one that hands over first leaves a
     watermark from which its successor finds them."""
-    monkeypatch.setattr(ledger, "DOCUMENT_LOADS_PER_TICK", 1)
-    monkeypatch.setattr(ledger, "FIRST_LOADS_PER_TICK", 1)
+    budget = Limits(document_loads_per_tick=1, first_loads_per_tick=1)
     names = [f"many-{n}" for n in range(5)]
     for name in names:
-        counters.create_counter(isolated_db, name, shards=2)
-        add(isolated_db, name, 3)
-    first = Rollup(isolated_db, lease_for(isolated_db, "first"))
+        counters.create_counter(ctx, isolated_db, name, shards=2)
+        add(ctx, isolated_db, name, 3)
+    first = Rollup(isolated_db, lease_for(isolated_db, "first"), writing=ctx.writing,
+                   limits=budget)
     assert first.tick().changed_counters == 2
     assert sum(rollup_count(isolated_db, name) == 3 for name in names) == 2
     first.store.lease.release(first.durable_progress)  # hands over with three still owed
-    successor = Rollup(isolated_db, lease_for(isolated_db, "successor"))
+    successor = Rollup(isolated_db, lease_for(isolated_db, "successor"), writing=ctx.writing,
+                       limits=budget)
     for _ in range(4):  # it meets all five (from the watermark left): two a tick, then one
         successor.tick()
     assert [rollup_count(isolated_db, name) for name in names] == [3] * 5
@@ -278,7 +286,7 @@ def test_first_loads_are_spread_and_survive_a_handover(
 
 def test_the_audit_turns_a_lasting_mismatch_into_drift(
     isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture, ctx: Context
 ) -> None:
     """An exact rollup gives the audit nothing to say. A shard changed behind the rollup's back
     (no `updated_at`: no query finds it, as a write landing later than any sweep reaches) makes
@@ -286,21 +294,22 @@ def test_the_audit_turns_a_lasting_mismatch_into_drift(
     later one once the confirmation time has passed, logged at ERROR, kept in internal/audit,
     and repaired: the next tick publishes the shards' sum."""
     db = isolated_db
-    counters.create_counter(db, "liked", shards=2)
-    step = Rollup(db, lease_for(db))
+    counters.create_counter(ctx, db, "liked", shards=2)
+    step = Rollup(db, lease_for(db), writing=ctx.writing)
     write_shard(db, "liked", 0, 3)
     step.tick()
-    assert audit.run(db, per_run=10) == audit.Run(
-        checked=[audit.check_counter(db, "liked")], suspects=[], drift=[])  # type: ignore[list-item]
+    assert audit.run(ctx.writing, db, per_run=10) == audit.Run(
+        checked=[audit.check_counter(db,
+                                     "liked")], suspects=[], drift=[])  # type: ignore[list-item]
     counters.shard_ref(db, "liked", 1).update({"count": firestore.Increment(4)})  # forged
     write_shard(db, "liked", 0, 1)
     step.tick()
     found = audit.check_counter(db, "liked")
     assert found is not None and (found.published, found.shards) == (4, 8)
-    assert audit.run(db, per_run=10).suspects == ["liked"]
+    assert audit.run(ctx.writing, db, per_run=10).suspects == ["liked"]
     monkeypatch.setattr(audit, "CONFIRM_AFTER_S", 0.0)
     with caplog.at_level(logging.ERROR, logger="counting.rollup.audit"):
-        confirmed = audit.run(db, per_run=10)
+        confirmed = audit.run(ctx.writing, db, per_run=10)
     assert [c.counter for c in confirmed.drift] == ["liked"] and confirmed.suspects == []
     assert any(r.getMessage().startswith(audit.DRIFT_LOG_PREFIX) for r in caplog.records)
     state = audit.audit_ref(db).get().to_dict() or {}
@@ -309,4 +318,5 @@ def test_the_audit_turns_a_lasting_mismatch_into_drift(
     assert state["last_drift_at"] == state["last_run_at"] and state["checked"] == 3
     # The drifting counter's shards were touched: the next tick publishes their sum.
     step.tick()
-    assert rollup_count(db, "liked") == 8 and audit.check_counter(db, "liked").exact  # type: ignore[union-attr]
+    assert rollup_count(db, "liked") == 8 and audit.check_counter(db,
+                                                                  "liked").exact  # type: ignore[union-attr]

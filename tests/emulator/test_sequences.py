@@ -15,6 +15,7 @@ import pytest
 import requests
 from callables import Callables, CallError, User, sign_up
 from counting.features import sequences
+from counting.features.context import Context
 from counting.foundation import config
 from google.cloud import firestore
 
@@ -263,18 +264,20 @@ def utc(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
 
 
-def test_numbers_restart_when_a_business_day_ends(isolated_db: firestore.Client) -> None:
+def test_numbers_restart_when_a_business_day_ends(isolated_db: firestore.Client,
+                                                  ctx: Context) -> None:
     """Crossing the reset time (here a skipped DST hour) starts the next day at 1 and archives
     the closed day with a TTL date; a retried request_id still gets its first number."""
     db, tenant = isolated_db, "bistro"
     # New York skips 02:00-03:00 on 2024-03-10: a 02:30 reset starts that day at 03:30 EDT.
-    sequences.configure_sequence(db, tenant, timezone=NEW_YORK, reset_time="02:30",
+    sequences.configure_sequence(ctx, db, tenant, timezone=NEW_YORK, reset_time="02:30",
                                  now=utc("2024-03-09T20:00"))
-    before = [sequences.next_number(db, tenant, now=utc("2024-03-10T07:29:59")) for _ in range(3)]
-    kept = sequences.next_number(db, tenant, request_id="r1", uid="u",
+    before = [sequences.next_number(ctx, db, tenant,
+                                    now=utc("2024-03-10T07:29:59")) for _ in range(3)]
+    kept = sequences.next_number(ctx, db, tenant, request_id="r1", uid="u",
                                  now=utc("2024-03-10T07:29:59"))
-    after = [sequences.next_number(db, tenant, now=utc("2024-03-10T07:30")) for _ in range(2)]
-    retried = sequences.next_number(db, tenant, request_id="r1", uid="u",
+    after = [sequences.next_number(ctx, db, tenant, now=utc("2024-03-10T07:30")) for _ in range(2)]
+    retried = sequences.next_number(ctx, db, tenant, request_id="r1", uid="u",
                                     now=utc("2024-03-10T07:31"))
 
     assert [(t.business_day.isoformat(), t.number) for t in [*before, kept, *after]] == [
@@ -292,19 +295,19 @@ def test_numbers_restart_when_a_business_day_ends(isolated_db: firestore.Client)
 
 
 def test_concurrent_requests_across_the_boundary_open_the_day_once(
-    isolated_db: firestore.Client,
+    isolated_db: firestore.Client, ctx: Context,
 ) -> None:
     """8 threads whose clocks straddle midnight: no duplicate in either day, and the new day
     counts 1..n with no gap (it was opened exactly once)."""
     db, tenant = isolated_db, "diner"
-    sequences.configure_sequence(db, tenant, timezone="UTC", now=utc("2024-05-01T12:00"))
+    sequences.configure_sequence(ctx, db, tenant, timezone="UTC", now=utc("2024-05-01T12:00"))
     clocks = [utc("2024-05-01T23:59:59"), utc("2024-05-02T00:00:00")]
     tickets: list[sequences.Ticket] = []
     lock = threading.Lock()
 
     def worker(i: int) -> None:
         for n in range(10):
-            ticket = sequences.next_number(db, tenant, now=clocks[(i + n) % 2 if n < 5 else 1])
+            ticket = sequences.next_number(ctx, db, tenant, now=clocks[(i + n) % 2 if n < 5 else 1])
             with lock:
                 tickets.append(ticket)
 
@@ -320,14 +323,16 @@ def test_concurrent_requests_across_the_boundary_open_the_day_once(
     assert len(tickets) == 80
 
 
-def test_a_reset_keeps_earlier_numbers_on_record(isolated_db: firestore.Client) -> None:
+def test_a_reset_keeps_earlier_numbers_on_record(isolated_db: firestore.Client,
+                                                 ctx: Context) -> None:
     """Numbers before a reset keep their epoch; the day's record says how many came before."""
     db, tenant = isolated_db, "cafe"
     now = utc("2024-07-01T10:00")
-    sequences.configure_sequence(db, tenant, timezone="Asia/Tokyo", reset_time="05:00", now=now)
-    first = [sequences.next_number(db, tenant, now=now) for _ in range(5)]
-    reset = sequences.reset_sequence(db, tenant, uid="manager", now=now)
-    second = [sequences.next_number(db, tenant, now=now) for _ in range(2)]
+    sequences.configure_sequence(ctx, db, tenant, timezone="Asia/Tokyo", reset_time="05:00",
+                                 now=now)
+    first = [sequences.next_number(ctx, db, tenant, now=now) for _ in range(5)]
+    reset = sequences.reset_sequence(ctx, db, tenant, uid="manager", now=now)
+    second = [sequences.next_number(ctx, db, tenant, now=now) for _ in range(2)]
     assert [(t.epoch, t.number) for t in first + second] == [
         (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (1, 1), (1, 2)]
     assert (reset.business_day, reset.epoch) == (dt.date(2024, 7, 1), 1)
@@ -350,17 +355,18 @@ def issue_without_answer(db: firestore.Client, tenant: str, request_id: str) -> 
     batch.commit()
 
 
-def test_a_retry_gets_the_number_a_lost_answer_carried(isolated_db: firestore.Client) -> None:
+def test_a_retry_gets_the_number_a_lost_answer_carried(isolated_db: firestore.Client,
+                                                       ctx: Context) -> None:
     """A retry of a request whose number was issued but never answered gets that number (read
     back from the sequence as the request's own commit left it), and no other is used up."""
     db, tenant = isolated_db, "kiosk"
-    sequences.configure_sequence(db, tenant, timezone="UTC")
-    assert sequences.next_number(db, tenant).number == 1
+    sequences.configure_sequence(ctx, db, tenant, timezone="UTC")
+    assert sequences.next_number(ctx, db, tenant).number == 1
     issue_without_answer(db, tenant, "lost")
-    sequences.next_number(db, tenant)  # 3: the lost one was 2
-    first = sequences.next_number(db, tenant, request_id="lost", uid="u")
-    again = sequences.next_number(db, tenant, request_id="lost", uid="u")
+    sequences.next_number(ctx, db, tenant)  # 3: the lost one was 2
+    first = sequences.next_number(ctx, db, tenant, request_id="lost", uid="u")
+    again = sequences.next_number(ctx, db, tenant, request_id="lost", uid="u")
     assert first.number == 2 and again == first
-    assert sequences.next_number(db, tenant).number == 4
+    assert sequences.next_number(ctx, db, tenant).number == 4
     doc = sequences.sequence_ref(db, tenant).get().to_dict() or {}
     assert doc["issued"] == 4

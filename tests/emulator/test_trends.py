@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from callables import Callables, CallError
 from counting.features import trends
+from counting.features.context import Context
 from counting.foundation import config, kinds
 from counting.rollup import trend_ledger, trend_step
 from counting.rollup.lease import Lease, state_ref
@@ -63,7 +64,8 @@ def test_top_tags_equal_a_brute_force_count(user: Callables, suffix: str) -> Non
     for window in kinds.WINDOWS:
         for region in regions:
             want = expected(events, now, window, region)
-            eventually(lambda r=region, w=window, e=want: top(user, r, w) == e)  # type: ignore[misc]
+            eventually(lambda r=region, w=window, e=want: top(user, r,
+                                                              w) == e)  # type: ignore[misc]
         mine = expected(events, now, window)
 
         def global_matches(w: str = window, e: list[Any] = mine) -> bool:
@@ -158,13 +160,13 @@ class Clock:
         return self.now
 
 
-def stepper(db: firestore.Client, clock: Clock,
+def stepper(ctx: Context, db: firestore.Client, clock: Clock,
             thresholds: Mapping[kinds.Window, int] | None = None) -> tuple[Rollup, Lease]:
     """A rollup holder whose trends step reads the time from `clock`."""
     lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     return Rollup(db, lease, trends=functools.partial(
-        trend_step.TrendRollup, clock=clock, thresholds=thresholds)), lease
+        trend_step.TrendRollup, clock=clock, thresholds=thresholds), writing=ctx.writing), lease
 
 
 def listed(db: firestore.Client, scope: str, window: kinds.Window) -> list[Any]:
@@ -173,15 +175,16 @@ def listed(db: firestore.Client, scope: str, window: kinds.Window) -> list[Any]:
     return [{"tag": item.tag, "count": item.count} for item in items]
 
 
-def test_windows_drop_expired_buckets_and_reorder(isolated_db: firestore.Client) -> None:
+def test_windows_drop_expired_buckets_and_reorder(isolated_db: firestore.Client,
+                                                  ctx: Context) -> None:
     """As the clock passes bucket boundaries, old counts leave the 1h and then the 24h lists."""
     start = dt.datetime(2026, 3, 1, 10, 0, 30, tzinfo=dt.UTC)
     clock = Clock(start)
-    step, _ = stepper(isolated_db, clock)
+    step, _ = stepper(ctx, isolated_db, clock)
     events: list[Event] = []
 
     def track(region: str, tags: list[str]) -> None:
-        trends.track(isolated_db, region, tags, now=clock.now)
+        trends.track(ctx, isolated_db, region, tags, now=clock.now)
         events.append((clock.now, region, tags))
 
     def check() -> None:
@@ -219,11 +222,11 @@ def test_windows_drop_expired_buckets_and_reorder(isolated_db: firestore.Client)
         assert list(isolated_db.collection(collection).stream()) == []
 
 
-def test_a_full_list_refills_from_the_totals(isolated_db: firestore.Client) -> None:
+def test_a_full_list_refills_from_the_totals(isolated_db: firestore.Client, ctx: Context) -> None:
     """With more than TOP_K tags, tags outside the list move in when listed ones expire."""
     start = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
     clock = Clock(start)
-    step, _ = stepper(isolated_db, clock)
+    step, _ = stepper(ctx, isolated_db, clock)
     rng = random.Random(3)
     events: list[Event] = []
     early = [f"early-{n:03d}" for n in range(60)]
@@ -233,7 +236,7 @@ def test_a_full_list_refills_from_the_totals(isolated_db: firestore.Client) -> N
         for _ in range(rounds):
             for region in ("eu", "us"):
                 tags = rng.sample(pool, 20)
-                trends.track(isolated_db, region, tags, now=when)
+                trends.track(ctx, isolated_db, region, tags, now=when)
                 events.append((when, region, tags))
         step.tick()
     for minutes in (10, 59, 60, 70):
@@ -245,19 +248,19 @@ def test_a_full_list_refills_from_the_totals(isolated_db: firestore.Client) -> N
     assert len(listed(isolated_db, "global", "24h")) == config.TOP_K
 
 
-def test_trending_lists_tags_at_the_threshold(isolated_db: firestore.Client) -> None:
+def test_trending_lists_tags_at_the_threshold(isolated_db: firestore.Client, ctx: Context) -> None:
     """A tag is trending once its window count reaches the window's threshold, and not after
     it falls below."""
     start = dt.datetime(2026, 3, 1, 8, 0, 0, tzinfo=dt.UTC)
     clock = Clock(start)
-    step, _ = stepper(isolated_db, clock, thresholds={"1h": 3, "24h": 4})
+    step, _ = stepper(ctx, isolated_db, clock, thresholds={"1h": 3, "24h": 4})
     for _ in range(3):
-        trends.track(isolated_db, "eu", ["hot", "warm"][: 2 if _ < 2 else 1], now=clock.now)
+        trends.track(ctx, isolated_db, "eu", ["hot", "warm"][: 2 if _ < 2 else 1], now=clock.now)
     step.tick()
     doc = isolated_db.collection(config.TRENDS).document("global").get().to_dict() or {}
     assert doc["windows"]["1h"]["trending"] == ["hot"]
     assert doc["trending"] == [] and doc["window"] == "24h"
-    trends.track(isolated_db, "us", ["hot"], now=clock.now)
+    trends.track(ctx, isolated_db, "us", ["hot"], now=clock.now)
     step.tick()
     doc = isolated_db.collection(config.TRENDS).document("global").get().to_dict() or {}
     assert doc["trending"] == ["hot"] and doc["items"][0] == {"tag": "hot", "count": 4}
@@ -269,18 +272,18 @@ def test_trending_lists_tags_at_the_threshold(isolated_db: firestore.Client) -> 
 
 
 def test_an_interrupted_tick_is_redone_exactly(
-    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch
+    isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch, ctx: Context
 ) -> None:
     """A tick that dies after committing part of its changes is redone exactly by the next
     holder: the bucket documents say what was already summed."""
     clock = Clock(dt.datetime(2026, 3, 1, 9, 0, 0, tzinfo=dt.UTC))
-    first, lease = stepper(isolated_db, clock)
+    first, lease = stepper(ctx, isolated_db, clock)
     first.tick()
     rng = random.Random(5)
     events: list[Event] = []
     for _ in range(12):
         region, tags = rng.choice(["eu", "us"]), rng.sample([f"t{n}" for n in range(30)], 8)
-        trends.track(isolated_db, region, tags, now=clock.now)
+        trends.track(ctx, isolated_db, region, tags, now=clock.now)
         events.append((clock.now, region, tags))
     monkeypatch.setattr(config, "ROLLUP_COMMIT_WRITES", 41)
     real_commit = lease.commit
@@ -296,7 +299,7 @@ def test_an_interrupted_tick_is_redone_exactly(
     with pytest.raises(RuntimeError):
         first.tick()
     assert commits["n"] == 3
-    successor, _ = stepper(isolated_db, clock)  # same owner: takes the lease at once
+    successor, _ = stepper(ctx, isolated_db, clock)  # same owner: takes the lease at once
     successor.tick()
     scopes: list[tuple[str, str | None]] = [("eu", "eu"), ("us", "us"), ("global", None)]
     for scope, only in scopes:

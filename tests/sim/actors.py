@@ -36,15 +36,19 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from counting.features import collections, counters, declarations, sequences, trends
+from counting.features.context import Context
 from counting.foundation import config
+from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import audit, cadence, repartition
 from counting.writepath import partitions, waking
+from counting.writepath.context import Writing
 from counting.writepath.partitions import Part
 from counting.writepath.policy import Policy
 from firebase_admin import exceptions as admin_exceptions
 from google.cloud import firestore
 
+from . import protections
 from .faults import Chaos
 from .history import Answer, Call, History, Request
 from .model import Attempt, Model, Path, Snapshot, Version
@@ -121,7 +125,8 @@ class Stage:
     rng: random.Random
     chaos: Chaos
     known: ProcessesKnow
-    clock: cadence.Clock
+    clock: Clock
+    write_context: Writing  # the run's: its protections, P as processes know it, its waker
     writing: bool = True
     ops: Counter[str] = field(default_factory=Counter)  # operations done, by kind
     tally: Counter[str] = field(default_factory=Counter)  # hazards and events, by kind
@@ -154,15 +159,19 @@ class Stage:
     def alive(self, actor: Actor) -> bool:
         return not actor.done and not actor.killed
 
+    def context(self, picker: counters.ShardPicker) -> Context:
+        """A process's context: the run's writing, and caches of its own on the virtual clock."""
+        clock = self.sim.monotonic
+        return Context(writing=self.write_context, configs=counters.ConfigCache(clock=clock),
+                       picker=picker, sequences=sequences.SequenceCache(clock=clock))
+
 
 @dataclass
 class Process:
     """One client process's own state."""
 
     rng: random.Random
-    configs: counters.ConfigCache
-    picker: counters.ShardPicker
-    numbers: sequences.SequenceCache
+    ctx: Context
 
 
 class Writers:
@@ -196,10 +205,8 @@ class Writers:
     def _run(self) -> None:
         stage = self.stage
         rng = random.Random(stage.rng.random())
-        clock = stage.sim.monotonic
-        process = Process(rng=rng, configs=counters.ConfigCache(clock=clock),
-                          picker=counters.ShardPicker(random.Random(rng.random())),
-                          numbers=sequences.SequenceCache(clock=clock))
+        process = Process(rng=rng,
+                          ctx=stage.context(counters.ShardPicker(random.Random(rng.random()))))
         weights = [weight for weight, _ in self._mix]
         ops = [op for _, op in self._mix]
         while stage.writing:
@@ -214,17 +221,16 @@ class Writers:
         kind = "increment_id" if with_id else "increment"
         self.stage.ops[kind] += 1
         self.stage.ask(Request(kind=kind, request_id=request_id, amounts={counter: by}),
-                       lambda: counters.increment(db, counter, by, request_id=request_id,
-                                                  uid=uid, admin=False, configs=process.configs,
-                                                  picker=process.picker), applied)
+                       lambda: counters.increment(process.ctx, db, counter, by,
+                                                  request_id=request_id, uid=uid, admin=False),
+                       applied)
 
     def _post(self, process: Process) -> None:
         db, post = self.stage.db, process.rng.choice(POSTS)
         self.stage.ops["increment"] += 1
         self.stage.ask(Request(kind="increment", amounts={post: 1}),
-                       lambda: counters.increment(db, post, 1, uid="u-post", admin=False,
-                                                  configs=process.configs,
-                                                  picker=process.picker), applied)
+                       lambda: counters.increment(process.ctx, db, post, 1, uid="u-post",
+                                                  admin=False), applied)
 
     def _batch(self, process: Process, *, with_id: bool) -> None:
         rng, db = process.rng, self.stage.db
@@ -236,10 +242,9 @@ class Writers:
         kind = "increment_many_id" if with_id else "increment_many"
         self.stage.ops[kind] += 1
         self.stage.ask(Request(kind=kind, request_id=request_id, amounts=dict(totals)),
-                       lambda: counters.increment_many(db, items, request_id=request_id,
-                                                       uid="batcher", admin=False,
-                                                       configs=process.configs,
-                                                       picker=process.picker), applied)
+                       lambda: counters.increment_many(process.ctx, db, items,
+                                                       request_id=request_id, uid="batcher",
+                                                       admin=False), applied)
 
     def _like(self, process: Process) -> None:
         rng, db = process.rng, self.stage.db
@@ -247,18 +252,16 @@ class Writers:
         kind = "like" if by > 0 else "unlike"
         self.stage.ops[kind] += 1
         self.stage.ask(Request(kind=kind, amounts={LIKES: by}),
-                       lambda: counters.increment(db, LIKES, by, uid=uid, admin=False,
-                                                  configs=process.configs,
-                                                  picker=process.picker), applied)
+                       lambda: counters.increment(process.ctx, db, LIKES, by, uid=uid,
+                                                  admin=False), applied)
 
     def _view(self, process: Process) -> None:
         rng, db = process.rng, self.stage.db
         uid = f"u{rng.randrange(6)}"
         self.stage.ops["view"] += 1
         self.stage.ask(Request(kind="view", amounts={VIEWS: 1}),
-                       lambda: counters.increment(db, VIEWS, 1, uid=uid, admin=False,
-                                                  configs=process.configs,
-                                                  picker=process.picker), applied)
+                       lambda: counters.increment(process.ctx, db, VIEWS, 1, uid=uid,
+                                                  admin=False), applied)
 
     def _track(self, process: Process, *, with_id: bool) -> None:
         rng, stage = process.rng, self.stage
@@ -268,8 +271,9 @@ class Writers:
         stage.ops[kind] += 1
         stage.ask(Request(kind=kind, request_id=request_id,
                           amounts={f"trend:{region}:{tag}": 1 for tag in tags}),
-                  lambda: trends.track(stage.db, region, tags, request_id=request_id,
-                                       uid="tracker", now=stage.sim.wall(), rng=rng), applied)
+                  lambda: trends.track(process.ctx, stage.db, region, tags,
+                                       request_id=request_id, uid="tracker",
+                                       now=stage.sim.wall()), applied)
 
     def _number(self, process: Process, *, with_id: bool) -> None:
         rng, stage = process.rng, self.stage
@@ -279,9 +283,9 @@ class Writers:
         kind = "next_number_id" if with_id else "next_number"
         stage.ops[kind] += 1
         stage.ask(Request(kind=kind, request_id=request_id, tenant=tenant),
-                  lambda: sequences.next_number(stage.db, tenant, request_id=request_id,
-                                                uid=uid, now=stage.sim.wall(),
-                                                cache=process.numbers))
+                  lambda: sequences.next_number(process.ctx, stage.db, tenant,
+                                                request_id=request_id, uid=uid,
+                                                now=stage.sim.wall()))
 
     def _order(self, process: Process) -> None:
         """The app writes its own documents (the library's retry and all); the trigger counts
@@ -337,6 +341,8 @@ class Operator:
         self.policies = {name: Policy(by=(1, 5)) for name in (*PLAIN, RARE)}
         self.policies[VIEWS] = Policy(min_interval_s=5)
         self._rng = random.Random(stage.rng.random())
+        # The operator's CLI: a process of its own.
+        self.ctx = stage.context(counters.ShardPicker(random.Random(self._rng.random())))
 
     def run(self) -> None:
         self.setup()
@@ -369,7 +375,8 @@ class Operator:
         for name, shards, policy in made:
             stage.ops["create_counter"] += 1
             call = stage.ask(Request(kind="create_counter"), functools.partial(
-                counters.create_counter, db, name, shards=shards, policy=policy), admin=True)
+                counters.create_counter, self.ctx, db, name, shards=shards, policy=policy),
+                admin=True)
             assert call.answer is Answer.OK, f"could not create {name}: {call}"
         legacy = counters.counter_ref(db, PLAIN[-1])
         call = stage.ask(Request(kind="setup"), functools.partial(
@@ -377,10 +384,10 @@ class Operator:
         assert call.answer is Answer.OK, f"could not make a legacy counter: {call}"
         for tenant, (zone, reset_time) in TENANTS.items():
             stage.ops["configure_sequence"] += 1
-            cache = sequences.SequenceCache(clock=stage.sim.monotonic)
+            fresh = stage.context(self.ctx.picker)  # a command of its own: a cold cache
             call = stage.ask(Request(kind="configure_sequence"), functools.partial(
-                sequences.configure_sequence, db, tenant, timezone=zone, reset_time=reset_time,
-                now=stage.sim.wall(), cache=cache), admin=True)
+                sequences.configure_sequence, fresh, db, tenant, timezone=zone,
+                reset_time=reset_time, now=stage.sim.wall()), admin=True)
             assert call.answer is Answer.OK, f"could not configure {tenant}: {call}"
 
     def change(self, count: int) -> None:
@@ -388,7 +395,8 @@ class Operator:
         changes nothing)."""
         self.stage.ops["change_partitions"] += 1
         self.stage.ask(Request(kind="change_partitions"),
-                       lambda: repartition.change(self.stage.db, count), admin=True)
+                       lambda: repartition.change(self.stage.db, count, known=self.stage.known),
+                       admin=True)
 
     def configure(self) -> None:
         """A new write policy: plain counters' range of `by` narrowed or widened, the paced
@@ -405,7 +413,8 @@ class Operator:
     def reset(self, counter: str) -> None:
         self.stage.ops["reset_counter"] += 1
         self.stage.ask(Request(kind="reset_counter", amounts={counter: 0}),
-                       lambda: counters.reset_counter(self.stage.db, counter), admin=True)
+                       lambda: counters.reset_counter(self.ctx, self.stage.db, counter),
+                       admin=True)
 
     def drill(self) -> None:
         """A client counts RARE once; once the rollup has it, the operator resets RARE and a
@@ -415,12 +424,10 @@ class Operator:
         def count(counter: str) -> None:
             stage.ops["increment"] += 1
             stage.ask(Request(kind="increment", amounts={counter: 1}),
-                      lambda: counters.increment(stage.db, counter, 1, uid="u-rare",
-                                                 admin=False, configs=configs, picker=picker),
-                      applied)
+                      lambda: counters.increment(client, stage.db, counter, 1, uid="u-rare",
+                                                 admin=False), applied)
 
-        configs = counters.ConfigCache(clock=stage.sim.monotonic)
-        picker = counters.ShardPicker(random.Random(self._rng.random()))
+        client = stage.context(counters.ShardPicker(random.Random(self._rng.random())))
         count(RARE)
         stage.sim.wait(3.0)
         self.reset(RARE)
@@ -434,8 +441,8 @@ class Operator:
         stage.ops["reset_sequence"] += 1
         stage.ask(Request(kind="reset_sequence", tenant=tenant),
                   lambda: sequences.reset_sequence(
-                      stage.db, tenant, uid="operator", now=stage.sim.wall(),
-                      cache=sequences.SequenceCache(clock=stage.sim.monotonic)), admin=True)
+                      stage.context(self.ctx.picker), stage.db, tenant, uid="operator",
+                      now=stage.sim.wall()), admin=True)
 
     def backfill(self) -> None:
         backfill(self.stage)
@@ -444,8 +451,7 @@ class Operator:
 def backfill(stage: Stage) -> None:
     """`counters backfill` of the orders' declarations, run by the calling actor."""
     counting = collections.Counting(
-        stage.db, ORDERS, configs=counters.ConfigCache(clock=stage.sim.monotonic),
-        picker=counters.ShardPicker(random.Random(stage.rng.random())))
+        stage.context(counters.ShardPicker(random.Random(stage.rng.random()))), stage.db, ORDERS)
     stage.ops["backfill"] += 1
     stage.ask(Request(kind="backfill"), lambda: collections.backfill(counting), calls=1)
 
@@ -488,9 +494,8 @@ class Trigger:
         """`count_event`: the state applied, again after a transient failure
         (COLLECTION_RETRY_PAUSES_S); the platform never delivers it again."""
         stage = self.stage
-        counting = collections.Counting(stage.db, ORDERS,
-                                        configs=counters.ConfigCache(clock=stage.sim.monotonic),
-                                        picker=counters.ShardPicker(random.Random(event)))
+        counting = collections.Counting(
+            stage.context(counters.ShardPicker(random.Random(event))), stage.db, ORDERS)
         observed = collections.Observed.of_change("/".join(path), cast(Any, before),
                                                   cast(Any, after))
         request = Request(kind="delivery")
@@ -564,7 +569,7 @@ class Rollup:
         stage.struck[target] += 1
 
     def _holder(self, instance: str, part: Part) -> cadence.Holder:
-        """`instance`'s holder of `part`, made on first use, as `cadence.holder_for` keeps
+        """`instance`'s holder of `part`, made on first use, as `cadence.Holders` keeps
         them. The invocation's actor acts for it from here on (its commits carry its owner)."""
         actor = self.stage.sim.current()
         assert actor is not None
@@ -574,16 +579,16 @@ class Rollup:
             self.started += 1
             made: list[cadence.Holder] = []
             holder = holders[part] = cadence.Holder(
-                self.stage.db, part=part, enqueue=self.enqueue,
-                owner=f"{instance}-{self.started}", scaling=SCALING, clock=self.stage.clock,
-                on_tick=lambda stats: self._ticked(made[0], stats))
+                self.stage.db, writing=self.stage.write_context, part=part,
+                enqueue=self.enqueue, owner=f"{instance}-{self.started}", scaling=SCALING,
+                limits=protections.LIMITS, on_tick=lambda stats: self._ticked(made[0], stats))
             made.append(holder)
         actor.owner = holder.lease.owner
         return holder
 
     def _ran(self, instance: str, part: Part, run: cadence.Invocation) -> None:
         """After an invocation, the instance closes the holders it made useless, as
-        `cadence.invoke` does (`cadence.closed_after`)."""
+        `cadence.Holders.invoke` does (`cadence.closed_after`)."""
         if run.outcome == cadence.Outcome.RETIRED:
             self.stage.tally["retired"] += 1
         holders = self.instances.get(instance, {})
@@ -595,8 +600,9 @@ class Rollup:
 
     def _housekeeping(self) -> None:
         """The scheduled invocation: every partition of the current P, one after the other,
-        as `cadence.housekeeping` runs them (a failure stops none of the others); then a run of
-        the exactness audit, whatever the housekeeping did (the deployed `rollup` function)."""
+        as `cadence.Holders.housekeeping` runs them (a failure stops none of the others); then a
+        run of the exactness audit, whatever the housekeeping did (the deployed `rollup`
+        function)."""
         failure: Exception | None = None
         try:
             for part in partitions.parts(partitions.read_count(self.stage.db)):
@@ -611,7 +617,7 @@ class Rollup:
             assert actor is not None
             actor.owner = None  # the audit writes as no holder
             self.stage.ops["audit"] += 1
-            audit.run(self.stage.db)
+            audit.run(self.stage.write_context, self.stage.db)
 
     def _ticked(self, holder: cadence.Holder, stats: Any) -> None:
         """Note each partition's sweeps, and count a narrowing: a partition's ticks went from

@@ -10,10 +10,12 @@ from typing import cast
 
 import pytest
 from counting.features import counters
-from counting.foundation.config import AutoscaleParams
-from counting.rollup import folding, ledger, repartition
+from counting.features.context import Context
+from counting.foundation.clock import Clock
+from counting.foundation.config import AutoscaleParams, Protections
+from counting.rollup import folding, repartition
 from counting.rollup.lease import Lease, state_ref
-from counting.rollup.tick import Rollup, TickStats
+from counting.rollup.tick import Limits, Rollup, TickStats
 from counting.writepath import partitions, shards
 from counting.writepath.partitions import WHOLE
 from google.api_core import exceptions as gexc
@@ -26,10 +28,17 @@ from tests.sim.virtual import Sim
 
 
 class Scene:
-    def __init__(self, requests: Requests = CALM) -> None:
+    def __init__(self, requests: Requests = CALM, *, protected: Protections = protections.ALL,
+                 limits: Limits | None = None) -> None:
+        """Writers write with `ctx` (the system's clock: a scene's writes take no virtual time);
+        holders hold with `holding`, on the virtual clock, within `limits`."""
         self.sim = Sim(random.Random(1))
         self.model = Model(self.sim, random.Random(2), requests)
         self.db = cast(firestore.Client, Client(self.model))
+        self.ctx = Context.offline(protections=protected)
+        self.holding = dataclasses.replace(self.ctx.writing, clock=Clock(
+            monotonic=self.sim.monotonic, now=self.sim.wall))
+        self.limits = limits
 
     def at(self, seconds: float) -> None:
         self.sim.now_us = max(self.sim.now_us, round(seconds * 1_000_000))
@@ -37,8 +46,8 @@ class Scene:
     def holder(self, name: str) -> Rollup:
         lease = Lease(self.db, state_ref(self.db), name, 10.0)
         assert lease.acquire()
-        return Rollup(self.db, lease, AutoscaleParams(enabled=False),
-                             monotonic=self.sim.monotonic)
+        return Rollup(self.db, lease, AutoscaleParams(enabled=False), writing=self.holding,
+                      limits=self.limits)
 
     def holder_of(self, part: partitions.Part, at: float | None = None) -> Rollup:
         """A holder of `part` (taking its lease at `at`, if given)."""
@@ -47,7 +56,7 @@ class Scene:
         lease = Lease(self.db, state_ref(self.db, part), f"holder-{part}", 10.0)
         assert lease.acquire()
         return Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part,
-                             monotonic=self.sim.monotonic)
+                      writing=self.holding, limits=self.limits)
 
     def hand_over(self, holder: Rollup, t: float) -> Rollup:
         """`holder` lets the lease go at `t`; a successor (an empty ledger) takes it."""
@@ -58,23 +67,23 @@ class Scene:
 
     def write_shard(self, counter: str, shard: int, by: int) -> None:
         ref = counters.shard_ref(self.db, counter, shard)
-        ref.update(shards.shard_write(self.db, ref, by, random.Random(shard)).fields)
+        ref.update(shards.shard_write(self.ctx.writing, self.db, ref, by).fields)
 
     def twenty_counters(self) -> tuple[list[str], Rollup]:
         """Counters c0..c19 of 10 shards, and a first holder that took the lease after them."""
         names = [f"c{n}" for n in range(20)]
         for name in names:
-            counters.create_counter(self.db, name, shards=10)
+            counters.create_counter(self.ctx, self.db, name, shards=10)
         self.at(1)
         return names, self.holder("first")
 
     def wide_counter(self, holder: str) -> Rollup:
         """The counter `wide`: 8 shards, 8 increments, and a holder that has met it."""
-        counters.create_counter(self.db, "wide", shards=8)
+        counters.create_counter(self.ctx, self.db, "wide", shards=8)
         self.at(1)
         first = self.holder(holder)
         for _ in range(8):
-            counters.increment(self.db, "wide", 1)
+            counters.increment(self.ctx, self.db, "wide", 1)
         return first
 
     def slow_write(self, counter: str, stamped_s: float) -> None:
@@ -111,15 +120,13 @@ class Scene:
         return counts
 
 
-def test_a_counter_a_sweep_deferred_survives_a_handover(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_counter_a_sweep_deferred_survives_a_handover() -> None:
     """After a gap with no tick, the first tick is a sweep that finds an untouched slow write
     but defers its counter (past the first-load budget) and hands over: the successor still
     publishes it, because the watermark it starts from is the sweep's reach."""
-    monkeypatch.setattr(ledger, "FIRST_LOADS_PER_TICK", 1)
-    monkeypatch.setattr(ledger, "DOCUMENT_LOADS_PER_TICK", 1)
-    scene = Scene()
+    scene = Scene(limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
     for name in ("a-other", "b-slow"):
-        counters.create_counter(scene.db, name, shards=1)
+        counters.create_counter(scene.ctx, scene.db, name, shards=1)
     # A counter from before shard_counts: read whole, it takes the tick's budget of whole reads,
     # which would otherwise catch `b-slow` up at once.
     counters.memory_ref(scene.db, "a-other").update({"shard_counts": firestore.DELETE_FIELD})
@@ -138,7 +145,7 @@ def test_a_counter_a_sweep_deferred_survives_a_handover(monkeypatch: pytest.Monk
     scene.at(swept_at + 100)  # no tick for 250 s; meanwhile a write that took 80 s commits
     scene.slow_write("b-slow", swept_at + 20)
     scene.at(swept_at + 299)
-    counters.increment(scene.db, "a-other", 1)
+    counters.increment(scene.ctx, scene.db, "a-other", 1)
     t = swept_at + 301
     scene.at(t)
     first.tick()
@@ -160,7 +167,7 @@ def test_a_new_holders_sweep_reads_whole_only_what_no_tick_took_in() -> None:
     scene = Scene()
     names, first = scene.twenty_counters()
     for name in names:
-        counters.increment(scene.db, name, 1)
+        counters.increment(scene.ctx, scene.db, name, 1)
     t = 1.0
     for _ in range(30):
         t += 1
@@ -253,7 +260,7 @@ def handover_reads(*, legacy: bool) -> int:
             counters.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
     successor = scene.hand_over(first, 62)
     for name in names:
-        counters.increment(scene.db, name, 1)
+        counters.increment(scene.ctx, scene.db, name, 1)
     scene.at(65)
     stats = successor.tick()
     scene.at(66)
@@ -291,7 +298,7 @@ def test_a_successor_right_after_a_fold_is_exact() -> None:
     assert folded.complete and folded.deleted
     assert set(scene.shard_counts("wide") or {}) <= {"0", "1", "2", "3"}
     successor = scene.hand_over(first, 3)
-    counters.increment(scene.db, "wide", 1)
+    counters.increment(scene.ctx, scene.db, "wide", 1)
     scene.at(5)
     stats = successor.tick()
     scene.at(6)
@@ -308,12 +315,12 @@ def test_a_successor_after_a_reset_is_exact() -> None:
         first = scene.wide_counter("first")
         scene.at(2)
         first.tick()
-        counters.reset_counter(scene.db, "wide")
+        counters.reset_counter(scene.ctx, scene.db, "wide")
         if first_ticks:
             scene.at(3)
             first.tick()
         successor = scene.hand_over(first, 4)
-        counters.increment(scene.db, "wide", 1)
+        counters.increment(scene.ctx, scene.db, "wide", 1)
         scene.at(6)
         successor.tick()
         scene.at(7)
@@ -324,7 +331,7 @@ def test_a_change_that_nets_to_zero_is_handed_over() -> None:
     """+1 on one shard and -1 on another leave the count alone, yet move shard_counts: the
     holder publishes them, so a successor's sum after the next write is exact."""
     scene = Scene()
-    counters.create_counter(scene.db, "flat", shards=2)
+    counters.create_counter(scene.ctx, scene.db, "flat", shards=2)
     scene.at(1)
     first = scene.holder("first")
     scene.write_shard("flat", 0, 1)
@@ -347,13 +354,13 @@ def test_a_tick_reading_longer_than_the_lease_keeps_it() -> None:
     the reads, so a second holder trying to take it meanwhile is refused, and the tick
     publishes."""
     scene = Scene(dataclasses.replace(CALM, read=(6.0, 6.0)))
-    counters.create_counter(scene.db, "c", shards=2)
+    counters.create_counter(scene.ctx, scene.db, "c", shards=2)
     scene.at(1)
-    counters.increment(scene.db, "c", 1)
+    counters.increment(scene.ctx, scene.db, "c", 1)
     scene.at(2)
     lease = Lease(scene.db, state_ref(scene.db), "holder", 10.0)
     assert lease.acquire()
-    holder = Rollup(scene.db, lease, AutoscaleParams(), monotonic=scene.sim.monotonic)
+    holder = Rollup(scene.db, lease, AutoscaleParams(), writing=scene.holding)
     outcome: dict[str, object] = {}
 
     def tick() -> None:
@@ -380,23 +387,23 @@ def test_a_blind_increment_whose_answer_was_lost_counts_once(protected: bool) ->
     client library sends the Commit again unless told not to. The caller may be told the
     outcome is unknown, but the shard holds the increment once; with the library's resend
     (`single_attempt` off), twice."""
-    scene = Scene()
-    counters.create_counter(scene.db, "blind", shards=1)
+    scene = Scene(protected=protections.ALL if protected
+                  else protections.alone_off("single_attempt"))
+    counters.create_counter(scene.ctx, scene.db, "blind", shards=1)
     scene.at(1)
     scene.model.draws.script.append(Fate(delay_us=20_000, lost=gexc.ServiceUnavailable))
-    with protections.only(protections.ALL if protected
-                          else protections.alone_off("single_attempt")), \
-            contextlib.suppress(Exception):  # unknown outcome: the caller may be told so
-        counters.increment(scene.db, "blind", 1)
+    with contextlib.suppress(Exception):  # unknown outcome: the caller may be told so
+        counters.increment(scene.ctx, scene.db, "blind", 1)
     scene.at(2)
     assert scene.shards("blind") == (1 if protected else 2)
 
 
-def reset_beside_a_warm_holder(values: dict[int, int]) -> tuple[Scene, Rollup]:
+def reset_beside_a_warm_holder(values: dict[int, int],
+                               protected: Protections) -> tuple[Scene, Rollup]:
     """Create, write the shards `values`, publish (a warm holder), reset, write the same values
     again: the shards are back to what the holder last read."""
-    scene = Scene()
-    counters.create_counter(scene.db, "reset", shards=len(values))
+    scene = Scene(protected=protected)
+    counters.create_counter(scene.ctx, scene.db, "reset", shards=len(values))
     scene.at(1)
     holder = scene.holder("warm")
     for shard, value in values.items():
@@ -405,7 +412,7 @@ def reset_beside_a_warm_holder(values: dict[int, int]) -> tuple[Scene, Rollup]:
     holder.tick()
     scene.at(3)
     assert scene.published("reset") == sum(values.values())
-    counters.reset_counter(scene.db, "reset")
+    counters.reset_counter(scene.ctx, scene.db, "reset")
     scene.at(4)
     for shard, value in values.items():
         scene.write_shard("reset", shard, value)
@@ -417,12 +424,11 @@ def test_a_reset_beside_a_warm_holder_is_published(protected: bool) -> None:
     """The holder's ledger still holds shard 0 at 1, as the shard is again. A reset that moves
     shards only is published by the holder; the old reset (`reset_through_rollup` off) wrote 0
     on the counter document outside the lease, and the holder, seeing no change, left it."""
-    with protections.only(protections.ALL if protected
-                          else protections.alone_off("reset_through_rollup")):
-        scene, holder = reset_beside_a_warm_holder({0: 1})
-        for t in range(5, 30):
-            scene.at(t)
-            holder.tick()
+    scene, holder = reset_beside_a_warm_holder(
+        {0: 1}, protections.ALL if protected else protections.alone_off("reset_through_rollup"))
+    for t in range(5, 30):
+        scene.at(t)
+        holder.tick()
     scene.at(31)
     assert scene.shards("reset") == 1
     assert scene.published("reset") == (1 if protected else 0)
@@ -433,16 +439,15 @@ def test_a_successor_after_a_reset_beside_a_warm_holder_is_exact() -> None:
     again. (With the old reset, the successor trusted the per-shard counts the reset zeroed for
     the shards written before its watermark: published 11, shards 12. Since memories are written
     by sweeps, a successor reads back to the last sweep, before the reset here.)"""
-    with protections.only(protections.ALL):
-        scene, holder = reset_beside_a_warm_holder({0: 1, 1: 5})
-        for t in range(5, 8):
-            scene.at(t)
-            holder.tick()
-        successor = scene.hand_over(holder, 8)
-        scene.write_shard("reset", 1, 6)
-        for t in range(10, 130):
-            scene.at(t)
-            successor.tick()
+    scene, holder = reset_beside_a_warm_holder({0: 1, 1: 5}, protections.ALL)
+    for t in range(5, 8):
+        scene.at(t)
+        holder.tick()
+    successor = scene.hand_over(holder, 8)
+    scene.write_shard("reset", 1, 6)
+    for t in range(10, 130):
+        scene.at(t)
+        successor.tick()
     scene.at(131)
     assert scene.shards("reset") == 12
     assert scene.published("reset") == 12
@@ -455,20 +460,19 @@ def test_a_write_with_an_old_stripe_is_published_after_narrowing(protected: bool
     `narrow_at` (not a sweep: the old partitions swept a moment ago), and then every second:
     the write is published by a sweep, which reads every stripe of every P; with
     `every_stripe_sweep` off, never."""
-    with protections.only(protections.ALL if protected
-                          else protections.alone_off("every_stripe_sweep")):
-        published = old_stripe_after_narrowing()
+    published = old_stripe_after_narrowing(
+        protections.ALL if protected else protections.alone_off("every_stripe_sweep"))
     assert published == (1 if protected else 0)
 
 
-def old_stripe_after_narrowing() -> int:
+def old_stripe_after_narrowing(protected: Protections) -> int:
     """The scenario above: what the rollup publishes of the one write (the shard holds 1)."""
-    scene = Scene()
+    scene = Scene(protected=protected)
     name = next(f"old-{n}" for n in range(100)
                 if partitions.Part(2, 1).owns(partitions.home_of(f"old-{n}")))
-    counters.create_counter(scene.db, name, shards=1)
+    counters.create_counter(scene.ctx, scene.db, name, shards=1)
     scene.at(1)
-    repartition.change(scene.db, 4)
+    repartition.change(scene.db, 4, known=scene.ctx.writing.known)
     scene.at(2)
     fours = [scene.holder_of(part) for part in partitions.parts(4)]
     for t in range(3, 10):
@@ -476,10 +480,10 @@ def old_stripe_after_narrowing() -> int:
         for holder in fours:
             holder.tick()
     scene.at(10)
-    changed = repartition.change(scene.db, 2)
+    changed = repartition.change(scene.db, 2, known=scene.ctx.writing.known)
     scene.at(12)
     ref = counters.shard_ref(scene.db, name, 0)
-    ref.update({**shards.shard_write(scene.db, ref, 1, random.Random(1)).fields,
+    ref.update({**shards.shard_write(scene.ctx.writing, scene.db, ref, 1).fields,
                 "stripe": partitions.home_of(name) + 3 * partitions.HOMES})
     narrow_at = (changed.narrow_at - scene.sim.instant(0)).total_seconds()
     owner = scene.holder_of(partitions.Part(2, 1), at=narrow_at + 5)
@@ -491,20 +495,17 @@ def old_stripe_after_narrowing() -> int:
     return scene.published(name)
 
 
-def test_a_counter_deferred_across_a_sweep_then_caught_up_then_handed_over(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_counter_deferred_across_a_sweep_then_caught_up_then_handed_over() -> None:
     """`c` (2 shards) is written at 10 and deferred (document-load budget) by the tick at 11;
     the sweep at 52 spends the whole-read budget on `x2` (no shard_counts), so `c` is caught up
     (read whole, published) only at 53, after that sweep, and its memory is not written. The
     holder hands over before its next sweep; the successor reads back to the sweep at 52, so
     c's write at 10 is in no change query: it must be in c's memory, which the catch-up's
     publish writes (a review found it waiting for the next sweep: published 1, shards 6)."""
-    monkeypatch.setattr(ledger, "FIRST_LOADS_PER_TICK", 1)
-    monkeypatch.setattr(ledger, "DOCUMENT_LOADS_PER_TICK", 1)
-    scene = Scene()
-    counters.create_counter(scene.db, "c", shards=2)
+    scene = Scene(limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
+    counters.create_counter(scene.ctx, scene.db, "c", shards=2)
     for name in ("a1", "x2"):
-        counters.create_counter(scene.db, name, shards=1)
+        counters.create_counter(scene.ctx, scene.db, name, shards=1)
     for name in ("a1", "x2"):  # no shard_counts: each takes the whole-read budget of a tick
         counters.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
     scene.at(1)
@@ -539,15 +540,13 @@ def test_a_counter_deferred_across_a_sweep_then_caught_up_then_handed_over(
     assert scene.published("c") == scene.shards("c") == 6
 
 
-def test_the_same_holder_after_forgetting(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_same_holder_after_forgetting() -> None:
     """As above, but no handover: the holder's tick after the catch-up fails (forget, as
     `Rollup.tick` does on any exception), and its next tick reads back to its own last sweep."""
-    monkeypatch.setattr(ledger, "FIRST_LOADS_PER_TICK", 1)
-    monkeypatch.setattr(ledger, "DOCUMENT_LOADS_PER_TICK", 1)
-    scene = Scene()
-    counters.create_counter(scene.db, "c", shards=2)
+    scene = Scene(limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
+    counters.create_counter(scene.ctx, scene.db, "c", shards=2)
     for name in ("a1", "x2"):
-        counters.create_counter(scene.db, name, shards=1)
+        counters.create_counter(scene.ctx, scene.db, name, shards=1)
         counters.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
     scene.at(1)
     first = scene.holder("first")

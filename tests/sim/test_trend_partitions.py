@@ -10,15 +10,17 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar, cast
 
-import pytest
 from counting.features import trends
+from counting.features.context import Context
 from counting.foundation import config, kinds
+from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams
 from counting.foundation.kinds import Window
 from counting.rollup import cadence, repartition, trend_ledger, trend_merge
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup, TickStats
 from counting.writepath import partitions, waking
+from counting.writepath.context import Writing
 from counting.writepath.partitions import Part
 from google.cloud import firestore
 
@@ -37,12 +39,16 @@ R = TypeVar("R")
 class Scene:
     """One actor at a time, each step run to its end: requests take time, as in production."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self) -> None:
         self.sim = Sim(random.Random(1))
         self.model = Model(self.sim, random.Random(2), CALM)
         self.db = cast(firestore.Client, Client(self.model))
         self.rng = random.Random(3)
-        monkeypatch.setattr(partitions, "KNOWN", partitions.Known(monotonic=self.sim.monotonic))
+        self.clock = Clock(monotonic=self.sim.monotonic, now=self.sim.wall, sleep=self.sim.wait)
+        # The scene's one process: its writes and its holders, on the virtual clock.
+        self.ctx = Context.of(Writing(known=partitions.Known(monotonic=self.sim.monotonic),
+                                      waker=waking.Never(), rng=random.Random(4),
+                                      clock=self.clock))
 
     def act(self, step: Callable[[], R]) -> R:
         done: list[R] = []
@@ -57,20 +63,21 @@ class Scene:
 
     def holders(self, count: int, name: str) -> list[Rollup]:
         """P = count (changed if it is not), and a holder of each partition."""
-        self.act(lambda: repartition.change(self.db, count))
+        self.act(lambda: repartition.change(self.db, count, known=self.ctx.writing.known))
         held = []
         for part in partitions.parts(count):
             lease = Lease(self.db, state_ref(self.db, part), f"{name}-{part.index}", 10.0)
             assert self.act(lease.acquire)
-            held.append(Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part))
+            held.append(Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part,
+                               writing=self.ctx.writing))
         return held
 
     def track(self, events: int, tally: Tally) -> None:
         for _ in range(events):
             region = self.rng.choice(REGIONS)
             tags = sorted(set(self.rng.choices(TAGS, WEIGHTS, k=self.rng.randint(1, 6))))
-            self.act(functools.partial(trends.track, self.db, region, tags,
-                                       now=self.sim.wall(), rng=self.rng))
+            self.act(functools.partial(trends.track, self.ctx, self.db, region, tags,
+                                       now=self.sim.wall()))
             for tag in tags:
                 tally[(region, tag)] += 1
                 tally[(config.GLOBAL_SCOPE, tag)] += 1
@@ -102,11 +109,10 @@ def both(tally: Tally) -> dict[Window, Tally]:
     return {window: tally for window in kinds.WINDOWS}
 
 
-def test_four_partitions_publish_the_exact_top_of_all_tags(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_four_partitions_publish_the_exact_top_of_all_tags() -> None:
     """Tracks of 300 tags in two regions, rolled up by 4 partitions: trends/{scope} is the exact
     top 100 of all of them, though each partition lists only its own tags."""
-    scene = Scene(monkeypatch)
+    scene = Scene()
     held = scene.holders(4, "a")
     tally: Tally = Counter()
     for _ in range(4):
@@ -119,10 +125,10 @@ def test_four_partitions_publish_the_exact_top_of_all_tags(
     assert listed and all(Part(4, 1).owns(partitions.home_of(tag)) for tag, _ in listed)
 
 
-def test_expiry_subtracts_each_bucket_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_expiry_subtracts_each_bucket_once() -> None:
     """Buckets that leave the hour are subtracted by their tag's partition alone: the 1 h lists
     keep exactly the later tracks, the 24 h lists all of them."""
-    scene = Scene(monkeypatch)
+    scene = Scene()
     held = scene.holders(4, "a")
     early: Tally = Counter()
     scene.track(150, early)
@@ -140,11 +146,11 @@ def test_expiry_subtracts_each_bucket_once(monkeypatch: pytest.MonkeyPatch) -> N
     scene.assert_exact({"1h": late, "24h": early + late})
 
 
-def test_a_change_of_p_gives_the_exact_lists_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_change_of_p_gives_the_exact_lists_again() -> None:
     """From 4 partitions to 2, to 1 and back to 4 (whose earlier parts are stale): after the new
     partitions tick, trends/{scope} is exact again; the merger publishes nothing until every
     partition has published its parts."""
-    scene = Scene(monkeypatch)
+    scene = Scene()
     tally: Tally = Counter()
     held = scene.holders(4, "a")
     scene.track(200, tally)
@@ -160,13 +166,13 @@ def test_a_change_of_p_gives_the_exact_lists_again(monkeypatch: pytest.MonkeyPat
         scene.assert_exact(both(tally))
 
 
-def test_a_partition_that_wrote_parts_wakes_the_merger(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_partition_that_wrote_parts_wakes_the_merger() -> None:
     """After a tick that wrote trend parts, the holder enqueues partition 0's task for the slot
     of their commit."""
-    scene = Scene(monkeypatch)
-    scene.act(lambda: repartition.change(scene.db, 4))
+    scene = Scene()
+    scene.act(lambda: repartition.change(scene.db, 4, known=scene.ctx.writing.known))
     tag = next(tag for tag in TAGS if Part(4, 1).owns(partitions.home_of(tag)))
-    scene.act(lambda: trends.track(scene.db, "eu", [tag], now=scene.sim.wall(), rng=scene.rng))
+    scene.act(lambda: trends.track(scene.ctx, scene.db, "eu", [tag], now=scene.sim.wall()))
     scene.later()
     enqueued: list[tuple[Part, int]] = []
     ticked: list[TickStats] = []
@@ -175,31 +181,26 @@ def test_a_partition_that_wrote_parts_wakes_the_merger(monkeypatch: pytest.Monke
         enqueued.append((part, slot))
         return True
 
-    holder = cadence.Holder(scene.db, part=Part(4, 1), enqueue=enqueue, owner="one",
-                            clock=cadence.Clock(monotonic=scene.sim.monotonic,
-                                                now=scene.sim.wall, sleep=scene.sim.wait),
-                            on_tick=ticked.append)
+    holder = cadence.Holder(scene.db, writing=scene.ctx.writing, part=Part(4, 1),
+                            enqueue=enqueue, owner="one", on_tick=ticked.append)
     scene.act(lambda: holder.tick_slot(None))
     parts_at = ticked[0].trends.parts_at if ticked[0].trends is not None else None
     assert parts_at is not None
     assert enqueued == [(Part(4, 0), waking.slot_of(parts_at))]
 
 
-def test_a_part_the_merger_never_took_in_is_published_after_a_change_to_one(
-    monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_part_the_merger_never_took_in_is_published_after_a_change_to_one() -> None:
     """Partition 2 of 4 publishes its part, then P goes to 1 before partition 1 of 4 merged it.
     The one partition re-reads those buckets unchanged (their documents already hold them), so
     no total moves: its first tick publishes every scope anyway (`republish` on its lease)."""
-    scene = Scene(monkeypatch)
+    scene = Scene()
     held = scene.holders(4, "a")
     tally: Tally = Counter()
     scene.track(50, tally)
     scene.tick(held)
     tag = next(f"solo{n}" for n in range(1000) if Part(4, 1).owns(partitions.home_of(f"solo{n}")))
     for _ in range(500):
-        scene.act(lambda: trends.track(scene.db, "eu", [tag], now=scene.sim.wall(),
-                                       rng=scene.rng))
+        scene.act(lambda: trends.track(scene.ctx, scene.db, "eu", [tag], now=scene.sim.wall()))
     tally[("eu", tag)] += 500
     tally[(config.GLOBAL_SCOPE, tag)] += 500
     scene.later()

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from counting.foundation import config
+from counting.foundation.clock import Clock
 from counting.foundation.config import Protections
-from counting.rollup import cadence
 from counting.writepath import partitions, waking
 from google.cloud import firestore
 
@@ -93,21 +93,23 @@ def run(seed: int, *, protected: Protections = protections.ALL,
     model = Model(sim, random.Random(rng.random()), settings.requests)
     db = cast(firestore.Client, Client(model))
     known = ProcessesKnow(sim)
-    stage = Stage(sim=sim, model=model, db=db, history=History(sim),
-                  rng=random.Random(rng.random()), chaos=settings.chaos, known=known,
-                  clock=cadence.Clock(monotonic=sim.monotonic, now=sim.wall, sleep=sim.wait))
-    plan = Plan.draw(stage.rng, settings.active_s, settings.partitions, settings.changes)
-    stage.partitions.append(plan.start)
-    writers, rollup, trigger = Writers(stage), Rollup(stage), Trigger(stage)
-    rollup.writers = writers
-    operator = Operator(stage, plan)
-    model.on_commit += [rollup.on_commit, trigger.on_commit]
-    held = protections.Process(
-        known=known, clock=sim, entropy=random.Random(rng.random()),
-        waker=lambda: waking.Waker(lambda _, part, slot: rollup.enqueue(part, slot),
-                                   count=partitions.count))
+    clock = Clock(monotonic=sim.monotonic, now=sim.wall, sleep=sim.wait)
+    stage_rng = random.Random(rng.random())
+    entropy = random.Random(rng.random())
     outcome = Outcome(seed=seed, off=protections.off(protected))
-    with protections.process(protected, held):
+    with protections.inline_pools():
+        # The writes of every process of the run wake its rollup (made below) for their slot.
+        waker = waking.Waker(lambda _, part, slot: rollup.enqueue(part, slot), count=known.count)
+        writing = protections.writing(protected, known=known, waker=waker, clock=clock,
+                                      entropy=entropy)
+        stage = Stage(sim=sim, model=model, db=db, history=History(sim), rng=stage_rng,
+                      chaos=settings.chaos, known=known, clock=clock, write_context=writing)
+        plan = Plan.draw(stage.rng, settings.active_s, settings.partitions, settings.changes)
+        stage.partitions.append(plan.start)
+        writers, rollup, trigger = Writers(stage), Rollup(stage), Trigger(stage)
+        rollup.writers = writers
+        operator = Operator(stage, plan)
+        model.on_commit += [rollup.on_commit, trigger.on_commit]
         try:
             sim.spawn("operator", operator.run)
             rollup.schedule(1.0)

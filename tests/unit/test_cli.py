@@ -152,8 +152,8 @@ def domain(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         return trends.TopTags(region=region or "global", window=window,
                               items=calls["items"][:k], as_of=AS_OF)
 
-    def track(db: object, region: str, tags: list[str], *, request_id: str | None,
-              uid: str) -> int:
+    def track(ctx: object, db: object, region: str, tags: list[str], *,
+              request_id: str | None, uid: str) -> int:
         calls["track"].append((region, tags, request_id))
         return 0 if request_id == "seen" else len(tags)
 
@@ -345,7 +345,7 @@ def test_partitions_shows_and_changes_the_count(
     changes: list[int] = []
     woken: list[Part] = []
 
-    def change(db: Any, new: int) -> repartition.Changed:
+    def change(db: Any, new: int, *, known: partitions.Known) -> repartition.Changed:
         changes.append(new)
         return repartition.Changed(before=1, after=new, watermark=AS_OF, spread=4,
                                   narrow_at=AS_OF)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import ledger
 from counting.rollup.ledger import Ledger, Publish, ShardValue
@@ -138,10 +137,9 @@ def test_first_loads_are_bounded_and_hold_the_durable_watermark_back() -> None:
     assert book.durable(at(5)) == at(5)
 
 
-def test_documents_are_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_documents_are_bounded_too() -> None:
     """Past the per-tick budget of documents, changed counters the ledger has not seen wait."""
-    monkeypatch.setattr(ledger, "DOCUMENT_LOADS_PER_TICK", 2)
-    book = Ledger(FAST)
+    book = Ledger(FAST, document_loads_per_tick=2)
     held(book, "known", {"0": value(1, 1)})
     changes = {name: {"0": value(2, 2)} for name in ("known", "a", "b", "c")}
     book.spread_first_loads(changes, at(0))

@@ -5,6 +5,7 @@ snapshot semantics)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import random
 from collections.abc import Iterator
@@ -12,11 +13,14 @@ from typing import cast
 
 import pytest
 from counting.features import counters, trends
+from counting.features.context import Context
+from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import cadence, repartition
 from counting.rollup.lease import Lease, LeaseLost, state_ref
 from counting.rollup.tick import Rollup
 from counting.writepath import partitions
+from counting.writepath.context import Writing
 from counting.writepath.partitions import CHOICES, HOMES, WHOLE, Part
 from google.cloud import firestore
 
@@ -28,9 +32,7 @@ from tests.sim.virtual import Sim
 @pytest.fixture(autouse=True)
 def quiet() -> Iterator[None]:
     logging.disable(logging.CRITICAL)
-    partitions.KNOWN.forget()
     yield
-    partitions.KNOWN.forget()
     logging.disable(logging.NOTSET)
 
 
@@ -82,6 +84,7 @@ class World:
         self.model = Model(self.sim, random.Random(2), CALM)
         self.db = cast(firestore.Client, Client(self.model))
         self.t = 0.0
+        self.writing = Writing.offline()  # the holders'
 
     def step(self, seconds: float = 1.0) -> None:
         self.t += seconds
@@ -91,7 +94,8 @@ class World:
         lease = Lease(self.db, state_ref(self.db, part), name, 10.0)
         assert lease.acquire()
         self.step()  # its commit is visible
-        return Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part)
+        return Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part,
+                      writing=self.writing)
 
     def published(self, counter: str) -> int:
         return int((counters.counter_ref(self.db, counter).get().to_dict() or {})["count"])
@@ -100,14 +104,14 @@ class World:
 NAMES = [f"c{n}" for n in range(40)]
 
 
-def test_changing_p_loses_and_doubles_nothing() -> None:
+def test_changing_p_loses_and_doubles_nothing(ctx: Context) -> None:
     """P goes 1 -> 4 -> 2 while counters are written. The old holders are fenced out (their
     leases retired), the new ones start where the oldest old one was, and every count is
     exact; each partition publishes only the counters it owns."""
     world = World()
     db = world.db
     for name in NAMES:
-        counters.create_counter(db, name, shards=2)
+        counters.create_counter(ctx, db, name, shards=2)
     world.step()
     one = world.holder(WHOLE, "one")
     expected = collections.Counter[str]()
@@ -115,7 +119,7 @@ def test_changing_p_loses_and_doubles_nothing() -> None:
     def write(round_: int) -> None:
         for n, name in enumerate(NAMES):
             if (n + round_) % 3:
-                counters.increment(db, name, n + 1, admin=True)
+                counters.increment(ctx, db, name, n + 1, admin=True)
                 expected[name] += n + 1
         world.step()
 
@@ -123,7 +127,7 @@ def test_changing_p_loses_and_doubles_nothing() -> None:
     one.tick()
     write(1)  # not yet ticked by `one`
     world.step()
-    changed = repartition.change(db, 4)
+    changed = repartition.change(db, 4, known=ctx.writing.known)
     world.step()
     assert (changed.before, changed.after, changed.spread) == (1, 4, 4)
     assert partitions.read_count(db) == 4
@@ -131,7 +135,7 @@ def test_changing_p_loses_and_doubles_nothing() -> None:
         one.tick()  # fenced: the change wrote its lease
     assert not Lease(db, state_ref(db, WHOLE), "late", 10.0).acquire()  # retired
     world.step()
-    write(2)  # writers know P = 4 now (KNOWN was forgotten by the change)
+    write(2)  # writers know P = 4 now (the change made their context forget P)
     world.step()
     fours = [world.holder(part, f"four-{part.index}") for part in partitions.parts(4)]
     written = [holder.tick().written for holder in fours]
@@ -143,7 +147,7 @@ def test_changing_p_loses_and_doubles_nothing() -> None:
     assert all(world.published(name) == expected[name] for name in NAMES)
     write(3)
     world.step()
-    repartition.change(db, 2)
+    repartition.change(db, 2, known=ctx.writing.known)
     world.step()
     for holder in fours:
         with pytest.raises(LeaseLost):
@@ -159,18 +163,19 @@ def test_changing_p_loses_and_doubles_nothing() -> None:
 
 def test_a_change_to_the_current_p_changes_nothing() -> None:
     world = World()
-    before = repartition.change(world.db, 1)
+    known = world.writing.known
+    before = repartition.change(world.db, 1, known=known)
     assert (before.before, before.after) == (1, 1)
     assert not partitions.partitions_ref(world.db).get().exists
     with pytest.raises(ValueError, match="not one of"):
-        repartition.change(world.db, 3)
+        repartition.change(world.db, 3, known=known)
 
 
-def test_a_task_of_a_retired_partition_wakes_the_current_ones() -> None:
+def test_a_task_of_a_retired_partition_wakes_the_current_ones(ctx: Context) -> None:
     """A task for a partition of the old P is answered, not retried: its writes belong to the
     new partitions, which it wakes for the same slot."""
     world = World()
-    counters.create_counter(world.db, "c", shards=1)
+    counters.create_counter(ctx, world.db, "c", shards=1)
     world.step()
     woken: list[tuple[Part, int]] = []
 
@@ -178,10 +183,11 @@ def test_a_task_of_a_retired_partition_wakes_the_current_ones() -> None:
         woken.append((part, slot))
         return True
 
-    repartition.change(world.db, 2)
+    repartition.change(world.db, 2, known=ctx.writing.known)
     world.step()
-    clock = cadence.Clock(monotonic=lambda: world.t, now=world.sim.wall, sleep=world.step)
-    holder = cadence.Holder(world.db, part=WHOLE, enqueue=enqueue, clock=clock)
+    clock = Clock(monotonic=lambda: world.t, now=world.sim.wall, sleep=world.step)
+    holder = cadence.Holder(world.db, part=WHOLE, enqueue=enqueue,
+                            writing=dataclasses.replace(world.writing, clock=clock))
     run = holder.tick_slot(41)
     assert run.outcome == cadence.Outcome.RETIRED
     assert woken == [(Part(2, 0), 41), (Part(2, 1), 41)]

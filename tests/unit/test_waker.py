@@ -4,7 +4,6 @@ the slot and scheduled for its end; refusals and failures never fail a write."""
 from __future__ import annotations
 
 import datetime as dt
-import random
 import re
 import threading
 import time
@@ -13,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from counting.writepath import partitions, shards, waking
+from counting.writepath.context import Writing
 from counting.writepath.partitions import WHOLE, Part
 from google.cloud.firestore_v1.types import Value
 
@@ -94,7 +94,7 @@ class Written:
 
 
 def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
-    """`shards.settle`, where the domain's write paths end, hands the process's waker the
+    """`shards.settle`, where the domain's write paths end, hands its context's waker the
     latest commit time of the shards it wrote; a commit that wrote no shard asks for nothing."""
     seen: list[tuple[object, dt.datetime, set[int]]] = []
 
@@ -105,15 +105,12 @@ def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
             return False
 
     db = object()
-    previous = waking.install(Recording())
-    try:
-        shards.settle(db, [], random.Random())  # type: ignore[arg-type]
-        assert seen == []
-        written = [shards.Landed.of(shard("a"), partitions.home_of("a"), Written(at(0.3))),
-                   shards.Landed.of(shard("b"), partitions.home_of("b"), Written(at(0.1)))]
-        shards.settle(db, written, random.Random())  # type: ignore[arg-type]
-    finally:
-        waking.install(previous)
+    writing = Writing(known=partitions.Known(), waker=Recording())
+    shards.settle(writing, db, [])  # type: ignore[arg-type]
+    assert seen == []
+    written = [shards.Landed.of(shard("a"), partitions.home_of("a"), Written(at(0.3))),
+               shards.Landed.of(shard("b"), partitions.home_of("b"), Written(at(0.1)))]
+    shards.settle(writing, db, written)  # type: ignore[arg-type]
     assert seen == [(db, at(0.3), {partitions.home_of("a"), partitions.home_of("b")})]
 
 
@@ -148,11 +145,8 @@ def test_a_failing_waker_never_fails_the_write() -> None:
                         homes: Iterable[int]) -> bool:
             raise RuntimeError("no Cloud Tasks")
 
-    previous = waking.install(Broken())
-    try:
-        assert waking.after_write(object(), NOW, {0}) is False  # type: ignore[arg-type]
-    finally:
-        waking.install(previous)
+    writing = Writing(known=partitions.Known(), waker=Broken())
+    assert writing.after_write(object(), NOW, {0}) is False  # type: ignore[arg-type]
 
 
 def test_a_write_waits_a_bounded_time_for_a_slow_cloud_tasks() -> None:

@@ -7,8 +7,12 @@ from typing import Any
 
 import pytest
 from counting.foundation import writes
+from counting.foundation.clock import Clock
+from counting.foundation.config import Protections
 from counting.foundation.errors import OutcomeUnknown
 from google.api_core import exceptions as gexc
+
+ALL = Protections()  # production's: every protection on
 
 
 def error(kind: type[Exception], message: str) -> Exception:
@@ -39,7 +43,7 @@ def test_a_commit_that_must_not_apply_twice_is_sent_once() -> None:
     """The library is told not to resend it (retry=None), and to wait COMMIT_TIMEOUT_S at most
     for its answer."""
     batch = Batch(["result"])
-    assert writes.commit_once(batch) == ["result"]  # type: ignore[arg-type]
+    assert writes.commit_once(batch, ALL) == ["result"]  # type: ignore[arg-type]
     assert (batch.retries, batch.timeouts) == ([None], [writes.COMMIT_TIMEOUT_S])
 
 
@@ -50,7 +54,7 @@ def test_a_commit_that_must_not_apply_twice_is_sent_once() -> None:
 def test_a_lost_answer_is_an_unknown_outcome(lost: Exception) -> None:
     """An error that does not say nothing was written is neither a success nor a refusal."""
     with pytest.raises(OutcomeUnknown) as raised:
-        writes.commit_once(Batch(lost), request_id="r1")  # type: ignore[arg-type]
+        writes.commit_once(Batch(lost), ALL, request_id="r1")  # type: ignore[arg-type]
     assert raised.value.request_id == "r1"
 
 
@@ -61,12 +65,12 @@ def test_a_lost_answer_is_an_unknown_outcome(lost: Exception) -> None:
 def test_a_refusal_is_raised_as_it_is(refusal: Exception) -> None:
     """Errors that say nothing was written keep their meaning (the caller plans again)."""
     with pytest.raises(type(refusal)):
-        writes.commit_once(Batch(refusal))  # type: ignore[arg-type]
+        writes.commit_once(Batch(refusal), ALL)  # type: ignore[arg-type]
 
 
 def resend(batch: Batch, slept: list[float]) -> Any:
-    return writes.resending(lambda: writes.send(batch), request_id="r",  # type: ignore[arg-type]
-                            sleep=slept.append, monotonic=lambda: sum(slept))
+    return writes.resending(lambda: writes.send(batch, ALL), request_id="r",  # type: ignore[arg-type]
+                            clock=Clock(sleep=slept.append, monotonic=lambda: sum(slept)))
 
 
 def test_a_guarded_commit_is_sent_again_until_it_is_answered() -> None:
@@ -121,4 +125,4 @@ def test_reads_after_a_lost_answer_that_fail_leave_it_unknown() -> None:
 def test_a_bug_is_not_taken_for_a_lost_answer() -> None:
     """Only what a request to Firestore raises counts as a lost answer."""
     with pytest.raises(KeyError):
-        writes.commit_once(Batch(KeyError("bug")))  # type: ignore[arg-type]
+        writes.commit_once(Batch(KeyError("bug")), ALL)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 
 import requests
 from counting.features import counters
+from counting.features.context import Context
 from counting.foundation import config
 from google.cloud import firestore
 
@@ -166,8 +167,8 @@ class FirestoreCanary:
     """The canary on the deployed backend: the domain's calls on its database, and the callable
     at `callable_url`."""
 
-    def __init__(self, db: firestore.Client, callable_url: str) -> None:
-        self.db, self.callable_url = db, callable_url
+    def __init__(self, ctx: Context, db: firestore.Client, callable_url: str) -> None:
+        self.ctx, self.db, self.callable_url = ctx, db, callable_url
 
     def probe(self) -> int:
         if not self.callable_url:
@@ -178,10 +179,10 @@ class FirestoreCanary:
             return 0
 
     def create(self, counter: str) -> None:
-        counters.create_counter(self.db, counter, shards=1)
+        counters.create_counter(self.ctx, self.db, counter, shards=1)
 
     def increment(self, counter: str) -> None:
-        counters.increment(self.db, counter, 1, request_id=uuid.uuid4().hex, uid=CLI_UID)
+        counters.increment(self.ctx, self.db, counter, 1, request_id=uuid.uuid4().hex, uid=CLI_UID)
 
     def count(self, counter: str) -> int | None:
         found = self.db.collection(config.COUNTERS).document(counter).get()

@@ -18,7 +18,8 @@ def backfill(session: Session, declaration: str, as_json: bool) -> None:
     while documents change, and to run again: a document is never counted twice."""
     watch = declarations.watch_of(declaration)
     names = None if declaration == watch.function_name else [declaration]
-    counting = collections.Counting(session.db(), watch, source=session.watched_db())
+    counting = collections.Counting(session.context(), session.db(), watch,
+                                    source=session.watched_db())
 
     def progress(done: collections.Backfilled) -> None:
         if not as_json:

@@ -32,7 +32,7 @@ def create(session: Session, counter: str, shards: int | None, expected_rate: fl
     shards = inputs.shard_count(shards)
     expected_rate = inputs.expected_rate(expected_rate)
     chosen = inputs.choice(strategy, "strategy", kinds.STRATEGIES, kinds.DEFAULT_STRATEGY)
-    created = counters.create_counter(session.db(), counter, shards=shards,
+    created = counters.create_counter(session.context(), session.db(), counter, shards=shards,
                                       expected_rate=expected_rate, strategy=chosen)
     session.report(
         as_json, {"counter": counter, "shards": created.shards, "created": created.created},
@@ -54,8 +54,8 @@ def inc(session: Session, counter: str, by: int, request_id: str | None, as_json
     by = inputs.increment_by(by)
     request_id = inputs.request_id(request_id) or uuid.uuid4().hex
     try:
-        committed = counters.increment(session.db(), counter, by, request_id=request_id,
-                                       uid=CLI_UID)
+        committed = counters.increment(session.context(), session.db(), counter, by,
+                                       request_id=request_id, uid=CLI_UID)
     except OutcomeUnknown as error:
         raise click.ClickException(f"{error}: `counters inc {counter} --by {by} --request-id "
                                    f"{request_id}`") from None
@@ -95,5 +95,5 @@ def reset(session: Session, counter: str, yes: bool, as_json: bool) -> None:
     """Set COUNTER (every shard and the rollup) to 0."""
     counter = inputs.counter_id(counter)
     session.confirm_destructive(f"reset counter {counter}", yes)
-    counters.reset_counter(session.db(), counter)
+    counters.reset_counter(session.context(), session.db(), counter)
     session.report(as_json, {"counter": counter, "count": 0}, f"{counter}: reset to 0")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from counting.features.context import Context
 from counting.foundation import config
 from google.auth import credentials as auth_credentials
 from google.cloud import firestore
@@ -483,9 +484,10 @@ def emulated_url(session: Session, name: str) -> str:
 
 
 def deployed(project: str, placement: config.Placement, codebase: Path | None,
-             credentials: auth_credentials.Credentials, db: firestore.Client) -> list[Finding]:
+             credentials: auth_credentials.Credentials, ctx: Context,
+             db: firestore.Client) -> list[Finding]:
     """Every check of a deployed `project`, through Google's APIs with `credentials` and its
-    database through `db`."""
+    database through `db` (with the command's context `ctx`)."""
     apis = Apis(authorized_fetch(credentials), project, config.REGION)
     functions = deployed_functions(apis)
     expected = expected_of(codebase, placement, project)
@@ -500,7 +502,7 @@ def deployed(project: str, placement: config.Placement, codebase: Path | None,
             apis, expected)
     except ApiError:
         ticks = False
-    return findings + operate(FirestoreCanary(db, url), lambda: read_audit(db), RealClock(),
+    return findings + operate(FirestoreCanary(ctx, db, url), lambda: read_audit(db), RealClock(),
                               ticks=ticks, now=lambda: dt.datetime.now(dt.UTC))
 
 
@@ -521,7 +523,7 @@ def doctor(session: Session, project: str | None) -> None:
                       f"{placement.function_prefix!r}")
     if session.production:
         findings = deployed(session.target.project, placement, session.backend,
-                            default_credentials(), session.db())
+                            default_credentials(), session.context(), session.db())
     else:
         db = session.db()
         findings = [Finding(check=check, status="cannot-check",
@@ -529,7 +531,7 @@ def doctor(session: Session, project: str | None) -> None:
                             todo="run doctor with --project on a deployed project")
                     for check in CHECKS]
         # The emulator takes any process's tick tasks.
-        findings += operate(FirestoreCanary(db, emulated_url(session, PROBED)),
+        findings += operate(FirestoreCanary(session.context(), db, emulated_url(session, PROBED)),
                             lambda: read_audit(db), RealClock(), ticks=True,
                             now=lambda: dt.datetime.now(dt.UTC))
     if not report(findings, click.echo):

@@ -132,7 +132,7 @@ def load(session: Session, counter: str, rate: float, seconds: float, concurrenc
     by = inputs.increment_by(by)
     if rate < 0 or seconds <= 0 or not 1 <= concurrency <= 256:
         raise click.UsageError("--rate must be >= 0, --seconds > 0, --concurrency 1..256")
-    db = session.db()
+    db, ctx = session.db(), session.context()
     try:
         counters.get_count(db, counter)
     except NotFound:
@@ -147,7 +147,7 @@ def load(session: Session, counter: str, rate: float, seconds: float, concurrenc
         request_id = uuid.uuid4().hex
         for attempt in range(UNKNOWN_RETRIES):
             try:
-                committed = counters.increment(db, counter, by, request_id=request_id,
+                committed = counters.increment(ctx, db, counter, by, request_id=request_id,
                                                uid=CLI_UID)
             except OutcomeUnknown:
                 if attempt == UNKNOWN_RETRIES - 1:

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 from counting.features import declarations
+from counting.features.context import Context
 from counting.foundation import config
 from counting.foundation.errors import CounterError
 from google.api_core import exceptions as gexc
@@ -69,6 +70,7 @@ class Session:
         self.out = Console(highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._db: firestore.Client | None = None
+        self._context: Context | None = None
         self.firebase_json = FIREBASE_JSON
         # The backend codebase operated: an install's folder (--backend), else this
         # repository's functions/ (None when the command runs from a wheel).
@@ -92,6 +94,13 @@ class Session:
             self.err.print(self.target.describe(), style="bold red" if self.production else None)
             self._db = connect(self.target, self.firebase_json)
         return self._db
+
+    def context(self) -> Context:
+        """The command's context of the domain (made on first use): its writes wake the
+        backend's rollup through Cloud Tasks, as the functions' do."""
+        if self._context is None:
+            self._context = Context.for_process()
+        return self._context
 
     def watched_db(self) -> firestore.Client:
         """The client of the database whose documents collection counters count."""

@@ -108,7 +108,7 @@ def audit_command(session: Session, counter: str | None, as_json: bool) -> None:
             raise click.ClickException(f"{counter}: published {found.published}, its shards "
                                        f"sum to {found.shards} at {iso(found.as_of)}")
         return
-    done = audit.run(db)
+    done = audit.run(session.context().writing, db)
     names = [c.counter for c in done.checked]
     figures = {"checked": names, "suspects": done.suspects,
                "drift": [c.entry(c.as_of) | {"as_of": iso(c.as_of), "found_at": None}
@@ -133,7 +133,7 @@ def partitions_command(session: Session, count: str | None, as_json: bool) -> No
         current = partitions.read_count(db)
         session.report(as_json, {"partitions": current}, f"partitions: {current}")
         return
-    changed = repartition.change(db, int(count))
+    changed = repartition.change(db, int(count), known=session.context().writing.known)
     woken = 0
     if changed.after != changed.before:
         for part in partitions.parts(changed.after):

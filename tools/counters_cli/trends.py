@@ -35,7 +35,8 @@ def track(session: Session, region: str, tags: tuple[str, ...], request_id: str 
     region = region_name(region)
     counted = inputs.tags(list(tags))
     request_id = inputs.request_id(request_id)
-    recorded = trends.track(session.db(), region, counted, request_id=request_id, uid=CLI_UID)
+    recorded = trends.track(session.context(), session.db(), region, counted,
+                            request_id=request_id, uid=CLI_UID)
     session.report(
         as_json, {"region": region, "tags": counted, "recorded": recorded},
         f"{region}: request {request_id} was applied already; nothing recorded" if recorded == 0

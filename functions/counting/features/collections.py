@@ -36,17 +36,19 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as gexc
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 
 from counting.features import counters
-from counting.features.counters import ConfigCache, ShardPicker
 from counting.foundation import config, writes
 from counting.foundation.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from counting.writepath import shards
+
+if TYPE_CHECKING:
+    from counting.features.context import Context
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 _TEMPLATE = re.compile(r"(?P<name>[^:{}]+):\{(?P<placeholder>[A-Za-z_][A-Za-z0-9_]*)\}")
@@ -338,18 +340,16 @@ class Applied:
 
 
 class Counting:
-    """Applies observed states of watched documents: the triggers' and the backfill's one step.
-    It holds the write path's per-instance configuration cache and shard picker."""
+    """Applies observed states of watched documents: the triggers' and the backfill's one step,
+    with the process's context (its configuration cache and shard picker among it)."""
 
-    def __init__(self, db: firestore.Client, watch: Watch, *,
-                 source: firestore.Client | None = None, configs: ConfigCache | None = None,
-                 picker: ShardPicker | None = None) -> None:
+    def __init__(self, ctx: Context, db: firestore.Client, watch: Watch, *,
+                 source: firestore.Client | None = None) -> None:
+        self.ctx = ctx
         self.db = db
         # The watched documents' database (the backend's own unless it lives in another one).
         self.source = source or db
         self.watch = watch
-        self._configs = configs or counters.default_configs()
-        self._picker = picker or counters.default_picker()
 
     def apply(self, observed: Observed, *, event: str,
               only: Iterable[str] | None = None) -> Applied:
@@ -365,13 +365,12 @@ class Counting:
         ref = record_ref(self.db, observed.path)
         # Each commit writes the nonce into the record: a commit sent again after a lost answer
         # fails its precondition when an earlier attempt applied, and the record says so.
-        nonce = writes.new_nonce()
+        nonce = self.ctx.writing.nonce()
         planned: Plan | None = None
         for attempt in range(1, config.COLLECTION_APPLY_ATTEMPTS + 1):
             snapshot = ref.get()
             if planned is not None and shards.nonce_of(snapshot) == nonce:
-                shards.settle(self.db, shards.marker_landed(self.db, snapshot),
-                                self._picker.rng)
+                shards.settle(self.ctx.writing, self.db, shards.marker_landed(self.db, snapshot))
                 return Applied(deltas=planned.deltas, committed_at=snapshot.update_time,
                                attempts=attempt)
             change = planned = plan(declarations, read_entries(snapshot), observed, params)
@@ -385,7 +384,7 @@ class Counting:
                 # A shard folded away since the configuration was cached (or the record
                 # expired): nothing was written; read afresh.
                 for counter in change.deltas:
-                    self._configs.forget(counter)
+                    self.ctx.configs.forget(counter)
                 continue
             return Applied(deltas=change.deltas, committed_at=committed, attempts=attempt)
         raise Aborted(f"{observed.path}: its record kept changing; "
@@ -399,9 +398,9 @@ class Counting:
         gone = all(entry.deleted for entry in change.entries.values())
         written = []
         for counter, delta in sorted(change.deltas.items()):
-            target = self._configs.get(self.db, counter)
-            shard = counters.shard_ref(self.db, counter, self._picker.pick(target))
-            written.append(shards.shard_write(self.db, shard, delta, self._picker.rng))
+            target = self.ctx.configs.get(self.db, counter)
+            shard = counters.shard_ref(self.db, counter, self.ctx.picker.pick(target))
+            written.append(shards.shard_write(self.ctx.writing, self.db, shard, delta))
         record = {
             "path": observed.path,
             "entries": [e.to_document(name) for name, e in sorted(change.entries.items())],
@@ -419,8 +418,9 @@ class Counting:
             batch.create(ref, record)
         for write in written:
             write.add_to(batch)
-        results = writes.resending(functools.partial(writes.send, batch), request_id=None)
-        shards.settle(self.db, shards.landed(written, results), self._picker.rng)
+        writing = self.ctx.writing
+        results = writing.resending(functools.partial(writing.send, batch), request_id=None)
+        shards.settle(writing, self.db, shards.landed(written, results))
         committed: dt.datetime = results[0].update_time
         return committed
 
@@ -430,11 +430,11 @@ class Counting:
         rates = {d.name: d.initial_rate for d in self.watch.declarations}
         for counter, declaration in named.items():
             try:
-                found = self._configs.get(self.db, counter)
+                found = self.ctx.configs.get(self.db, counter)
             except NotFound:
-                counters.create_counter(self.db, counter, expected_rate=rates[declaration],
-                                        collection=declaration)
-                found = self._configs.get(self.db, counter)
+                counters.create_counter(self.ctx, self.db, counter,
+                                        expected_rate=rates[declaration], collection=declaration)
+                found = self.ctx.configs.get(self.db, counter)
             if found.collection != declaration:
                 raise FailedPrecondition(
                     f"counter: {counter!r} exists and is not maintained by declaration "

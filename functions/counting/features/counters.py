@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -36,6 +36,7 @@ from counting.foundation.errors import (
 from counting.foundation.kinds import Consistency, Strategy
 from counting.writepath import autoscale, partitions
 from counting.writepath.caching import TtlCache
+from counting.writepath.context import Writing
 from counting.writepath.policy import Policy
 from counting.writepath.shards import (
     NONCES,
@@ -54,6 +55,9 @@ from counting.writepath.shards import (
     shard_write,
     write_at_version,
 )
+
+if TYPE_CHECKING:
+    from counting.features.context import Context
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -235,20 +239,8 @@ class ShardPicker:
         return self.rng.randrange(n)
 
 
-_CONFIGS = ConfigCache()
-_PICKER = ShardPicker()
-
-
-def default_configs() -> ConfigCache:
-    """The instance's configuration cache, which every write path shares."""
-    return _CONFIGS
-
-
-def default_picker() -> ShardPicker:
-    return _PICKER
-
-
 def create_counter(
+    ctx: Context,
     db: firestore.Client,
     counter: str,
     *,
@@ -288,12 +280,13 @@ def create_counter(
     batch.create(memory_ref(db, counter), {config.SHARD_COUNTS_FIELD: {}})
     # Shard 0 (never folded away) says which request created the counter: an attempt whose
     # answer was lost, sent again, fails on the documents it created and finds its nonce there.
-    nonce = writes.new_nonce()
+    writing = ctx.writing
+    nonce = writing.nonce()
     for n in range(num_shards):
         batch.create(shard_ref(db, counter, n), {"count": 0, **({writes.NONCE: nonce} if n == 0
                                                               else {})})
     try:
-        writes.resending(functools.partial(writes.send, batch), request_id=None)
+        writing.resending(functools.partial(writing.send, batch), request_id=None)
     except gexc.AlreadyExists:
         first = shard_ref(db, counter, 0).get()
         existing = counter_ref(db, counter).get().to_dict() or {}
@@ -314,6 +307,7 @@ def configure_counter(db: firestore.Client, counter: str, policy: Policy) -> Pol
 
 
 def increment(
+    ctx: Context,
     db: firestore.Client,
     counter: str,
     by: int = 1,
@@ -321,8 +315,6 @@ def increment(
     request_id: str | None = None,
     uid: str = "",
     admin: bool = True,
-    configs: ConfigCache = _CONFIGS,
-    picker: ShardPicker = _PICKER,
 ) -> dt.datetime | None:
     """Add `by` to one shard, as the counter's write policy allows this caller (`admin`: the
     operator CLI and tests act as admins). Returns the commit time, which a client compares with
@@ -330,28 +322,29 @@ def increment(
     `request_id` was already applied for this user, or a `unique` counter already counts (or
     does not count) them. `OutcomeUnknown` when Firestore's answer was lost and nothing could
     tell whether the write applied (docs/architecture.md, "Exactly once")."""
-    request_id = request_id if config.PROTECTIONS.request_markers else None
-    nonce = writes.new_nonce()
+    writing = ctx.writing
+    request_id = request_id if writing.protections.request_markers else None
+    nonce = writing.nonce()
 
     def attempt() -> dt.datetime | None:
-        target = configs.get(db, counter)
+        target = ctx.configs.get(db, counter)
         target.check_writable()
         policy = target.policy
         policy.check(by, admin=admin, counter=counter)
-        write = shard_write(db, shard_ref(db, counter, picker.pick(target)), by, picker.rng)
+        write = shard_write(writing, db, shard_ref(db, counter, ctx.picker.pick(target)), by)
         paced = bool(policy.min_interval_s) and not admin
         if request_id is None and not policy.unique and not paced:
             batch = db.batch()
             write.add_to(batch)
-            results = writes.commit_once(batch)
-            settle(db, landed([write], results), picker.rng)
+            results = writing.commit_once(batch)
+            settle(writing, db, landed([write], results))
             committed: dt.datetime = results[-1].update_time
             return committed
-        return Guarded(db, counter, write, by=by, uid=uid, request_id=request_id, nonce=nonce,
-                       unique=policy.unique, interval_s=policy.min_interval_s if paced else 0,
-                       rng=picker.rng).apply()
+        return Guarded(writing, db, counter, write, by=by, uid=uid, request_id=request_id,
+                       nonce=nonce, unique=policy.unique,
+                       interval_s=policy.min_interval_s if paced else 0).apply()
 
-    return with_fresh_config(attempt, configs, [counter])
+    return with_fresh_config(attempt, ctx.configs, [counter])
 
 
 class Guarded:
@@ -363,12 +356,12 @@ class Guarded:
     its own (applied: its shard is touched if it straddled) from another request (this one is a
     no-op, or is planned again on what it read)."""
 
-    def __init__(self, db: firestore.Client, counter: str, write: ShardWrite, *, by: int,
-                 uid: str, request_id: str | None, nonce: str, unique: bool, interval_s: int,
-                 rng: random.Random) -> None:
-        self.db, self.counter, self.write, self.by = db, counter, write, by
+    def __init__(self, writing: Writing, db: firestore.Client, counter: str, write: ShardWrite,
+                 *, by: int, uid: str, request_id: str | None, nonce: str, unique: bool,
+                 interval_s: int) -> None:
+        self.writing, self.db, self.counter, self.write, self.by = writing, db, counter, write, by
         self.uid, self.request_id, self.nonce = uid, request_id, nonce
-        self.unique, self.interval_s, self.rng = unique, interval_s, rng
+        self.unique, self.interval_s = unique, interval_s
         self.marker = None if request_id is None else request_marker_ref(db, uid, request_id)
         self.voter: Snapshot | None = None  # the voter as last read (None: not read)
         self.pacing: Snapshot | None = None  # the pacing marker as last read (None: not read)
@@ -382,7 +375,7 @@ class Guarded:
                 return None
         for _ in range(GUARDED_ATTEMPTS):
             try:
-                results = writes.resending(self._commit, request_id=self.request_id)
+                results = self.writing.resending(self._commit, request_id=self.request_id)
             except writes.PRECONDITIONS as error:
                 with writes.finding_out(error, request_id=self.request_id):
                     done, answer = self._found()
@@ -391,7 +384,7 @@ class Guarded:
                 if isinstance(error, gexc.NotFound):
                     raise  # the shard was folded away: `with_fresh_config` writes once more
                 continue
-            settle(self.db, landed([self.write], results), self.rng)
+            settle(self.writing, self.db, landed([self.write], results))
             committed: dt.datetime = results[-1].update_time
             return committed
         raise Aborted(f"counter: {self.counter!r}: concurrent requests of this user got in the "
@@ -401,7 +394,7 @@ class Guarded:
         """A no-op un-like: a retry of one whose request marker exists touches what that
         request wrote, as any retry that finds its marker does."""
         if self.marker is not None:
-            settle(self.db, marker_landed(self.db, self.marker.get()), self.rng)
+            settle(self.writing, self.db, marker_landed(self.db, self.marker.get()))
 
     def _commit(self) -> list[Any]:
         """One attempt: the markers as last read, then the shard (last: `landed`). A voter or
@@ -421,7 +414,7 @@ class Guarded:
         if self.interval_s:
             self._pace(batch, {**mark, NONCES: recent_nonces(self.pacing, self.nonce)})
         self.write.add_to(batch)
-        return writes.send(batch)
+        return self.writing.send(batch)
 
     def _pace(self, batch: firestore.WriteBatch, mark: dict[str, Any]) -> None:
         """The caller's pacing marker: created when it was not read (a first visit: one round
@@ -453,18 +446,18 @@ class Guarded:
         found = {snapshot.reference.path: snapshot for snapshot in self.db.get_all(guards)}
         for snapshot in found.values():
             if nonce_of(snapshot) == self.nonce:
-                settle(self.db, marker_landed(self.db, snapshot), self.rng)
+                settle(self.writing, self.db, marker_landed(self.db, snapshot))
                 return True, snapshot.update_time
         for snapshot in found.values():
             if self.nonce in nonces_of(snapshot):
                 # Applied, and rewritten since by another request of the user: when is not
                 # known, so the shard is touched whatever its write's delay was; the answer's
                 # commit time is the marker's later version, never too early for a client.
-                settle(self.db, [Landed(self.write.ref, self.write.home, None,
-                                        snapshot.update_time)], self.rng)
+                settle(self.writing, self.db, [Landed(self.write.ref, self.write.home, None,
+                                                      snapshot.update_time)])
                 return True, snapshot.update_time
         if self.marker is not None and found[self.marker.path].exists:
-            settle(self.db, marker_landed(self.db, found[self.marker.path]), self.rng)
+            settle(self.writing, self.db, marker_landed(self.db, found[self.marker.path]))
             return True, None
         if self.unique:
             self.voter = found[voter_ref(self.db, self.counter, self.uid).path]
@@ -505,40 +498,41 @@ def with_fresh_config(
 
 
 def increment_many(
+    ctx: Context,
     db: firestore.Client,
     increments: Iterable[tuple[str, int]],
     *,
     request_id: str | None = None,
     uid: str = "",
     admin: bool = True,
-    configs: ConfigCache = _CONFIGS,
-    picker: ShardPicker = _PICKER,
 ) -> int:
     """Apply a batch atomically (one shard write per distinct counter); 0 when already applied.
     Each counter's summed `by` must pass its policy as one increment would; a counter whose
     policy keeps per-user markers (`unique`, `min_interval_s`) cannot be in a batch."""
-    request_id = request_id if config.PROTECTIONS.request_markers else None
+    writing = ctx.writing
+    request_id = request_id if writing.protections.request_markers else None
     items = list(increments)
     totals: dict[str, int] = {}
     for counter, by in items:
         totals[counter] = totals.get(counter, 0) + by
-    nonce = writes.new_nonce()
+    nonce = writing.nonce()
 
     def attempt() -> int:
-        targets = [configs.get(db, counter) for counter in totals]  # NotFound before any write
+        targets = [ctx.configs.get(db, counter) for counter in totals]  # NotFound before any write
         for target in targets:
             target.check_writable()
             if target.policy.limits_batches:
                 raise InvalidArgument(f"increments: {target.counter!r} counts each user once or "
                                       "paces them: increment it on its own")
             target.policy.check(totals[target.counter], admin=admin, counter=target.counter)
-        shard_writes = [shard_write(db, shard_ref(db, target.counter, picker.pick(target)),
-                                    totals[target.counter], picker.rng) for target in targets]
-        applied = commit_marked(db, shard_writes, uid=uid, request_id=request_id,
-                                counters=sorted(totals), nonce=nonce, rng=picker.rng)
+        shard_writes = [shard_write(writing, db,
+                                    shard_ref(db, target.counter, ctx.picker.pick(target)),
+                                    totals[target.counter]) for target in targets]
+        applied = commit_marked(writing, db, shard_writes, uid=uid, request_id=request_id,
+                                counters=sorted(totals), nonce=nonce)
         return len(items) if applied else 0
 
-    return with_fresh_config(attempt, configs, totals)
+    return with_fresh_config(attempt, ctx.configs, totals)
 
 
 def get_count(db: firestore.Client, counter: str, consistency: Consistency = "rollup",
@@ -574,7 +568,7 @@ def counted(db: firestore.Client, counter: str, uid: str) -> bool | None:
     return counts(voter_ref(db, counter, uid).get())
 
 
-def reset_counter(db: firestore.Client, counter: str) -> None:
+def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
     """Take every shard back by what it held at one instant, in one commit, then forget who a
     `unique` counter counts and when a `min_interval_s` counter last counted each user.
 
@@ -596,19 +590,20 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     if collection is not None:
         raise FailedPrecondition(f"counter: {counter!r} is a collection counter (declaration "
                                  f"{collection!r}): it counts documents, it cannot be reset")
-    rng = random.Random()
-    nonce = writes.new_nonce()
+    writing = ctx.writing
+    nonce = writing.nonce()
     record = reset_ref(db, counter)
     for _ in range(RESET_ATTEMPTS):
         found = record.get()  # before the shards: a reset committed since fails our commit
         held = {s.reference: int((s.to_dict() or {}).get("count") or 0)
                 for s in ref.collection(config.SHARDS).stream()}  # one instant: a query's
-        moved = [taken_back(db, shard, count, rng) for shard, count in held.items() if count]
+        moved = [taken_back(writing, db, shard, count) for shard, count in held.items()
+                 if count]
         batch = db.batch()
         write_at_version(db, batch, record, {
             "at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
             "shards": [write.ref.path for write in moved]}, found)
-        if not config.PROTECTIONS.reset_through_rollup:
+        if not writing.protections.reset_through_rollup:
             # What resets did before: the rollup's count and memory zeroed outside its lease.
             batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
             batch.update(memory_ref(db, counter),
@@ -616,17 +611,17 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
         for write in moved:
             write.add_to(batch)
         try:
-            results = writes.resending(functools.partial(writes.send, batch),
-                                       request_id=None)
+            results = writing.resending(functools.partial(writing.send, batch),
+                                        request_id=None)
         except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
             again = record.get()
             if nonce_of(again) == nonce:  # an earlier attempt of this reset applied
-                settle(db, marker_landed(db, again), rng)
+                settle(writing, db, marker_landed(db, again))
                 break
             if isinstance(error, gexc.NotFound) or nonce_of(again) != nonce_of(found):
                 continue  # a shard folded away, or another reset committed: read again
             raise
-        settle(db, landed(moved, results), rng)
+        settle(writing, db, landed(moved, results))
         break
     else:
         raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; "
@@ -634,14 +629,14 @@ def reset_counter(db: firestore.Client, counter: str) -> None:
     forget_users(db, counter)
 
 
-def taken_back(db: firestore.Client, shard: firestore.DocumentReference, held: int,
-               rng: random.Random) -> ShardWrite:
+def taken_back(writing: Writing, db: firestore.Client, shard: firestore.DocumentReference,
+               held: int) -> ShardWrite:
     """A reset's write to a shard: what it held taken back. Not a write of the load (`writes`
     stays), so the rollup's measured rate does not move."""
     home = partitions.home_of_shard(shard)
     return ShardWrite(shard, home, {"count": firestore.Increment(-held),
                                     "updated_at": firestore.SERVER_TIMESTAMP,
-                                    "stripe": partitions.stripe(home, partitions.count(db), rng)})
+                                    "stripe": writing.stripe(db, home)})
 
 
 def forget_users(db: firestore.Client, counter: str) -> None:

@@ -33,15 +33,20 @@ import time
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.types import WriteResult
 
 from counting.foundation import config, writes
+from counting.foundation.clock import Clock
 from counting.foundation.errors import FailedPrecondition
 from counting.writepath.caching import TtlCache
+from counting.writepath.context import Writing
+
+if TYPE_CHECKING:
+    from counting.features.context import Context
 
 # The transforms of one number and of a reset; `_transformed` reads their results back.
 _NUMBER_WRITE = {
@@ -193,20 +198,17 @@ class SequenceCache:
         return self._entries.update((db.project, found.tenant), change).day
 
 
-_CACHE = SequenceCache()
-
-
 # --- Operations ---------------------------------------------------------------------------------
 
 
 def configure_sequence(
+    ctx: Context,
     db: firestore.Client,
     tenant: str,
     *,
     timezone: str,
     reset_time: str = config.DEFAULT_RESET_TIME,
     now: dt.datetime | None = None,
-    cache: SequenceCache = _CACHE,
 ) -> SequenceConfig:
     """Set the tenant's business-day rule and open its current business day if it is new.
 
@@ -219,50 +221,52 @@ def configure_sequence(
          "configured_at": firestore.SERVER_TIMESTAMP},
         merge=True, retry=writes.IDEMPOTENT,
     )
-    today = business_day_for(now or _utcnow(), found.reset_at, found.zone)
-    cache.saw(db, found, _open_day(db, tenant, today), fresh=True)
+    today = business_day_for(now or ctx.writing.clock.now(), found.reset_at, found.zone)
+    ctx.sequences.saw(db, found, _open_day(db, tenant, today), fresh=True)
     return found
 
 
 def next_number(
+    ctx: Context,
     db: firestore.Client,
     tenant: str,
     *,
     request_id: str | None = None,
     uid: str = "",
     now: dt.datetime | None = None,
-    cache: SequenceCache = _CACHE,
 ) -> Ticket:
     """Issue the tenant's next number of the business day `now` (server time) falls in."""
-    found = _ready_for_today(db, tenant, now, cache)
+    cache = ctx.sequences
+    found = _ready_for_today(db, tenant, now, cache, ctx.writing.clock)
     if request_id is None:
         batch = db.batch()
         batch.update(sequence_ref(db, tenant), _NUMBER_WRITE)
         # Sent once: a number whose answer was lost is skipped, never issued twice.
-        [result] = _write_configured(tenant, writes.commit_once, batch)
+        [result] = _write_configured(tenant, ctx.writing.commit_once, batch)
         return _ticket(db, found, result, cache)
-    return _number_once(db, found, request_ref(db, tenant, uid, request_id),
+    return _number_once(ctx.writing, db, found, request_ref(db, tenant, uid, request_id),
                         uid=uid, request_id=request_id, cache=cache)
 
 
 def reset_sequence(
+    ctx: Context,
     db: firestore.Client,
     tenant: str,
     *,
     uid: str = "",
     now: dt.datetime | None = None,
-    cache: SequenceCache = _CACHE,
 ) -> Reset:
     """Restart numbering at 1 within the current business day (a shift change).
 
     Numbers issued before stay valid: they belong to the previous epoch, and the document's
     `resets` list records how many numbers had been issued when each epoch began.
     """
-    found = _ready_for_today(db, tenant, now, cache)
+    cache = ctx.sequences
+    found = _ready_for_today(db, tenant, now, cache, ctx.writing.clock)
     ref = sequence_ref(db, tenant)
     batch = db.batch()
     batch.update(ref, _RESET_WRITE)
-    [result] = _write_configured(tenant, writes.commit_once, batch)
+    [result] = _write_configured(tenant, ctx.writing.commit_once, batch)
     after = _transformed(_RESET_WRITE, result)
     cache.saw(db, found, after["day"])
     business_day = dt.date.fromordinal(after["day"])
@@ -277,11 +281,13 @@ def reset_sequence(
 
 
 def _ready_for_today(
-    db: firestore.Client, tenant: str, now: dt.datetime | None, cache: SequenceCache
+    db: firestore.Client, tenant: str, now: dt.datetime | None, cache: SequenceCache,
+    clock: Clock,
 ) -> SequenceConfig:
-    """The tenant's configuration, with its document's open day at least today's."""
+    """The tenant's configuration, with its document's open day at least today's (`now`, else
+    the clock's)."""
     found, open_day = cache.get(db, tenant)
-    today = business_day_for(now or _utcnow(), found.reset_at, found.zone)
+    today = business_day_for(now or clock.now(), found.reset_at, found.zone)
     if open_day < today.toordinal():
         cache.saw(db, found, _open_day(db, tenant, today))
     return found
@@ -368,7 +374,7 @@ def _ticket(db: firestore.Client, found: SequenceConfig, result: WriteResult,
                   business_day=dt.date.fromordinal(after["day"]), epoch=after["epoch"])
 
 
-def _number_once(db: firestore.Client, found: SequenceConfig,
+def _number_once(writing: Writing, db: firestore.Client, found: SequenceConfig,
                  record: firestore.DocumentReference, *, uid: str,
                  request_id: str, cache: SequenceCache) -> Ticket:
     """Issue a number for a request_id at most once, or return the one it was given.
@@ -379,14 +385,14 @@ def _number_once(db: firestore.Client, found: SequenceConfig,
     number from it (`_issued`). The number is then written into the record, for the next retry.
     """
     claim = {"uid": uid, "request_id": request_id, "state": "issuing",
-             "claimed_at": firestore.SERVER_TIMESTAMP, writes.NONCE: writes.new_nonce(),
+             "claimed_at": firestore.SERVER_TIMESTAMP, writes.NONCE: writing.nonce(),
              config.EXPIRES_AT: _utcnow() + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS)}
     batch = db.batch()
     batch.create(record, claim)
     batch.update(sequence_ref(db, found.tenant), _NUMBER_WRITE)
     try:
         claimed, result = _write_configured(
-            found.tenant, writes.resending, functools.partial(writes.send, batch),
+            found.tenant, writing.resending, functools.partial(writing.send, batch),
             request_id=request_id)
     except gexc.AlreadyExists as error:
         with writes.finding_out(error, request_id=request_id):

@@ -122,8 +122,9 @@ MAX_REQUEST_S = 270.0
 class Protections:
     """Each mechanism that keeps counts exact against one production hazard, switchable alone
     so that the simulation (tests/sim) shows each one needed: with one off, some seeds lose or
-    double a count. Production runs with every one on; nothing but the simulation turns one
-    off (docs/architecture.md, "Exact on real Firestore")."""
+    double a count. A process's context carries the ones it runs with
+    (`counting.writepath.context.Writing`): production's have every one on; nothing but the
+    simulation turns one off (docs/architecture.md, "Exact on real Firestore")."""
 
     overlap: bool = True  # the change query reaches CHANGE_OVERLAP_S before the watermark
     touch: bool = True  # a writer touches a shard whose write straddled (`shards.settle`)
@@ -134,8 +135,6 @@ class Protections:
     request_markers: bool = True  # a request_id's marker makes its retries count once
     reset_through_rollup: bool = True  # a reset moves shards only: the holder publishes it
 
-
-PROTECTIONS = Protections()
 
 # The rollup's cadence (counting.rollup.cadence; docs/architecture.md, "Rollup cadence").
 REGION = "us-central1"

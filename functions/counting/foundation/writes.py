@@ -26,7 +26,6 @@ without a request_id) cannot be sent again: its unknown outcome is the caller's 
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -35,7 +34,8 @@ from google.api_core import exceptions as gexc
 from google.api_core.gapic_v1 import method as gapic_method
 from google.cloud import firestore
 
-from counting.foundation import config
+from counting.foundation.clock import Clock
+from counting.foundation.config import Protections
 from counting.foundation.errors import OutcomeUnknown
 
 T = TypeVar("T")
@@ -65,10 +65,10 @@ PRECONDITIONS: tuple[type[Exception], ...] = (gexc.AlreadyExists, gexc.FailedPre
 IDEMPOTENT: Any = gapic_method.DEFAULT
 
 
-def once() -> Any:
+def once(protections: Protections) -> Any:
     """`retry=` of a commit that must not be applied twice: None (one attempt), unless the
     simulation switched the protection off to show it needed (then the library's resend)."""
-    return None if config.PROTECTIONS.single_attempt else gapic_method.DEFAULT
+    return None if protections.single_attempt else gapic_method.DEFAULT
 
 
 def new_nonce() -> str:
@@ -90,18 +90,19 @@ def unknown(error: BaseException) -> bool:
     return isinstance(error, FAILED) and not refused(error)
 
 
-def send(batch: firestore.WriteBatch) -> list[Any]:
+def send(batch: firestore.WriteBatch, protections: Protections) -> list[Any]:
     """One attempt at a commit that must not apply twice: the library does not resend it, and
     it waits at most COMMIT_TIMEOUT_S for an answer (so that resends fit in a request)."""
-    results: list[Any] = batch.commit(retry=once(), timeout=COMMIT_TIMEOUT_S)
+    results: list[Any] = batch.commit(retry=once(protections), timeout=COMMIT_TIMEOUT_S)
     return results
 
 
-def commit_once(batch: firestore.WriteBatch, *, request_id: str | None = None) -> list[Any]:
+def commit_once(batch: firestore.WriteBatch, protections: Protections, *,
+                request_id: str | None = None) -> list[Any]:
     """Commit a batch that must not apply twice and has no marker to tell: one attempt. An error
     that leaves the outcome unknown becomes `OutcomeUnknown` (with `request_id`, for the answer)."""
     try:
-        return send(batch)
+        return send(batch, protections)
     except FAILED as error:
         if refused(error):
             raise
@@ -115,9 +116,7 @@ def lost(request_id: str | None) -> OutcomeUnknown:
                           request_id=request_id)
 
 
-def resending(attempt: Callable[[], T], *, request_id: str | None,
-              sleep: Callable[[float], None] = time.sleep,
-              monotonic: Callable[[], float] = time.monotonic) -> T:
+def resending(attempt: Callable[[], T], *, request_id: str | None, clock: Clock) -> T:
     """Run `attempt` (a guarded commit) until it gives an answer: again after an error that
     leaves its outcome unknown, or after ABORTED (contention: nothing written), for up to
     RESEND_FOR_S. Each attempt is the same guarded commit, so at most one of them applies, and
@@ -125,8 +124,8 @@ def resending(attempt: Callable[[], T], *, request_id: str | None,
     marker's nonce: the precondition's error is raised for the caller to read, marked
     `after_unknown` when an earlier attempt's outcome was unknown (`finding_out`). Any other
     refusal after an unknown outcome, or the time running out, is `OutcomeUnknown`: a retry
-    with `request_id` settles it."""
-    deadline = monotonic() + RESEND_FOR_S
+    with `request_id` settles it. `clock` measures the time and waits the pauses."""
+    deadline = clock.monotonic() + RESEND_FOR_S
     pauses = iter(RESEND_PAUSES_S)
     uncertain = False
     while True:
@@ -142,11 +141,11 @@ def resending(attempt: Callable[[], T], *, request_id: str | None,
                 raise
             uncertain = uncertain or unknown(error)
             pause = next(pauses, RESEND_PAUSES_S[-1])
-            if monotonic() + pause > deadline:
+            if clock.monotonic() + pause > deadline:
                 if uncertain:
                     raise lost(request_id) from error
                 raise
-            sleep(pause)
+            clock.sleep(pause)
 
 
 @contextlib.contextmanager

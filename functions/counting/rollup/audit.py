@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
-import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,8 @@ from google.cloud.firestore_v1.field_path import FieldPath
 from counting.features import counters
 from counting.foundation import config, writes
 from counting.rollup.lease import Record, state_ref
-from counting.writepath import partitions, waking
+from counting.writepath import partitions
+from counting.writepath.context import Writing
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +174,9 @@ def next_counters(db: firestore.Client, after: str, n: int
     return found
 
 
-def run(db: firestore.Client, per_run: int = AUDIT_PER_RUN) -> Run:
+def run(writing: Writing, db: firestore.Client, per_run: int = AUDIT_PER_RUN) -> Run:
     """One scheduled run: the next counters of the rotation and every suspect, checked and
-    recorded in one write."""
+    recorded in one write; a drifting counter's shards are touched with `writing`."""
     state_snapshot = audit_ref(db).get()
     state = state_snapshot.to_dict() or {}
     now: dt.datetime = state_snapshot.read_time
@@ -204,37 +204,36 @@ def run(db: firestore.Client, per_run: int = AUDIT_PER_RUN) -> Run:
             log.error("%s: counter %r published %d at %s, its shards sum to %d; its shards are "
                       "touched so that the rollup reads them again", DRIFT_LOG_PREFIX,
                       found.counter, found.published, found.as_of.isoformat(), found.shards)
-            repair(db, found.counter)
+            repair(writing, db, found.counter)
     suspects = {c: entry for c, entry in suspects.items() if c in live}  # deleted: none
     kept = dict(sorted(suspects.items(), key=lambda item: item[1]["found_at"])[-SUSPECTS_KEPT:])
     record(db, state, now, rotation, checked, kept, drift)
     return Run(checked=checked, suspects=sorted(kept), drift=drift)
 
 
-def repair(db: firestore.Client, counter: str) -> None:
+def repair(writing: Writing, db: firestore.Client, counter: str) -> None:
     """Touch every shard of a drifting counter (a fresh `updated_at`, as a writer touches a
     write that straddled): the rollup's next tick reads them all, and the published count is
     their sum again. Shard values are absolute, so this changes no count; it costs a write per
     shard, only for drift."""
-    rng = random.Random()
     shards = list(db.collection(config.COUNTERS, counter, config.SHARDS).list_documents())
     for start in range(0, len(shards), config.ROLLUP_COMMIT_WRITES):
         chunk = shards[start:start + config.ROLLUP_COMMIT_WRITES]
         try:
-            touch(db, chunk, rng)
+            touch(writing, db, chunk)
         except gexc.NotFound:  # a shard folded away meanwhile: the fold moved it; the others
             for shard in chunk:
                 with contextlib.suppress(gexc.NotFound):
-                    touch(db, [shard], rng)
-    waking.after_write(db, dt.datetime.now(dt.UTC), {partitions.home_of(counter)})
+                    touch(writing, db, [shard])
+    writing.after_write(db, writing.clock.now(), {partitions.home_of(counter)})
 
 
-def touch(db: firestore.Client, shards: list[firestore.DocumentReference],
-          rng: random.Random) -> None:
+def touch(writing: Writing, db: firestore.Client,
+          shards: list[firestore.DocumentReference]) -> None:
     batch = db.batch()
     for shard in shards:
         batch.update(shard, {"updated_at": firestore.SERVER_TIMESTAMP,
-                             "stripe": partitions.shard_stripe(db, shard, rng)})
+                             "stripe": writing.stripe(db, partitions.home_of_shard(shard))})
     batch.commit(retry=writes.IDEMPOTENT)
 
 

@@ -8,12 +8,12 @@
   folds, trend buckets leaving their window, sweeps). It ticks only when no other holder's lease
   is live, and lets the lease go when done.
 
-A process keeps one `Holder` per database between invocations (`holder_for`): the lease and the
-ledger stay with a warm instance, so its next tick reads only what changed. The lease says
-whether that is still true: a tick first reads it, and finds it unchanged since its own last
-write, or takes it again with an empty ledger. What the invocations cost is added to
-`internal/rollup_usage` at most every `Cadence.usage_flush_s`. How and why, once:
-docs/architecture.md, "Rollup cadence".
+A process keeps one `Holder` per database and partition between invocations, in the `Holders`
+its handlers own: the lease and the ledger stay with a warm instance, so its next tick reads
+only what changed. The lease says whether that is still true: a tick first reads it, and finds
+it unchanged since its own last write, or takes it again with an empty ledger. What the
+invocations cost is added to `internal/rollup_usage` at most every `Cadence.usage_flush_s`. How
+and why, once: docs/architecture.md, "Rollup cadence".
 """
 
 from __future__ import annotations
@@ -34,13 +34,14 @@ from typing import Any
 
 from google.cloud import firestore
 
-from counting.foundation import config, writes
+from counting.foundation import config
 from counting.foundation.config import AutoscaleParams, Cadence
 from counting.rollup import status
 from counting.rollup.lease import Health, Lease, LeaseLost, state_ref
-from counting.rollup.tick import Rollup, TickStats
+from counting.rollup.tick import Limits, Rollup, TickStats
 from counting.rollup.usage import Usage
 from counting.writepath import partitions, waking
+from counting.writepath.context import Writing
 from counting.writepath.partitions import WHOLE, Part
 
 log = logging.getLogger(__name__)
@@ -75,18 +76,6 @@ class Invocation:
     usage: Usage = field(default_factory=Usage)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Clock:
-    """Where a holder reads the time and waits: the system's, or a simulation's virtual one."""
-
-    monotonic: Callable[[], float] = time.monotonic
-    now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
-    sleep: Callable[[float], None] = time.sleep
-
-
-SYSTEM_CLOCK = Clock()
-
-
 USAGE_WRITERS = 8  # partitions that flush every `usage_flush_s`; more flush less often
 
 
@@ -106,29 +95,34 @@ def billed_seconds(seconds: float) -> float:
 class Holder:
     """The rollup in one process: its lease, its ledger and what its invocations cost, kept
     between invocations. One invocation at a time (Cloud Run sends the rollup's functions one
-    request per instance)."""
+    request per instance). `writing` is the context of its writes: its protections, and the clock
+    it reads the time from and waits on."""
 
     def __init__(
         self,
         db: firestore.Client,
         *,
+        writing: Writing,
         part: Part = WHOLE,
         enqueue: Callable[[Part, int], bool] | None = None,
         owner: str | None = None,
         cadence: Cadence | None = None,
         scaling: AutoscaleParams | None = None,
-        clock: Clock = SYSTEM_CLOCK,
+        limits: Limits | None = None,
         on_tick: Callable[[TickStats], None] | None = None,
     ) -> None:
         self._db = db
         self.part = part
+        self._writing = writing
         self._enqueue = enqueue  # a partition's task for a slot (False: it existed already)
         self._timing = cadence or config.ROLLUP
         self._scaling = scaling
-        self._clock = clock
+        self._limits = limits
+        self._clock = clock = writing.clock
         self._on_tick = on_tick
         self._lock = threading.Lock()
-        self.lease = Lease(db, state_ref(db, part), owner or new_owner(), self._timing.lease_s)
+        self.lease = Lease(db, state_ref(db, part), owner or new_owner(), self._timing.lease_s,
+                           protections=writing.protections)
         self.rollup: Rollup | None = None  # with the lease: the ledger of the current holding
         self.last_as_of: dt.datetime | None = None  # the current holding's last tick
         # Not yet added to internal/rollup_usage: "field" or "group.field" -> amount.
@@ -221,7 +215,7 @@ class Holder:
                 self._drop()
                 self.rollup = Rollup(self._db, self.lease, self._scaling,
                                      renew_s=self._timing.renew_s, part=self.part,
-                                     monotonic=self._clock.monotonic)
+                                     writing=self._writing, limits=self._limits)
                 log.info("rollup lease of partition %s taken by %s", self.part, self.lease.owner)
                 return True
             if self.lease.found is not None and self.lease.found.retired:
@@ -339,17 +333,13 @@ class Holder:
             else:
                 fields[name] = value
         try:
-            usage_ref(self._db).set(fields, merge=True, retry=writes.once())  # increments
+            usage_ref(self._db).set(fields, merge=True, retry=self._writing.once())  # increments
         except Exception:
             self._pending["writes"] -= 1
             log.exception("could not record the rollup's usage")
             return
         self._pending.clear()
         self._recorded_at = self._clock.monotonic()
-
-
-_holders: dict[tuple[str, str, Part], Holder] = {}
-_holders_lock = threading.Lock()
 
 
 def closed_after(holders: Mapping[Part, object], part: Part, outcome: Outcome) -> list[Part]:
@@ -365,63 +355,73 @@ def closed_after(holders: Mapping[Part, object], part: Part, outcome: Outcome) -
     return []
 
 
-def holder_for(db: firestore.Client, part: Part = WHOLE) -> Holder:
-    """This process's holder of `part` for `db`'s database (deployed functions: one per
-    instance and partition), made on first use. When the instance shuts down (Cloud Run sends
-    SIGTERM; the worker exits), it lets the lease go and records what is pending."""
-    key = (db.project, getattr(db, "_database", "(default)"), part)
-    with _holders_lock:
-        if key not in _holders:
-            holder = _holders[key] = Holder(
-                db, part=part,
-                enqueue=lambda target, slot: waking.enqueue_tick(db, "deferred", target, slot))
-            atexit.register(holder.close)
-        return _holders[key]
+class Holders:
+    """A process's holders, one per database and partition, made on first use and kept between
+    invocations (deployed functions: the handlers own one, for the instance). Each holder's
+    writes go with `writing`, its budgets are `limits`."""
+
+    def __init__(self, writing: Writing, *, limits: Limits | None = None) -> None:
+        self._writing = writing
+        self._limits = limits
+        self._held: dict[tuple[str, str, Part], Holder] = {}
+        self._lock = threading.Lock()
+
+    def holder_for(self, db: firestore.Client, part: Part = WHOLE) -> Holder:
+        """The holder of `part` for `db`'s database, made on first use. When the instance shuts
+        down (Cloud Run sends SIGTERM; the worker exits), it lets the lease go and records what
+        is pending."""
+        key = (db.project, getattr(db, "_database", "(default)"), part)
+        with self._lock:
+            if key not in self._held:
+                holder = self._held[key] = Holder(
+                    db, writing=self._writing, part=part, limits=self._limits,
+                    enqueue=lambda target, slot: waking.enqueue_tick(db, "deferred", target,
+                                                                     slot))
+                atexit.register(holder.close)
+            return self._held[key]
+
+    def invoke(self, db: firestore.Client, part: Part,
+               call: Callable[[Holder], Invocation]) -> Invocation:
+        """Run one invocation on the holder of `part`, then close the holders it made useless
+        (`closed_after`)."""
+        run = call(self.holder_for(db, part))
+        database = (db.project, getattr(db, "_database", "(default)"))
+        with self._lock:
+            mine = {key[2]: holder for key, holder in self._held.items() if key[:2] == database}
+            stale = [self._held.pop((*database, other))
+                     for other in closed_after(mine, part, run.outcome)]
+        for holder in stale:
+            holder.close()
+        return run
+
+    def tick_task(self, db: firestore.Client, part: Part, slot: int | None,
+                  trigger: str) -> Invocation:
+        """A task's invocation (`Holder.tick_slot`)."""
+        return self.invoke(db, part, lambda holder: holder.tick_slot(slot, trigger))
+
+    def housekeeping(self, db: firestore.Client) -> list[Invocation]:
+        """The scheduled run: housekeeping of every partition of the current P, one after the
+        other (an idle partition's takes a few Firestore round trips). One that fails does not
+        keep the others from theirs; the run then fails, after them, with its error."""
+        done: list[Invocation] = []
+        failure: Exception | None = None
+        for part in partitions.parts(partitions.read_count(db)):
+            try:
+                done.append(self.invoke(db, part, Holder.housekeeping))
+            except Exception as error:
+                log.exception("housekeeping of partition %s failed", part)
+                failure = failure or error
+        if failure is not None:
+            raise failure
+        return done
 
 
-def invoke(db: firestore.Client, part: Part, call: Callable[[Holder], Invocation]
-           ) -> Invocation:
-    """Run one invocation on this process's holder of `part`, then close the holders it made
-    useless (`closed_after`)."""
-    run = call(holder_for(db, part))
-    database = (db.project, getattr(db, "_database", "(default)"))
-    with _holders_lock:
-        mine = {key[2]: holder for key, holder in _holders.items() if key[:2] == database}
-        stale = [_holders.pop((*database, other))
-                 for other in closed_after(mine, part, run.outcome)]
-    for holder in stale:
-        holder.close()
-    return run
-
-
-def tick_task(db: firestore.Client, part: Part, slot: int | None, trigger: str) -> Invocation:
-    """A task's invocation (`Holder.tick_slot`)."""
-    return invoke(db, part, lambda holder: holder.tick_slot(slot, trigger))
-
-
-def housekeeping(db: firestore.Client) -> list[Invocation]:
-    """The scheduled run: housekeeping of every partition of the current P, one after the
-    other (an idle partition's takes a few Firestore round trips). One that fails does not keep
-    the others from theirs; the run then fails, after them, with its error."""
-    done: list[Invocation] = []
-    failure: Exception | None = None
-    for part in partitions.parts(partitions.read_count(db)):
-        try:
-            done.append(invoke(db, part, Holder.housekeeping))
-        except Exception as error:
-            log.exception("housekeeping of partition %s failed", part)
-            failure = failure or error
-    if failure is not None:
-        raise failure
-    return done
-
-
-def loop(db: firestore.Client, *, period_s: float, stop: threading.Event,
+def loop(db: firestore.Client, *, writing: Writing, period_s: float, stop: threading.Event,
          part: Part = WHOLE, scaling: AutoscaleParams | None = None,
          on_tick: Callable[[TickStats], None] | None = None) -> None:
     """Tick every `period_s` until `stop`, then let the lease go: tests and benchmarks drive the
     rollup in-process on projects of their own, where no trigger runs."""
-    holder = Holder(db, part=part, scaling=scaling, on_tick=on_tick)
+    holder = Holder(db, writing=writing, part=part, scaling=scaling, on_tick=on_tick)
     try:
         while not stop.is_set():
             began = time.monotonic()

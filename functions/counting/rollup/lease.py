@@ -28,7 +28,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from counting.foundation import config
+from counting.foundation.config import Protections
 from counting.writepath.partitions import WHOLE, Part, lease_ref
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -158,8 +158,10 @@ class Lease:
     """One holder's hold on a partition's state document, and the record it writes next."""
 
     def __init__(self, db: firestore.Client, ref: firestore.DocumentReference, owner: str,
-                 ttl_s: float) -> None:
+                 ttl_s: float, *, protections: Protections | None = None) -> None:
+        """`protections` (every one on unless told) says whether commits are fenced."""
         self._db = db
+        self._fenced = (protections or Protections()).lease_fence
         self._ref = ref
         self.owner = owner
         self._ttl = dt.timedelta(seconds=ttl_s)
@@ -245,7 +247,7 @@ class Lease:
         if self._update_time is None:
             raise LeaseLost("not held")
         option = self._db.write_option(last_update_time=self._update_time) \
-            if config.PROTECTIONS.lease_fence else None
+            if self._fenced else None
         # A commit renews too (its commit time is the document's update time): a long tick that
         # commits keeps its lease. It persists the progress as of the tick's start (Store.begin).
         batch.update(self._ref, {**self.record.fields(), "renewed_at": firestore.SERVER_TIMESTAMP},

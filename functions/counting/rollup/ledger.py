@@ -181,8 +181,14 @@ def rate_moved(rate: float, published: float) -> bool:
 
 
 class Ledger:
-    def __init__(self, params: AutoscaleParams | None = None) -> None:
+    def __init__(self, params: AutoscaleParams | None = None, *,
+                 document_loads_per_tick: int = DOCUMENT_LOADS_PER_TICK,
+                 first_loads_per_tick: int = FIRST_LOADS_PER_TICK) -> None:
+        """The first-load budgets of a tick (`spread_first_loads`, `first_loads`): production's
+        unless told."""
         self.params = params or AutoscaleParams()
+        self.document_loads_per_tick = document_loads_per_tick
+        self.first_loads_per_tick = first_loads_per_tick
         self.held: dict[str, Held] = {}
         self.retry: set[str] = set()  # counters whose sum could not be published: again
         self.deferred: set[str] = set()  # changed, not read yet (see spread_first_loads)
@@ -215,13 +221,13 @@ class Ledger:
         dropped from `changes` and remembered; later ticks read them whole at their own instant,
         which includes what was dropped, and publish them."""
         unseen = [c for c in changes if c not in self.held]
-        for counter in unseen[DOCUMENT_LOADS_PER_TICK:]:
+        for counter in unseen[self.document_loads_per_tick:]:
             self._defer(changes, counter, since)
 
     def first_loads(self, changes: Changes, since: dt.datetime) -> list[str]:
         """With the changed counters' documents held: a counter whose document has
         `shard_counts` takes its unchanged shards from it (`changes` has the others). The others
-        are read whole, at most FIRST_LOADS_PER_TICK, deferred ones included (what was dropped
+        are read whole, at most `first_loads_per_tick`, deferred ones included (what was dropped
         from an earlier tick's changes is in no `shard_counts`); the rest are deferred as above.
         Returns those to read whole now."""
         whole = []
@@ -234,13 +240,13 @@ class Ledger:
             else:
                 held.shards = {shard: ShardValue(count=count, writes=None)
                                for shard, count in held.persisted.items()}
-        for counter in whole[FIRST_LOADS_PER_TICK:]:
+        for counter in whole[self.first_loads_per_tick:]:
             self._defer(changes, counter, since)
-        room = FIRST_LOADS_PER_TICK - min(len(whole), FIRST_LOADS_PER_TICK)
+        room = self.first_loads_per_tick - min(len(whole), self.first_loads_per_tick)
         catch_up = sorted(self.deferred - changes.keys())[:room]
         self.deferred -= {*catch_up, *changes}
         self.retry.update(catch_up)  # published from the values read whole
-        return [*whole[:FIRST_LOADS_PER_TICK], *catch_up]
+        return [*whole[:self.first_loads_per_tick], *catch_up]
 
     def _defer(self, changes: Changes, counter: str, since: dt.datetime) -> None:
         del changes[counter]

@@ -21,8 +21,8 @@ from counting.foundation.errors import Aborted
 from counting.rollup import lease
 from counting.writepath.partitions import (
     CHOICES,
-    KNOWN,
     NARROW_AFTER_S,
+    Known,
     lease_ref,
     partitions_ref,
     parts,
@@ -41,14 +41,16 @@ class Changed:
     narrow_at: dt.datetime
 
 
-def change(db: firestore.Client, new: int, *, attempts: int = CHANGE_ATTEMPTS) -> Changed:
+def change(db: firestore.Client, new: int, *, known: Known,
+           attempts: int = CHANGE_ATTEMPTS) -> Changed:
     """Set P to `new`: one commit retires every lease of the current P and writes every lease of
     the new one, starting at the oldest watermark and sweep of the old leases. The commit is
     conditional on every document it replaces being as it was read (a holder's commit writes its
     lease: then it is read and tried again), so the progress it carries over is the latest.
     Holders of the old P fail their next commit (their lease was written) and find their lease
     retired: nothing they committed is lost (the new leases start before it), and they commit
-    nothing after it (fenced). Changing to the current P changes nothing."""
+    nothing after it (fenced). Changing to the current P changes nothing. `known` (P as the
+    caller's process knows it) is forgotten, so that the caller's next writes read P again."""
     if new not in CHOICES:
         raise ValueError(f"partitions: {new!r} is not one of {', '.join(map(str, CHOICES))}")
     for _ in range(attempts):
@@ -61,7 +63,7 @@ def change(db: firestore.Client, new: int, *, attempts: int = CHANGE_ATTEMPTS) -
                 raise
             continue  # the answer was lost: read again (applied, the new P is there)
         finally:
-            KNOWN.forget()
+            known.forget()
     raise Aborted(f"partitions: the leases kept changing; {attempts} attempts failed: retry")
 
 

@@ -13,9 +13,7 @@ the simulation's model of Firestore (tests/sim), behind the same client API.
 from __future__ import annotations
 
 import datetime as dt
-import random
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -31,6 +29,7 @@ from counting.rollup.lease import Lease, LeaseLost, Progress
 from counting.rollup.ledger import LEGACY_FIELDS, Publish
 from counting.rollup.usage import Usage
 from counting.writepath import partitions
+from counting.writepath.context import Writing
 from counting.writepath.partitions import Part, trend_parts_ref
 
 T = TypeVar("T")
@@ -45,15 +44,16 @@ DOCUMENTS_PER_READ = 100
 
 
 class Store:
-    def __init__(self, db: firestore.Client, lease: Lease, *, renew_s: float,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, db: firestore.Client, lease: Lease, writing: Writing, *,
+                 renew_s: float) -> None:
         """`lease` was just written (taken); it is renewed before a read when its last write is
-        `renew_s` old on the `monotonic` clock."""
+        `renew_s` old on `writing`'s clock. `writing` stripes the writes of a fold."""
         self.db = db
         self.lease = lease
+        self._writing = writing
         self._renew_s = renew_s
-        self._monotonic = monotonic
-        self._written = monotonic()  # when this holder last wrote the lease
+        self._monotonic = writing.clock.monotonic
+        self._written = self._monotonic()  # when this holder last wrote the lease
         self._usage = Usage()
         self._lock = threading.Lock()
         self._renewing = threading.Lock()
@@ -260,8 +260,8 @@ class Store:
             batch.update(coll.document(survivor), {
                 "count": firestore.Increment(amount),
                 "updated_at": firestore.SERVER_TIMESTAMP,
-                "stripe": partitions.shard_stripe(self.db, coll.document(survivor),
-                                                  random.Random())})
+                "stripe": self._writing.stripe(
+                    self.db, partitions.home_of_shard(coll.document(survivor)))})
         if counts_kept is not None:
             moves = {**{shard_count(s.id): firestore.DELETE_FIELD for s in surplus},
                      **{shard_count(survivor): firestore.Increment(amount)

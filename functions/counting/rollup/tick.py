@@ -17,7 +17,6 @@ import contextlib
 import datetime as dt
 import functools
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from google.cloud import firestore
 
 from counting.foundation import config
 from counting.foundation.config import AutoscaleParams
+from counting.rollup import ledger as ledger_module
 from counting.rollup.folding import fold_surplus
 from counting.rollup.lease import Lease, Progress
 from counting.rollup.ledger import Changes, Grow, Ledger, Publish, ShardValue
@@ -35,6 +35,7 @@ from counting.rollup.store import Store
 from counting.rollup.trend_step import TrendRollup, TrendStats
 from counting.rollup.usage import Usage
 from counting.writepath import partitions
+from counting.writepath.context import Writing
 from counting.writepath.partitions import WHOLE, Part
 
 # Counters published per commit (two writes each at most: document and memory) beside the
@@ -87,22 +88,32 @@ def instant(value: Any) -> dt.datetime:
     return result
 
 
-def overlap_s() -> float:
-    """How far before the last tick's instant the change query reaches."""
-    return config.CHANGE_OVERLAP_S if config.PROTECTIONS.overlap else 0.0
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """The rollup's budgets: production's values; tests and the simulation make them small so
+    that a few counters exercise what thousands would."""
+
+    document_loads_per_tick: int = ledger_module.DOCUMENT_LOADS_PER_TICK
+    first_loads_per_tick: int = ledger_module.FIRST_LOADS_PER_TICK
+    publishes_per_commit: int = PUBLISHES_PER_COMMIT
 
 
 class Rollup:
-    """One lease holder of a partition: its watermark, its ledger, its store."""
+    """One lease holder of a partition: its watermark, its ledger, its store. `writing` is the
+    context of its own writes (a fold's stripes, the protections it runs with, its clock);
+    `limits` its budgets (production's unless told)."""
 
     def __init__(self, db: firestore.Client, lease: Lease,
                  scaling: AutoscaleParams | None = None,
                  trends: Callable[..., TrendRollup] | None = None,
-                 renew_s: float = config.ROLLUP.renew_s, part: Part = WHOLE,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 renew_s: float = config.ROLLUP.renew_s, part: Part = WHOLE, *,
+                 writing: Writing, limits: Limits | None = None) -> None:
         self.part = part
-        self.store = Store(db, lease, renew_s=renew_s, monotonic=monotonic)
-        self.ledger = Ledger(scaling)
+        self.writing = writing
+        self.limits = limits = limits or Limits()
+        self.store = Store(db, lease, writing, renew_s=renew_s)
+        self.ledger = Ledger(scaling, document_loads_per_tick=limits.document_loads_per_tick,
+                             first_loads_per_tick=limits.first_loads_per_tick)
         # `trends` (tests: a TrendRollup with a clock) is called with the store and `part`.
         self._trends = (trends or TrendRollup)(self.store, part=part)
         self.watermark = lease.record.progress.watermark
@@ -117,10 +128,15 @@ class Rollup:
         self.ledger.forget()
         self._trends.forget()
 
+    @property
+    def overlap_s(self) -> float:
+        """How far before the last tick's instant the change query reaches."""
+        return config.CHANGE_OVERLAP_S if self.writing.protections.overlap else 0.0
+
     def sweeps_at(self, as_of: dt.datetime) -> bool:
         """Whether the tick at `as_of` is a sweep (docs/architecture.md, "Exact on real
         Firestore")."""
-        return config.PROTECTIONS.sweep and \
+        return self.writing.protections.sweep and \
             (as_of - self.swept).total_seconds() >= config.ROLLUP_SWEEP_EVERY_S
 
     def reach(self, since: dt.datetime, as_of: dt.datetime) -> dt.datetime:
@@ -128,7 +144,7 @@ class Rollup:
         the last tick's instant, and on a sweep MAX_REQUEST_S before the last sweep's. A shard
         write whose commit came at most that long after its `updated_at` and after the last
         (sweep) instant is returned."""
-        reach = since - dt.timedelta(seconds=overlap_s())
+        reach = since - dt.timedelta(seconds=self.overlap_s)
         if self.sweeps_at(as_of):
             reach = min(reach, self.swept - dt.timedelta(seconds=config.MAX_REQUEST_S))
         return reach
@@ -154,7 +170,7 @@ class Rollup:
         # counts (`Ledger.plan`): its first tick reads back from there, and takes as taken in
         # (in the memories) only what that sweep's tick or an earlier one could have.
         known_from = min(since, self.swept) if ledger.fresh else since
-        reach = min(reach, known_from - dt.timedelta(seconds=overlap_s()))
+        reach = min(reach, known_from - dt.timedelta(seconds=self.overlap_s))
         changes, trend_changes = self._changed_shards(reach, as_of,
                                                       known_from if sweep else None)
         try:
@@ -216,7 +232,7 @@ class Rollup:
         reads, for a while after a change of P (`narrow_at`), those a writer that still knows
         the old P picks, so that such writes are found within a tick rather than a sweep."""
         partitioning = self.store.lease.record.partitioning
-        if sweep and config.PROTECTIONS.every_stripe_sweep:
+        if sweep and self.writing.protections.every_stripe_sweep:
             return self.part.stripes(partitions.HOMES)
         return self.part.stripes(partitioning.spread if as_of < partitioning.narrow_at
                                  else self.part.count)
@@ -238,7 +254,7 @@ class Rollup:
         the last minutes."""
         changes: Changes = defaultdict(dict)
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
-        overlap = dt.timedelta(seconds=overlap_s())
+        overlap = dt.timedelta(seconds=self.overlap_s)
         stripes = self.stripes(as_of, sweep=swept_from is not None)
         # Only a write in a stripe every tick reads, committed since this partitioning began, can
         # have been taken in by a past tick: one in another P's stripe (a writer that knew
@@ -285,13 +301,14 @@ class Rollup:
             self.ledger.hold_shards(counter, {s.id: ShardValue.of(s.to_dict()) for s in shards})
 
     def _commit(self, updates: dict[str, Publish]) -> None:
-        """Publish the counters, fenced by the lease, PUBLISHES_PER_COMMIT to a commit. A commit
+        """Publish the counters, fenced by the lease, `publishes_per_commit` to a commit. A commit
         that a counter's own write fails (its document deleted, a value Firestore refuses) is
         redone a counter at a time, so the bad one is skipped and reported and the others are
         written."""
         items = list(updates.items())
-        for start in range(0, len(items), PUBLISHES_PER_COMMIT):
-            chunk = items[start:start + PUBLISHES_PER_COMMIT]
+        per_commit = self.limits.publishes_per_commit
+        for start in range(0, len(items), per_commit):
+            chunk = items[start:start + per_commit]
             try:
                 self.store.publish(chunk)
             except COUNTER_FAULTS:

@@ -143,7 +143,8 @@ def read_count(db: firestore.Client) -> int:
 
 
 class Known:
-    """P as a writer knows it: read at most every CONFIG_CACHE_TTL_S per database. A writer that
+    """P as a process's writers know it (`counting.writepath.context.Writing`): read at most every
+    CONFIG_CACHE_TTL_S per database. A writer that
     cannot read it takes P = 1 until the next read: stripe = home, which every partition of
     every P reads, and the task of partition 1 of 1, which, retired, wakes the current ones. A
     write never fails for this, nor goes on with a P it can no longer check."""
@@ -170,17 +171,3 @@ class Known:
 
     def forget(self) -> None:
         self._cache = TtlCache(self._ttl_s, self._monotonic)
-
-
-KNOWN = Known()
-
-
-def count(db: firestore.Client) -> int:
-    """P, as this process's writers know it."""
-    return KNOWN.count(db)
-
-
-def shard_stripe(db: firestore.Client, shard: firestore.DocumentReference,
-                 rng: random.Random) -> int:
-    """The `stripe` of a write to `shard`: its key's home, spread over P as the writer knows it."""
-    return stripe(home_of_shard(shard), count(db), rng)

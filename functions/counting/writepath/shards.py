@@ -16,7 +16,6 @@ import datetime as dt
 import functools
 import hashlib
 import logging
-import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from counting.foundation import config, writes
-from counting.writepath import partitions, waking
+from counting.writepath import partitions
+from counting.writepath.context import Writing
 
 log = logging.getLogger(__name__)
 Snapshot = firestore.DocumentSnapshot[Any]
@@ -52,8 +52,8 @@ class ShardWrite:
             batch.update(self.ref, self.fields)
 
 
-def shard_write(db: firestore.Client, shard: firestore.DocumentReference, by: int,
-                rng: random.Random, *, creates: bool = False, **extra: Any) -> ShardWrite:
+def shard_write(writing: Writing, db: firestore.Client, shard: firestore.DocumentReference,
+                by: int, *, creates: bool = False, **extra: Any) -> ShardWrite:
     """A write adding `by` to `shard`, with `extra` fields. `updated_at` and `stripe` feed the
     rollup query of the partition that owns it (`counting.writepath.partitions`), `writes` (one
     more per write, whatever `by`) is how the rollup measures the write rate."""
@@ -62,7 +62,7 @@ def shard_write(db: firestore.Client, shard: firestore.DocumentReference, by: in
         "count": firestore.Increment(by),
         "writes": firestore.Increment(1),
         "updated_at": firestore.SERVER_TIMESTAMP,
-        "stripe": partitions.stripe(home, partitions.count(db), rng),
+        "stripe": writing.stripe(db, home),
         **extra,
     }, creates)
 
@@ -106,26 +106,26 @@ def landed(shard_writes: Iterable[ShardWrite], results: list[Any]) -> list[Lande
             zip(shard_writes, results[len(results) - len(shard_writes):], strict=True)]
 
 
-def settle(db: firestore.Client, written: Iterable[Landed], rng: random.Random) -> None:
+def settle(writing: Writing, db: firestore.Client, written: Iterable[Landed]) -> None:
     """After a commit of shard writes: touch every shard whose write straddles, so that the
     rollup finds it within a tick. A touch is a write of a fresh `updated_at` alone, sent after
     the commit was acknowledged, so its server timestamp is later than that commit; it is itself
     checked, up to SHARD_TOUCH_ATTEMPTS times. A write left untouched (this instance died,
     Firestore stayed slow) is found by the rollup's sweep (docs/architecture.md, "Exact on real
     Firestore"). Then make sure a rollup tick follows the last of these commits
-    (`waking.after_write`): every write path of the domain ends here, and a commit that wrote no
+    (`Writing.after_write`): every write path of the domain ends here, and a commit that wrote no
     shard (a document change that moves no count) asks for no tick."""
     written = list(written)
     last: dt.datetime | None = None
     for write in written:
         touches = 0
-        while config.PROTECTIONS.touch and write.straddles \
+        while writing.protections.touch and write.straddles \
                 and touches < config.SHARD_TOUCH_ATTEMPTS:
             touches += 1
             try:
                 result = write.ref.update(
                     {"updated_at": firestore.SERVER_TIMESTAMP,
-                     "stripe": partitions.stripe(write.home, partitions.count(db), rng)},
+                     "stripe": writing.stripe(db, write.home)},
                     retry=writes.IDEMPOTENT)
             except gexc.NotFound:
                 break  # folded away: the fold moved its count, which the rollup mirrors
@@ -135,7 +135,7 @@ def settle(db: firestore.Client, written: Iterable[Landed], rng: random.Random) 
             write = Landed.of(write.ref, write.home, result)
         last = write.committed if last is None else max(last, write.committed)
     if last is not None:
-        waking.after_write(db, last, {write.home for write in written})
+        writing.after_write(db, last, {write.home for write in written})
 
 
 def marker_landed(db: firestore.Client, marker: Snapshot) -> list[Landed]:
@@ -150,9 +150,8 @@ def marker_landed(db: firestore.Client, marker: Snapshot) -> list[Landed]:
     return [Landed(ref, partitions.home_of_shard(ref), stamped, committed) for ref in refs]
 
 
-def commit_marked(db: firestore.Client, shard_writes: list[ShardWrite], *, uid: str,
-                  request_id: str | None, counters: list[str], nonce: str,
-                  rng: random.Random) -> bool:
+def commit_marked(writing: Writing, db: firestore.Client, shard_writes: list[ShardWrite], *,
+                  uid: str, request_id: str | None, counters: list[str], nonce: str) -> bool:
     """Commit shard writes with the request's marker when there is a `request_id`, and settle
     them; False when the request_id was applied before. Without one the commit is sent once
     (`OutcomeUnknown` when its answer is lost); with one it is sent again after a lost answer,
@@ -170,17 +169,17 @@ def commit_marked(db: firestore.Client, shard_writes: list[ShardWrite], *, uid: 
     for write in shard_writes:
         write.add_to(batch)
     if marker is None:
-        results = writes.commit_once(batch)
+        results = writing.commit_once(batch)
     else:
         try:
-            results = writes.resending(functools.partial(writes.send, batch),
-                                       request_id=request_id)
+            results = writing.resending(functools.partial(writing.send, batch),
+                                        request_id=request_id)
         except gexc.AlreadyExists as error:
             with writes.finding_out(error, request_id=request_id):
                 found = marker.get()
-            settle(db, marker_landed(db, found), rng)
+            settle(writing, db, marker_landed(db, found))
             return nonce_of(found) == nonce
-    settle(db, landed(shard_writes, results), rng)
+    settle(writing, db, landed(shard_writes, results))
     return True
 
 

@@ -1,15 +1,16 @@
 """After a write, make sure a rollup tick follows it (docs/architecture.md, "Rollup cadence").
 
-Every write path of the domain ends in `shards.settle`, which calls `after_write` with the commit
-time of what it wrote and the homes of the keys it wrote (`counting.writepath.partitions`). The
+Every write path of the domain ends in `shards.settle`, which calls its context's waker
+(`counting.writepath.context.Writing.after_write`) with the commit time of what it wrote and the
+homes of the keys it wrote (`counting.writepath.partitions`). The
 write committed in the one-second slot s (its commit time's whole second); for each partition that
 owns one of those homes, the process's `Waker` enqueues a task on that partition's queue named for s
 and scheduled for s + 1, once per slot, partition and process. Cloud Tasks refuses a second task of
 one name, so the writes of one second, on any number of instances, share one tick per partition,
 which starts after every one of them has committed. Failures are logged, never raised: the scheduled
 backstop ticks within about 70 s (the lease of the tick instance expires, then the next minute's run
-comes). Deployed functions, the operator CLI and the demo seed use the Cloud Tasks waker made on
-first use; tests and the simulation `install` their own.
+comes). Deployed functions, the operator CLI and the demo seed build their context with the Cloud
+Tasks waker (`cloud_tasks`); tests and the simulation build theirs with a waker of their own.
 """
 
 from __future__ import annotations
@@ -95,12 +96,12 @@ def _app(project: str) -> firebase_admin.App:
 
 
 class Waker:
-    """The write path's side of ticking (one per process): after a write, make sure a tick of
-    its slot is enqueued for each partition it wrote to. `enqueue(db, part, slot)` enqueues it
-    (False: it existed already); `count(db)` is P as the process knows it."""
+    """The write path's side of ticking (one per process, in its context): after a write, make
+    sure a tick of its slot is enqueued for each partition it wrote to. `enqueue(db, part,
+    slot)` enqueues it (False: it existed already); `count(db)` is P as the process knows it."""
 
     def __init__(self, enqueue: Callable[[firestore.Client, Part, int], bool], *,
-                 count: Callable[[firestore.Client], int] = partitions.count,
+                 count: Callable[[firestore.Client], int],
                  timeout_s: float = config.TICK_ENQUEUE_TIMEOUT_S) -> None:
         self._enqueue = enqueue
         self._count = count
@@ -160,26 +161,8 @@ class Never:
         return False
 
 
-_installed: AfterWrite | None = None
-
-
-def install(waker: AfterWrite | None) -> AfterWrite | None:
-    """Make `waker` the process's (None: the Cloud Tasks waker, made on next use); returns the
-    one it replaces."""
-    global _installed
-    previous, _installed = _installed, waker
-    return previous
-
-
-def after_write(db: firestore.Client, committed_at: dt.datetime, homes: Iterable[int]) -> bool:
-    """Called by the domain after each commit of shard writes, with its commit time and the
-    homes of the keys written; never raises (the write is done: a client told otherwise would
-    retry it)."""
-    global _installed
-    if _installed is None:
-        _installed = Waker(lambda target, part, slot: enqueue_tick(target, "write", part, slot))
-    try:
-        return _installed.after_write(db, committed_at, homes)
-    except Exception:
-        log.exception("could not enqueue the rollup's tick (the scheduled run will tick)")
-        return False
+def cloud_tasks(known: partitions.Known) -> Waker:
+    """The deployed waker: its tasks go to Cloud Tasks (`enqueue_tick`), for the partitions of P
+    as `known` has it."""
+    return Waker(lambda target, part, slot: enqueue_tick(target, "write", part, slot),
+                 count=known.count)

@@ -7,18 +7,19 @@ request's marker. The top tags are one read of `trends/{scope}`, which the rollu
 from __future__ import annotations
 
 import datetime as dt
-import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from google.cloud import firestore
 
 from counting.features.trends.buckets import expiry, minute_id, minute_of
-from counting.foundation import config, writes
+from counting.foundation import config
 from counting.foundation.kinds import Window
 from counting.writepath import shards
 
-_RNG = random.Random()
+if TYPE_CHECKING:
+    from counting.features.context import Context
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,7 @@ class TopTags:
 
 
 def track(
+    ctx: Context,
     db: firestore.Client,
     region: str,
     tags: Iterable[str],
@@ -43,26 +45,26 @@ def track(
     request_id: str | None = None,
     uid: str = "",
     now: dt.datetime | None = None,
-    rng: random.Random = _RNG,
 ) -> int:
     """Count one event: one occurrence of each distinct (normalised) tag, in one commit.
 
     Returns the number of tags recorded; 0 when `request_id` was already applied for this user.
     """
+    writing = ctx.writing
     distinct = list(dict.fromkeys(tags))
-    minute = minute_of(now or dt.datetime.now(dt.UTC))
+    minute = minute_of(now or writing.clock.now())
     expires_at = expiry("1h", minute)
     buckets = db.collection(config.TREND_MINUTES)
     ids = [minute_id(region, minute, tag) for tag in distinct]
     refs = [buckets.document(bucket).collection(config.SHARDS).document(
-        str(rng.randrange(config.TREND_SHARDS))) for bucket in ids]
-    shard_writes = [shards.shard_write(db, shard, 1, rng, creates=True, region=region, tag=tag,
-                                       minute=minute, **{config.EXPIRES_AT: expires_at})
+        str(writing.rng.randrange(config.TREND_SHARDS))) for bucket in ids]
+    shard_writes = [shards.shard_write(writing, db, shard, 1, creates=True, region=region,
+                                       tag=tag, minute=minute, **{config.EXPIRES_AT: expires_at})
                     for tag, shard in zip(distinct, refs, strict=True)]
-    request = None if request_id is None or not config.PROTECTIONS.request_markers \
+    request = None if request_id is None or not writing.protections.request_markers \
         else f"track:{request_id}"
-    applied = shards.commit_marked(db, shard_writes, uid=uid, request_id=request,
-                                     counters=ids, nonce=writes.new_nonce(), rng=rng)
+    applied = shards.commit_marked(writing, db, shard_writes, uid=uid, request_id=request,
+                                   counters=ids, nonce=writing.nonce())
     return len(distinct) if applied else 0
 
 

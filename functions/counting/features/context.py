@@ -1,0 +1,47 @@
+"""The features' context (`Context`): what a process's calls of the domain share, built once per
+process by the handlers (`handlers.context`), the operator CLI and the demo, and by tests and the
+simulation for themselves. Every feature function that writes, or reads a process cache, takes
+it as its first argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from counting.features.counters import ConfigCache, ShardPicker
+from counting.features.sequences import SequenceCache
+from counting.foundation.clock import SYSTEM, Clock
+from counting.foundation.config import Protections
+from counting.writepath import partitions, waking
+from counting.writepath.context import Writing
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """The write path's context (`writing`), the cache of counter configurations, the shard
+    picker and the cache of sequence configurations."""
+
+    writing: Writing
+    configs: ConfigCache
+    picker: ShardPicker
+    sequences: SequenceCache
+
+    @classmethod
+    def of(cls, writing: Writing) -> Context:
+        """A context around `writing`, with caches of its own on `writing`'s clock."""
+        return cls(writing=writing, configs=ConfigCache(clock=writing.clock.monotonic),
+                   picker=ShardPicker(), sequences=SequenceCache(clock=writing.clock.monotonic))
+
+    @classmethod
+    def for_process(cls, *, waker: waking.AfterWrite | None = None,
+                    protections: Protections | None = None, clock: Clock = SYSTEM) -> Context:
+        """A process's context: its writes wake the rollup through `waker` (None: Cloud Tasks,
+        `waking.cloud_tasks`), with every protection on unless told otherwise."""
+        known = partitions.Known(monotonic=clock.monotonic)
+        return cls.of(Writing(known=known, waker=waker or waking.cloud_tasks(known),
+                              protections=protections or Protections(), clock=clock))
+
+    @classmethod
+    def offline(cls, *, protections: Protections | None = None) -> Context:
+        """A context whose writes wake nothing (`Writing.offline`): tests and benchmarks, whose
+        rollup runs in-process."""
+        return cls.of(Writing.offline(protections=protections))
