@@ -5,35 +5,32 @@ Each protection of `config.Protections` guards one production hazard; `make sim`
 with all of them on, and some seeds with each alone off (`alone_off`), to show each one needed.
 `UNPROTECTED` is the rollup as it was before any: no overlap, no touch, no sweep.
 
-A run gives the domain its protections, P as each of its processes knows it, the waker of its
-writes, the virtual clock and generators seeded from the run's through the contexts it builds
-(`writing`), and small first-load budgets through its holders' `LIMITS`, so that a few counters
-exercise what thousands would. `inline_pools` is the one place a run swaps module globals, and it
-puts back what it found: the thread pools of the rollup's reads, of the waker's enqueues and of
-the backfill, which run their calls in the calling actor, one after the other (`Inline`: a thread
-of its own would run outside virtual time).
+A run gives the domain what its processes would hold for themselves through the contexts it
+builds (`writing`): its protections, P as each process knows it, the waker of its writes, the
+virtual clock, generators and nonces seeded from the run's (unseeded, they would keep a seed from
+replaying), and thread pools that run their calls in the calling actor, one after the other
+(`Inline`: a thread of its own would run outside virtual time); and small first-load budgets
+through its holders' `LIMITS`, so that a few counters exercise what thousands would. It patches
+no module.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import random
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any, ParamSpec, TypeVar
 
-from counting.features import collections
 from counting.foundation.clock import Clock
 from counting.foundation.config import Protections
-from counting.rollup import store
 from counting.rollup.tick import Limits
 from counting.writepath import partitions, waking
 from counting.writepath.context import Writing
 
-T = TypeVar("T")
 R = TypeVar("R")
+P = ParamSpec("P")
 
 NAMES = tuple(f.name for f in dataclasses.fields(Protections))
 ALL = Protections()
@@ -54,10 +51,11 @@ def off(protections: Protections) -> list[str]:
 def writing(protections: Protections, *, known: partitions.Known, waker: waking.AfterWrite,
             clock: Clock, entropy: random.Random) -> Writing:
     """The write context of a run's processes: its protections, P as they know it, the waker of
-    their writes, the virtual clock, and the generator of stripes and the nonces made from the
-    run's generator (unseeded, they would keep a seed from replaying)."""
+    their writes, the virtual clock, the generator of stripes and the nonces made from the run's
+    generator, and inline pools."""
     return Writing(known=known, waker=waker, protections=protections,
-                   rng=random.Random(entropy.random()), clock=clock, nonces=nonces(entropy))
+                   rng=random.Random(entropy.random()), clock=clock, nonces=nonces(entropy),
+                   pools=Inline)
 
 
 def nonces(entropy: random.Random) -> Callable[[], str]:
@@ -66,43 +64,17 @@ def nonces(entropy: random.Random) -> Callable[[], str]:
     return lambda: uuid.UUID(int=seeded.getrandbits(128), version=4).hex
 
 
-class Inline:
-    """A `ThreadPoolExecutor` whose calls run at once in the caller."""
+class Inline(Executor):
+    """A thread pool whose calls run at once in the caller (made as the domain makes its pools:
+    `Inline(max_workers, thread_name_prefix)`)."""
 
-    def __init__(self, *_: Any, **__: Any) -> None:
+    def __init__(self, *_: Any) -> None:
         pass
 
-    def submit(self, call: Callable[..., R], *args: Any, **kwargs: Any) -> Future[R]:
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         done: Future[R] = Future()
         try:
-            done.set_result(call(*args, **kwargs))
+            done.set_result(fn(*args, **kwargs))
         except Exception as error:
             done.set_exception(error)
         return done
-
-    def map(self, call: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-        return iter([call(item) for item in items])
-
-    def shutdown(self, wait: bool = True, **_: Any) -> None:
-        pass
-
-    def __enter__(self) -> Inline:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def inline_pools() -> Iterator[None]:
-    """The domain's thread pools, as `Inline` ones, while a run lasts."""
-    swaps = [(store, "ThreadPoolExecutor"), (waking, "ThreadPoolExecutor"),
-             (collections, "ThreadPoolExecutor")]
-    saved = [(module, name, getattr(module, name)) for module, name in swaps]
-    for module, name in swaps:
-        setattr(module, name, Inline)
-    try:
-        yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)

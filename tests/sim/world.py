@@ -97,40 +97,40 @@ def run(seed: int, *, protected: Protections = protections.ALL,
     stage_rng = random.Random(rng.random())
     entropy = random.Random(rng.random())
     outcome = Outcome(seed=seed, off=protections.off(protected))
-    with protections.inline_pools():
-        # The writes of every process of the run wake its rollup (made below) for their slot.
-        waker = waking.Waker(lambda _, part, slot: rollup.enqueue(part, slot), count=known.count)
-        writing = protections.writing(protected, known=known, waker=waker, clock=clock,
-                                      entropy=entropy)
-        stage = Stage(sim=sim, model=model, db=db, history=History(sim), rng=stage_rng,
-                      chaos=settings.chaos, known=known, clock=clock, write_context=writing)
-        plan = Plan.draw(stage.rng, settings.active_s, settings.partitions, settings.changes)
-        stage.partitions.append(plan.start)
-        writers, rollup, trigger = Writers(stage), Rollup(stage), Trigger(stage)
-        rollup.writers = writers
-        operator = Operator(stage, plan)
-        model.on_commit += [rollup.on_commit, trigger.on_commit]
-        try:
-            sim.spawn("operator", operator.run)
-            rollup.schedule(1.0)
-            for n in range(settings.writers):
-                writers.spawn(after_s=0.5 + n * 0.1)
-            sim.spawn("chaos", Chaotic(stage, writers, rollup).run, after_s=5.0)
-            sim.run_until(settings.active_s)
-            stage.writing = False
+    # The writes of every process of the run wake its rollup (made below) for their slot.
+    waker = waking.Waker(lambda _, part, slot: rollup.enqueue(part, slot), count=known.count,
+                         pools=protections.Inline)
+    writing = protections.writing(protected, known=known, waker=waker, clock=clock,
+                                  entropy=entropy)
+    stage = Stage(sim=sim, model=model, db=db, history=History(sim), rng=stage_rng,
+                  chaos=settings.chaos, known=known, clock=clock, write_context=writing)
+    plan = Plan.draw(stage.rng, settings.active_s, settings.partitions, settings.changes)
+    stage.partitions.append(plan.start)
+    writers, rollup, trigger = Writers(stage), Rollup(stage), Trigger(stage)
+    rollup.writers = writers
+    operator = Operator(stage, plan)
+    model.on_commit += [rollup.on_commit, trigger.on_commit]
+    try:
+        sim.spawn("operator", operator.run)
+        rollup.schedule(1.0)
+        for n in range(settings.writers):
+            writers.spawn(after_s=0.5 + n * 0.1)
+        sim.spawn("chaos", Chaotic(stage, writers, rollup).run, after_s=5.0)
+        sim.run_until(settings.active_s)
+        stage.writing = False
+        quiesce(sim, model, settings)
+        if trigger.given_up:
+            stage.tally["final_backfills"] += 1
+            last = sim.spawn("final-backfill", lambda: backfill(stage))
+            while not last.done:
+                sim.run_until(sim.monotonic() + 10.0)
             quiesce(sim, model, settings)
-            if trigger.given_up:
-                stage.tally["final_backfills"] += 1
-                last = sim.spawn("final-backfill", lambda: backfill(stage))
-                while not last.done:
-                    sim.run_until(sim.monotonic() + 10.0)
-                quiesce(sim, model, settings)
-            settle(sim, model, stage, rollup, settings)
-            evidence = Evidence(model, stage.history)
-            for checker in checkers.every(ORDERS):
-                outcome.findings += checker.check(evidence)
-        finally:
-            sim.shutdown()
+        settle(sim, model, stage, rollup, settings)
+        evidence = Evidence(model, stage.history)
+        for checker in checkers.every(ORDERS):
+            outcome.findings += checker.check(evidence)
+    finally:
+        sim.shutdown()
     outcome.crashes = sim.crashes + stage.history.crashes
     outcome.ops = stage.ops + folds_and_grows(model)
     outcome.tally, outcome.partitions = stage.tally, stage.partitions

@@ -34,7 +34,6 @@ import itertools
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -522,8 +521,7 @@ def backfill(counting: Counting, declarations: Iterable[str] | None = None,
 
     def run(step: Callable[[firestore.DocumentSnapshot[Any]], Applied | None],
             snapshots: Iterator[firestore.DocumentSnapshot[Any]], *, removal: bool) -> None:
-        with ThreadPoolExecutor(max_workers=config.BACKFILL_THREADS,
-                                thread_name_prefix="backfill") as pool:
+        with counting.ctx.writing.pools(config.BACKFILL_THREADS, "backfill") as pool:
             while found := list(itertools.islice(snapshots, page)):
                 for path, outcome in pool.map(lambda s: safely(step, s), found):
                     if isinstance(outcome, str):

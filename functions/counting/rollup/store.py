@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from google.cloud import firestore
@@ -47,7 +46,8 @@ class Store:
     def __init__(self, db: firestore.Client, lease: Lease, writing: Writing, *,
                  renew_s: float) -> None:
         """`lease` was just written (taken); it is renewed before a read when its last write is
-        `renew_s` old on `writing`'s clock. `writing` stripes the writes of a fold."""
+        `renew_s` old on `writing`'s clock. `writing` stripes the writes of a fold and makes the
+        pool of its reads."""
         self.db = db
         self.lease = lease
         self._writing = writing
@@ -57,7 +57,7 @@ class Store:
         self._usage = Usage()
         self._lock = threading.Lock()
         self._renewing = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="store")
+        self._pool = writing.pools(READ_THREADS, "store")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

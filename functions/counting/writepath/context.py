@@ -1,7 +1,8 @@
 """What every write of a process shares (`Writing`): P as the process knows it, the waker of the
-rollup, the protections, the generator of stripes, the clock and the nonces. The handlers, the
-operator CLI and the demo build one per process (in `counting.features.context.Context`), the
-rollup gets one from its constructor; tests and the simulation build their own."""
+rollup, the protections, the generator of stripes, the clock, the nonces and the thread pools.
+The handlers, the operator CLI and the demo build one per process (in
+`counting.features.context.Context`), the rollup gets one from its constructor; tests and the
+simulation build their own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import datetime as dt
 import logging
 import random
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -27,7 +29,8 @@ T = TypeVar("T")
 class Writing:
     """The write path's context. `rng` picks stripes (and what else the domain draws for itself:
     a trend event's shards), `nonces` makes the nonce of each request, `clock` times and paces
-    the resends of guarded commits."""
+    the resends of guarded commits, `pools(max_workers, thread_name_prefix)` makes the thread
+    pools of the rollup's reads and of the backfill."""
 
     known: partitions.Known
     waker: waking.AfterWrite
@@ -35,6 +38,7 @@ class Writing:
     rng: random.Random = field(default_factory=random.Random)
     clock: Clock = SYSTEM
     nonces: Callable[[], str] = writes.new_nonce
+    pools: Callable[[int, str], Executor] = ThreadPoolExecutor
 
     @classmethod
     def offline(cls, *, protections: Protections | None = None) -> Writing:

@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Protocol
 
 import firebase_admin
@@ -98,17 +98,19 @@ def _app(project: str) -> firebase_admin.App:
 class Waker:
     """The write path's side of ticking (one per process, in its context): after a write, make
     sure a tick of its slot is enqueued for each partition it wrote to. `enqueue(db, part,
-    slot)` enqueues it (False: it existed already); `count(db)` is P as the process knows it."""
+    slot)` enqueues it (False: it existed already); `count(db)` is P as the process knows it;
+    `pools(max_workers, thread_name_prefix)` makes the pool its calls run in."""
 
     def __init__(self, enqueue: Callable[[firestore.Client, Part, int], bool], *,
                  count: Callable[[firestore.Client], int],
-                 timeout_s: float = config.TICK_ENQUEUE_TIMEOUT_S) -> None:
+                 timeout_s: float = config.TICK_ENQUEUE_TIMEOUT_S,
+                 pools: Callable[[int, str], Executor] = ThreadPoolExecutor) -> None:
         self._enqueue = enqueue
         self._count = count
         self._timeout_s = timeout_s
         # The Admin SDK waits up to 120 s for Cloud Tasks and retries: a write waits this
         # long at most (the call goes on in the background).
-        self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tick-enqueue")
+        self._calls = pools(4, "tick-enqueue")
         self._lock = threading.Lock()
         # Per database and partition: the last slot enqueued.
         self._last: dict[tuple[str, str, Part], int] = {}
