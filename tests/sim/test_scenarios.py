@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import random
-from typing import cast
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 import pytest
 from counting.features import counters
 from counting.features.context import Context
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Protections
+from counting.foundation.errors import PermissionDenied
 from counting.rollup import folding, repartition
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Limits, Rollup, TickStats
 from counting.writepath import partitions, shards
 from counting.writepath.partitions import WHOLE
+from counting.writepath.policy import Policy
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
@@ -26,6 +30,7 @@ from tests.sim.faults import CALM, Fate, Requests
 from tests.sim.model import Client, Model, Write
 from tests.sim.virtual import Sim
 
+T = TypeVar("T")
 
 class Scene:
     def __init__(self, requests: Requests = CALM, *, protected: Protections = protections.ALL,
@@ -573,3 +578,35 @@ def test_the_same_holder_after_forgetting() -> None:
         first.tick()
     scene.at(201)
     assert scene.published("c") == scene.shards("c") == 6
+
+
+def test_a_retry_after_the_policy_narrowed_is_not_refused() -> None:
+    """A request that counted, retried with its request_id after an admin narrowed the
+    counter's policy (its first answer lost, or the client retried): it is answered as a retry
+    that changes nothing, not refused for a write that counted. A new request is refused."""
+    scene = Scene()
+    counters.create_counter(scene.ctx, scene.db, "bounded", shards=2,
+                            policy=Policy(by=(1, 10)))
+    t = 1.0
+
+    def then(step: Callable[[], T]) -> T:
+        nonlocal t
+        t += 1
+        scene.at(t)
+        scene.ctx.configs.forget("bounded")
+        return step()
+
+    for call in (functools.partial(counters.increment, scene.ctx, scene.db, "bounded", 5,
+                                   request_id="r1", uid="u", admin=False),
+                 functools.partial(counters.increment_many, scene.ctx, scene.db,
+                                   [("bounded", 5)], request_id="r2", uid="u", admin=False)):
+        assert then(call)
+        then(lambda: counters.configure_counter(scene.db, "bounded", Policy(by=(1, 1))))
+        assert not then(call)
+        then(lambda: counters.configure_counter(scene.db, "bounded", Policy(by=(1, 10))))
+    then(lambda: counters.configure_counter(scene.db, "bounded", Policy(by=(1, 1))))
+    with pytest.raises(PermissionDenied):
+        then(lambda: counters.increment(scene.ctx, scene.db, "bounded", 5, request_id="r3",
+                                        uid="u", admin=False))
+    scene.at(t + 1)
+    assert scene.shards("bounded") == 10

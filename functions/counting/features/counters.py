@@ -40,9 +40,11 @@ from counting.writepath.context import Writing
 from counting.writepath.policy import Policy
 from counting.writepath.shards import (
     NONCES,
+    REFUSALS,
     Landed,
     ShardWrite,
     Snapshot,
+    applied_before,
     commit_marked,
     landed,
     marker_landed,
@@ -328,9 +330,14 @@ def increment(
 
     def attempt() -> dt.datetime | None:
         target = ctx.configs.get(db, counter)
-        target.check_writable()
         policy = target.policy
-        policy.check(by, admin=admin, counter=counter)
+        try:
+            target.check_writable()
+            policy.check(by, admin=admin, counter=counter)
+        except REFUSALS:
+            if applied_before(writing, db, uid, request_id):
+                return None
+            raise
         write = shard_write(writing, db, shard_ref(db, counter, ctx.picker.pick(target)), by)
         paced = bool(policy.min_interval_s) and not admin
         if request_id is None and not policy.unique and not paced:
@@ -519,12 +526,17 @@ def increment_many(
 
     def attempt() -> int:
         targets = [ctx.configs.get(db, counter) for counter in totals]  # NotFound before any write
-        for target in targets:
-            target.check_writable()
-            if target.policy.limits_batches:
-                raise InvalidArgument(f"increments: {target.counter!r} counts each user once or "
-                                      "paces them: increment it on its own")
-            target.policy.check(totals[target.counter], admin=admin, counter=target.counter)
+        try:
+            for target in targets:
+                target.check_writable()
+                if target.policy.limits_batches:
+                    raise InvalidArgument(f"increments: {target.counter!r} counts each user once "
+                                          "or paces them: increment it on its own")
+                target.policy.check(totals[target.counter], admin=admin, counter=target.counter)
+        except REFUSALS:
+            if applied_before(writing, db, uid, request_id):
+                return 0
+            raise
         shard_writes = [shard_write(writing, db,
                                     shard_ref(db, target.counter, ctx.picker.pick(target)),
                                     totals[target.counter]) for target in targets]

@@ -24,6 +24,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from counting.foundation import config, writes
+from counting.foundation.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from counting.writepath import partitions
 from counting.writepath.context import Writing
 
@@ -148,6 +149,26 @@ def marker_landed(db: firestore.Client, marker: Snapshot) -> list[Landed]:
         return []
     refs = [db.document(path) for path in data.get("shards") or ()]
     return [Landed(ref, partitions.home_of_shard(ref), stamped, committed) for ref in refs]
+
+
+# What a request's checks refuse before it writes (bounds, writers, a counter that took a
+# declaration): a retry may meet them after its first attempt counted and the counter changed.
+REFUSALS = (InvalidArgument, PermissionDenied, FailedPrecondition)
+
+
+def applied_before(writing: Writing, db: firestore.Client, uid: str,
+                   request_id: str | None) -> bool:
+    """Whether a request the checks refuse was applied already: its marker exists (its first
+    answer was lost, or the client retried, and the counter's policy changed since). It counted,
+    so it is answered as a retry, not refused; its shards are settled, as any retry that finds
+    its marker does. One read, only for a refused request with a `request_id`."""
+    if request_id is None:
+        return False
+    marker = request_marker_ref(db, uid, request_id).get()
+    if not marker.exists:
+        return False
+    settle(writing, db, marker_landed(db, marker))
+    return True
 
 
 def commit_marked(writing: Writing, db: firestore.Client, shard_writes: list[ShardWrite], *,
