@@ -26,7 +26,7 @@ from typing import Any
 
 import requests
 from callables import Callables, CallError, sign_up
-from counting.features import counters
+from counting.features import counter_refs, counters
 from counting.foundation import config
 from counting.rollup import status
 from counting.rollup.lease import state_ref
@@ -117,7 +117,7 @@ def wait_holder(db: firestore.Client) -> int:
 
 
 def rollup_counts(db: firestore.Client, names: list[str]) -> dict[str, int]:
-    refs = [counters.counter_ref(db, name) for name in names]
+    refs = [counter_refs.counter_ref(db, name) for name in names]
     return {s.id: int((s.to_dict() or {}).get("count") or 0) for s in db.get_all(refs)}
 
 
@@ -207,7 +207,7 @@ def run() -> dict[str, Any]:
     doubled = sum(max(0, strong[n] - acked.get(n, 0)) + max(0, shown[n] - strong[n])
                   for n in names)
     shards = [int((s.to_dict() or {}).get("num_shards") or 0)
-              for s in db.get_all([counters.counter_ref(db, n) for n in names])]
+              for s in db.get_all([counter_refs.counter_ref(db, n) for n in names])]
     total = sum(acked.values())
     return {
         "increments": total,

@@ -21,7 +21,7 @@ from typing import Any
 
 from callables import Callables, sign_up
 from counters_cli.load import percentile
-from counting.features import counters
+from counting.features import counter_refs, counters
 from counting.features.context import Context
 from counting.foundation import config, kinds
 from counting.foundation.config import AutoscaleParams
@@ -173,7 +173,7 @@ def write_path(clients: int = 16, per_client: int = 100, rounds: int = 3) -> dic
         counters.increment(ctx, db, counter, 1)
 
     def bare() -> None:
-        shard = counters.shard_ref(db, counter, rng.randrange(10))
+        shard = counter_refs.shard_ref(db, counter, rng.randrange(10))
         shard.update({"count": firestore.Increment(1)})
 
     rate_of(domain, clients, 10)  # warm the connection pool and the config cache
@@ -242,7 +242,7 @@ def write_profile(increments: int = 1000, top: int = 12) -> dict[str, Any]:
             for where, row in rows]
 
     def bare() -> None:
-        shard = counters.shard_ref(db, counter, rng.randrange(10))
+        shard = counter_refs.shard_ref(db, counter, rng.randrange(10))
         shard.update({"count": firestore.Increment(1)})
 
     domain_s, domain_top = profiled(lambda: counters.increment(ctx, db, counter, 1))
@@ -311,12 +311,12 @@ def listener_bytes(shards: int = 1000) -> dict[str, Any]:
     for n in range(0, shards, 500):
         batch = db.batch()
         for shard in range(n, min(shards, n + 500)):
-            ref = counters.shard_ref(db, counter, shard)
+            ref = counter_refs.shard_ref(db, counter, shard)
             batch.update(ref, shard_write(ctx.writing, db, ref, 1 + shard % 7).fields)
         batch.commit()
     step.tick()
-    public = counters.counter_ref(db, counter).get()
-    memory = counters.memory_ref(db, counter).get()
+    public = counter_refs.counter_ref(db, counter).get()
+    memory = counter_refs.memory_ref(db, counter).get()
     assert int(public.get("count")) == sum(1 + shard % 7 for shard in range(shards))
     return {"shards": shards, "listener_bytes_per_update": document_size(public),
             "memory_bytes": document_size(memory)}
@@ -342,7 +342,7 @@ def rollup_thread(db: firestore.Client, scaling: AutoscaleParams | None = None,
 
 
 def shard_writes(db: firestore.Client, counter: str) -> list[int]:
-    shards = counters.counter_ref(db, counter).collection(config.SHARDS).stream()
+    shards = counter_refs.counter_ref(db, counter).collection(config.SHARDS).stream()
     return [int((s.to_dict() or {}).get("writes") or 0) for s in shards]
 
 
@@ -357,7 +357,7 @@ def balance(increments: int = 10_000, clients: int = 16, shards: int = 16) -> di
     db = own_db()
     for strategy in kinds.STRATEGIES:  # pinned before the rollup loop can meet them
         counters.create_counter(ctx, db, f"balance-{strategy}", shards=shards, strategy=strategy)
-        counters.counter_ref(db, f"balance-{strategy}").update({"min_shards": shards,
+        counter_refs.counter_ref(db, f"balance-{strategy}").update({"min_shards": shards,
                                                                  "max_shards": shards})
     thread, stop = rollup_thread(db)
     per_client = increments // clients
@@ -407,7 +407,7 @@ def step_load(rate: float = 50.0, seconds: float = 30.0, clients: int = 5) -> di
 
     def sample() -> None:
         while not done.is_set():
-            data = counters.counter_ref(db, counter).get().to_dict() or {}
+            data = counter_refs.counter_ref(db, counter).get().to_dict() or {}
             samples.append((time.monotonic() - t0, int(data["num_shards"]),
                             float(data.get("rate") or 0.0)))
             done.wait(0.25)

@@ -35,7 +35,7 @@ from typing import Any
 
 from counter_bench import own_db
 from counters_cli.load import percentile
-from counting.features import counters
+from counting.features import counters, shard_choice
 from counting.features.context import Context
 from counting.features.sequences import SequenceCache
 from counting.foundation import config
@@ -201,8 +201,8 @@ class Writer:
         # CONFIG_CACHE_TTL_S would measure the cache, not the rollup. No counter here changes
         # its shards (one write every few seconds is far below a shard's rate).
         self.ctx = Context(writing=Writing(known=partitions.Known(), waker=self),
-                           configs=counters.ConfigCache(ttl_s=24 * 3600),
-                           picker=counters.ShardPicker(), sequences=SequenceCache())
+                           configs=shard_choice.ConfigCache(ttl_s=24 * 3600),
+                           picker=shard_choice.ShardPicker(), sequences=SequenceCache())
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="scale-writer")
         self._local = threading.local()
         self.sent: defaultdict[str, int] = defaultdict(int)  # increments acknowledged

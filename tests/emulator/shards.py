@@ -3,12 +3,12 @@ shard's value)."""
 
 from __future__ import annotations
 
-from counting.features import counters
+from counting.features import counter_refs
 from counting.writepath import shards
 from counting.writepath.context import Writing
 from google.cloud import firestore
 
 
 def write_shard(db: firestore.Client, counter: str, shard: int, by: int) -> None:
-    ref = counters.shard_ref(db, counter, shard)
+    ref = counter_refs.shard_ref(db, counter, shard)
     ref.update(shards.shard_write(Writing.offline(), db, ref, by).fields)

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from callables import Callables
-from counting.features import counters
+from counting.features import counter_refs, counters, shard_choice
 from counting.features.context import Context
 from counting.foundation import config
 from counting.foundation.config import AutoscaleParams
@@ -35,7 +35,7 @@ FAST = AutoscaleParams(shard_write_rate=10.0, rise_tau_s=1.0, fall_tau_s=2.0, co
 
 
 def counter_doc(db: firestore.Client, counter: str) -> dict[str, object]:
-    return counters.counter_ref(db, counter).get().to_dict() or {}
+    return counter_refs.counter_ref(db, counter).get().to_dict() or {}
 
 
 def num_shards(db: firestore.Client, counter: str) -> int:
@@ -43,11 +43,11 @@ def num_shards(db: firestore.Client, counter: str) -> int:
 
 
 def shard_documents(db: firestore.Client, counter: str) -> int:
-    return len(list(counters.counter_ref(db, counter).collection(config.SHARDS).stream()))
+    return len(list(counter_refs.counter_ref(db, counter).collection(config.SHARDS).stream()))
 
 
 def shard_counts(db: firestore.Client, counter: str) -> list[int]:
-    shards = counters.counter_ref(db, counter).collection(config.SHARDS).stream()
+    shards = counter_refs.counter_ref(db, counter).collection(config.SHARDS).stream()
     return [int(s.get("count") or 0) for s in shards]
 
 
@@ -81,7 +81,7 @@ def test_least_loaded_spreads_writes_at_least_as_evenly_as_random(
     counter = f"spread-{suffix}"
     admin.call("create_counter", counter=counter, shards=shards, strategy="least_loaded")
     # Pin the shard count (an operator's setting) so that the stack's rollup does not grow it.
-    counters.counter_ref(db, counter).update({"min_shards": shards, "max_shards": shards})
+    counter_refs.counter_ref(db, counter).update({"min_shards": shards, "max_shards": shards})
 
     def client(calls: int) -> None:
         caller = Callables(user_token)
@@ -92,7 +92,7 @@ def test_least_loaded_spreads_writes_at_least_as_evenly_as_random(
     # and publishes loads; the spread is measured on the increments that follow.
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(client, [10] * clients))
-    eventually(lambda: len((counters.memory_ref(db, counter).get().to_dict() or {})
+    eventually(lambda: len((counter_refs.memory_ref(db, counter).get().to_dict() or {})
                            .get("shard_load") or []) == shards)
     before = shard_counts(db, counter)
     with ThreadPoolExecutor(clients) as pool:
@@ -115,7 +115,7 @@ def test_a_loaded_counter_grows_then_shrinks_back_to_min(
     totals = [0] * 4
 
     def writer(n: int) -> None:
-        mine = dataclasses.replace(ctx, configs=counters.ConfigCache())  # a writer's own cache
+        mine = dataclasses.replace(ctx, configs=shard_choice.ConfigCache())  # a writer's own cache
         while not stop.is_set():
             counters.increment(mine, db, "hot", 1)
             totals[n] += 1
@@ -155,7 +155,7 @@ def test_no_increment_is_lost_while_shards_grow_and_shrink(
 
     def writer(n: int) -> None:
         rng = random.Random(n)
-        cache = counters.ConfigCache(ttl_s=config.CONFIG_CACHE_TTL_S if n < 2 else 60.0)
+        cache = shard_choice.ConfigCache(ttl_s=config.CONFIG_CACHE_TTL_S if n < 2 else 60.0)
         mine = dataclasses.replace(ctx, configs=cache)
         stale = False
         while not stop.is_set():
@@ -206,7 +206,7 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client, ctx: 
     grace period is folded with the rest; nothing is lost, and the rollup never double counts."""
     db = isolated_db
     counters.create_counter(ctx, db, "c", shards=8)
-    stale = counters.ConfigCache(ttl_s=600)  # a writer that will miss the shrink
+    stale = shard_choice.ConfigCache(ttl_s=600)  # a writer that will miss the shrink
     stale.get(db, "c")
     for n in range(8):
         write_shard(db, "c", n, n + 1)

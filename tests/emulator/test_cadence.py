@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from callables import Callables
-from counting.features import counters
+from counting.features import counter_refs, counters, shard_choice
 from counting.features.context import Context
 from counting.foundation import config
 from counting.rollup import cadence, repartition, status
@@ -33,13 +33,14 @@ FAST = dataclasses.replace(config.ROLLUP, lease_s=3.0, renew_s=1.0, busy_wait_s=
 
 
 def rollup_count(db: firestore.Client, counter: str) -> int:
-    return int(counters.counter_ref(db, counter).get().get("count") or 0)
+    return int(counter_refs.counter_ref(db, counter).get().get("count") or 0)
 
 
 def add(ctx: Context, db: firestore.Client, counter: str, by: int) -> dt.datetime:
     """An increment, the counter's configuration read afresh; returns its commit time."""
-    counters.increment(dataclasses.replace(ctx, configs=counters.ConfigCache()), db, counter, by)
-    shards = counters.counter_ref(db, counter).collection(config.SHARDS).stream()
+    fresh = dataclasses.replace(ctx, configs=shard_choice.ConfigCache())
+    counters.increment(fresh, db, counter, by)
+    shards = counter_refs.counter_ref(db, counter).collection(config.SHARDS).stream()
     latest: dt.datetime = max(shard.update_time for shard in shards)
     return latest
 

@@ -19,7 +19,7 @@ import pytest
 from callables import Callables, CallError, sign_up
 from click.testing import CliRunner, Result
 from counters_cli import cli
-from counting.features import counters, declarations
+from counting.features import counter_refs, counters, declarations
 from counting.features.context import Context
 from counting.foundation import config
 from counting.foundation.errors import NotFound
@@ -86,7 +86,7 @@ def test_inc_on_an_unknown_counter_is_a_clean_error_and_writes_nothing(
     counter = f"nothing-{suffix}"
     result = run("inc", counter, code=1)
     assert result.stderr.splitlines()[-1] == f"Error: counter: '{counter}' does not exist"
-    ref = counters.counter_ref(db, counter)
+    ref = counter_refs.counter_ref(db, counter)
     assert not ref.get().exists
     assert list(ref.collection(config.SHARDS).list_documents()) == []
 
@@ -248,7 +248,7 @@ def test_backfill_counts_documents_once_and_refuses_direct_writes(
     db.collection("orders").document(f"cli-{suffix}").set({"status": status, "amount": 3})
     counter = f"orders:{status}"
     eventually(lambda: counters.get_count(db, counter, "strong").count == 1
-               if counters.counter_ref(db, counter).get().exists else False,
+               if counter_refs.counter_ref(db, counter).get().exists else False,
                timeout_s=60.0)
     found = run_json("backfill", "orders")
     assert found["declarations"] == ["orders"] and found["documents"] >= 1

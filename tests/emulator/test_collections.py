@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 from callables import Callables, CallError
-from counting.features import collections, counters, declarations
+from counting.features import collections, counters, declarations, shard_choice
 from counting.features.context import Context
 from counting.foundation.errors import FailedPrecondition
 from google.cloud import firestore
@@ -408,7 +408,7 @@ def test_a_hand_made_counter_under_a_declared_id_is_not_counted_into(
     """A plain counter created with a declared id before the declaration: the event is refused
     and nothing is written."""
     counters.create_counter(ctx, isolated_db, "orders:legacy", shards=1)
-    counting = collections.Counting(dataclasses.replace(ctx, configs=counters.ConfigCache()),
+    counting = collections.Counting(dataclasses.replace(ctx, configs=shard_choice.ConfigCache()),
                                     isolated_db, ORDERS_WATCH)
     with pytest.raises(FailedPrecondition, match="not maintained by declaration"):
         counting.apply(collections.Observed(path="orders/o", data={"status": "legacy"},

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from callables import Callables, CallError, User, sign_up
-from counting.features import counters
+from counting.features import counter_refs
 from google.cloud import firestore
 
 from ..waiting import eventually
@@ -127,7 +127,7 @@ def test_retries_of_an_applied_paced_request_are_no_ops_not_too_soon(
     first = race(viewer, 6, "increment", counter=counter, request_id=f"first-{suffix}")
     assert sorted(first) == ["applied"] + ["noop"] * 5
     # Once the server's clock is past the interval, the next visit rewrites the marker.
-    marker = counters.paced_ref(db, counter, person.uid)
+    marker = counter_refs.paced_ref(db, counter, person.uid)
     eventually(lambda: (lambda seen: seen.read_time >= seen.update_time + dt.timedelta(seconds=1))(
         marker.get()))
     again = race(viewer, 6, "increment", counter=counter, request_id=f"again-{suffix}")

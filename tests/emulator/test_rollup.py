@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 import pytest
-from counting.features import counters
+from counting.features import counter_refs, counters, shard_choice
 from counting.features.context import Context
 from counting.foundation import config
 from counting.rollup import audit, cadence, ledger
@@ -32,7 +32,7 @@ def lease_for(db: firestore.Client, owner: str = "test") -> Lease:
 
 
 def rollup_count(db: firestore.Client, counter: str) -> int:
-    return int(counters.counter_ref(db, counter).get().get("count"))
+    return int(counter_refs.counter_ref(db, counter).get().get("count"))
 
 
 def strong_count(db: firestore.Client, counter: str) -> int:
@@ -41,7 +41,8 @@ def strong_count(db: firestore.Client, counter: str) -> int:
 
 def add(ctx: Context, db: firestore.Client, counter: str, by: int) -> None:
     """An increment, the counter's configuration read afresh."""
-    counters.increment(dataclasses.replace(ctx, configs=counters.ConfigCache()), db, counter, by)
+    fresh = dataclasses.replace(ctx, configs=shard_choice.ConfigCache())
+    counters.increment(fresh, db, counter, by)
 
 
 def test_tick_writes_the_sum_of_changed_counters(isolated_db: firestore.Client,
@@ -56,9 +57,9 @@ def test_tick_writes_the_sum_of_changed_counters(isolated_db: firestore.Client,
     stats = step.tick()
     assert (rollup_count(isolated_db, "a"), rollup_count(isolated_db, "b")) == (6, -4)
     assert stats.written == 2 and stats.changed_counters == 2
-    a = counters.counter_ref(isolated_db, "a").get()
+    a = counter_refs.counter_ref(isolated_db, "a").get()
     assert a.get("updated_at") == stats.as_of
-    quiet = counters.counter_ref(isolated_db, "quiet").get()
+    quiet = counter_refs.counter_ref(isolated_db, "quiet").get()
     assert quiet.update_time < stats.as_of  # never rewritten
 
 
@@ -147,7 +148,7 @@ def test_rollup_is_exact_while_writes_continue(isolated_db: firestore.Client, ct
     totals = [0] * 4
 
     def writer(n: int) -> None:
-        mine = dataclasses.replace(ctx, configs=counters.ConfigCache())
+        mine = dataclasses.replace(ctx, configs=shard_choice.ConfigCache())
         while not stop.is_set():
             counters.increment(mine, isolated_db, "hot", 1)
             totals[n] += 1
@@ -246,7 +247,7 @@ def test_a_counter_that_cannot_be_published_does_not_stop_the_others(
         write_shard(isolated_db, "big", shard, 2**62)
     write_shard(isolated_db, "big", 0, 2**62)
     add(ctx, isolated_db, "gone", 4)
-    counters.counter_ref(isolated_db, "gone").delete()
+    counter_refs.counter_ref(isolated_db, "gone").delete()
     add(ctx, isolated_db, "fine", 5)
     before = step.watermark
     stats = step.tick()
@@ -301,7 +302,7 @@ def test_the_audit_turns_a_lasting_mismatch_into_drift(
     assert audit.run(ctx.writing, db, per_run=10) == audit.Run(
         checked=[audit.check_counter(db,
                                      "liked")], suspects=[], drift=[])  # type: ignore[list-item]
-    counters.shard_ref(db, "liked", 1).update({"count": firestore.Increment(4)})  # forged
+    counter_refs.shard_ref(db, "liked", 1).update({"count": firestore.Increment(4)})  # forged
     write_shard(db, "liked", 0, 1)
     step.tick()
     found = audit.check_counter(db, "liked")

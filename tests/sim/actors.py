@@ -35,7 +35,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from counting.features import collections, counters, declarations, sequences, trends
+from counting.features import (
+    collections,
+    counter_refs,
+    counters,
+    declarations,
+    sequences,
+    shard_choice,
+    trends,
+)
 from counting.features.context import Context
 from counting.foundation import config
 from counting.foundation.clock import Clock
@@ -159,10 +167,10 @@ class Stage:
     def alive(self, actor: Actor) -> bool:
         return not actor.done and not actor.killed
 
-    def context(self, picker: counters.ShardPicker) -> Context:
+    def context(self, picker: shard_choice.ShardPicker) -> Context:
         """A process's context: the run's writing, and caches of its own on the virtual clock."""
         clock = self.sim.monotonic
-        return Context(writing=self.write_context, configs=counters.ConfigCache(clock=clock),
+        return Context(writing=self.write_context, configs=shard_choice.ConfigCache(clock=clock),
                        picker=picker, sequences=sequences.SequenceCache(clock=clock))
 
 
@@ -206,7 +214,7 @@ class Writers:
         stage = self.stage
         rng = random.Random(stage.rng.random())
         process = Process(rng=rng,
-                          ctx=stage.context(counters.ShardPicker(random.Random(rng.random()))))
+                          ctx=stage.context(shard_choice.ShardPicker(random.Random(rng.random()))))
         weights = [weight for weight, _ in self._mix]
         ops = [op for _, op in self._mix]
         while stage.writing:
@@ -342,7 +350,7 @@ class Operator:
         self.policies[VIEWS] = Policy(min_interval_s=5)
         self._rng = random.Random(stage.rng.random())
         # The operator's CLI: a process of its own.
-        self.ctx = stage.context(counters.ShardPicker(random.Random(self._rng.random())))
+        self.ctx = stage.context(shard_choice.ShardPicker(random.Random(self._rng.random())))
 
     def run(self) -> None:
         self.setup()
@@ -378,7 +386,7 @@ class Operator:
                 counters.create_counter, self.ctx, db, name, shards=shards, policy=policy),
                 admin=True)
             assert call.answer is Answer.OK, f"could not create {name}: {call}"
-        legacy = counters.counter_ref(db, PLAIN[-1])
+        legacy = counter_refs.counter_ref(db, PLAIN[-1])
         call = stage.ask(Request(kind="setup"), functools.partial(
             legacy.update, {config.SHARD_COUNTS_FIELD: firestore.DELETE_FIELD}), admin=True)
         assert call.answer is Answer.OK, f"could not make a legacy counter: {call}"
@@ -427,7 +435,7 @@ class Operator:
                       lambda: counters.increment(client, stage.db, counter, 1, uid="u-rare",
                                                  admin=False), applied)
 
-        client = stage.context(counters.ShardPicker(random.Random(self._rng.random())))
+        client = stage.context(shard_choice.ShardPicker(random.Random(self._rng.random())))
         count(RARE)
         stage.sim.wait(3.0)
         self.reset(RARE)
@@ -451,7 +459,8 @@ class Operator:
 def backfill(stage: Stage) -> None:
     """`counters backfill` of the orders' declarations, run by the calling actor."""
     counting = collections.Counting(
-        stage.context(counters.ShardPicker(random.Random(stage.rng.random()))), stage.db, ORDERS)
+        stage.context(shard_choice.ShardPicker(random.Random(stage.rng.random()))), stage.db,
+        ORDERS)
     stage.ops["backfill"] += 1
     stage.ask(Request(kind="backfill"), lambda: collections.backfill(counting), calls=1)
 
@@ -495,7 +504,7 @@ class Trigger:
         (COLLECTION_RETRY_PAUSES_S); the platform never delivers it again."""
         stage = self.stage
         counting = collections.Counting(
-            stage.context(counters.ShardPicker(random.Random(event))), stage.db, ORDERS)
+            stage.context(shard_choice.ShardPicker(random.Random(event))), stage.db, ORDERS)
         observed = collections.Observed.of_change("/".join(path), cast(Any, before),
                                                   cast(Any, after))
         request = Request(kind="delivery")

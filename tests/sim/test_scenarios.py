@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TypeVar, cast
 
 import pytest
-from counting.features import counters
+from counting.features import counter_refs, counters
 from counting.features.context import Context
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Protections
@@ -71,7 +71,7 @@ class Scene:
         return self.holder("successor")
 
     def write_shard(self, counter: str, shard: int, by: int) -> None:
-        ref = counters.shard_ref(self.db, counter, shard)
+        ref = counter_refs.shard_ref(self.db, counter, shard)
         ref.update(shards.shard_write(self.ctx.writing, self.db, ref, by).fields)
 
     def twenty_counters(self) -> tuple[list[str], Rollup]:
@@ -114,13 +114,13 @@ class Scene:
         raise AssertionError("the successor never swept")
 
     def published(self, counter: str) -> int:
-        return int((counters.counter_ref(self.db, counter).get().to_dict() or {})["count"])
+        return int((counter_refs.counter_ref(self.db, counter).get().to_dict() or {})["count"])
 
     def shards(self, counter: str) -> int:
         return counters.get_count(self.db, counter, "strong").count
 
     def shard_counts(self, counter: str) -> dict[str, int] | None:
-        data = counters.memory_ref(self.db, counter).get().to_dict() or {}
+        data = counter_refs.memory_ref(self.db, counter).get().to_dict() or {}
         counts: dict[str, int] | None = data.get("shard_counts")
         return counts
 
@@ -134,7 +134,7 @@ def test_a_counter_a_sweep_deferred_survives_a_handover() -> None:
         counters.create_counter(scene.ctx, scene.db, name, shards=1)
     # A counter from before shard_counts: read whole, it takes the tick's budget of whole reads,
     # which would otherwise catch `b-slow` up at once.
-    counters.memory_ref(scene.db, "a-other").update({"shard_counts": firestore.DELETE_FIELD})
+    counter_refs.memory_ref(scene.db, "a-other").update({"shard_counts": firestore.DELETE_FIELD})
     t = 1.0
     scene.at(t)
     first = scene.holder("first")
@@ -197,7 +197,7 @@ def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
         t += 1
         scene.at(t)
         first.tick()
-    counters.counter_ref(scene.db, "wide").update({"num_shards": 4})
+    counter_refs.counter_ref(scene.db, "wide").update({"num_shards": 4})
     folded = folding.fold_surplus(first.store, "wide", 4, counts_kept="memory")
     assert folded.complete and folded.deleted
     first.ledger.folded("wide", folded.deleted, folded.moved, folded.complete)  # as a tick does
@@ -236,7 +236,7 @@ def test_a_fold_bills_its_deletes_apart() -> None:
     holder = scene.wide_counter("holder")
     scene.at(2)
     holder.tick()
-    counters.counter_ref(scene.db, "wide").update({"num_shards": 4})
+    counter_refs.counter_ref(scene.db, "wide").update({"num_shards": 4})
     holder.store.take_usage()
     folded = folding.fold_surplus(holder.store, "wide", 4, counts_kept="memory")
     usage = holder.store.take_usage()
@@ -262,7 +262,7 @@ def handover_reads(*, legacy: bool) -> int:
         assert sum((scene.shard_counts(name) or {}).values()) == scene.published(name), name
     if legacy:
         for name in names:
-            counters.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
+            counter_refs.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
     successor = scene.hand_over(first, 62)
     for name in names:
         counters.increment(scene.ctx, scene.db, name, 1)
@@ -297,7 +297,7 @@ def test_a_successor_right_after_a_fold_is_exact() -> None:
     first = scene.wide_counter("first")
     scene.at(2)
     first.tick()
-    ref = counters.counter_ref(scene.db, "wide")
+    ref = counter_refs.counter_ref(scene.db, "wide")
     ref.update({"num_shards": 4})
     folded = folding.fold_surplus(first.store, "wide", 4, counts_kept="memory")
     assert folded.complete and folded.deleted
@@ -487,7 +487,7 @@ def old_stripe_after_narrowing(protected: Protections) -> int:
     scene.at(10)
     changed = repartition.change(scene.db, 2, known=scene.ctx.writing.known)
     scene.at(12)
-    ref = counters.shard_ref(scene.db, name, 0)
+    ref = counter_refs.shard_ref(scene.db, name, 0)
     ref.update({**shards.shard_write(scene.ctx.writing, scene.db, ref, 1).fields,
                 "stripe": partitions.home_of(name) + 3 * partitions.HOMES})
     narrow_at = (changed.narrow_at - scene.sim.instant(0)).total_seconds()
@@ -512,7 +512,7 @@ def test_a_counter_deferred_across_a_sweep_then_caught_up_then_handed_over() -> 
     for name in ("a1", "x2"):
         counters.create_counter(scene.ctx, scene.db, name, shards=1)
     for name in ("a1", "x2"):  # no shard_counts: each takes the whole-read budget of a tick
-        counters.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
+        counter_refs.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
     scene.at(1)
     first = scene.holder("first")
     scene.at(2)
@@ -552,7 +552,7 @@ def test_the_same_holder_after_forgetting() -> None:
     counters.create_counter(scene.ctx, scene.db, "c", shards=2)
     for name in ("a1", "x2"):
         counters.create_counter(scene.ctx, scene.db, name, shards=1)
-        counters.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
+        counter_refs.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
     scene.at(1)
     first = scene.holder("first")
     scene.at(2)

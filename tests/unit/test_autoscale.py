@@ -8,7 +8,7 @@ import random
 import statistics
 from collections import Counter
 
-from counting.features.counters import CounterConfig, ShardPicker
+from counting.features.shard_choice import CounterConfig, ShardPicker
 from counting.foundation import config
 from counting.foundation.config import AutoscaleParams
 from counting.writepath.autoscale import decide, ewma, measured_rate, shards_for_rate

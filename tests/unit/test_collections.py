@@ -12,7 +12,7 @@ import pytest
 from cloudevents.http import CloudEvent
 from counting.features import collections, declarations
 from counting.features.collections import Declaration, Entry, Observed, escape, plan, unescape
-from counting.features.counters import CounterConfig
+from counting.features.shard_choice import CounterConfig
 from counting.foundation import inputs
 from counting.foundation.errors import FailedPrecondition, InvalidArgument
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds

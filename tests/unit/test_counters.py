@@ -7,7 +7,8 @@ import math
 import random
 from collections import Counter
 
-from counting.features.counters import CounterConfig, ShardPicker, shards_for
+from counting.features.counters import shards_for
+from counting.features.shard_choice import CounterConfig, ShardPicker
 from counting.foundation import config
 from counting.writepath.shards import commit_time_of
 from hypothesis import given

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import cast
 
 import pytest
-from counting.features import counters, trends
+from counting.features import counter_refs, counters, trends
 from counting.features.context import Context
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams
@@ -98,7 +98,7 @@ class World:
                       writing=self.writing)
 
     def published(self, counter: str) -> int:
-        return int((counters.counter_ref(self.db, counter).get().to_dict() or {})["count"])
+        return int((counter_refs.counter_ref(self.db, counter).get().to_dict() or {})["count"])
 
 
 NAMES = [f"c{n}" for n in range(40)]

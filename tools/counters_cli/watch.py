@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-from counting.features import counters
+from counting.features import counter_refs, counters
 from counting.foundation import inputs
 from rich.live import Live
 from rich.table import Table
@@ -71,7 +71,7 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
     # be (inside a lock the listener's thread needs, for one) could leave the exit hanging.
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    listener = counters.counter_ref(db, counter).on_snapshot(on_snapshot)
+    listener = counter_refs.counter_ref(db, counter).on_snapshot(on_snapshot)
     deadline = None if duration is None else time.monotonic() + duration
     seen = _Seen(data=None)
     printed = ""

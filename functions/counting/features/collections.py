@@ -41,7 +41,7 @@ from google.api_core import exceptions as gexc
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 
-from counting.features import counters
+from counting.features import counter_refs, counters
 from counting.foundation import config, writes
 from counting.foundation.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from counting.writepath import shards
@@ -398,7 +398,7 @@ class Counting:
         written = []
         for counter, delta in sorted(change.deltas.items()):
             target = self.ctx.configs.get(self.db, counter)
-            shard = counters.shard_ref(self.db, counter, self.ctx.picker.pick(target))
+            shard = counter_refs.shard_ref(self.db, counter, self.ctx.picker.pick(target))
             written.append(shards.shard_write(self.ctx.writing, self.db, shard, delta))
         record = {
             "path": observed.path,

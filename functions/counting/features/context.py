@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from counting.features.counters import ConfigCache, ShardPicker
 from counting.features.sequences import SequenceCache
+from counting.features.shard_choice import ConfigCache, ShardPicker
 from counting.foundation.clock import SYSTEM, Clock
 from counting.foundation.config import Protections
 from counting.writepath import partitions, waking

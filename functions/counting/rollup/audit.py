@@ -31,7 +31,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import FieldPath
 
-from counting.features import counters
+from counting.features import counter_refs
 from counting.foundation import config, writes
 from counting.rollup.lease import Record, state_ref
 from counting.writepath import partitions
@@ -125,7 +125,7 @@ def check(db: firestore.Client, snapshot: firestore.DocumentSnapshot[Any],
                     shards=shard_sum(db, snapshot.id, at), as_of=at)
     if found.exact:
         return found
-    memory = counters.memory_ref(db, snapshot.id).get(read_time=at).to_dict() or {}
+    memory = counter_refs.memory_ref(db, snapshot.id).get(read_time=at).to_dict() or {}
     summed = memory.get(config.SHARD_COUNTS_FIELD)
     if not isinstance(summed, dict):
         return found  # no shard counts to compare with: a suspect, confirmed by time

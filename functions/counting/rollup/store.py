@@ -21,7 +21,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.field_path import FieldPath
 
-from counting.features.counters import counter_ref, memory_ref
+from counting.features.counter_refs import counter_ref, memory_ref
 from counting.foundation import config
 from counting.foundation.kinds import Window
 from counting.rollup.lease import Lease, LeaseLost, Progress
