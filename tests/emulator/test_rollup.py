@@ -217,7 +217,7 @@ def test_a_superseded_holder_commits_nothing(
     add(ctx, isolated_db, "fenced", 1)
     real_plan = ledger.Ledger.plan
 
-    def stall_then_plan(self: ledger.Ledger, *args: Any) -> Any:
+    def stall_then_plan(self: ledger.Ledger, *args: Any, **kwargs: Any) -> Any:
         if self is stale.ledger:
             # Paused (GC, a slow machine) past the lease: a successor takes over and publishes.
             add(ctx, isolated_db, "fenced", 10)
@@ -225,7 +225,7 @@ def test_a_superseded_holder_commits_nothing(
             eventually(lease.acquire, timeout_s=10)  # once the stale holder's lease expired
             successor = Rollup(isolated_db, lease, writing=ctx.writing)
             successor.tick()
-        return real_plan(self, *args)
+        return real_plan(self, *args, **kwargs)
 
     monkeypatch.setattr(ledger.Ledger, "plan", stall_then_plan)
     with pytest.raises(LeaseLost):
