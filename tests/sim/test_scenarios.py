@@ -500,18 +500,15 @@ def old_stripe_after_narrowing(protected: Protections) -> int:
     return scene.published(name)
 
 
-def test_a_counter_deferred_across_a_sweep_then_caught_up_then_handed_over() -> None:
+def deferred_across_a_sweep() -> tuple[Scene, Rollup]:
     """`c` (2 shards) is written at 10 and deferred (document-load budget) by the tick at 11;
     the sweep at 52 spends the whole-read budget on `x2` (no shard_counts), so `c` is caught up
-    (read whole, published) only at 53, after that sweep, and its memory is not written. The
-    holder hands over before its next sweep; the successor reads back to the sweep at 52, so
-    c's write at 10 is in no change query: it must be in c's memory, which the catch-up's
-    publish writes (a review found it waiting for the next sweep: published 1, shards 6)."""
+    (read whole, published) only at 53, after that sweep. Its memory must hold that write: no
+    later change query reaches it (a review found it waiting for the next sweep)."""
     scene = Scene(limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
     counters.create_counter(scene.ctx, scene.db, "c", shards=2)
-    for name in ("a1", "x2"):
-        counters.create_counter(scene.ctx, scene.db, name, shards=1)
     for name in ("a1", "x2"):  # no shard_counts: each takes the whole-read budget of a tick
+        counters.create_counter(scene.ctx, scene.db, name, shards=1)
         counter_refs.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
     scene.at(1)
     first = scene.holder("first")
@@ -534,6 +531,14 @@ def test_a_counter_deferred_across_a_sweep_then_caught_up_then_handed_over() -> 
     scene.at(54)
     assert scene.published("c") == 5
     assert scene.shard_counts("c") == {"0": 5, "1": 0}  # written with the catch-up's publish
+    return scene, first
+
+
+def test_a_counter_deferred_across_a_sweep_then_caught_up_then_handed_over() -> None:
+    """The holder hands over before its next sweep; the successor reads back to the sweep at
+    52, so c's write at 10 is in no change query, only in its memory (without it: published 1,
+    shards 6)."""
+    scene, first = deferred_across_a_sweep()
     first.tick()
     successor = scene.hand_over(first, 55)
     scene.at(57)
@@ -548,29 +553,7 @@ def test_a_counter_deferred_across_a_sweep_then_caught_up_then_handed_over() -> 
 def test_the_same_holder_after_forgetting() -> None:
     """As above, but no handover: the holder's tick after the catch-up fails (forget, as
     `Rollup.tick` does on any exception), and its next tick reads back to its own last sweep."""
-    scene = Scene(limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
-    counters.create_counter(scene.ctx, scene.db, "c", shards=2)
-    for name in ("a1", "x2"):
-        counters.create_counter(scene.ctx, scene.db, name, shards=1)
-        counter_refs.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
-    scene.at(1)
-    first = scene.holder("first")
-    scene.at(2)
-    first.tick()
-    scene.at(10)
-    scene.write_shard("a1", 0, 1)
-    scene.write_shard("c", 0, 5)
-    scene.at(11)
-    first.tick()
-    assert first.ledger.deferred == {"c"}
-    scene.at(50)
-    scene.write_shard("x2", 0, 1)
-    scene.at(52)
-    first.tick()
-    scene.at(53)
-    first.tick()
-    scene.at(54)
-    assert scene.published("c") == 5
+    scene, first = deferred_across_a_sweep()
     first.forget()  # a tick failed
     scene.write_shard("c", 1, 1)
     for t in range(57, 200):

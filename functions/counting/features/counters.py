@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -66,7 +66,6 @@ if TYPE_CHECKING:
     from counting.features.context import Context
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)

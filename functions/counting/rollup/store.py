@@ -372,26 +372,13 @@ class Store:
             else:
                 batch.set(ref, {**fields, "count": firestore.Increment(fields["count"])},
                           merge=True)
-        coll = self.db.collection(config.TREND_TOTALS)
-        for total, fields in totals.items():
-            if fields is None:
-                batch.delete(coll.document(total))
-                deletes += 1
-            else:
-                batch.set(coll.document(total), fields)
+        deletes += replaced(batch, self.db.collection(config.TREND_TOTALS), totals)
         self.commit(batch, deletes=deletes)
 
     def publish_trends(self, documents: Mapping[str, dict[str, Any] | None]) -> None:
         """One fenced commit of `trends/{scope}` for each scope (None deletes it)."""
         batch = self.db.batch()
-        coll = self.db.collection(config.TRENDS)
-        deletes = 0
-        for scope, fields in documents.items():
-            if fields is None:
-                batch.delete(coll.document(scope))
-                deletes += 1
-            else:
-                batch.set(coll.document(scope), fields)
+        deletes = replaced(batch, self.db.collection(config.TRENDS), documents)
         self.commit(batch, deletes=deletes)
 
     def publish_trend_parts(self, part: Part, parts: Mapping[str, dict[str, Any] | None],
@@ -422,3 +409,15 @@ class Store:
 def shard_count(shard: str) -> str:
     """The field path of a shard's entry in `shard_counts` (ids are digits: quoted)."""
     return FieldPath(config.SHARD_COUNTS_FIELD, shard).to_api_repr()
+
+
+def replaced(batch: firestore.WriteBatch, coll: firestore.CollectionReference,
+             documents: Mapping[str, dict[str, Any] | None]) -> int:
+    """Add to `batch` each document of `coll` written whole, or deleted (None); returns the
+    deletes."""
+    for name, fields in documents.items():
+        if fields is None:
+            batch.delete(coll.document(name))
+        else:
+            batch.set(coll.document(name), fields)
+    return sum(1 for fields in documents.values() if fields is None)
