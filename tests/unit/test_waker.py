@@ -14,7 +14,7 @@ from typing import Any
 from counting.writepath import partitions, shards, waking
 from counting.writepath.context import Writing
 from counting.writepath.partitions import WHOLE, Part
-from google.cloud.firestore_v1.types import Value
+from google.cloud.firestore_v1.types import Value, WriteResult
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, 250_000, tzinfo=dt.UTC)
 
@@ -85,12 +85,9 @@ def test_a_failed_enqueue_is_not_retried_for_that_slot() -> None:
     assert calls == [waking.slot_of(NOW), waking.slot_of(NOW) + 1]
 
 
-class Written:
+def write_result(committed: dt.datetime) -> WriteResult:
     """A WriteResult whose server timestamp is its commit time (nothing straddles)."""
-
-    def __init__(self, committed: dt.datetime) -> None:
-        self.update_time = committed
-        self.transform_results = [Value(timestamp_value=committed)]
+    return WriteResult(update_time=committed, transform_results=[Value(timestamp_value=committed)])
 
 
 def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
@@ -108,8 +105,8 @@ def test_settle_asks_for_the_tick_of_its_last_commit() -> None:
     writing = Writing(known=partitions.Known(), waker=Recording())
     shards.settle(writing, db, [])  # type: ignore[arg-type]
     assert seen == []
-    written = [shards.Landed.of(shard("a"), partitions.home_of("a"), Written(at(0.3))),
-               shards.Landed.of(shard("b"), partitions.home_of("b"), Written(at(0.1)))]
+    written = [shards.Landed.of(shard("a"), partitions.home_of("a"), write_result(at(0.3))),
+               shards.Landed.of(shard("b"), partitions.home_of("b"), write_result(at(0.1)))]
     shards.settle(writing, db, written)  # type: ignore[arg-type]
     assert seen == [(db, at(0.3), {partitions.home_of("a"), partitions.home_of("b")})]
 
