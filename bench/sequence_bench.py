@@ -56,7 +56,8 @@ def one_tenant_vs_bare(db: firestore.Client, per_client: int, rounds: int) -> di
         bare_ref.update({"n": firestore.Increment(1)})
 
     def with_request_id(_: int) -> None:
-        sequences.next_number(ctx, db, tenant, request_id=f"r{uuid.uuid4().hex}", uid="bench")
+        numbers.append(sequences.next_number(ctx, db, tenant, request_id=f"r{uuid.uuid4().hex}",
+                                             uid="bench").number)
 
     rate_of(domain, CLIENTS, 10)  # warm up connections and the tenant cache
     rate_of(bare, CLIENTS, 10)

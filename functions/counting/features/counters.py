@@ -30,7 +30,7 @@ from counting.features.counter_refs import (
     voter_ref,
 )
 from counting.features.shard_choice import with_fresh_config
-from counting.foundation import config, kinds, writes
+from counting.foundation import config, encoding, kinds, writes
 from counting.foundation.errors import (
     Aborted,
     FailedPrecondition,
@@ -263,8 +263,8 @@ class Guarded:
         mark = {"uid": self.uid, "at": firestore.SERVER_TIMESTAMP, writes.NONCE: self.nonce,
                 "shards": [self.write.ref.path]}
         if self.marker is not None:
-            batch.create(self.marker, request_marker_fields(self.uid, self.request_id or "",
-                                                            [self.counter], mark))
+            encoding.create(batch, self.marker, request_marker_fields(
+                self.uid, self.request_id or "", [self.counter], mark))
         if self.unique:
             write_at_version(self.db, batch, voter_ref(self.db, self.counter, self.uid),
                              {**mark, "counted": self.by > 0,

@@ -39,7 +39,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.types import WriteResult
 
-from counting.foundation import config, writes
+from counting.foundation import config, encoding, writes
 from counting.foundation.clock import Clock
 from counting.foundation.errors import FailedPrecondition
 from counting.writepath.caching import TtlCache
@@ -240,7 +240,7 @@ def next_number(
     found = _ready_for_today(db, tenant, now, cache, ctx.writing.clock)
     if request_id is None:
         batch = db.batch()
-        batch.update(sequence_ref(db, tenant), _NUMBER_WRITE)
+        encoding.update(batch, sequence_ref(db, tenant), _NUMBER_WRITE)
         # Sent once: a number whose answer was lost is skipped, never issued twice.
         [result] = _write_configured(tenant, ctx.writing.commit_once, batch)
         return _ticket(db, found, result, cache)
@@ -388,8 +388,8 @@ def _number_once(writing: Writing, db: firestore.Client, found: SequenceConfig,
              "claimed_at": firestore.SERVER_TIMESTAMP, writes.NONCE: writing.nonce(),
              config.EXPIRES_AT: _utcnow() + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS)}
     batch = db.batch()
-    batch.create(record, claim)
-    batch.update(sequence_ref(db, found.tenant), _NUMBER_WRITE)
+    encoding.create(batch, record, claim)
+    encoding.update(batch, sequence_ref(db, found.tenant), _NUMBER_WRITE)
     try:
         claimed, result = _write_configured(
             found.tenant, writing.resending, functools.partial(writing.send, batch),
@@ -432,8 +432,9 @@ def _record(db: firestore.Client, record: firestore.DocumentReference, ticket: T
             claimed: dt.datetime) -> None:
     """Write the number into its request's record (best effort: `_issued` can read it back)."""
     with contextlib.suppress(gexc.GoogleAPICallError, gexc.RetryError):
-        record.update(
-            {"state": "issued", "number": ticket.number, "epoch": ticket.epoch,
-             "business_day": ticket.business_day.isoformat(),
-             "issued_at": firestore.SERVER_TIMESTAMP},
-            option=db.write_option(last_update_time=claimed), retry=writes.IDEMPOTENT)
+        batch = db.batch()
+        encoding.update_at(batch, db, record, {
+            "state": "issued", "number": ticket.number, "epoch": ticket.epoch,
+            "business_day": ticket.business_day.isoformat(),
+            "issued_at": firestore.SERVER_TIMESTAMP}, claimed)
+        batch.commit(retry=writes.IDEMPOTENT)

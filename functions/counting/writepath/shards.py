@@ -16,19 +16,14 @@ import datetime as dt
 import functools
 import hashlib
 import logging
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
-from google.cloud.firestore_v1._helpers import encode_value
-from google.cloud.firestore_v1.base_batch import BaseWriteBatch
-from google.cloud.firestore_v1.transforms import Increment
-from google.cloud.firestore_v1.types.write import DocumentTransform, Write
 
-from counting.foundation import config, writes
+from counting.foundation import config, encoding, writes
 from counting.foundation.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from counting.writepath import partitions
 from counting.writepath.context import Writing
@@ -52,50 +47,10 @@ class ShardWrite:
     creates: bool = False
 
     def add_to(self, batch: firestore.WriteBatch) -> None:
-        if isinstance(batch, BaseWriteBatch):  # the client's (the simulation has its own)
-            batch._add_write_pbs([encoded(self.ref, self.fields, exists=not self.creates)])
-        elif self.creates:
-            batch.set(self.ref, self.fields, merge=True)
+        if self.creates:
+            encoding.merge(batch, self.ref, self.fields)
         else:
-            batch.update(self.ref, self.fields)
-
-
-_WRITE = Write.pb()
-_REQUEST_TIME = DocumentTransform.FieldTransform.ServerValue.REQUEST_TIME
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-
-
-def encoded(ref: firestore.DocumentReference, fields: dict[str, Any], *, exists: bool) -> Write:
-    """The Write of `fields` into `ref`, as the client's `update` (`exists`: the document must
-    exist) or `set(merge=True)` builds it, built directly: the client's generic encoder (field
-    paths parsed, ten wrapped messages per write) was most of the write path's own CPU
-    (docs/benchmarks.md, "The write path's profile"). Top-level field names only; a unit test
-    holds it equal to the client's encoding."""
-    pb = _WRITE()
-    pb.update.name = ref._document_path
-    pb.update_mask.SetInParent()  # even empty: a write without a mask replaces the document
-    for name, value in fields.items():
-        if not _FIELD_NAME.fullmatch(name):
-            raise ValueError(f"not a plain field name: {name!r}")
-        if isinstance(value, Increment):
-            _set_value(pb.update_transforms.add(field_path=name).increment, value.value)
-        elif value is firestore.SERVER_TIMESTAMP:
-            pb.update_transforms.add(field_path=name, set_to_server_value=_REQUEST_TIME)
-        else:
-            _set_value(pb.update.fields[name], value)
-            pb.update_mask.field_paths.append(name)
-    if exists:
-        pb.current_document.exists = True
-    return Write.wrap(pb)
-
-
-def _set_value(pb: Any, value: Any) -> None:
-    if type(value) is int:
-        pb.integer_value = value
-    elif type(value) is str:
-        pb.string_value = value
-    else:
-        pb.CopyFrom(encode_value(value)._pb)
+            encoding.update(batch, self.ref, self.fields)
 
 
 def shard_write(writing: Writing, db: firestore.Client, shard: firestore.DocumentReference,
@@ -226,7 +181,7 @@ def commit_marked(writing: Writing, db: firestore.Client, shard_writes: list[Sha
     batch = db.batch()
     marker = None if request_id is None else request_marker_ref(db, uid, request_id)
     if marker is not None:
-        batch.create(marker, request_marker_fields(
+        encoding.create(batch, marker, request_marker_fields(
             uid, request_id or "", counters,
             {"at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
              "shards": [write.ref.path for write in shard_writes]}))
@@ -309,6 +264,6 @@ def write_at_version(db: firestore.Client, batch: firestore.WriteBatch,
     """Add a marker's write to `batch`: created when it was not read or did not exist (fails if
     it exists), else rewritten at the version read (fails if it changed since)."""
     if found is None or not found.exists:
-        batch.create(ref, fields)
+        encoding.create(batch, ref, fields)
     else:
-        batch.update(ref, fields, option=db.write_option(last_update_time=found.update_time))
+        encoding.update_at(batch, db, ref, fields, found.update_time)
