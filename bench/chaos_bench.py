@@ -28,10 +28,13 @@ import requests
 from callables import Callables, CallError, sign_up
 from counting.features import counter_refs, counters
 from counting.foundation import config
+from counting.foundation.config import Names, Placement
 from counting.rollup import status
 from counting.rollup.lease import state_ref
 from counting.writepath import waking
 from google.cloud import firestore
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 COUNTERS = 20
 RATE = 50.0
@@ -91,7 +94,7 @@ class Load:
 
 
 def holder_pid(db: firestore.Client) -> int | None:
-    owner = (state_ref(db).get().to_dict() or {}).get("owner")
+    owner = (state_ref(db, NAMES).get().to_dict() or {}).get("owner")
     return int(owner.rsplit("-", 2)[1]) if owner else None
 
 
@@ -117,7 +120,7 @@ def wait_holder(db: firestore.Client) -> int:
 
 
 def rollup_counts(db: firestore.Client, names: list[str]) -> dict[str, int]:
-    refs = [counter_refs.counter_ref(db, name) for name in names]
+    refs = [counter_refs.counter_ref(db, NAMES, name) for name in names]
     return {s.id: int((s.to_dict() or {}).get("count") or 0) for s in db.get_all(refs)}
 
 
@@ -153,7 +156,7 @@ def inject(kind: str, db: firestore.Client) -> float:
             requests.post(url, json={}, headers=headers, timeout=config.ROLLUP_TIMEOUT_S)
 
         def enqueue() -> None:
-            waking.enqueue_tick(db, "chaos")  # unnamed: delivered at once, twice
+            waking.enqueue_tick(db, Placement(), "chaos")  # unnamed: delivered at once, twice
 
         with ThreadPoolExecutor(4) as pool:
             for future in [pool.submit(deliver) for deliver in (enqueue, enqueue, fire, fire)]:
@@ -201,13 +204,13 @@ def run() -> dict[str, Any]:
     pool.shutdown()
     time.sleep(QUIET_S)
     acked = load.snapshot()
-    strong = {name: counters.get_count(db, name, "strong").count for name in names}
+    strong = {name: counters.get_count(db, NAMES, name, "strong").count for name in names}
     shown = rollup_counts(db, names)
     lost = sum(max(0, acked.get(n, 0) - strong[n]) + max(0, strong[n] - shown[n]) for n in names)
     doubled = sum(max(0, strong[n] - acked.get(n, 0)) + max(0, shown[n] - strong[n])
                   for n in names)
     shards = [int((s.to_dict() or {}).get("num_shards") or 0)
-              for s in db.get_all([counter_refs.counter_ref(db, n) for n in names])]
+              for s in db.get_all([counter_refs.counter_ref(db, NAMES, n) for n in names])]
     total = sum(acked.values())
     return {
         "increments": total,
@@ -221,6 +224,6 @@ def run() -> dict[str, Any]:
         "max_recovery_s": max(f["recovery_s"] for f in faults),
         "fault_log": faults,
         "max_num_shards": max(shards),
-        "health_errors": status.read_status(db).errors,
+        "health_errors": status.read_status(db, NAMES).errors,
         "backlog": backlog,
     }

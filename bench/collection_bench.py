@@ -28,8 +28,11 @@ import cost_model
 from counters_cli.load import percentile
 from counting.features import collections, declarations
 from counting.foundation import config
+from counting.foundation.config import Names
 from counting.rollup import cadence
 from google.cloud import firestore
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 RATE = 300.0
 # Below what the Functions emulator's trigger delivery sustains on a 2-core machine (it delivers
@@ -108,8 +111,8 @@ def applied_times(db: firestore.Client, paths: list[str]) -> dict[str, float]:
     found: dict[str, float] = {}
     for start in range(0, len(paths), 300):
         chunk = paths[start:start + 300]
-        refs = {collections.record_ref(db, p).id: p for p in chunk}
-        for snapshot in db.get_all([collections.record_ref(db, p) for p in chunk]):
+        refs = {collections.record_ref(db, NAMES, p).id: p for p in chunk}
+        for snapshot in db.get_all([collections.record_ref(db, NAMES, p) for p in chunk]):
             if snapshot.exists:
                 found[refs[snapshot.id]] = snapshot.update_time.timestamp()
     return found
@@ -128,7 +131,7 @@ def run(rate: float = RATE) -> dict[str, Any]:
     while not settled(db, dict.fromkeys(counters, 1)) and time.monotonic() < deadline:
         time.sleep(0.5)
     publishes = Publishes(db, counters)
-    before = cadence.usage_ref(db).get().to_dict() or {}
+    before = cadence.usage_ref(db, NAMES).get().to_dict() or {}
     began = time.monotonic()
     created = create_comments(db, posts, rate)
     wrote_s = time.monotonic() - began
@@ -144,7 +147,7 @@ def run(rate: float = RATE) -> dict[str, Any]:
     strong = {c: sum(int((s.to_dict() or {}).get("count") or 0)
                      for s in db.collection(config.COUNTERS, c, config.SHARDS).stream())
               for c in counters}
-    after = cadence.usage_ref(db).get().to_dict() or {}
+    after = cadence.usage_ref(db, NAMES).get().to_dict() or {}
     publishes.close()
 
     applied = applied_times(db, [path for _, path, _ in created])

@@ -34,10 +34,13 @@ import cost_model
 from callables import Callables, sign_up
 from counter_bench import lag_figures
 from counting.foundation import config
+from counting.foundation.config import Names
 from counting.rollup import cadence
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.field_path import FieldPath
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 LEVEL_S = float(os.environ.get("COST_LEVEL_S", 180))
 IDLE_S = float(os.environ.get("COST_IDLE_S", 600))
@@ -102,7 +105,7 @@ def wait_shown(watch: Watch, counter: str, value: int, after: float,
 
 
 def usage(db: firestore.Client) -> dict[str, Any]:
-    return cadence.usage_ref(db).get().to_dict() or {}
+    return cadence.usage_ref(db, NAMES).get().to_dict() or {}
 
 
 def scheduled_between(before: dict[str, Any], after: dict[str, Any]) -> float:

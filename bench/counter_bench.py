@@ -24,13 +24,15 @@ from counters_cli.load import percentile
 from counting.features import counter_refs, counters
 from counting.features.context import Context
 from counting.foundation import config, kinds
-from counting.foundation.config import AutoscaleParams
+from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import cadence
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup
 from counting.writepath.context import Writing
 from counting.writepath.shards import shard_write
 from google.cloud import firestore
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 
 def stack_db() -> firestore.Client:
@@ -173,7 +175,7 @@ def write_path(clients: int = 16, per_client: int = 100, rounds: int = 3) -> dic
         counters.increment(ctx, db, counter, 1)
 
     def bare() -> None:
-        shard = counter_refs.shard_ref(db, counter, rng.randrange(10))
+        shard = counter_refs.shard_ref(db, NAMES, counter, rng.randrange(10))
         shard.update({"count": firestore.Increment(1)})
 
     rate_of(domain, clients, 10)  # warm the connection pool and the config cache
@@ -242,7 +244,7 @@ def write_profile(increments: int = 1000, top: int = 12) -> dict[str, Any]:
             for where, row in rows]
 
     def bare() -> None:
-        shard = counter_refs.shard_ref(db, counter, rng.randrange(10))
+        shard = counter_refs.shard_ref(db, NAMES, counter, rng.randrange(10))
         shard.update({"count": firestore.Increment(1)})
 
     domain_s, domain_top = profiled(lambda: counters.increment(ctx, db, counter, 1))
@@ -263,14 +265,14 @@ def read_cost(shards: int = 100) -> dict[str, Any]:
         samples = []
         for _ in range(20):
             started = time.monotonic()
-            counters.get_count(db, counter, consistency)
+            counters.get_count(db, NAMES, counter, consistency)
             samples.append(time.monotonic() - started)
         return 1000 * statistics.median(samples)
 
     return {
         "shards": shards,
-        "rollup_documents_read": counters.get_count(db, counter, "rollup").documents_read,
-        "strong_documents_read": counters.get_count(db, counter, "strong").documents_read,
+        "rollup_documents_read": counters.get_count(db, NAMES, counter, "rollup").documents_read,
+        "strong_documents_read": counters.get_count(db, NAMES, counter, "strong").documents_read,
         "rollup_ms": timed("rollup"),
         "strong_ms": timed("strong"),
     }
@@ -311,12 +313,12 @@ def listener_bytes(shards: int = 1000) -> dict[str, Any]:
     for n in range(0, shards, 500):
         batch = db.batch()
         for shard in range(n, min(shards, n + 500)):
-            ref = counter_refs.shard_ref(db, counter, shard)
+            ref = counter_refs.shard_ref(db, NAMES, counter, shard)
             batch.update(ref, shard_write(ctx.writing, db, ref, 1 + shard % 7).fields)
         batch.commit()
     step.tick()
-    public = counter_refs.counter_ref(db, counter).get()
-    memory = counter_refs.memory_ref(db, counter).get()
+    public = counter_refs.counter_ref(db, NAMES, counter).get()
+    memory = counter_refs.memory_ref(db, NAMES, counter).get()
     assert int(public.get("count")) == sum(1 + shard % 7 for shard in range(shards))
     return {"shards": shards, "listener_bytes_per_update": document_size(public),
             "memory_bytes": document_size(memory)}
@@ -324,7 +326,7 @@ def listener_bytes(shards: int = 1000) -> dict[str, Any]:
 
 def taken_lease(db: firestore.Client) -> Lease:
     """The rollup's lease on a project of its own, taken."""
-    taken = Lease(db, state_ref(db), "bench", config.ROLLUP.lease_s)
+    taken = Lease(db, state_ref(db, NAMES), "bench", config.ROLLUP.lease_s)
     assert taken.acquire()
     return taken
 
@@ -342,7 +344,7 @@ def rollup_thread(db: firestore.Client, scaling: AutoscaleParams | None = None,
 
 
 def shard_writes(db: firestore.Client, counter: str) -> list[int]:
-    shards = counter_refs.counter_ref(db, counter).collection(config.SHARDS).stream()
+    shards = counter_refs.counter_ref(db, NAMES, counter).collection(config.SHARDS).stream()
     return [int((s.to_dict() or {}).get("writes") or 0) for s in shards]
 
 
@@ -357,7 +359,7 @@ def balance(increments: int = 10_000, clients: int = 16, shards: int = 16) -> di
     db = own_db()
     for strategy in kinds.STRATEGIES:  # pinned before the rollup loop can meet them
         counters.create_counter(ctx, db, f"balance-{strategy}", shards=shards, strategy=strategy)
-        counter_refs.counter_ref(db, f"balance-{strategy}").update({"min_shards": shards,
+        counter_refs.counter_ref(db, NAMES, f"balance-{strategy}").update({"min_shards": shards,
                                                                  "max_shards": shards})
     thread, stop = rollup_thread(db)
     per_client = increments // clients
@@ -383,7 +385,8 @@ def balance(increments: int = 10_000, clients: int = 16, shards: int = 16) -> di
                 "min_over_mean": min(writes) / mean,
                 "stdev_over_mean": statistics.pstdev(writes) / mean,
                 "increments_per_s": per_client * clients / seconds,
-                "exact": counters.get_count(db, counter, "strong").count == per_client * clients,
+                "exact": counters.get_count(db, NAMES, counter, "strong").count
+                == per_client * clients,
             }
     finally:
         stop.set()
@@ -407,7 +410,7 @@ def step_load(rate: float = 50.0, seconds: float = 30.0, clients: int = 5) -> di
 
     def sample() -> None:
         while not done.is_set():
-            data = counter_refs.counter_ref(db, counter).get().to_dict() or {}
+            data = counter_refs.counter_ref(db, NAMES, counter).get().to_dict() or {}
             samples.append((time.monotonic() - t0, int(data["num_shards"]),
                             float(data.get("rate") or 0.0)))
             done.wait(0.25)
@@ -430,7 +433,7 @@ def step_load(rate: float = 50.0, seconds: float = 30.0, clients: int = 5) -> di
         total = sum(acked)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            if counters.get_count(db, counter, "rollup").count == total:
+            if counters.get_count(db, NAMES, counter, "rollup").count == total:
                 break
             time.sleep(0.2)
         time.sleep(5)  # a few more samples of the rate falling
@@ -453,7 +456,7 @@ def step_load(rate: float = 50.0, seconds: float = 30.0, clients: int = 5) -> di
         "seconds_to_target": first_time(target),
         "final_shards": samples[-1][1] if samples else None,
         "increments": total,
-        "strong_exact": counters.get_count(db, counter, "strong").count == total,
-        "rollup_exact": counters.get_count(db, counter, "rollup").count == total,
+        "strong_exact": counters.get_count(db, NAMES, counter, "strong").count == total,
+        "rollup_exact": counters.get_count(db, NAMES, counter, "rollup").count == total,
         "samples": [list(s) for s in samples],
     }

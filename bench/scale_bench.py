@@ -39,12 +39,14 @@ from counting.features import counters, shard_choice
 from counting.features.context import Context
 from counting.features.sequences import SequenceCache
 from counting.foundation import config
-from counting.foundation.config import AutoscaleParams
+from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import cadence, repartition
 from counting.rollup.tick import TickStats
 from counting.writepath import partitions
 from counting.writepath.context import Writing
 from google.cloud import firestore
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 COUNTERS = int(os.environ.get("SCALE_COUNTERS", 4000))  # of the capacity runs
 DISTINCT = int(os.environ.get("SCALE_DISTINCT", 10_000))
@@ -216,7 +218,7 @@ class Writer:
     def prime(self, names: list[str]) -> float:
         """Read every configuration once, in parallel; returns the seconds it took."""
         began = time.monotonic()
-        list(self._pool.map(lambda name: self.ctx.configs.get(self._db, name), names))
+        list(self._pool.map(lambda name: self.ctx.configs.get(self._db, NAMES, name), names))
         return time.monotonic() - began
 
     def batch(self, names: list[str]) -> float:
@@ -347,7 +349,7 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
     ticks until none owes a first load), then per step k, REPEATS times: change k distinct
     counters, tick every holder at once and time them. Stops after the first step whose ticks
     take TICK_LIMIT_S or more."""
-    repartition.change(db, count, known=writer.ctx.writing.known)
+    repartition.change(db, NAMES, count, known=writer.ctx.writing.known)
     warm_began = time.monotonic()
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -505,7 +507,7 @@ def lag_run() -> dict[str, Any]:
     db = own_db()
     rng = random.Random(2)
     names, create_s = create(db, LAG_COUNTERS)
-    repartition.change(db, BALANCE_P, known=partitions.Known())
+    repartition.change(db, NAMES, BALANCE_P, known=partitions.Known())
     writes: list[tuple[float, list[str]]] = []
     with writer_of(db) as writer:
         prime_s = writer.prime(names)
@@ -572,7 +574,7 @@ def distinct_run() -> dict[str, Any]:
     published a count."""
     db = own_db()
     names, create_s = create(db, DISTINCT)
-    repartition.change(db, BALANCE_P, known=partitions.Known())
+    repartition.change(db, NAMES, BALANCE_P, known=partitions.Known())
     with writer_of(db) as writer:
         prime_s = writer.prime(names)
         with holders_of(db.project, BALANCE_P) as holders:

@@ -26,12 +26,15 @@ from counters_cli.load import percentile
 from counting.features import trends
 from counting.features.context import Context
 from counting.foundation import config
+from counting.foundation.config import Names
 from counting.rollup import trend_step
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup
 from counting.writepath.partitions import WHOLE
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 REGIONS = [f"region-{n:02d}" for n in range(20)]
 
@@ -183,7 +186,7 @@ def tick_cost(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), ticks: int = 5,
         db = own_db()
         now = dt.datetime.now(dt.UTC)
         clock = Clock(now)
-        lease = Lease(db, state_ref(db), "bench", config.ROLLUP.lease_s * 100)
+        lease = Lease(db, state_ref(db, NAMES), "bench", config.ROLLUP.lease_s * 100)
         assert lease.acquire()
         step = Rollup(db, lease, trends=functools.partial(trend_step.TrendRollup, clock=clock),
                       writing=ctx.writing)

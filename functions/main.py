@@ -12,22 +12,22 @@ too (handlers/collections.py). The rollup's functions set their own
 (handlers/rollup.py). tests/unit/test_manifest.py pins them all.
 
 Before anything else, the codebase's placement (placement.json beside this file: where its data
-lives, which prefix its function ids have) is made the process's; without the file the functions
-refuse to start rather than write to default collections (counting/foundation/config.py). Under the
-Functions emulator, every database's rules are loaded into the Firestore emulator, which loads
-none once firebase.json lists several (counting/foundation/emulator_rules.py).
+lives, which prefix its function ids have) is read (`handlers.placement`, which the handlers'
+clients and context are made from); without the file the functions refuse to start rather than
+write to default collections (counting/foundation/config.py). Under the Functions emulator,
+every database's rules are loaded into the Firestore emulator, which loads none once
+firebase.json lists several (counting/foundation/emulator_rules.py).
 """
 
 import logging
 import os
-from pathlib import Path
 
 from counting.foundation import config, emulator_rules
 from firebase_admin import initialize_app
 from firebase_functions import options
+from handlers import CODEBASE, placement
 
-CODEBASE = Path(__file__).resolve().parent
-config.place(config.Placement.read(CODEBASE))
+placement()  # first: without placement.json, nothing below runs
 emulator_rules.load_for_emulated_codebase(CODEBASE, os.environ)
 
 options.set_global_options(

@@ -16,6 +16,7 @@ import datetime as dt
 from callables import sign_up
 from counting.features import collections, counters, declarations, sequences, trends
 from counting.features.context import Context
+from counting.foundation.config import Placement
 from counting.writepath.policy import Policy
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -52,10 +53,10 @@ DEMO_ORDERS = (("paid", 1200), ("paid", 450), ("shipped", 3000), ("pending", 800
 def seed(project: str) -> None:
     """Create whatever of the demo data is missing in `project`."""
     db = firestore.Client(project=project)
-    ctx = Context.for_process()
+    ctx = Context.for_process(placement=Placement())  # this repository's stack: the defaults
     for counter, policy in DEMO_POST_COUNTERS.items():
         counters.create_counter(ctx, db, counter, policy=policy)  # leaves an existing one as is
-    if not sequences.sequence_ref(db, DEMO_TENANT).get().exists:
+    if not sequences.sequence_ref(db, ctx.names, DEMO_TENANT).get().exists:
         sequences.configure_sequence(ctx, db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
                                      reset_time=DEMO_RESET_TIME)
     email, password = DEMO_STAFF
@@ -100,7 +101,7 @@ def seed_trends(ctx: Context, db: firestore.Client, now: dt.datetime | None = No
     hour = now.strftime("%Y%m%d%H")
     tracked = False
     for region, events in DEMO_TRENDS.items():
-        if trends.top_tags(db, region, 1, "24h").items:
+        if trends.top_tags(db, ctx.names, region, 1, "24h").items:
             continue
         for number, tags in enumerate(events):
             trends.track(ctx, db, region, tags, request_id=f"demo-{region}-{hour}-{number}",

@@ -246,7 +246,8 @@ def check_deployed(project: str) -> list[Finding]:
     credentials = cli_credentials()
     placement = config.Placement.read(FUNCTIONS)
     db = firestore.Client(project=project, database=placement.database, credentials=credentials)
-    return doctor.deployed(project, placement, FUNCTIONS, credentials, Context.for_process(), db)
+    return doctor.deployed(project, placement, FUNCTIONS, credentials,
+                           Context.for_process(placement=placement), db)
 
 
 def preflight(project: str, run: Run) -> None:

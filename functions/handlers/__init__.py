@@ -1,7 +1,9 @@
 """Callable and scheduled handlers: validate, call the domain, shape the result.
 
 This package is the only one that imports `firebase_functions`. Domain errors become
-`HttpsError`s here, with the code docs/api.md gives each.
+`HttpsError`s here, with the code docs/api.md gives each. It is the composition root: the
+codebase's placement (`placement`), the clients on its databases and the instance's context of
+the domain are made here, once, and passed to every call of the domain.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import math
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import flask
@@ -49,26 +52,39 @@ _CODES: list[tuple[type[Exception], https_fn.FunctionsErrorCode]] = [
 ]
 
 
+# The backend codebase these handlers are part of: the folder of main.py, beside which its
+# PLACEMENT_FILE lies (this repository's functions/, or an install's folder).
+CODEBASE = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def placement() -> config.Placement:
+    """Where this codebase's backend lives, as its PLACEMENT_FILE says: read once, by main.py
+    before anything else (PlacementError without the file: the functions do not start)."""
+    return config.Placement.read(CODEBASE)
+
+
 @functools.cache
 def db() -> firestore.Client:
     """The instance's Firestore client, on the backend's database (anonymous credentials under
     the emulator)."""
-    return firestore.Client(database=config.PLACEMENT.database)
+    return firestore.Client(database=placement().database)
 
 
 @functools.cache
 def context() -> Context:
-    """The instance's context of the domain: its caches, P as it knows it, and the Cloud Tasks
-    waker of the rollup, made on first use and passed to every call of the domain."""
-    return Context.for_process()
+    """The instance's context of the domain: the placement, its caches, P as it knows it, and
+    the Cloud Tasks waker of the rollup, made on first use and passed to every call of the
+    domain."""
+    return Context.for_process(placement=placement())
 
 
 @functools.cache
 def watched_db() -> firestore.Client:
     """The client of the database holding the documents collection counters count."""
-    if config.PLACEMENT.watched_database == config.PLACEMENT.database:
+    if placement().watched_database == placement().database:
         return db()
-    return firestore.Client(database=config.PLACEMENT.watched_database)
+    return firestore.Client(database=placement().watched_database)
 
 
 # Firestore errors that are transient by nature (contention, overload, an outage) reach the

@@ -28,7 +28,7 @@ from google.api_core import exceptions as gexc
 from google.cloud.firestore import DocumentSnapshot
 from google.events.cloud.firestore import DocumentEventData
 
-from handlers import context, db, watched_db
+from handlers import context, db, placement, watched_db
 
 Event: TypeAlias = "firestore_fn.Event[Change[DocumentSnapshot[Any] | None]]"
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def trigger(watch: Watch) -> Callable[[CloudEvent], None]:
     sdk_entry = cast(Callable[[CloudEvent], None],
                      firestore_fn.on_document_written(
                          document=watch.documents,
-                         database=config.PLACEMENT.watched_database)(handler))
+                         database=placement().watched_database)(handler))
 
     @functools.wraps(sdk_entry)  # keeps the SDK's endpoint description for the deploy
     def entry(raw: CloudEvent) -> None:

@@ -17,6 +17,7 @@ from handlers import (
     context,
     db,
     is_admin,
+    placement,
     require_admin,
     rfc3339,
 )
@@ -48,8 +49,8 @@ def configure_counter(req: Request) -> dict[str, Any]:
     data = inputs.payload(req.data, {"counter", "policy"})
     counter = inputs.counter_id(inputs.required(data, "counter"))
     chosen = policy.parse(inputs.required(data, "policy"))
-    return {"counter": counter,
-            "policy": counters.configure_counter(db(), counter, chosen).to_document()}
+    configured = counters.configure_counter(db(), placement().names, counter, chosen)
+    return {"counter": counter, "policy": configured.to_document()}
 
 
 @client_callable
@@ -73,7 +74,8 @@ def increment(req: Request) -> dict[str, Any]:
         return {"counter": counter, "applied": True, "committed_at": rfc3339(committed)}
     # A retry of a request that was applied: when that was, so that a client whose answer was
     # lost can still tell whether the rollup includes it.
-    first = None if request_id is None else shards.applied_at(db(), uid, request_id)
+    first = None if request_id is None else shards.applied_at(db(), placement().names, uid,
+                                                              request_id)
     if first is None:
         return {"counter": counter, "applied": False}
     return {"counter": counter, "applied": False, "committed_at": rfc3339(first)}
@@ -89,7 +91,7 @@ def get_count(req: Request) -> dict[str, Any]:
     if consistency == "strong":
         # It reads every shard: up to 1,000 reads a call.
         require_admin(req, "consistency: strong reads are for admins")
-    found = counters.get_count(db(), counter, consistency, uid=uid)
+    found = counters.get_count(db(), placement().names, counter, consistency, uid=uid)
     result = {"counter": found.counter, "count": found.count, "as_of": rfc3339(found.as_of),
               "consistency": found.consistency}
     if found.mine is not None:

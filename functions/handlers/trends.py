@@ -7,7 +7,7 @@ from typing import Any
 from counting.features import trends
 from counting.foundation import inputs, kinds
 
-from handlers import Request, caller, client_callable, context, db, rfc3339
+from handlers import Request, caller, client_callable, context, db, placement, rfc3339
 
 
 @client_callable
@@ -28,6 +28,6 @@ def top_tags(req: Request) -> dict[str, Any]:
     region = inputs.region(data["region"]) if "region" in data else None
     k = inputs.top_k(data.get("k"))
     window = inputs.choice(data.get("window"), "window", kinds.WINDOWS, kinds.DEFAULT_WINDOW)
-    top = trends.top_tags(db(), region, k, window)
+    top = trends.top_tags(db(), placement().names, region, k, window)
     return {"region": top.region, "window": top.window, "as_of": rfc3339(top.as_of),
             "items": [{"tag": item.tag, "count": item.count} for item in top.items]}

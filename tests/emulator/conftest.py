@@ -14,6 +14,7 @@ import uuid
 import pytest
 from callables import Callables, User, sign_up
 from counting.features.context import Context
+from counting.foundation.config import Placement
 from google.cloud import firestore
 
 if "COUNTERS_FUNCTIONS_URL" not in os.environ:
@@ -75,4 +76,4 @@ def ctx(request: pytest.FixtureRequest) -> Context:
     own project only)."""
     if "isolated_db" in request.fixturenames:
         return Context.offline()
-    return Context.for_process()
+    return Context.for_process(placement=Placement())  # the stack's: the defaults

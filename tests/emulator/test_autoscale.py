@@ -19,7 +19,7 @@ from callables import Callables
 from counting.features import counter_refs, counters, shard_choice
 from counting.features.context import Context
 from counting.foundation import config
-from counting.foundation.config import AutoscaleParams
+from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import cadence
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup
@@ -29,13 +29,15 @@ from google.cloud import firestore
 from ..waiting import eventually
 from .shards import write_shard
 
+NAMES = Names()  # the collection ids of the default placement, which these run on
+
 # 1 shard carries 5 writes/s at the target utilisation; rates fall with a 2 s time constant.
 FAST = AutoscaleParams(shard_write_rate=10.0, rise_tau_s=1.0, fall_tau_s=2.0, cool_down_s=2.0,
                        fold_grace_s=2.0)
 
 
 def counter_doc(db: firestore.Client, counter: str) -> dict[str, object]:
-    return counter_refs.counter_ref(db, counter).get().to_dict() or {}
+    return counter_refs.counter_ref(db, NAMES, counter).get().to_dict() or {}
 
 
 def num_shards(db: firestore.Client, counter: str) -> int:
@@ -43,11 +45,12 @@ def num_shards(db: firestore.Client, counter: str) -> int:
 
 
 def shard_documents(db: firestore.Client, counter: str) -> int:
-    return len(list(counter_refs.counter_ref(db, counter).collection(config.SHARDS).stream()))
+    shards = counter_refs.counter_ref(db, NAMES, counter).collection(NAMES.shards)
+    return len(list(shards.stream()))
 
 
 def shard_counts(db: firestore.Client, counter: str) -> list[int]:
-    shards = counter_refs.counter_ref(db, counter).collection(config.SHARDS).stream()
+    shards = counter_refs.counter_ref(db, NAMES, counter).collection(config.SHARDS).stream()
     return [int(s.get("count") or 0) for s in shards]
 
 
@@ -56,7 +59,7 @@ def rollup_count(db: firestore.Client, counter: str) -> int:
 
 
 def strong_count(db: firestore.Client, counter: str) -> int:
-    return counters.get_count(db, counter, "strong").count
+    return counters.get_count(db, NAMES, counter, "strong").count
 
 
 @pytest.fixture
@@ -81,7 +84,8 @@ def test_least_loaded_spreads_writes_at_least_as_evenly_as_random(
     counter = f"spread-{suffix}"
     admin.call("create_counter", counter=counter, shards=shards, strategy="least_loaded")
     # Pin the shard count (an operator's setting) so that the stack's rollup does not grow it.
-    counter_refs.counter_ref(db, counter).update({"min_shards": shards, "max_shards": shards})
+    counter_refs.counter_ref(db, NAMES, counter).update({"min_shards": shards,
+                                                         "max_shards": shards})
 
     def client(calls: int) -> None:
         caller = Callables(user_token)
@@ -92,7 +96,7 @@ def test_least_loaded_spreads_writes_at_least_as_evenly_as_random(
     # and publishes loads; the spread is measured on the increments that follow.
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(client, [10] * clients))
-    eventually(lambda: len((counter_refs.memory_ref(db, counter).get().to_dict() or {})
+    eventually(lambda: len((counter_refs.memory_ref(db, NAMES, counter).get().to_dict() or {})
                            .get("shard_load") or []) == shards)
     before = shard_counts(db, counter)
     with ThreadPoolExecutor(clients) as pool:
@@ -207,10 +211,10 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client, ctx: 
     db = isolated_db
     counters.create_counter(ctx, db, "c", shards=8)
     stale = shard_choice.ConfigCache(ttl_s=600)  # a writer that will miss the shrink
-    stale.get(db, "c")
+    stale.get(db, NAMES, "c")
     for n in range(8):
         write_shard(db, "c", n, n + 1)
-    lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
+    lease = Lease(db, state_ref(db, NAMES), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     # No grow from the few writes here; shrink as soon as the rate is low.
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.5)
@@ -241,7 +245,7 @@ def test_an_increment_racing_a_fold_is_not_lost(
     counters.create_counter(ctx, db, "r", shards=4)
     for n in range(4):
         write_shard(db, "r", n, 10)
-    lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
+    lease = Lease(db, state_ref(db, NAMES), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.3)
     step = Rollup(db, lease, params, writing=ctx.writing)

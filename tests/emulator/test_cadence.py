@@ -19,6 +19,7 @@ from callables import Callables
 from counting.features import counter_refs, counters, shard_choice
 from counting.features.context import Context
 from counting.foundation import config
+from counting.foundation.config import Names, Placement
 from counting.rollup import cadence, repartition, status
 from counting.rollup.lease import state_ref
 from counting.rollup.tick import Limits
@@ -28,25 +29,27 @@ from google.cloud import firestore
 
 from tests.waiting import eventually
 
+NAMES = Names()  # the collection ids of the default placement, which these run on
+
 FAST = dataclasses.replace(config.ROLLUP, lease_s=3.0, renew_s=1.0, busy_wait_s=0.5,
                            poll_s=0.1, usage_flush_s=0.0)
 
 
 def rollup_count(db: firestore.Client, counter: str) -> int:
-    return int(counter_refs.counter_ref(db, counter).get().get("count") or 0)
+    return int(counter_refs.counter_ref(db, NAMES, counter).get().get("count") or 0)
 
 
 def add(ctx: Context, db: firestore.Client, counter: str, by: int) -> dt.datetime:
     """An increment, the counter's configuration read afresh; returns its commit time."""
     fresh = dataclasses.replace(ctx, configs=shard_choice.ConfigCache())
     counters.increment(fresh, db, counter, by)
-    shards = counter_refs.counter_ref(db, counter).collection(config.SHARDS).stream()
+    shards = counter_refs.counter_ref(db, NAMES, counter).collection(config.SHARDS).stream()
     latest: dt.datetime = max(shard.update_time for shard in shards)
     return latest
 
 
 def usage(db: firestore.Client) -> dict[str, Any]:
-    return cadence.usage_ref(db).get().to_dict() or {}
+    return cadence.usage_ref(db, NAMES).get().to_dict() or {}
 
 
 def test_a_slot_is_ticked_once_after_it_ends(isolated_db: firestore.Client, ctx: Context) -> None:
@@ -172,7 +175,7 @@ def test_housekeeping_ticks_only_when_nobody_else_holds_the_lease(
     eventually(lambda: scheduled.housekeeping().outcome == cadence.Outcome.TICKED,
                timeout_s=FAST.lease_s + 10)
     assert rollup_count(isolated_db, "kept") == 3
-    assert (state_ref(isolated_db).get().to_dict() or {}).get("owner") is None  # let go
+    assert (state_ref(isolated_db, NAMES).get().to_dict() or {}).get("owner") is None  # let go
     add(ctx, isolated_db, "kept", 4)
     again = tasks.tick_slot(None)
     assert again.outcome == cadence.Outcome.TICKED and rollup_count(isolated_db, "kept") == 7
@@ -207,20 +210,20 @@ def test_the_lease_reports_the_rollups_health(
     """After ticks, health shows it active with its tick figures; once nobody writes the lease
     for longer than ROLLUP_STALE_S (commit times, not the `renewed_at` field), it is stale."""
     counters.create_counter(ctx, isolated_db, "watched", shards=2)
-    assert status.read_status(isolated_db).stale == "the rollup never ran"
+    assert status.read_status(isolated_db, NAMES).stale == "the rollup never ran"
     holder = cadence.Holder(isolated_db, cadence=FAST, writing=ctx.writing)
     for _ in range(2):  # a tick's figures go with the holder's next write to the lease
         add(ctx, isolated_db, "watched", 1)
         holder.tick_slot(None)
-    found = status.read_status(isolated_db)
+    found = status.read_status(isolated_db, NAMES)
     assert found.active and found.stale is None and found.holder and found.lag_s is not None
     assert found.tick_s is not None
     holder.close()
     # A forged `renewed_at` changes nothing: staleness is judged from the commit times.
-    state_ref(isolated_db).update({"renewed_at": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)})
-    assert status.read_status(isolated_db).stale is None
+    state_ref(isolated_db, NAMES).update({"renewed_at": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)})
+    assert status.read_status(isolated_db, NAMES).stale is None
     monkeypatch.setattr(config, "ROLLUP_STALE_S", 0.5)
-    eventually(lambda: "no tick for" in (status.read_status(isolated_db).stale or ""))
+    eventually(lambda: "no tick for" in (status.read_status(isolated_db, NAMES).stale or ""))
 
 
 # -- through the stack's triggers --
@@ -252,8 +255,8 @@ def test_the_writes_of_one_second_share_one_task(db: firestore.Client, suffix: s
     """Tasks are named for their slot: the Cloud Tasks emulator refuses a second one, so the
     writers of one second, on any number of instances, enqueue its tick once."""
     slot = waking.slot_of(dt.datetime.now(dt.UTC)) + 3600 + int(suffix, 16) % 10**6
-    assert waking.enqueue_tick(db, "write", WHOLE, slot) is True
-    assert waking.enqueue_tick(db, "write", WHOLE, slot) is False
+    assert waking.enqueue_tick(db, Placement(), "write", WHOLE, slot) is True
+    assert waking.enqueue_tick(db, Placement(), "write", WHOLE, slot) is False
 
 
 def test_each_partition_is_ticked_by_its_own_function(
@@ -271,16 +274,16 @@ def test_each_partition_is_ticked_by_its_own_function(
     for name in names.values():
         admin.call("create_counter", counter=name, shards=2)
     try:
-        repartition.change(db, 4, known=ctx.writing.known)
+        repartition.change(db, NAMES, 4, known=ctx.writing.known)
         ticked_by_a_write(
             db, lambda: [admin.call("increment", counter=name, by=3) for name in names.values()],
             lambda: all(rollup_count(db, name) == 3 for name in names.values()),
             within_s=25.0)  # three more function workers start
-        found = status.read_statuses(db)
+        found = status.read_statuses(db, NAMES)
         assert [part for part, _ in found] == partitions.parts(4)
         assert all(state.last_tick_at is not None for _, state in found)
     finally:
-        repartition.change(db, 1, known=ctx.writing.known)
+        repartition.change(db, NAMES, 1, known=ctx.writing.known)
     ticked_by_a_write(
         db, lambda: [admin.call("increment", counter=name, by=2) for name in names.values()],
         lambda: all(rollup_count(db, name) == 5 for name in names.values()))

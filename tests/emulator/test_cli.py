@@ -22,12 +22,15 @@ from counters_cli import cli
 from counting.features import counter_refs, counters, declarations
 from counting.features.context import Context
 from counting.foundation import config
+from counting.foundation.config import Names
 from counting.foundation.errors import NotFound
 from google.cloud import firestore
 
 from ..tables import table_rows
 from ..waiting import eventually
 from .test_cadence import rollup_count, ticked_by_a_write
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 ROOT = Path(__file__).resolve().parents[2]
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
@@ -86,7 +89,7 @@ def test_inc_on_an_unknown_counter_is_a_clean_error_and_writes_nothing(
     counter = f"nothing-{suffix}"
     result = run("inc", counter, code=1)
     assert result.stderr.splitlines()[-1] == f"Error: counter: '{counter}' does not exist"
-    ref = counter_refs.counter_ref(db, counter)
+    ref = counter_refs.counter_ref(db, NAMES, counter)
     assert not ref.get().exists
     assert list(ref.collection(config.SHARDS).list_documents()) == []
 
@@ -100,7 +103,7 @@ def test_load_applies_every_increment_exactly(suffix: str, db: firestore.Client)
     assert summary["errors"] == 0
     assert summary["attempted"] == summary["applied"] > 0
     assert summary["check"] == "ok"
-    assert counters.get_count(db, counter, "strong").count == 3 * summary["applied"]
+    assert counters.get_count(db, NAMES, counter, "strong").count == 3 * summary["applied"]
     assert summary["latency_p50_ms"] <= summary["latency_p95_ms"] <= summary["latency_p99_ms"]
 
 
@@ -117,7 +120,7 @@ def test_load_prints_its_summary_as_a_table(suffix: str, db: firestore.Client) -
     assert [rows[key] for key in ("counter", "by", "target_rate_per_s", "errors", "strong_before",
                                   "check")] == [counter, "1", "20.0", "0", "0", "ok"]
     assert rows["attempted"] == rows["applied"] == rows["strong_after"] == rows["expected"]
-    assert counters.get_count(db, counter, "strong").count == int(rows["applied"]) > 0
+    assert counters.get_count(db, NAMES, counter, "strong").count == int(rows["applied"]) > 0
 
 
 def test_seq_numbers_count_from_one(suffix: str) -> None:
@@ -247,8 +250,8 @@ def test_backfill_counts_documents_once_and_refuses_direct_writes(
     status = f"cli-{suffix}"
     db.collection("orders").document(f"cli-{suffix}").set({"status": status, "amount": 3})
     counter = f"orders:{status}"
-    eventually(lambda: counters.get_count(db, counter, "strong").count == 1
-               if counter_refs.counter_ref(db, counter).get().exists else False,
+    eventually(lambda: counters.get_count(db, NAMES, counter, "strong").count == 1
+               if counter_refs.counter_ref(db, NAMES, counter).get().exists else False,
                timeout_s=60.0)
     found = run_json("backfill", "orders")
     assert found["declarations"] == ["orders"] and found["documents"] >= 1
@@ -266,7 +269,7 @@ def test_backfill_counts_documents_once_and_refuses_direct_writes(
     with pytest.raises(NotFound) as unknown:
         declarations.watch_of("nope")
     assert run("backfill", "nope", code=1).stderr.splitlines()[-1] == f"Error: {unknown.value}"
-    assert counters.get_count(db, counter, "strong").count == 1
+    assert counters.get_count(db, NAMES, counter, "strong").count == 1
 
 
 # What `make exec` exports for the stack; a user's shell has none of them (README, "Operator CLI").

@@ -25,12 +25,15 @@ import requests
 from callables import Callables, CallError
 from counting.features import collections, counters, declarations, shard_choice
 from counting.features.context import Context
+from counting.foundation.config import Names
 from counting.foundation.errors import FailedPrecondition
 from google.cloud import firestore
 from google.events.cloud import firestore as events
 from google.protobuf import timestamp_pb2
 
 from ..waiting import eventually
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 COMMENTS, ORDERS, REVENUE = declarations.DECLARATIONS
 ORDERS_WATCH = declarations.watch_of("orders")
@@ -196,7 +199,7 @@ def deliver(event_id: str, path: str, before: tuple[dict[str, Any], int] | None,
 
 
 def record(db: firestore.Client, path: str) -> dict[str, Any]:
-    snapshot = collections.record_ref(db, path).get()
+    snapshot = collections.record_ref(db, NAMES, path).get()
     assert snapshot.exists
     return snapshot.to_dict() or {}
 
@@ -414,4 +417,4 @@ def test_a_hand_made_counter_under_a_declared_id_is_not_counted_into(
         counting.apply(collections.Observed(path="orders/o", data={"status": "legacy"},
                                             version=1), event="e")
     assert strong(isolated_db, "orders:legacy") == 0
-    assert not collections.record_ref(isolated_db, "orders/o").get().exists
+    assert not collections.record_ref(isolated_db, NAMES, "orders/o").get().exists

@@ -14,11 +14,14 @@ from counting.features import counters
 from counting.features.context import Context
 from counting.features.counters import shards_for
 from counting.foundation import config, kinds
+from counting.foundation.config import Names
 from counting.writepath import shards
 from counting.writepath.policy import Policy
 from google.cloud import firestore
 
 from ..waiting import eventually
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 
 def count(client: Callables, counter: str, consistency: str = "strong") -> int:
@@ -115,7 +118,7 @@ def test_a_retry_answers_when_it_applied_after_the_emulator_reimports_its_data(
     # A restart takes longer than a commit can follow its request.
     overlap = dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
     eventually(lambda: dt.datetime.now(dt.UTC) > first + overlap, timeout_s=5)
-    marker = shards.request_marker_ref(db, plain_user.uid, request_id)
+    marker = shards.request_marker_ref(db, NAMES, plain_user.uid, request_id)
     exported = marker.get().to_dict()
     assert exported is not None
     marker.delete()

@@ -8,9 +8,12 @@ import os
 import demo
 from callables import Callables, sign_up
 from counting.features import trends
+from counting.foundation.config import Names
 from google.cloud import firestore
 
 from ..waiting import always, eventually
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 # Seeded events reach the lists through the rollup, which may be asleep until its next
 # scheduled minute: the events do not wake it.
@@ -18,7 +21,7 @@ PUBLISHED_S = 90.0
 
 
 def demo_lists(db: firestore.Client) -> dict[str, list[tuple[str, int]]]:
-    return {region: [(item.tag, item.count) for item in trends.top_tags(db, region, 10,
+    return {region: [(item.tag, item.count) for item in trends.top_tags(db, NAMES, region, 10,
                                                                          "24h").items]
             for region in demo.DEMO_TRENDS}
 
@@ -42,7 +45,7 @@ def test_seeding_twice_gives_the_demo_once(db: firestore.Client) -> None:
     eventually(lambda: demo_lists(db) == expected, timeout_s=PUBLISHED_S)
     demo.seed(project)
     always(lambda: demo_lists(db) == expected, for_s=3.0)
-    eventually(lambda: trends.top_tags(db, None, 1, "24h").items, timeout_s=PUBLISHED_S)
+    eventually(lambda: trends.top_tags(db, NAMES, None, 1, "24h").items, timeout_s=PUBLISHED_S)
 
 
 def test_seeded_comments_and_orders_are_counted_once(db: firestore.Client) -> None:

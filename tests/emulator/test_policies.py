@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 from callables import Callables, CallError, User, sign_up
 from counting.features import counter_refs
+from counting.foundation.config import Names
 from google.cloud import firestore
 
 from ..waiting import eventually
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 
 def status_of(client: Callables, name: str, **data: Any) -> str:
@@ -127,7 +130,7 @@ def test_retries_of_an_applied_paced_request_are_no_ops_not_too_soon(
     first = race(viewer, 6, "increment", counter=counter, request_id=f"first-{suffix}")
     assert sorted(first) == ["applied"] + ["noop"] * 5
     # Once the server's clock is past the interval, the next visit rewrites the marker.
-    marker = counter_refs.paced_ref(db, counter, person.uid)
+    marker = counter_refs.paced_ref(db, NAMES, counter, person.uid)
     eventually(lambda: (lambda seen: seen.read_time >= seen.update_time + dt.timedelta(seconds=1))(
         marker.get()))
     again = race(viewer, 6, "increment", counter=counter, request_id=f"again-{suffix}")

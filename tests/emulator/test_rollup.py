@@ -16,6 +16,7 @@ import pytest
 from counting.features import counter_refs, counters, shard_choice
 from counting.features.context import Context
 from counting.foundation import config
+from counting.foundation.config import Names
 from counting.rollup import audit, cadence, ledger
 from counting.rollup.lease import Lease, LeaseLost, state_ref
 from counting.rollup.tick import Limits, Rollup
@@ -24,19 +25,21 @@ from google.cloud import firestore
 from ..waiting import eventually
 from .shards import write_shard
 
+NAMES = Names()  # the collection ids of the default placement, which these run on
+
 
 def lease_for(db: firestore.Client, owner: str = "test") -> Lease:
-    lease = Lease(db, state_ref(db), owner, config.ROLLUP.lease_s)
+    lease = Lease(db, state_ref(db, NAMES), owner, config.ROLLUP.lease_s)
     assert lease.acquire()
     return lease
 
 
 def rollup_count(db: firestore.Client, counter: str) -> int:
-    return int(counter_refs.counter_ref(db, counter).get().get("count"))
+    return int(counter_refs.counter_ref(db, NAMES, counter).get().get("count"))
 
 
 def strong_count(db: firestore.Client, counter: str) -> int:
-    return counters.get_count(db, counter, "strong").count
+    return counters.get_count(db, NAMES, counter, "strong").count
 
 
 def add(ctx: Context, db: firestore.Client, counter: str, by: int) -> None:
@@ -57,9 +60,9 @@ def test_tick_writes_the_sum_of_changed_counters(isolated_db: firestore.Client,
     stats = step.tick()
     assert (rollup_count(isolated_db, "a"), rollup_count(isolated_db, "b")) == (6, -4)
     assert stats.written == 2 and stats.changed_counters == 2
-    a = counter_refs.counter_ref(isolated_db, "a").get()
+    a = counter_refs.counter_ref(isolated_db, NAMES, "a").get()
     assert a.get("updated_at") == stats.as_of
-    quiet = counter_refs.counter_ref(isolated_db, "quiet").get()
+    quiet = counter_refs.counter_ref(isolated_db, NAMES, "quiet").get()
     assert quiet.update_time < stats.as_of  # never rewritten
 
 
@@ -173,7 +176,7 @@ def test_rollup_is_exact_while_writes_continue(isolated_db: firestore.Client, ct
 def test_a_second_loop_waits_for_the_lease(isolated_db: firestore.Client) -> None:
     """While one holder renews, another cannot take the lease; after release it can."""
     first = lease_for(isolated_db, "first")
-    second = Lease(isolated_db, state_ref(isolated_db), "second", config.ROLLUP.lease_s)
+    second = Lease(isolated_db, state_ref(isolated_db, NAMES), "second", config.ROLLUP.lease_s)
     assert not second.acquire()
     first.renew()
     assert not second.acquire()
@@ -201,7 +204,7 @@ def test_a_holder_keeps_its_ledger_between_ticks_and_lets_go_when_closed(
     # listing: the counter is not read whole again.
     assert second.usage.reads < first.usage.reads
     holder.close()
-    state = state_ref(isolated_db).get()
+    state = state_ref(isolated_db, NAMES).get()
     assert state.get("owner") is None and state.get("watermark") is not None
 
 
@@ -211,7 +214,7 @@ def test_a_superseded_holder_commits_nothing(
     """A holder that stalls mid-tick past its lease cannot write its older sums over those of
     the holder that took over meanwhile."""
     counters.create_counter(ctx, isolated_db, "fenced", shards=2)
-    stale = Rollup(isolated_db, Lease(isolated_db, state_ref(isolated_db), "stale",
+    stale = Rollup(isolated_db, Lease(isolated_db, state_ref(isolated_db, NAMES), "stale",
                                              0.5), writing=ctx.writing)
     assert stale.store.lease.acquire()
     add(ctx, isolated_db, "fenced", 1)
@@ -221,7 +224,7 @@ def test_a_superseded_holder_commits_nothing(
         if self is stale.ledger:
             # Paused (GC, a slow machine) past the lease: a successor takes over and publishes.
             add(ctx, isolated_db, "fenced", 10)
-            lease = Lease(isolated_db, state_ref(isolated_db), "successor", 0.5)
+            lease = Lease(isolated_db, state_ref(isolated_db, NAMES), "successor", 0.5)
             eventually(lease.acquire, timeout_s=10)  # once the stale holder's lease expired
             successor = Rollup(isolated_db, lease, writing=ctx.writing)
             successor.tick()
@@ -247,7 +250,7 @@ def test_a_counter_that_cannot_be_published_does_not_stop_the_others(
         write_shard(isolated_db, "big", shard, 2**62)
     write_shard(isolated_db, "big", 0, 2**62)
     add(ctx, isolated_db, "gone", 4)
-    counter_refs.counter_ref(isolated_db, "gone").delete()
+    counter_refs.counter_ref(isolated_db, NAMES, "gone").delete()
     add(ctx, isolated_db, "fine", 5)
     before = step.watermark
     stats = step.tick()
@@ -300,12 +303,13 @@ def test_the_audit_turns_a_lasting_mismatch_into_drift(
     write_shard(db, "liked", 0, 3)
     step.tick()
     assert audit.run(ctx.writing, db, per_run=10) == audit.Run(
-        checked=[audit.check_counter(db,
+        checked=[audit.check_counter(db, NAMES,
                                      "liked")], suspects=[], drift=[])  # type: ignore[list-item]
-    counter_refs.shard_ref(db, "liked", 1).update({"count": firestore.Increment(4)})  # forged
+    forged = counter_refs.shard_ref(db, NAMES, "liked", 1)
+    forged.update({"count": firestore.Increment(4)})
     write_shard(db, "liked", 0, 1)
     step.tick()
-    found = audit.check_counter(db, "liked")
+    found = audit.check_counter(db, NAMES, "liked")
     assert found is not None and (found.published, found.shards) == (4, 8)
     assert audit.run(ctx.writing, db, per_run=10).suspects == ["liked"]
     monkeypatch.setattr(audit, "CONFIRM_AFTER_S", 0.0)
@@ -313,11 +317,11 @@ def test_the_audit_turns_a_lasting_mismatch_into_drift(
         confirmed = audit.run(ctx.writing, db, per_run=10)
     assert [c.counter for c in confirmed.drift] == ["liked"] and confirmed.suspects == []
     assert any(r.getMessage().startswith(audit.DRIFT_LOG_PREFIX) for r in caplog.records)
-    state = audit.audit_ref(db).get().to_dict() or {}
+    state = audit.audit_ref(db, NAMES).get().to_dict() or {}
     assert [(d["counter"], d["published"], d["shards"]) for d in state["drift"]] == [
         ("liked", 4, 8)]
     assert state["last_drift_at"] == state["last_run_at"] and state["checked"] == 3
     # The drifting counter's shards were touched: the next tick publishes their sum.
     step.tick()
-    assert rollup_count(db, "liked") == 8 and audit.check_counter(db,
-                                                                  "liked").exact  # type: ignore[union-attr]
+    assert rollup_count(db, "liked") == 8 and audit.check_counter(
+        db, NAMES, "liked").exact  # type: ignore[union-attr]

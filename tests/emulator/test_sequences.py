@@ -17,9 +17,12 @@ from callables import Callables, CallError, User, sign_up
 from counting.features import sequences
 from counting.features.context import Context
 from counting.foundation import config
+from counting.foundation.config import Names
 from google.cloud import firestore
 
 from ..waiting import eventually
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 NEW_YORK = "America/New_York"
 
@@ -285,9 +288,10 @@ def test_numbers_restart_when_a_business_day_ends(isolated_db: firestore.Client,
         ("2024-03-10", 1), ("2024-03-10", 2),
     ]
     assert retried == kept
-    doc = sequences.sequence_ref(db, tenant).get().to_dict() or {}
+    doc = sequences.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
     assert (doc["business_day"], doc["last_number"], doc["issued"]) == ("2024-03-10", 2, 2)
-    closed = sequences.business_day_ref(db, tenant, dt.date(2024, 3, 9)).get().to_dict() or {}
+    closed = sequences.business_day_ref(db, NAMES, tenant,
+                                        dt.date(2024, 3, 9)).get().to_dict() or {}
     assert (closed["last_number"], closed["issued"]) == (4, 4)
     # Expires the retention period after the day's end (2024-03-10 03:30 EDT = 07:30 UTC).
     assert closed[config.EXPIRES_AT] == utc("2024-03-10T07:30") + dt.timedelta(
@@ -336,7 +340,7 @@ def test_a_reset_keeps_earlier_numbers_on_record(isolated_db: firestore.Client,
     assert [(t.epoch, t.number) for t in first + second] == [
         (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (1, 1), (1, 2)]
     assert (reset.business_day, reset.epoch) == (dt.date(2024, 7, 1), 1)
-    doc = sequences.sequence_ref(db, tenant).get().to_dict() or {}
+    doc = sequences.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
     assert (doc["last_number"], doc["issued"], doc["epoch"]) == (2, 7, 1)
     assert [(r["epoch"], r["issued_before"], r["by"]) for r in doc["resets"]] == [
         (1, 5, "manager")]
@@ -346,10 +350,10 @@ def issue_without_answer(db: firestore.Client, tenant: str, request_id: str) -> 
     """What a call whose answer was lost (or that died before recording its number) leaves:
     the record created and the number issued, in one commit, and no number in the record."""
     batch = db.batch()
-    batch.create(sequences.request_ref(db, tenant, "u", request_id),
+    batch.create(sequences.request_ref(db, NAMES, tenant, "u", request_id),
                  {"uid": "u", "request_id": request_id, "state": "issuing",
                   "claimed_at": firestore.SERVER_TIMESTAMP})
-    batch.update(sequences.sequence_ref(db, tenant),
+    batch.update(sequences.sequence_ref(db, NAMES, tenant),
                  {"day": firestore.Increment(0), "epoch": firestore.Increment(0),
                   "issued": firestore.Increment(1), "last_number": firestore.Increment(1)})
     batch.commit()
@@ -368,5 +372,5 @@ def test_a_retry_gets_the_number_a_lost_answer_carried(isolated_db: firestore.Cl
     again = sequences.next_number(ctx, db, tenant, request_id="lost", uid="u")
     assert first.number == 2 and again == first
     assert sequences.next_number(ctx, db, tenant).number == 4
-    doc = sequences.sequence_ref(db, tenant).get().to_dict() or {}
+    doc = sequences.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
     assert doc["issued"] == 4

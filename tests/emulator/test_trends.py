@@ -15,12 +15,15 @@ from callables import Callables, CallError
 from counting.features import trends
 from counting.features.context import Context
 from counting.foundation import config, kinds
+from counting.foundation.config import Names
 from counting.rollup import trend_ledger, trend_step
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup
 from google.cloud import firestore
 
 from ..waiting import eventually
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 Event = tuple[dt.datetime, str, list[str]]  # (when, region, normalised distinct tags)
 
@@ -163,14 +166,14 @@ class Clock:
 def stepper(ctx: Context, db: firestore.Client, clock: Clock,
             thresholds: Mapping[kinds.Window, int] | None = None) -> tuple[Rollup, Lease]:
     """A rollup holder whose trends step reads the time from `clock`."""
-    lease = Lease(db, state_ref(db), "test", config.ROLLUP.lease_s)
+    lease = Lease(db, state_ref(db, NAMES), "test", config.ROLLUP.lease_s)
     assert lease.acquire()
     return Rollup(db, lease, trends=functools.partial(
         trend_step.TrendRollup, clock=clock, thresholds=thresholds), writing=ctx.writing), lease
 
 
 def listed(db: firestore.Client, scope: str, window: kinds.Window) -> list[Any]:
-    items: list[Any] = trends.top_tags(db, None if scope == "global" else scope, 100,
+    items: list[Any] = trends.top_tags(db, NAMES, None if scope == "global" else scope, 100,
                                        window).items
     return [{"tag": item.tag, "count": item.count} for item in items]
 

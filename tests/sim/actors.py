@@ -47,7 +47,7 @@ from counting.features import (
 from counting.features.context import Context
 from counting.foundation import config
 from counting.foundation.clock import Clock
-from counting.foundation.config import AutoscaleParams
+from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import audit, cadence, repartition
 from counting.writepath import partitions, waking
 from counting.writepath.context import Writing
@@ -61,6 +61,8 @@ from .faults import Chaos
 from .history import Answer, Call, History, Request
 from .model import Attempt, Model, Path, Snapshot, Version
 from .virtual import Actor, Sim, micros
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 # Autoscaling fast enough that a run of a few minutes grows, shrinks and folds shards.
 SCALING = AutoscaleParams(shard_write_rate=1.0, rise_tau_s=2.0, fall_tau_s=5.0,
@@ -109,13 +111,13 @@ class ProcessesKnow(partitions.Known):
         self._processes: dict[str, partitions.Known] = {}
         self.acted: dict[str, int] = {}
 
-    def count(self, db: firestore.Client) -> int:
+    def count(self, db: firestore.Client, names: Names) -> int:
         actor = self._sim.current()
         name = actor.name if actor is not None else ""
         known = self._processes.get(name)
         if known is None:
             known = self._processes[name] = partitions.Known(monotonic=self._sim.monotonic)
-        self.acted[name] = found = known.count(db)
+        self.acted[name] = found = known.count(db, names)
         return found
 
     def forget(self) -> None:
@@ -386,7 +388,7 @@ class Operator:
                 counters.create_counter, self.ctx, db, name, shards=shards, policy=policy),
                 admin=True)
             assert call.answer is Answer.OK, f"could not create {name}: {call}"
-        legacy = counter_refs.counter_ref(db, PLAIN[-1])
+        legacy = counter_refs.counter_ref(db, NAMES, PLAIN[-1])
         call = stage.ask(Request(kind="setup"), functools.partial(
             legacy.update, {config.SHARD_COUNTS_FIELD: firestore.DELETE_FIELD}), admin=True)
         assert call.answer is Answer.OK, f"could not make a legacy counter: {call}"
@@ -403,7 +405,8 @@ class Operator:
         changes nothing)."""
         self.stage.ops["change_partitions"] += 1
         self.stage.ask(Request(kind="change_partitions"),
-                       lambda: repartition.change(self.stage.db, count, known=self.stage.known),
+                       lambda: repartition.change(self.stage.db, NAMES, count,
+                                                  known=self.stage.known),
                        admin=True)
 
     def configure(self) -> None:
@@ -416,7 +419,8 @@ class Operator:
         self.policies[name] = new
         self.stage.ops["configure_counter"] += 1
         self.stage.ask(Request(kind="configure_counter"),
-                       lambda: counters.configure_counter(self.stage.db, name, new), admin=True)
+                       lambda: counters.configure_counter(self.stage.db, NAMES, name, new),
+                       admin=True)
 
     def reset(self, counter: str) -> None:
         self.stage.ops["reset_counter"] += 1
@@ -614,7 +618,7 @@ class Rollup:
         function)."""
         failure: Exception | None = None
         try:
-            for part in partitions.parts(partitions.read_count(self.stage.db)):
+            for part in partitions.parts(partitions.read_count(self.stage.db, NAMES)):
                 try:  # one that fails keeps no other from its turn; the run fails after them
                     self._ran(SCHEDULED, part, self._holder(SCHEDULED, part).housekeeping())
                 except Exception as error:

@@ -14,7 +14,7 @@ import pytest
 from counting.features import counter_refs, counters
 from counting.features.context import Context
 from counting.foundation.clock import Clock
-from counting.foundation.config import AutoscaleParams, Protections
+from counting.foundation.config import AutoscaleParams, Names, Protections
 from counting.foundation.errors import PermissionDenied
 from counting.rollup import folding, repartition
 from counting.rollup.lease import Lease, state_ref
@@ -29,6 +29,8 @@ from tests.sim import protections
 from tests.sim.faults import CALM, Fate, Requests
 from tests.sim.model import Client, Model, Write
 from tests.sim.virtual import Sim
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 T = TypeVar("T")
 
@@ -49,7 +51,7 @@ class Scene:
         self.sim.now_us = max(self.sim.now_us, round(seconds * 1_000_000))
 
     def holder(self, name: str) -> Rollup:
-        lease = Lease(self.db, state_ref(self.db), name, 10.0)
+        lease = Lease(self.db, state_ref(self.db, NAMES), name, 10.0)
         assert lease.acquire()
         return Rollup(self.db, lease, AutoscaleParams(enabled=False), writing=self.holding,
                       limits=self.limits)
@@ -58,7 +60,7 @@ class Scene:
         """A holder of `part` (taking its lease at `at`, if given)."""
         if at is not None:
             self.at(at)
-        lease = Lease(self.db, state_ref(self.db, part), f"holder-{part}", 10.0)
+        lease = Lease(self.db, state_ref(self.db, NAMES, part), f"holder-{part}", 10.0)
         assert lease.acquire()
         return Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part,
                       writing=self.holding, limits=self.limits)
@@ -71,7 +73,7 @@ class Scene:
         return self.holder("successor")
 
     def write_shard(self, counter: str, shard: int, by: int) -> None:
-        ref = counter_refs.shard_ref(self.db, counter, shard)
+        ref = counter_refs.shard_ref(self.db, NAMES, counter, shard)
         ref.update(shards.shard_write(self.ctx.writing, self.db, ref, by).fields)
 
     def twenty_counters(self) -> tuple[list[str], Rollup]:
@@ -114,13 +116,14 @@ class Scene:
         raise AssertionError("the successor never swept")
 
     def published(self, counter: str) -> int:
-        return int((counter_refs.counter_ref(self.db, counter).get().to_dict() or {})["count"])
+        published = counter_refs.counter_ref(self.db, NAMES, counter).get().to_dict() or {}
+        return int(published["count"])
 
     def shards(self, counter: str) -> int:
-        return counters.get_count(self.db, counter, "strong").count
+        return counters.get_count(self.db, NAMES, counter, "strong").count
 
     def shard_counts(self, counter: str) -> dict[str, int] | None:
-        data = counter_refs.memory_ref(self.db, counter).get().to_dict() or {}
+        data = counter_refs.memory_ref(self.db, NAMES, counter).get().to_dict() or {}
         counts: dict[str, int] | None = data.get("shard_counts")
         return counts
 
@@ -134,7 +137,8 @@ def test_a_counter_a_sweep_deferred_survives_a_handover() -> None:
         counters.create_counter(scene.ctx, scene.db, name, shards=1)
     # A counter from before shard_counts: read whole, it takes the tick's budget of whole reads,
     # which would otherwise catch `b-slow` up at once.
-    counter_refs.memory_ref(scene.db, "a-other").update({"shard_counts": firestore.DELETE_FIELD})
+    counter_refs.memory_ref(scene.db, NAMES, "a-other").update(
+        {"shard_counts": firestore.DELETE_FIELD})
     t = 1.0
     scene.at(t)
     first = scene.holder("first")
@@ -197,7 +201,7 @@ def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
         t += 1
         scene.at(t)
         first.tick()
-    counter_refs.counter_ref(scene.db, "wide").update({"num_shards": 4})
+    counter_refs.counter_ref(scene.db, NAMES, "wide").update({"num_shards": 4})
     folded = folding.fold_surplus(first.store, "wide", 4, counts_kept="memory")
     assert folded.complete and folded.deleted
     first.ledger.folded("wide", folded.deleted, folded.moved, folded.complete)  # as a tick does
@@ -236,7 +240,7 @@ def test_a_fold_bills_its_deletes_apart() -> None:
     holder = scene.wide_counter("holder")
     scene.at(2)
     holder.tick()
-    counter_refs.counter_ref(scene.db, "wide").update({"num_shards": 4})
+    counter_refs.counter_ref(scene.db, NAMES, "wide").update({"num_shards": 4})
     holder.store.take_usage()
     folded = folding.fold_surplus(holder.store, "wide", 4, counts_kept="memory")
     usage = holder.store.take_usage()
@@ -262,7 +266,8 @@ def handover_reads(*, legacy: bool) -> int:
         assert sum((scene.shard_counts(name) or {}).values()) == scene.published(name), name
     if legacy:
         for name in names:
-            counter_refs.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
+            counter_refs.memory_ref(scene.db, NAMES, name).update(
+                {"shard_counts": firestore.DELETE_FIELD})
     successor = scene.hand_over(first, 62)
     for name in names:
         counters.increment(scene.ctx, scene.db, name, 1)
@@ -297,7 +302,7 @@ def test_a_successor_right_after_a_fold_is_exact() -> None:
     first = scene.wide_counter("first")
     scene.at(2)
     first.tick()
-    ref = counter_refs.counter_ref(scene.db, "wide")
+    ref = counter_refs.counter_ref(scene.db, NAMES, "wide")
     ref.update({"num_shards": 4})
     folded = folding.fold_surplus(first.store, "wide", 4, counts_kept="memory")
     assert folded.complete and folded.deleted
@@ -363,7 +368,7 @@ def test_a_tick_reading_longer_than_the_lease_keeps_it() -> None:
     scene.at(1)
     counters.increment(scene.ctx, scene.db, "c", 1)
     scene.at(2)
-    lease = Lease(scene.db, state_ref(scene.db), "holder", 10.0)
+    lease = Lease(scene.db, state_ref(scene.db, NAMES), "holder", 10.0)
     assert lease.acquire()
     holder = Rollup(scene.db, lease, AutoscaleParams(), writing=scene.holding)
     outcome: dict[str, object] = {}
@@ -372,7 +377,7 @@ def test_a_tick_reading_longer_than_the_lease_keeps_it() -> None:
         outcome["tick"] = holder.tick()
 
     def take() -> None:
-        outcome["taken"] = Lease(scene.db, state_ref(scene.db), "taker", 10.0).acquire()
+        outcome["taken"] = Lease(scene.db, state_ref(scene.db, NAMES), "taker", 10.0).acquire()
 
     scene.sim.spawn("holder", tick)
     scene.sim.spawn("taker", take, after_s=9.0)  # reads the lease after it would expire
@@ -477,7 +482,7 @@ def old_stripe_after_narrowing(protected: Protections) -> int:
                 if partitions.Part(2, 1).owns(partitions.home_of(f"old-{n}")))
     counters.create_counter(scene.ctx, scene.db, name, shards=1)
     scene.at(1)
-    repartition.change(scene.db, 4, known=scene.ctx.writing.known)
+    repartition.change(scene.db, NAMES, 4, known=scene.ctx.writing.known)
     scene.at(2)
     fours = [scene.holder_of(part) for part in partitions.parts(4)]
     for t in range(3, 10):
@@ -485,9 +490,9 @@ def old_stripe_after_narrowing(protected: Protections) -> int:
         for holder in fours:
             holder.tick()
     scene.at(10)
-    changed = repartition.change(scene.db, 2, known=scene.ctx.writing.known)
+    changed = repartition.change(scene.db, NAMES, 2, known=scene.ctx.writing.known)
     scene.at(12)
-    ref = counter_refs.shard_ref(scene.db, name, 0)
+    ref = counter_refs.shard_ref(scene.db, NAMES, name, 0)
     ref.update({**shards.shard_write(scene.ctx.writing, scene.db, ref, 1).fields,
                 "stripe": partitions.home_of(name) + 3 * partitions.HOMES})
     narrow_at = (changed.narrow_at - scene.sim.instant(0)).total_seconds()
@@ -509,7 +514,8 @@ def deferred_across_a_sweep() -> tuple[Scene, Rollup]:
     counters.create_counter(scene.ctx, scene.db, "c", shards=2)
     for name in ("a1", "x2"):  # no shard_counts: each takes the whole-read budget of a tick
         counters.create_counter(scene.ctx, scene.db, name, shards=1)
-        counter_refs.memory_ref(scene.db, name).update({"shard_counts": firestore.DELETE_FIELD})
+        counter_refs.memory_ref(scene.db, NAMES, name).update(
+            {"shard_counts": firestore.DELETE_FIELD})
     scene.at(1)
     first = scene.holder("first")
     scene.at(2)
@@ -584,10 +590,10 @@ def test_a_retry_after_the_policy_narrowed_is_not_refused() -> None:
                  functools.partial(counters.increment_many, scene.ctx, scene.db,
                                    [("bounded", 5)], request_id="r2", uid="u", admin=False)):
         assert then(call)
-        then(lambda: counters.configure_counter(scene.db, "bounded", Policy(by=(1, 1))))
+        then(lambda: counters.configure_counter(scene.db, NAMES, "bounded", Policy(by=(1, 1))))
         assert not then(call)
-        then(lambda: counters.configure_counter(scene.db, "bounded", Policy(by=(1, 10))))
-    then(lambda: counters.configure_counter(scene.db, "bounded", Policy(by=(1, 1))))
+        then(lambda: counters.configure_counter(scene.db, NAMES, "bounded", Policy(by=(1, 10))))
+    then(lambda: counters.configure_counter(scene.db, NAMES, "bounded", Policy(by=(1, 1))))
     with pytest.raises(PermissionDenied):
         then(lambda: counters.increment(scene.ctx, scene.db, "bounded", 5, request_id="r3",
                                         uid="u", admin=False))

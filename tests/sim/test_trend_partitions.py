@@ -14,7 +14,7 @@ from counting.features import trends
 from counting.features.context import Context
 from counting.foundation import config, kinds
 from counting.foundation.clock import Clock
-from counting.foundation.config import AutoscaleParams
+from counting.foundation.config import AutoscaleParams, Names
 from counting.foundation.kinds import Window
 from counting.rollup import cadence, repartition, trend_ledger, trend_merge
 from counting.rollup.lease import Lease, state_ref
@@ -27,6 +27,8 @@ from google.cloud import firestore
 from tests.sim.faults import CALM
 from tests.sim.model import Client, Model
 from tests.sim.virtual import Sim
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 REGIONS = ("eu", "us")
 TAGS = [f"tag{n:03d}" for n in range(300)]  # more than TOP_K in every scope
@@ -63,10 +65,10 @@ class Scene:
 
     def holders(self, count: int, name: str) -> list[Rollup]:
         """P = count (changed if it is not), and a holder of each partition."""
-        self.act(lambda: repartition.change(self.db, count, known=self.ctx.writing.known))
+        self.act(lambda: repartition.change(self.db, NAMES, count, known=self.ctx.writing.known))
         held = []
         for part in partitions.parts(count):
-            lease = Lease(self.db, state_ref(self.db, part), f"{name}-{part.index}", 10.0)
+            lease = Lease(self.db, state_ref(self.db, NAMES, part), f"{name}-{part.index}", 10.0)
             assert self.act(lease.acquire)
             held.append(Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part,
                                writing=self.ctx.writing))
@@ -170,7 +172,7 @@ def test_a_partition_that_wrote_parts_wakes_the_merger() -> None:
     """After a tick that wrote trend parts, the holder enqueues partition 0's task for the slot
     of their commit."""
     scene = Scene()
-    scene.act(lambda: repartition.change(scene.db, 4, known=scene.ctx.writing.known))
+    scene.act(lambda: repartition.change(scene.db, NAMES, 4, known=scene.ctx.writing.known))
     tag = next(tag for tag in TAGS if Part(4, 1).owns(partitions.home_of(tag)))
     scene.act(lambda: trends.track(scene.ctx, scene.db, "eu", [tag], now=scene.sim.wall()))
     scene.later()

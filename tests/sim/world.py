@@ -19,7 +19,7 @@ from typing import cast
 
 from counting.foundation import config
 from counting.foundation.clock import Clock
-from counting.foundation.config import Protections
+from counting.foundation.config import Names, Protections
 from counting.writepath import partitions, waking
 from google.cloud import firestore
 
@@ -98,7 +98,8 @@ def run(seed: int, *, protected: Protections = protections.ALL,
     entropy = random.Random(rng.random())
     outcome = Outcome(seed=seed, off=protections.off(protected))
     # The writes of every process of the run wake its rollup (made below) for their slot.
-    waker = waking.Waker(lambda _, part, slot: rollup.enqueue(part, slot), count=known.count,
+    waker = waking.Waker(lambda _, part, slot: rollup.enqueue(part, slot),
+                         count=lambda target: known.count(target, Names()),
                          pools=protections.Inline)
     writing = protections.writing(protected, known=known, waker=waker, clock=clock,
                                   entropy=entropy)

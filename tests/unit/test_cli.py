@@ -147,7 +147,8 @@ def domain(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     is contacted. A `top_tags` answer is empty unless a test puts items in `calls["items"]`."""
     calls: dict[str, list[Any]] = {"top_tags": [], "track": [], "items": []}
 
-    def top_tags(db: object, region: str | None, k: int, window: kinds.Window) -> trends.TopTags:
+    def top_tags(db: object, names: object, region: str | None, k: int,
+                 window: kinds.Window) -> trends.TopTags:
         calls["top_tags"].append(region)
         return trends.TopTags(region=region or "global", window=window,
                               items=calls["items"][:k], as_of=AS_OF)
@@ -157,10 +158,11 @@ def domain(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         calls["track"].append((region, tags, request_id))
         return 0 if request_id == "seen" else len(tags)
 
-    def get_count(db: object, counter: str, consistency: str = "rollup") -> object:
+    def get_count(db: object, names: object, counter: str,
+                  consistency: str = "rollup") -> object:
         raise NotFound(f"counter: {counter!r} does not exist")
 
-    monkeypatch.setattr(session, "connect", lambda target, firebase_json: object())
+    monkeypatch.setattr(session, "connect", lambda target, placement, firebase_json: object())
     monkeypatch.setattr(trends, "top_tags", top_tags)
     monkeypatch.setattr(trends, "track", track)
     monkeypatch.setattr(counters, "get_count", get_count)
@@ -253,8 +255,8 @@ def test_status_exits_non_zero_when_the_rollup_is_stale(
                                  last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0, holder_since=AS_OF,
                                  errors=["2026-01-01T00:00:00Z big: sum outside 64-bit"],
                                  stale=stale)
-    monkeypatch.setattr(status_command, "read_statuses", lambda db: [(WHOLE, found)])
-    monkeypatch.setattr(status_command, "audit_figures", lambda db: AUDITED)
+    monkeypatch.setattr(status_command, "read_statuses", lambda db, names: [(WHOLE, found)])
+    monkeypatch.setattr(status_command, "audit_figures", lambda db, names: AUDITED)
     result = invoke("status", code=1 if stale else 0)
     assert table_rows(result.stdout) == [
         ["state", "active"], ["holder", "h-1-x"], ["holder_since", "2024-05-01T12:00:00Z"],
@@ -306,9 +308,9 @@ def test_status_fails_on_drift_the_audit_found(
                                   holder_since=AS_OF, errors=[], stale=None)
     drift = {"counter": "likes", "published": 4, "shards": 8, "as_of": "2024-05-01T11:59:00Z",
              "found_at": "2024-05-01T12:00:00Z"}
-    monkeypatch.setattr(status_command, "read_statuses", lambda db: [(WHOLE, healthy)])
+    monkeypatch.setattr(status_command, "read_statuses", lambda db, names: [(WHOLE, healthy)])
     monkeypatch.setattr(status_command, "audit_figures",
-                        lambda db: {**AUDITED, "last_drift_at": drift["found_at"],
+                        lambda db, names: {**AUDITED, "last_drift_at": drift["found_at"],
                                     "drift": [drift]})
     result = invoke("status", "--json", code=1)
     assert json.loads(result.stdout)["audit"]["drift"] == [drift]
@@ -324,9 +326,9 @@ def test_status_of_partitions_names_the_stale_one(
                                   holder_since=AS_OF, errors=[], stale=None)
     stuck = dataclasses.replace(healthy, active=False, last_tick_age_s=200.0,
                                 stale="no tick for 200 s", errors=["boom"])
-    monkeypatch.setattr(status_command, "read_statuses", lambda db: [
+    monkeypatch.setattr(status_command, "read_statuses", lambda db, names: [
         (Part(2, 0), healthy), (Part(2, 1), stuck)])
-    monkeypatch.setattr(status_command, "audit_figures", lambda db: AUDITED)
+    monkeypatch.setattr(status_command, "audit_figures", lambda db, names: AUDITED)
     result = invoke("status", "--json", code=1)
     figures = json.loads(result.stdout)
     assert (figures["partitions"], figures["state"]) == (2, "active")
@@ -340,17 +342,17 @@ def test_partitions_shows_and_changes_the_count(
     domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`partitions` prints P; `partitions N` changes it and wakes each new partition."""
-    monkeypatch.setattr(partitions, "read_count", lambda db: 1)
+    monkeypatch.setattr(partitions, "read_count", lambda db, names: 1)
     assert invoke("partitions").stdout == "partitions: 1\n"
     changes: list[int] = []
     woken: list[Part] = []
 
-    def change(db: Any, new: int, *, known: partitions.Known) -> repartition.Changed:
+    def change(db: Any, names: Any, new: int, *, known: partitions.Known) -> repartition.Changed:
         changes.append(new)
         return repartition.Changed(before=1, after=new, watermark=AS_OF, spread=4,
                                   narrow_at=AS_OF)
 
-    def enqueue(db: Any, reason: str, part: Part, slot: int | None = None) -> bool:
+    def enqueue(db: Any, placement: Any, reason: str, part: Part, slot: int | None = None) -> bool:
         woken.append(part)
         return True
 

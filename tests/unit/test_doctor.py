@@ -27,7 +27,7 @@ RECORDED = Path(__file__).parent / "doctor"
 PROJECT = "my-shop"
 ACCOUNT = "612349087123-compute@developer.gserviceaccount.com"
 NOW = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
-PLACEMENT = config.Placement(database="counters", function_prefix="counters")
+INSTALL = config.Placement(database="counters", function_prefix="counters")
 
 
 def recorded(name: str) -> tuple[Fetch, list[str], set[str]]:
@@ -57,12 +57,12 @@ def the_installs_endpoints() -> dict[str, Json]:
     (an install declares none), ids prefixed as firebase.json's codebase prefix makes them."""
     found = yaml.safe_load(serving.functions_as_yaml({n: getattr(main, n) for n in main.__all__}))
     demo = {watch.function_name for watch in declarations.WATCHES}
-    return {PLACEMENT.function_id(name): endpoint
+    return {INSTALL.function_id(name): endpoint
             for name, endpoint in found["endpoints"].items() if name not in demo}
 
 
 def expected(**changes: Any) -> doctor.Expected:
-    return doctor.Expected(**{"placement": PLACEMENT, "endpoints": the_installs_endpoints(),
+    return doctor.Expected(**{"placement": INSTALL, "endpoints": the_installs_endpoints(),
                               "deploy": "firebase deploy --only functions:counters", **changes})
 
 
@@ -173,17 +173,17 @@ def test_an_installs_manifest_and_runtime_account_come_from_its_codebase(tmp_pat
     shutil.copytree(ROOT / "tests" / "adopt" / "host", host)
     assert CliRunner().invoke(cli, ["init", str(host)]).exit_code == 0
     codebase = host / "counters"
-    found = doctor.expected_of(codebase, PLACEMENT, PROJECT)
+    found = doctor.expected_of(codebase, INSTALL, PROJECT)
     assert found.endpoints is None and "venv" in found.no_manifest
     (codebase / "venv").symlink_to(ROOT / "functions" / "venv")
     (codebase / f".env.{PROJECT}").write_text(f"RUNTIME_SERVICE_ACCOUNT={ACCOUNT}\n")
-    found = doctor.expected_of(codebase, PLACEMENT, PROJECT)
+    found = doctor.expected_of(codebase, INSTALL, PROJECT)
     assert found.endpoints is not None
     assert set(found.endpoints) == set(the_installs_endpoints())
     assert found.runtime_account == ACCOUNT
     assert found.deploy == "firebase deploy --only functions:counters"
     (codebase / config.PLACEMENT_FILE).unlink()
-    refused = doctor.expected_of(codebase, PLACEMENT, PROJECT)
+    refused = doctor.expected_of(codebase, INSTALL, PROJECT)
     assert refused.endpoints is None and "does not load" in refused.no_manifest
 
 
@@ -263,7 +263,8 @@ def test_a_canary_that_raises_is_a_failed_check_not_a_crash() -> None:
         raise PermissionError("403 Missing or insufficient permissions.")
 
     canary.increment = refuse  # type: ignore[method-assign]
-    ran, _ = doctor.operate(canary, lambda: None, clock, ticks=True, now=lambda: NOW)
+    ran, _ = doctor.operate(canary, lambda: None, clock, ticks=True, now=lambda: NOW,
+                            names=config.Names())
     assert ran.status == "fail" and "insufficient permissions" in ran.found
     assert len(canary.deleted) == 1
 
@@ -288,8 +289,13 @@ def drift(found_at: dt.datetime) -> dict[str, Any]:
 ])
 def test_the_audit_passes_only_when_it_ran_lately_and_found_no_drift(
         audit: dict[str, Any] | None, status: str, says: str) -> None:
-    found = audit_finding(audit, NOW)
+    found = audit_finding(audit, NOW, config.Names())
     assert (found.status, says in found.found) == (status, True), found
+
+
+def test_the_audit_finding_names_the_installs_document() -> None:
+    found = audit_finding(None, NOW, config.Placement(collection_prefix="shop_").names)
+    assert found.found.startswith("shop_internal/audit does not exist")
 
 
 def test_the_report_says_every_finding_and_fails_on_one() -> None:

@@ -18,7 +18,8 @@ from google.cloud.firestore_v1 import _helpers
 from hypothesis import given
 from hypothesis import strategies as st
 
-DB = firestore.Client(project="demo-encoding", credentials=AnonymousCredentials())
+DB = firestore.Client(project="demo-encoding",
+                      credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
 REF = DB.collection("counters", "c", "shards").document("3")
 PATH = REF._document_path
 
@@ -39,7 +40,8 @@ documents = st.dictionaries(names, values, min_size=1, max_size=8)
 
 
 def raw(write: Any) -> bytes:
-    return type(write).pb(write).SerializeToString(deterministic=True)
+    serialized: bytes = type(write).pb(write).SerializeToString(deterministic=True)
+    return serialized
 
 
 @given(documents)
@@ -51,8 +53,9 @@ def test_an_update_is_the_clients(fields: dict[str, Any]) -> None:
 @given(documents, instants, st.integers(min_value=0, max_value=999))
 def test_an_update_at_a_version_is_the_clients(fields: dict[str, Any], at: dt.datetime,
                                                nanos: int) -> None:
-    version = DatetimeWithNanoseconds(at.year, at.month, at.day, at.hour, at.minute, at.second,
-                                      nanosecond=at.microsecond * 1000 + nanos, tzinfo=dt.UTC)
+    version = DatetimeWithNanoseconds(  # type: ignore[no-untyped-call]
+        at.year, at.month, at.day, at.hour, at.minute, at.second,
+        nanosecond=at.microsecond * 1000 + nanos, tzinfo=dt.UTC)
     [theirs] = _helpers.pbs_for_update(PATH, fields, DB.write_option(last_update_time=version))
     assert raw(encoded(REF, fields, "update", version=version)) == raw(theirs)
 

@@ -166,17 +166,34 @@ def test_init_outside_a_firebase_project_says_so(tmp_path: Path) -> None:
 ])
 def test_declarations_files_are_checked(text: str, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
-        declarations.parse(text)
+        declarations.parse(text, config.Placement())
 
 
 def test_the_longest_trigger_id() -> None:
-    assert declarations.parse(json.dumps([{"counter": "n:{x}", "documents": "o" * 57 + "/{x}"}]))
+    assert declarations.parse(json.dumps([{"counter": "n:{x}", "documents": "o" * 57 + "/{x}"}]),
+                              config.Placement())
+
+
+def test_declarations_are_checked_against_the_installs_placement() -> None:
+    """Under a prefix the backend's own collections are the prefixed ones, and the trigger's id
+    carries the codebase's function prefix."""
+    placement = config.Placement(collection_prefix="c_", function_prefix="shop")
+    own = json.dumps([{"counter": "n:{c}", "documents": "c_counters/{c}"}])
+    with pytest.raises(InvalidArgument, match="backend's own collection 'c_counters'"):
+        declarations.parse(own, placement)
+    assert declarations.parse(own, config.Placement())
+    assert declarations.parse(json.dumps([{"counter": "n:{c}", "documents": "counters/{c}"}]),
+                              placement)
+    longest = json.dumps([{"counter": "n:{x}", "documents": "o" * 57 + "/{x}"}])
+    with pytest.raises(InvalidArgument, match="trigger id 'shop-count_"):
+        declarations.parse(longest, placement)
 
 
 def test_the_most_declarations_a_file_may_hold() -> None:
     most = [{"counter": f"n{i}:{{o}}", "documents": f"o{i}/{{o}}"}
             for i in range(declarations.MAX_DECLARATIONS)]
-    assert len(declarations.parse(json.dumps(most))) == declarations.MAX_DECLARATIONS
+    assert len(declarations.parse(json.dumps(most), config.Placement())) \
+        == declarations.MAX_DECLARATIONS
 
 
 def test_a_placement_file_says_all_of_the_placement_or_is_refused(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from counting.features import counter_refs, counters, trends
 from counting.features.context import Context
 from counting.foundation.clock import Clock
-from counting.foundation.config import AutoscaleParams
+from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import cadence, repartition
 from counting.rollup.lease import Lease, LeaseLost, state_ref
 from counting.rollup.tick import Rollup
@@ -27,6 +27,8 @@ from google.cloud import firestore
 from tests.sim.faults import CALM
 from tests.sim.model import Client, Model
 from tests.sim.virtual import Sim
+
+NAMES = Names()  # the collection ids of the default placement, which these run on
 
 
 @pytest.fixture(autouse=True)
@@ -91,17 +93,18 @@ class World:
         self.sim.now_us = max(self.sim.now_us, round(self.t * 1_000_000))
 
     def holder(self, part: Part, name: str) -> Rollup:
-        lease = Lease(self.db, state_ref(self.db, part), name, 10.0)
+        lease = Lease(self.db, state_ref(self.db, NAMES, part), name, 10.0)
         assert lease.acquire()
         self.step()  # its commit is visible
         return Rollup(self.db, lease, AutoscaleParams(enabled=False), part=part,
                       writing=self.writing)
 
     def published(self, counter: str) -> int:
-        return int((counter_refs.counter_ref(self.db, counter).get().to_dict() or {})["count"])
+        published = counter_refs.counter_ref(self.db, NAMES, counter).get().to_dict() or {}
+        return int(published["count"])
 
 
-NAMES = [f"c{n}" for n in range(40)]
+IDS = [f"c{n}" for n in range(40)]
 
 
 def test_changing_p_loses_and_doubles_nothing(ctx: Context) -> None:
@@ -110,14 +113,14 @@ def test_changing_p_loses_and_doubles_nothing(ctx: Context) -> None:
     exact; each partition publishes only the counters it owns."""
     world = World()
     db = world.db
-    for name in NAMES:
+    for name in IDS:
         counters.create_counter(ctx, db, name, shards=2)
     world.step()
     one = world.holder(WHOLE, "one")
     expected = collections.Counter[str]()
 
     def write(round_: int) -> None:
-        for n, name in enumerate(NAMES):
+        for n, name in enumerate(IDS):
             if (n + round_) % 3:
                 counters.increment(ctx, db, name, n + 1, admin=True)
                 expected[name] += n + 1
@@ -127,13 +130,13 @@ def test_changing_p_loses_and_doubles_nothing(ctx: Context) -> None:
     one.tick()
     write(1)  # not yet ticked by `one`
     world.step()
-    changed = repartition.change(db, 4, known=ctx.writing.known)
+    changed = repartition.change(db, NAMES, 4, known=ctx.writing.known)
     world.step()
     assert (changed.before, changed.after, changed.spread) == (1, 4, 4)
-    assert partitions.read_count(db) == 4
+    assert partitions.read_count(db, NAMES) == 4
     with pytest.raises(LeaseLost):
         one.tick()  # fenced: the change wrote its lease
-    assert not Lease(db, state_ref(db, WHOLE), "late", 10.0).acquire()  # retired
+    assert not Lease(db, state_ref(db, NAMES, WHOLE), "late", 10.0).acquire()  # retired
     world.step()
     write(2)  # writers know P = 4 now (the change made their context forget P)
     world.step()
@@ -141,13 +144,13 @@ def test_changing_p_loses_and_doubles_nothing(ctx: Context) -> None:
     written = [holder.tick().written for holder in fours]
     world.step()  # their commits are visible
     # Every counter changed since `one` ticked: each is published once, by its partition.
-    assert sum(written) == len(NAMES)
-    assert written == [sum(1 for name in NAMES if part.owns(partitions.home_of(name)))
+    assert sum(written) == len(IDS)
+    assert written == [sum(1 for name in IDS if part.owns(partitions.home_of(name)))
                        for part in partitions.parts(4)]
-    assert all(world.published(name) == expected[name] for name in NAMES)
+    assert all(world.published(name) == expected[name] for name in IDS)
     write(3)
     world.step()
-    repartition.change(db, 2, known=ctx.writing.known)
+    repartition.change(db, NAMES, 2, known=ctx.writing.known)
     world.step()
     for holder in fours:
         with pytest.raises(LeaseLost):
@@ -158,17 +161,17 @@ def test_changing_p_loses_and_doubles_nothing(ctx: Context) -> None:
     for part in partitions.parts(2):
         world.holder(part, f"two-{part.index}").tick()
     world.step()
-    assert all(world.published(name) == expected[name] for name in NAMES)
+    assert all(world.published(name) == expected[name] for name in IDS)
 
 
 def test_a_change_to_the_current_p_changes_nothing() -> None:
     world = World()
     known = world.writing.known
-    before = repartition.change(world.db, 1, known=known)
+    before = repartition.change(world.db, NAMES, 1, known=known)
     assert (before.before, before.after) == (1, 1)
-    assert not partitions.partitions_ref(world.db).get().exists
+    assert not partitions.partitions_ref(world.db, NAMES).get().exists
     with pytest.raises(ValueError, match="not one of"):
-        repartition.change(world.db, 3, known=known)
+        repartition.change(world.db, NAMES, 3, known=known)
 
 
 def test_a_task_of_a_retired_partition_wakes_the_current_ones(ctx: Context) -> None:
@@ -183,7 +186,7 @@ def test_a_task_of_a_retired_partition_wakes_the_current_ones(ctx: Context) -> N
         woken.append((part, slot))
         return True
 
-    repartition.change(world.db, 2, known=ctx.writing.known)
+    repartition.change(world.db, NAMES, 2, known=ctx.writing.known)
     world.step()
     clock = Clock(monotonic=lambda: world.t, now=world.sim.wall, sleep=world.step)
     holder = cadence.Holder(world.db, part=WHOLE, enqueue=enqueue,
@@ -204,7 +207,7 @@ def test_a_writer_that_cannot_read_p_takes_one() -> None:
             raise RuntimeError("Firestore unavailable")
 
     known = partitions.Known()
-    assert known.count(cast(firestore.Client, Unreadable())) == 1
+    assert known.count(cast(firestore.Client, Unreadable()), NAMES) == 1
     for count in CHOICES:
         for part in partitions.parts(count):
             assert set(part.homes()) <= set(part.stripes(1 if count == 1 else count))

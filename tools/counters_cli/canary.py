@@ -131,9 +131,11 @@ def run_canary(canary: Canary, clock: Clock, *, ticks: bool, counter: str) -> Fi
                          "do; run doctor as the runtime account to time the tick path)")
 
 
-def audit_finding(audit: Mapping[str, Any] | None, now: dt.datetime) -> Finding:
-    """The exactness audit's last result, from its document (None: it never ran)."""
-    where = f"{config.INTERNAL}/{AUDIT_DOC}"
+def audit_finding(audit: Mapping[str, Any] | None, now: dt.datetime,
+                  names: config.Names) -> Finding:
+    """The exactness audit's last result, from its document in `names.internal` (None: it never
+    ran)."""
+    where = f"{names.internal}/{AUDIT_DOC}"
     if audit is None:
         return Finding(check="audit", status="cannot-check",
                        found=f"{where} does not exist: the audit has never run",
@@ -185,13 +187,13 @@ class FirestoreCanary:
         counters.increment(self.ctx, self.db, counter, 1, request_id=uuid.uuid4().hex, uid=CLI_UID)
 
     def count(self, counter: str) -> int | None:
-        found = self.db.collection(config.COUNTERS).document(counter).get()
+        found = self.db.collection(self.ctx.names.counters).document(counter).get()
         return int(found.get("count")) if found.exists else None
 
     def delete(self, counter: str) -> None:
-        self.db.recursive_delete(self.db.collection(config.COUNTERS).document(counter))
+        self.db.recursive_delete(self.db.collection(self.ctx.names.counters).document(counter))
 
 
-def read_audit(db: firestore.Client) -> dict[str, Any] | None:
-    found = db.collection(config.INTERNAL).document(AUDIT_DOC).get()
+def read_audit(db: firestore.Client, names: config.Names) -> dict[str, Any] | None:
+    found = db.collection(names.internal).document(AUDIT_DOC).get()
     return found.to_dict() if found.exists else None

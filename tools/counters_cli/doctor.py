@@ -401,8 +401,8 @@ def diagnose(apis: Apis, expected: Expected, now: dt.datetime,
 
 
 def operate(canary: Canary, audit: Callable[[], Mapping[str, Any] | None], clock: Clock, *,
-            ticks: bool, now: Callable[[], dt.datetime]) -> list[Finding]:
-    """The canary and the audit: the backend at work."""
+            ticks: bool, now: Callable[[], dt.datetime], names: config.Names) -> list[Finding]:
+    """The canary and the audit (its document among `names`): the backend at work."""
     try:
         ran = run_canary(canary, clock, ticks=ticks, counter=canary_id())
     except Exception as error:  # whatever stops the round trip is the canary's verdict
@@ -410,7 +410,7 @@ def operate(canary: Canary, audit: Callable[[], Mapping[str, Any] | None], clock
                       todo="the backend's database or functions refused the canary: see the "
                            "checks above and `counters status`")
     try:
-        audited = audit_finding(audit(), now())
+        audited = audit_finding(audit(), now(), names)
     except Exception as error:  # an audit doctor cannot read, it cannot check
         audited = Finding(check="audit", status="cannot-check",
                           found=f"{type(error).__name__}: {error}",
@@ -480,7 +480,7 @@ def emulated_url(session: Session, name: str) -> str:
     port = declared.get("emulators", {}).get("functions", {}).get("port", 5001)
     host = (session.target.emulator_host or "127.0.0.1").rpartition(":")[0]
     return (f"http://{host}:{port}/{session.target.project}/{config.REGION}/"
-            f"{config.PLACEMENT.function_id(name)}")
+            f"{session.placement.function_id(name)}")
 
 
 def deployed(project: str, placement: config.Placement, codebase: Path | None,
@@ -502,8 +502,9 @@ def deployed(project: str, placement: config.Placement, codebase: Path | None,
             apis, expected)
     except ApiError:
         ticks = False
-    return findings + operate(FirestoreCanary(ctx, db, url), lambda: read_audit(db), RealClock(),
-                              ticks=ticks, now=lambda: dt.datetime.now(dt.UTC))
+    return findings + operate(FirestoreCanary(ctx, db, url), lambda: read_audit(db, ctx.names),
+                              RealClock(), ticks=ticks, now=lambda: dt.datetime.now(dt.UTC),
+                              names=ctx.names)
 
 
 @click.command()
@@ -517,7 +518,7 @@ def doctor(session: Session, project: str | None) -> None:
     creates and deletes a counter of its own. Exits 1 when a check fails."""
     if project is not None:
         session.target = resolve_target(project, os.environ)
-    placement = config.PLACEMENT
+    placement = session.placement
     session.err.print(f"doctor: {session.target.describe()}; database {placement.database}, "
                       f"collection prefix {placement.collection_prefix!r}, function prefix "
                       f"{placement.function_prefix!r}")
@@ -532,7 +533,7 @@ def doctor(session: Session, project: str | None) -> None:
                     for check in CHECKS]
         # The emulator takes any process's tick tasks.
         findings += operate(FirestoreCanary(session.context(), db, emulated_url(session, PROBED)),
-                            lambda: read_audit(db), RealClock(), ticks=True,
-                            now=lambda: dt.datetime.now(dt.UTC))
+                            lambda: read_audit(db, session.names), RealClock(), ticks=True,
+                            now=lambda: dt.datetime.now(dt.UTC), names=session.names)
     if not report(findings, click.echo):
         raise SystemExit(1)

@@ -76,15 +76,18 @@ class Session:
         # repository's functions/ (None when the command runs from a wheel).
         repository = (REPOSITORY_BACKEND / "main.py").is_file()
         self.backend: Path | None = REPOSITORY_BACKEND if repository else None
+        # Where that backend lives: the defaults (this repository's stack) unless --backend.
+        self.placement = config.Placement()
 
     def use_backend(self, folder: Path) -> None:
         """Operate the install in `folder`: its placement (placement.json, as its functions read
         it) and declarations, and the emulators of its host project's firebase.json."""
         try:
-            config.place(config.Placement.read(folder))
-            declarations.use(declarations.load(folder / declarations.FILE.name))
+            placement = config.Placement.read(folder)
+            declarations.use(declarations.load(folder / declarations.FILE.name, placement))
         except (ValueError, CounterError) as error:
             raise click.UsageError(f"--backend: {error}") from None
+        self.placement = placement
         self.backend = folder.resolve()
         self.firebase_json = self.backend.parent / "firebase.json"
 
@@ -92,20 +95,26 @@ class Session:
         """The Firestore client; announces the target first (the first line of output)."""
         if self._db is None:
             self.err.print(self.target.describe(), style="bold red" if self.production else None)
-            self._db = connect(self.target, self.firebase_json)
+            self._db = connect(self.target, self.placement, self.firebase_json)
         return self._db
 
     def context(self) -> Context:
-        """The command's context of the domain (made on first use): its writes wake the
-        backend's rollup through Cloud Tasks, as the functions' do."""
+        """The command's context of the domain (made on first use), at the backend's
+        placement: its writes wake the backend's rollup through Cloud Tasks, as the functions'
+        do."""
         if self._context is None:
-            self._context = Context.for_process()
+            self._context = Context.for_process(placement=self.placement)
         return self._context
+
+    @property
+    def names(self) -> config.Names:
+        """The backend's collection ids."""
+        return self.placement.names
 
     def watched_db(self) -> firestore.Client:
         """The client of the database whose documents collection counters count."""
-        database = config.PLACEMENT.watched_database
-        if database == config.PLACEMENT.database:
+        database = self.placement.watched_database
+        if database == self.placement.database:
             return self.db()
         return firestore.Client(project=self.target.project, database=database,
                                 credentials=self.db()._credentials)
@@ -154,7 +163,9 @@ def dotenv(text: str) -> dict[str, str]:
     return found
 
 
-def connect(target: Target, firebase_json: Path = FIREBASE_JSON) -> firestore.Client:
+def connect(target: Target, placement: config.Placement,
+            firebase_json: Path = FIREBASE_JSON) -> firestore.Client:
+    """A client of `placement`'s database in the target."""
     if target.emulator_host is not None:
         # The client library switches to the emulator (anonymous credentials) on this variable.
         os.environ["FIRESTORE_EMULATOR_HOST"] = target.emulator_host
@@ -165,9 +176,9 @@ def connect(target: Target, firebase_json: Path = FIREBASE_JSON) -> firestore.Cl
         host = target.emulator_host.rpartition(":")[0]
         os.environ.setdefault("CLOUD_TASKS_EMULATOR_HOST", f"{host}:{tasks_port}")
         check_reachable(target.emulator_host)
-        return firestore.Client(project=target.project, database=config.PLACEMENT.database)
+        return firestore.Client(project=target.project, database=placement.database)
     try:
-        return firestore.Client(project=target.project, database=config.PLACEMENT.database)
+        return firestore.Client(project=target.project, database=placement.database)
     except auth_exceptions.DefaultCredentialsError as exc:
         raise click.ClickException(
             "no Application Default Credentials: run `gcloud auth application-default login` "

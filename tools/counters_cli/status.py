@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 from counting.foundation import inputs
+from counting.foundation.config import Names, Placement
 from counting.rollup import audit, repartition
 from counting.rollup.status import RollupStatus, read_statuses
 from counting.writepath import partitions, waking
@@ -45,7 +46,7 @@ def table_of(title: str, figures: dict[str, Any]) -> Table:
 def status(session: Session, as_json: bool) -> None:
     """Print the rollup's health, per partition; exit 1 when one looks stuck (for scripts and
     probes)."""
-    found = read_statuses(session.db())
+    found = read_statuses(session.db(), session.names)
     stale = next((f"partition {part}: {state.stale}" if len(found) > 1 else state.stale
                   for part, state in found if state.stale), None)
     errors = [f"{part}: {error}" if len(found) > 1 else error
@@ -61,7 +62,7 @@ def status(session: Session, as_json: bool) -> None:
                    "stale": stale, "errors": errors, "by_partition": each}
         tables = [table_of(f"rollup partition {part}", one)
                   for (part, _), one in zip(found, each, strict=True)]
-    audited = audit_figures(session.db())
+    audited = audit_figures(session.db(), session.names)
     figures["audit"] = audited
     session.report(as_json, figures, *tables,
                    *([f"  {error}" for error in errors] or ["no recent errors"]),
@@ -74,9 +75,9 @@ def status(session: Session, as_json: bool) -> None:
         raise click.ClickException(f"the audit found drift: {audited['drift'][-1]}")
 
 
-def audit_figures(db: Any) -> dict[str, Any]:
+def audit_figures(db: Any, names: Names) -> dict[str, Any]:
     """The exactness audit's state (internal/audit): its last run, suspects and drift."""
-    state = audit.audit_ref(db).get().to_dict() or {}
+    state = audit.audit_ref(db, names).get().to_dict() or {}
     return {"last_run_at": iso(state.get("last_run_at")), "checked": state.get("checked", 0),
             "suspects": sorted(state.get("suspects") or {}),
             "last_drift_at": iso(state.get("last_drift_at")),
@@ -97,7 +98,7 @@ def audit_command(session: Session, counter: str | None, as_json: bool) -> None:
     later (docs/operations.md, "The exactness audit")."""
     db = session.db()
     if counter is not None:
-        found = audit.check_counter(db, inputs.counter_id(counter))
+        found = audit.check_counter(db, session.names, inputs.counter_id(counter))
         if found is None:
             raise click.ClickException(f"counter: {counter!r} does not exist or was never "
                                        "published")
@@ -130,14 +131,15 @@ def partitions_command(session: Session, count: str | None, as_json: bool) -> No
     where the oldest of them was: no count is lost or doubled."""
     db = session.db()
     if count is None:
-        current = partitions.read_count(db)
+        current = partitions.read_count(db, session.names)
         session.report(as_json, {"partitions": current}, f"partitions: {current}")
         return
-    changed = repartition.change(db, int(count), known=session.context().writing.known)
+    changed = repartition.change(db, session.names, int(count),
+                                 known=session.context().writing.known)
     woken = 0
     if changed.after != changed.before:
         for part in partitions.parts(changed.after):
-            woken += wake(db, part)
+            woken += wake(db, session.placement, part)
     figures = {"before": changed.before, "partitions": changed.after,
                "watermark": iso(changed.watermark), "spread": changed.spread,
                "narrow_at": iso(changed.narrow_at), "woken": woken}
@@ -147,10 +149,10 @@ def partitions_command(session: Session, count: str | None, as_json: bool) -> No
                        if changed.after != changed.before else " (unchanged)"))
 
 
-def wake(db: Any, part: Part) -> bool:
+def wake(db: Any, placement: Placement, part: Part) -> bool:
     """Ask for a tick of `part` at once (the scheduled run ticks it within a minute anyway)."""
     try:
-        return waking.enqueue_tick(db, "partitions", part)
+        return waking.enqueue_tick(db, placement, "partitions", part)
     except Exception as error:
         click.echo(f"could not enqueue a tick of partition {part} (the scheduled run ticks it "
                    f"within a minute): {error!r}", err=True)

@@ -56,7 +56,7 @@ def top(session: Session, region: str | None, k: int | None, window: str | None,
     scope = scope_name(region)
     k = inputs.top_k(k)
     chosen = inputs.choice(window, "window", kinds.WINDOWS, kinds.DEFAULT_WINDOW)
-    ranking = trends.top_tags(session.db(), scope, k, chosen)
+    ranking = trends.top_tags(session.db(), session.names, scope, k, chosen)
     table = Table("#", "tag", "count", title=f"top {k} in {ranking.region}, last {ranking.window}",
                   caption=f"as of {iso(ranking.as_of)}")
     for rank, item in enumerate(ranking.items, 1):

@@ -60,7 +60,8 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
     On a terminal it is a live table; otherwise one line per update."""
     counter = inputs.counter_id(counter)
     db = session.db()
-    counters.get_count(db, counter)  # NotFound before listening to a document that isn't there
+    # NotFound before listening to a document that isn't there.
+    counters.get_count(db, session.names, counter)
     updates: queue.Queue[dict[str, Any] | None] = queue.Queue()
 
     def on_snapshot(docs: list[Any], changes: Any, read_time: Any) -> None:
@@ -71,7 +72,7 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
     # be (inside a lock the listener's thread needs, for one) could leave the exit hanging.
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    listener = counter_refs.counter_ref(db, counter).on_snapshot(on_snapshot)
+    listener = counter_refs.counter_ref(db, session.names, counter).on_snapshot(on_snapshot)
     deadline = None if duration is None else time.monotonic() + duration
     seen = _Seen(data=None)
     printed = ""

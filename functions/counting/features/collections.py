@@ -43,6 +43,7 @@ from google.cloud import firestore
 
 from counting.features import counter_refs, counters
 from counting.foundation import config, writes
+from counting.foundation.config import Names
 from counting.foundation.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from counting.writepath import shards
 
@@ -318,8 +319,8 @@ def plan(declarations: Iterable[Declaration], entries: Entries, observed: Observ
     return Plan(entries=new, deltas={c: d for c, d in deltas.items() if d}, counters=named)
 
 
-def record_ref(db: firestore.Client, path: str) -> firestore.DocumentReference:
-    return db.collection(config.COUNTED_DOCS).document(hashlib.sha256(path.encode()).hexdigest())
+def record_ref(db: firestore.Client, names: Names, path: str) -> firestore.DocumentReference:
+    return db.collection(names.counted_docs).document(hashlib.sha256(path.encode()).hexdigest())
 
 
 def read_entries(snapshot: firestore.DocumentSnapshot[Any]) -> Entries:
@@ -361,7 +362,7 @@ class Counting:
         chosen = set(only) if only is not None else None
         declarations = [d for d in self.watch.declarations
                         if chosen is None or d.name in chosen]
-        ref = record_ref(self.db, observed.path)
+        ref = record_ref(self.db, self.ctx.names, observed.path)
         # Each commit writes the nonce into the record: a commit sent again after a lost answer
         # fails its precondition when an earlier attempt applied, and the record says so.
         nonce = self.ctx.writing.nonce()
@@ -369,7 +370,8 @@ class Counting:
         for attempt in range(1, config.COLLECTION_APPLY_ATTEMPTS + 1):
             snapshot = ref.get()
             if planned is not None and shards.nonce_of(snapshot) == nonce:
-                shards.settle(self.ctx.writing, self.db, shards.marker_landed(self.db, snapshot))
+                shards.settle(self.ctx.writing, self.db,
+                              shards.marker_landed(self.db, self.ctx.names, snapshot))
                 return Applied(deltas=planned.deltas, committed_at=snapshot.update_time,
                                attempts=attempt)
             change = planned = plan(declarations, read_entries(snapshot), observed, params)
@@ -397,8 +399,9 @@ class Counting:
         gone = all(entry.deleted for entry in change.entries.values())
         written = []
         for counter, delta in sorted(change.deltas.items()):
-            target = self.ctx.configs.get(self.db, counter)
-            shard = counter_refs.shard_ref(self.db, counter, self.ctx.picker.pick(target))
+            target = self.ctx.configs.get(self.db, self.ctx.names, counter)
+            shard = counter_refs.shard_ref(self.db, self.ctx.names, counter,
+                                           self.ctx.picker.pick(target))
             written.append(shards.shard_write(self.ctx.writing, self.db, shard, delta))
         record = {
             "path": observed.path,
@@ -429,11 +432,11 @@ class Counting:
         rates = {d.name: d.initial_rate for d in self.watch.declarations}
         for counter, declaration in named.items():
             try:
-                found = self.ctx.configs.get(self.db, counter)
+                found = self.ctx.configs.get(self.db, self.ctx.names, counter)
             except NotFound:
                 counters.create_counter(self.ctx, self.db, counter,
                                         expected_rate=rates[declaration], collection=declaration)
-                found = self.ctx.configs.get(self.db, counter)
+                found = self.ctx.configs.get(self.db, self.ctx.names, counter)
             if found.collection != declaration:
                 raise FailedPrecondition(
                     f"counter: {counter!r} exists and is not maintained by declaration "
@@ -542,14 +545,15 @@ def backfill(counting: Counting, declarations: Iterable[str] | None = None,
 
     run(present, watched_documents(counting.source, counting.watch.documents, page),
         removal=False)
-    run(gone, records(db, page), removal=True)
+    run(gone, records(db, counting.ctx.names, page), removal=True)
     done.deltas = {counter: delta for counter, delta in totals.items() if delta}
     return done
 
 
-def records(db: firestore.Client, page: int) -> Iterator[firestore.DocumentSnapshot[Any]]:
+def records(db: firestore.Client, names: Names,
+            page: int) -> Iterator[firestore.DocumentSnapshot[Any]]:
     """Every record of every watch (their `path` is not indexed)."""
-    return paged(db.collection(config.COUNTED_DOCS), page)
+    return paged(db.collection(names.counted_docs), page)
 
 
 def paged(collection: firestore.CollectionReference,

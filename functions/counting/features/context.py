@@ -1,5 +1,6 @@
-"""The features' context (`Context`): what a process's calls of the domain share, built once per
-process by the handlers (`handlers.context`), the operator CLI and the demo, and by tests and the
+"""The features' context (`Context`): what a process's calls of the domain share, where the
+backend lives among it, built once per process by the handlers (`handlers.context`, with the
+codebase's placement), the operator CLI (with the install's) and the demo, and by tests and the
 simulation for themselves. Every feature function that writes, or reads a process cache, takes
 it as its first argument."""
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from counting.features.sequences import SequenceCache
 from counting.features.shard_choice import ConfigCache, ShardPicker
 from counting.foundation.clock import SYSTEM, Clock
-from counting.foundation.config import Protections
+from counting.foundation.config import Names, Placement, Protections
 from counting.writepath import partitions, waking
 from counting.writepath.context import Writing
 
@@ -25,6 +26,14 @@ class Context:
     picker: ShardPicker
     sequences: SequenceCache
 
+    @property
+    def placement(self) -> Placement:
+        return self.writing.placement
+
+    @property
+    def names(self) -> Names:
+        return self.writing.names
+
     @classmethod
     def of(cls, writing: Writing) -> Context:
         """A context around `writing`, with caches of its own on `writing`'s clock."""
@@ -32,16 +41,19 @@ class Context:
                    picker=ShardPicker(), sequences=SequenceCache(clock=writing.clock.monotonic))
 
     @classmethod
-    def for_process(cls, *, waker: waking.AfterWrite | None = None,
+    def for_process(cls, *, placement: Placement, waker: waking.AfterWrite | None = None,
                     protections: Protections | None = None, clock: Clock = SYSTEM) -> Context:
-        """A process's context: its writes wake the rollup through `waker` (None: Cloud Tasks,
-        `waking.cloud_tasks`), with every protection on unless told otherwise."""
+        """A process's context for the backend at `placement`: its writes wake the rollup through
+        `waker` (None: Cloud Tasks, `waking.cloud_tasks`), with every protection on unless told
+        otherwise."""
         known = partitions.Known(monotonic=clock.monotonic)
-        return cls.of(Writing(known=known, waker=waker or waking.cloud_tasks(known),
-                              protections=protections or Protections(), clock=clock))
+        return cls.of(Writing(known=known, waker=waker or waking.cloud_tasks(known, placement),
+                              protections=protections or Protections(), clock=clock,
+                              placement=placement))
 
     @classmethod
-    def offline(cls, *, protections: Protections | None = None) -> Context:
+    def offline(cls, *, protections: Protections | None = None,
+                placement: Placement | None = None) -> Context:
         """A context whose writes wake nothing (`Writing.offline`): tests and benchmarks, whose
         rollup runs in-process."""
-        return cls.of(Writing.offline(protections=protections))
+        return cls.of(Writing.offline(protections=protections, placement=placement))

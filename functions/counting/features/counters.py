@@ -31,6 +31,7 @@ from counting.features.counter_refs import (
 )
 from counting.features.shard_choice import with_fresh_config
 from counting.foundation import config, encoding, kinds, writes
+from counting.foundation.config import Names
 from counting.foundation.errors import (
     Aborted,
     FailedPrecondition,
@@ -114,7 +115,7 @@ def create_counter(
     min_shards, max_shards = config.DEFAULT_MIN_SHARDS, config.DEFAULT_MAX_SHARDS
     batch = db.batch()
     batch.create(
-        counter_ref(db, counter),
+        counter_ref(db, ctx.names, counter),
         {
             "count": 0,
             "num_shards": num_shards,
@@ -130,30 +131,31 @@ def create_counter(
         },
     )
     # Every shard holds 0: the rollup's first read of this counter is its memory.
-    batch.create(memory_ref(db, counter), {config.SHARD_COUNTS_FIELD: {}})
+    batch.create(memory_ref(db, ctx.names, counter), {config.SHARD_COUNTS_FIELD: {}})
     # Shard 0 (never folded away) says which request created the counter: an attempt whose
     # answer was lost, sent again, fails on the documents it created and finds its nonce there.
     writing = ctx.writing
     nonce = writing.nonce()
     for n in range(num_shards):
-        batch.create(shard_ref(db, counter, n), {"count": 0, **({writes.NONCE: nonce} if n == 0
-                                                              else {})})
+        batch.create(shard_ref(db, ctx.names, counter, n),
+                     {"count": 0, **({writes.NONCE: nonce} if n == 0 else {})})
     try:
         writing.resending(functools.partial(writing.send, batch), request_id=None)
     except gexc.AlreadyExists:
-        first = shard_ref(db, counter, 0).get()
-        existing = counter_ref(db, counter).get().to_dict() or {}
+        first = shard_ref(db, ctx.names, counter, 0).get()
+        existing = counter_ref(db, ctx.names, counter).get().to_dict() or {}
         return Created(counter=counter, shards=int(existing["num_shards"]),
                        created=first.exists and first.get(writes.NONCE) == nonce,
                        policy=Policy.from_document(existing.get("policy")))
     return Created(counter=counter, shards=num_shards, created=True, policy=policy or Policy())
 
 
-def configure_counter(db: firestore.Client, counter: str, policy: Policy) -> Policy:
+def configure_counter(db: firestore.Client, names: Names, counter: str,
+                      policy: Policy) -> Policy:
     """Replace a counter's write policy; every instance applies it within CONFIG_CACHE_TTL_S."""
     try:
-        counter_ref(db, counter).update({"policy": policy.to_document()},
-                                        retry=writes.IDEMPOTENT)
+        counter_ref(db, names, counter).update({"policy": policy.to_document()},
+                                               retry=writes.IDEMPOTENT)
     except gexc.NotFound:
         raise NotFound(f"counter: {counter!r} does not exist") from None
     return policy
@@ -180,7 +182,7 @@ def increment(
     nonce = writing.nonce()
 
     def attempt() -> dt.datetime | None:
-        target = ctx.configs.get(db, counter)
+        target = ctx.configs.get(db, ctx.names, counter)
         policy = target.policy
         try:
             target.check_writable()
@@ -189,7 +191,8 @@ def increment(
             if applied_before(writing, db, uid, request_id):
                 return None
             raise
-        write = shard_write(writing, db, shard_ref(db, counter, ctx.picker.pick(target)), by)
+        shard = shard_ref(db, ctx.names, counter, ctx.picker.pick(target))
+        write = shard_write(writing, db, shard, by)
         paced = bool(policy.min_interval_s) and not admin
         if request_id is None and not policy.unique and not paced:
             batch = db.batch()
@@ -220,14 +223,15 @@ class Guarded:
         self.writing, self.db, self.counter, self.write, self.by = writing, db, counter, write, by
         self.uid, self.request_id, self.nonce = uid, request_id, nonce
         self.unique, self.interval_s = unique, interval_s
-        self.marker = None if request_id is None else request_marker_ref(db, uid, request_id)
+        self.marker = None if request_id is None else request_marker_ref(db, writing.names, uid,
+                                                                         request_id)
         self.voter: Snapshot | None = None  # the voter as last read (None: not read)
         self.pacing: Snapshot | None = None  # the pacing marker as last read (None: not read)
 
     def apply(self) -> dt.datetime | None:
         if self.unique and self.by < 0:
             # An un-like rewrites the voter at the version read: a like must be there to take.
-            self.voter = voter_ref(self.db, self.counter, self.uid).get()
+            self.voter = voter_ref(self.db, self.writing.names, self.counter, self.uid).get()
             if not counts(self.voter):
                 self._settle_request()
                 return None
@@ -252,7 +256,8 @@ class Guarded:
         """A no-op un-like: a retry of one whose request marker exists touches what that
         request wrote, as any retry that finds its marker does."""
         if self.marker is not None:
-            settle(self.writing, self.db, marker_landed(self.db, self.marker.get()))
+            settle(self.writing, self.db,
+                   marker_landed(self.db, self.writing.names, self.marker.get()))
 
     def _commit(self) -> list[Any]:
         """One attempt: the markers as last read, then the shard (last: `landed`). A voter or
@@ -266,7 +271,8 @@ class Guarded:
             encoding.create(batch, self.marker, request_marker_fields(
                 self.uid, self.request_id or "", [self.counter], mark))
         if self.unique:
-            write_at_version(self.db, batch, voter_ref(self.db, self.counter, self.uid),
+            voter = voter_ref(self.db, self.writing.names, self.counter, self.uid)
+            write_at_version(self.db, batch, voter,
                              {**mark, "counted": self.by > 0,
                               NONCES: recent_nonces(self.voter, self.nonce)}, self.voter)
         if self.interval_s:
@@ -278,7 +284,7 @@ class Guarded:
         """The caller's pacing marker: created when it was not read (a first visit: one round
         trip), else rewritten at the version read once `at`, the stamp of the last applied
         visit, is `interval_s` old; too soon: RESOURCE_EXHAUSTED."""
-        ref = paced_ref(self.db, self.counter, self.uid)
+        ref = paced_ref(self.db, self.writing.names, self.counter, self.uid)
         fields = {**mark, config.EXPIRES_AT: dt.datetime.now(dt.UTC)
                   + dt.timedelta(seconds=self.interval_s) + config.REQUEST_MARKER_TTL}
         found = self.pacing
@@ -298,13 +304,13 @@ class Guarded:
         plan again on what was read."""
         guards = [ref for ref in (self.marker,) if ref is not None]
         if self.unique:
-            guards.append(voter_ref(self.db, self.counter, self.uid))
+            guards.append(voter_ref(self.db, self.writing.names, self.counter, self.uid))
         if self.interval_s:
-            guards.append(paced_ref(self.db, self.counter, self.uid))
+            guards.append(paced_ref(self.db, self.writing.names, self.counter, self.uid))
         found = {snapshot.reference.path: snapshot for snapshot in self.db.get_all(guards)}
         for snapshot in found.values():
             if nonce_of(snapshot) == self.nonce:
-                settle(self.writing, self.db, marker_landed(self.db, snapshot))
+                settle(self.writing, self.db, marker_landed(self.db, self.writing.names, snapshot))
                 return True, snapshot.update_time
         for snapshot in found.values():
             if self.nonce in nonces_of(snapshot):
@@ -315,14 +321,15 @@ class Guarded:
                                                       snapshot.update_time)])
                 return True, snapshot.update_time
         if self.marker is not None and found[self.marker.path].exists:
-            settle(self.writing, self.db, marker_landed(self.db, found[self.marker.path]))
+            settle(self.writing, self.db,
+                   marker_landed(self.db, self.writing.names, found[self.marker.path]))
             return True, None
         if self.unique:
-            self.voter = found[voter_ref(self.db, self.counter, self.uid).path]
+            self.voter = found[voter_ref(self.db, self.writing.names, self.counter, self.uid).path]
             if counts(self.voter) == (self.by > 0):
                 return True, None
         if self.interval_s:
-            self.pacing = found[paced_ref(self.db, self.counter, self.uid).path]
+            self.pacing = found[paced_ref(self.db, self.writing.names, self.counter, self.uid).path]
         return False, None
 
 
@@ -359,7 +366,8 @@ def increment_many(
     nonce = writing.nonce()
 
     def attempt() -> int:
-        targets = [ctx.configs.get(db, counter) for counter in totals]  # NotFound before any write
+        targets = [ctx.configs.get(db, ctx.names, counter)  # NotFound before any write
+                   for counter in totals]
         try:
             for target in targets:
                 target.check_writable()
@@ -372,7 +380,8 @@ def increment_many(
                 return 0
             raise
         shard_writes = [shard_write(writing, db,
-                                    shard_ref(db, target.counter, ctx.picker.pick(target)),
+                                    shard_ref(db, ctx.names, target.counter,
+                                              ctx.picker.pick(target)),
                                     totals[target.counter]) for target in targets]
         applied = commit_marked(writing, db, shard_writes, uid=uid, request_id=request_id,
                                 counters=sorted(totals), nonce=nonce)
@@ -381,37 +390,37 @@ def increment_many(
     return with_fresh_config(attempt, ctx.configs, totals)
 
 
-def get_count(db: firestore.Client, counter: str, consistency: Consistency = "rollup",
-              uid: str | None = None) -> Count:
+def get_count(db: firestore.Client, names: Names, counter: str,
+              consistency: Consistency = "rollup", uid: str | None = None) -> Count:
     """The rollup (one document read) or the strong value (all shards, one consistent read);
     with `uid`, on a `unique` counter, whether it counts that user (one more read; the strong
     value then reads the counter's document too)."""
     if consistency == "strong":
-        snapshots = list(counter_ref(db, counter).collection(config.SHARDS).stream())
+        snapshots = list(counter_ref(db, names, counter).collection(names.shards).stream())
         if not snapshots:
             raise NotFound(f"counter: {counter!r} does not exist")
         total = sum(int((s.to_dict() or {}).get("count", 0)) for s in snapshots)
-        mine = None if uid is None else counted(db, counter, uid)
+        mine = None if uid is None else counted(db, names, counter, uid)
         return Count(counter=counter, count=total, as_of=snapshots[0].read_time,
                      consistency=consistency, documents_read=len(snapshots), mine=mine)
-    snapshot = counter_ref(db, counter).get()
+    snapshot = counter_ref(db, names, counter).get()
     if not snapshot.exists:
         raise NotFound(f"counter: {counter!r} does not exist")
     data = snapshot.to_dict() or {}
     mine = None
     if uid is not None and Policy.from_document(data.get("policy")).unique:
-        mine = counts(voter_ref(db, counter, uid).get())
+        mine = counts(voter_ref(db, names, counter, uid).get())
     return Count(counter=counter, count=int(data.get("count", 0)),
                  as_of=data.get("updated_at") or snapshot.update_time, consistency=consistency,
                  documents_read=1, mine=mine)
 
 
-def counted(db: firestore.Client, counter: str, uid: str) -> bool | None:
+def counted(db: firestore.Client, names: Names, counter: str, uid: str) -> bool | None:
     """On a `unique` counter, whether it counts the user; None on any other counter."""
-    data = counter_ref(db, counter).get().to_dict() or {}
+    data = counter_ref(db, names, counter).get().to_dict() or {}
     if not Policy.from_document(data.get("policy")).unique:
         return None
-    return counts(voter_ref(db, counter, uid).get())
+    return counts(voter_ref(db, names, counter, uid).get())
 
 
 def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
@@ -428,7 +437,7 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
     Forgetting the users (`forget_users`) is not atomic with it: a like that lands in between
     counts after the reset, yet is forgotten, so the user may like once more; an un-like in
     between takes the count to -1 (docs/api.md, reset_counter)."""
-    ref = counter_ref(db, counter)
+    ref = counter_ref(db, ctx.names, counter)
     snapshot = ref.get()
     if not snapshot.exists:
         raise NotFound(f"counter: {counter!r} does not exist")
@@ -438,11 +447,11 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
                                  f"{collection!r}): it counts documents, it cannot be reset")
     writing = ctx.writing
     nonce = writing.nonce()
-    record = reset_ref(db, counter)
+    record = reset_ref(db, ctx.names, counter)
     for _ in range(RESET_ATTEMPTS):
         found = record.get()  # before the shards: a reset committed since fails our commit
         held = {s.reference: int((s.to_dict() or {}).get("count") or 0)
-                for s in ref.collection(config.SHARDS).stream()}  # one instant: a query's
+                for s in ref.collection(ctx.names.shards).stream()}  # one instant: a query's
         moved = [taken_back(writing, db, shard, count) for shard, count in held.items()
                  if count]
         batch = db.batch()
@@ -452,7 +461,7 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
         if not writing.protections.reset_through_rollup:
             # What resets did before: the rollup's count and memory zeroed outside its lease.
             batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
-            batch.update(memory_ref(db, counter),
+            batch.update(memory_ref(db, ctx.names, counter),
                          {config.SHARD_COUNTS_FIELD: {s.id: 0 for s in held}})
         for write in moved:
             write.add_to(batch)
@@ -462,7 +471,7 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
         except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
             again = record.get()
             if nonce_of(again) == nonce:  # an earlier attempt of this reset applied
-                settle(writing, db, marker_landed(db, again))
+                settle(writing, db, marker_landed(db, ctx.names, again))
                 break
             if isinstance(error, gexc.NotFound) or nonce_of(again) != nonce_of(found):
                 continue  # a shard folded away, or another reset committed: read again
@@ -472,27 +481,27 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
     else:
         raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; "
                       "retry")
-    forget_users(db, counter)
+    forget_users(db, ctx.names, counter)
 
 
 def taken_back(writing: Writing, db: firestore.Client, shard: firestore.DocumentReference,
                held: int) -> ShardWrite:
     """A reset's write to a shard: what it held taken back. Not a write of the load (`writes`
     stays), so the rollup's measured rate does not move."""
-    home = partitions.home_of_shard(shard)
+    home = partitions.home_of_shard(shard, writing.names)
     return ShardWrite(shard, home, {"count": firestore.Increment(-held),
                                     "updated_at": firestore.SERVER_TIMESTAMP,
                                     "stripe": writing.stripe(db, home)})
 
 
-def forget_users(db: firestore.Client, counter: str) -> None:
+def forget_users(db: firestore.Client, names: Names, counter: str) -> None:
     """After a reset: nobody counted, nobody paced. The markers are rewritten, not deleted
     (a voter uncounted, a pacing marker's last visit at the epoch): they keep the nonces of
     their last requests, so that a request whose answer was lost before the reset still finds
     its own instead of applying again (a deleted marker could be created afresh)."""
-    for markers, forgotten in ((config.VOTERS, {"counted": False}),
-                               (config.PACED, {"at": EPOCH})):
-        refs = list(counter_ref(db, counter).collection(markers).list_documents())
+    for markers, forgotten in ((names.voters, {"counted": False}),
+                               (names.paced, {"at": EPOCH})):
+        refs = list(counter_ref(db, names, counter).collection(markers).list_documents())
         for start in range(0, len(refs), config.ROLLUP_COMMIT_WRITES):
             batch = db.batch()
             for marker in refs[start:start + config.ROLLUP_COMMIT_WRITES]:

@@ -8,6 +8,7 @@ counters (comments per post, orders and revenue per status); an install starts w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -15,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from counting.features.collections import Declaration, Watch, watches
-from counting.foundation import config
+from counting.foundation.config import Placement
 from counting.foundation.errors import FailedPrecondition, InvalidArgument, NotFound
 
 # Where a deployed codebase (and this repository's functions/) keeps the declarations: beside
-# main.py. A `counting` package installed elsewhere (the operator CLI's wheel) finds none there,
-# and reads an install's with `use(load(path))`.
+# main.py and its placement.json. A `counting` package installed elsewhere (the operator CLI's
+# wheel) finds none there, and reads an install's with `use(load(path, placement))`.
 FILE = Path(__file__).resolve().parents[2] / "declarations.json"
 # Each pattern is a deployed function: a bound on what one file may ask for.
 MAX_DECLARATIONS = 50
@@ -28,9 +29,10 @@ MAX_FILE_BYTES = 64 * 1024
 _FIELDS = {"counter", "documents", "group_by", "sum", "expected_rate"}
 
 
-def parse(text: str, origin: str = "declarations.json") -> tuple[Declaration, ...]:
-    """The declarations a file's text lists, every one checked (InvalidArgument names the
-    entry at fault)."""
+def parse(text: str, placement: Placement,
+          origin: str = "declarations.json") -> tuple[Declaration, ...]:
+    """The declarations a file's text lists, every one checked against the backend's
+    `placement` (InvalidArgument names the entry at fault)."""
     if len(text.encode()) > MAX_FILE_BYTES:
         raise InvalidArgument(f"{origin}: larger than {MAX_FILE_BYTES} bytes")
     try:
@@ -53,7 +55,7 @@ def parse(text: str, origin: str = "declarations.json") -> tuple[Declaration, ..
                                   "sum are strings, expected_rate a number in (0, 1e6]")
         found.append(Declaration(**entry))
     for watch in watches(found):  # names and trigger names unique
-        check_watchable(watch, origin)
+        check_watchable(watch, placement, origin)
     return tuple(found)
 
 
@@ -61,24 +63,25 @@ def parse(text: str, origin: str = "declarations.json") -> tuple[Declaration, ..
 _FUNCTION_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
 
 
-def check_watchable(watch: Watch, origin: str) -> None:
+def check_watchable(watch: Watch, placement: Placement, origin: str) -> None:
     """A pattern must make a valid function id, and may not watch the backend's own collections
     (each counter write would fire a trigger that writes a counter: a loop)."""
-    deployed = config.PLACEMENT.function_id(watch.function_name)
+    deployed = placement.function_id(watch.function_name)
     if not _FUNCTION_ID.fullmatch(deployed):
         raise InvalidArgument(f"{origin}: {watch.documents!r} makes the trigger id {deployed!r}: "
                               "collection ids of A-Z a-z 0-9 _ -, at most 63 characters in all")
-    if config.PLACEMENT.watched_database == config.PLACEMENT.database:
-        own = {getattr(config, name) for name in config.COLLECTION_IDS}
+    if placement.watched_database == placement.database:
+        own = set(dataclasses.astuple(placement.names))
         taken = own.intersection(watch.documents.split("/")[::2])
         if taken:
             raise InvalidArgument(f"{origin}: {watch.documents!r} watches the backend's own "
                                   f"collection {sorted(taken)[0]!r}")
 
 
-def load(path: Path) -> tuple[Declaration, ...]:
-    """The declarations in `path`; none when it does not exist."""
-    return parse(path.read_text(), str(path)) if path.exists() else ()
+def load(path: Path, placement: Placement) -> tuple[Declaration, ...]:
+    """The declarations in `path`, for the backend at `placement`; none when it does not
+    exist."""
+    return parse(path.read_text(), placement, str(path)) if path.exists() else ()
 
 
 DECLARATIONS: tuple[Declaration, ...] = ()
@@ -92,7 +95,8 @@ def use(declared: Sequence[Declaration]) -> None:
     WATCHES = tuple(watches(DECLARATIONS))
 
 
-use(load(FILE))
+# This codebase's own, checked against its placement (PlacementError without one).
+use(load(FILE, Placement.read(FILE.parent)) if FILE.exists() else ())
 
 
 def owner(counter: str) -> str | None:

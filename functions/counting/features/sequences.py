@@ -41,6 +41,7 @@ from google.cloud.firestore_v1.types import WriteResult
 
 from counting.foundation import config, encoding, writes
 from counting.foundation.clock import Clock
+from counting.foundation.config import Names
 from counting.foundation.errors import FailedPrecondition
 from counting.writepath.caching import TtlCache
 from counting.writepath.context import Writing
@@ -133,20 +134,20 @@ def _utcnow() -> dt.datetime:
 # --- Documents ----------------------------------------------------------------------------------
 
 
-def sequence_ref(db: firestore.Client, tenant: str) -> firestore.DocumentReference:
-    return db.collection(config.SEQUENCES).document(tenant)
+def sequence_ref(db: firestore.Client, names: Names, tenant: str) -> firestore.DocumentReference:
+    return db.collection(names.sequences).document(tenant)
 
 
-def business_day_ref(db: firestore.Client, tenant: str, day: dt.date
+def business_day_ref(db: firestore.Client, names: Names, tenant: str, day: dt.date
                      ) -> firestore.DocumentReference:
-    return db.collection(config.SEQUENCES, tenant, config.BUSINESS_DAYS).document(day.isoformat())
+    return db.collection(names.sequences, tenant, names.business_days).document(day.isoformat())
 
 
-def request_ref(db: firestore.Client, tenant: str, uid: str, request_id: str
+def request_ref(db: firestore.Client, names: Names, tenant: str, uid: str, request_id: str
                 ) -> firestore.DocumentReference:
     """The record of one request_id, per tenant and user (uids may hold any character)."""
     key = hashlib.sha256(f"{tenant}\0{uid}\0{request_id}".encode()).hexdigest()
-    return db.collection(config.SEQUENCES, tenant, config.NUMBER_REQUESTS).document(key)
+    return db.collection(names.sequences, tenant, names.number_requests).document(key)
 
 
 def _config_from(tenant: str, data: dict[str, Any]) -> SequenceConfig:
@@ -174,12 +175,12 @@ class SequenceCache:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._entries: TtlCache[tuple[str, str], _Known] = TtlCache(ttl_s, clock)
 
-    def get(self, db: firestore.Client, tenant: str) -> tuple[SequenceConfig, int]:
+    def get(self, db: firestore.Client, names: Names, tenant: str) -> tuple[SequenceConfig, int]:
         """The tenant's configuration and a lower bound of its open day (0: none yet)."""
         known = self._entries.get((db.project, tenant))
         if known is not None:
             return known.config, known.day
-        snapshot = sequence_ref(db, tenant).get()
+        snapshot = sequence_ref(db, names, tenant).get()
         data = (snapshot.to_dict() or {}) if snapshot.exists else {}
         found = _config_from(tenant, data)
         return found, self.saw(db, found, int(data.get("day", 0)), fresh=True)
@@ -216,13 +217,13 @@ def configure_sequence(
     business day; a rule never moves the open day backwards.
     """
     found = SequenceConfig(tenant=tenant, timezone=timezone, reset_time=reset_time)
-    sequence_ref(db, tenant).set(
+    sequence_ref(db, ctx.names, tenant).set(
         {"timezone": timezone, "reset_time": reset_time,
          "configured_at": firestore.SERVER_TIMESTAMP},
         merge=True, retry=writes.IDEMPOTENT,
     )
     today = business_day_for(now or ctx.writing.clock.now(), found.reset_at, found.zone)
-    ctx.sequences.saw(db, found, _open_day(db, tenant, today), fresh=True)
+    ctx.sequences.saw(db, found, _open_day(db, ctx.names, tenant, today), fresh=True)
     return found
 
 
@@ -237,14 +238,15 @@ def next_number(
 ) -> Ticket:
     """Issue the tenant's next number of the business day `now` (server time) falls in."""
     cache = ctx.sequences
-    found = _ready_for_today(db, tenant, now, cache, ctx.writing.clock)
+    found = _ready_for_today(db, ctx.names, tenant, now, cache, ctx.writing.clock)
     if request_id is None:
         batch = db.batch()
-        encoding.update(batch, sequence_ref(db, tenant), _NUMBER_WRITE)
+        encoding.update(batch, sequence_ref(db, ctx.names, tenant), _NUMBER_WRITE)
         # Sent once: a number whose answer was lost is skipped, never issued twice.
         [result] = _write_configured(tenant, ctx.writing.commit_once, batch)
         return _ticket(db, found, result, cache)
-    return _number_once(ctx.writing, db, found, request_ref(db, tenant, uid, request_id),
+    return _number_once(ctx.writing, db, found, request_ref(db, ctx.names, tenant, uid,
+                                                            request_id),
                         uid=uid, request_id=request_id, cache=cache)
 
 
@@ -262,8 +264,8 @@ def reset_sequence(
     `resets` list records how many numbers had been issued when each epoch began.
     """
     cache = ctx.sequences
-    found = _ready_for_today(db, tenant, now, cache, ctx.writing.clock)
-    ref = sequence_ref(db, tenant)
+    found = _ready_for_today(db, ctx.names, tenant, now, cache, ctx.writing.clock)
+    ref = sequence_ref(db, ctx.names, tenant)
     batch = db.batch()
     batch.update(ref, _RESET_WRITE)
     [result] = _write_configured(tenant, ctx.writing.commit_once, batch)
@@ -281,26 +283,26 @@ def reset_sequence(
 
 
 def _ready_for_today(
-    db: firestore.Client, tenant: str, now: dt.datetime | None, cache: SequenceCache,
-    clock: Clock,
+    db: firestore.Client, names: Names, tenant: str, now: dt.datetime | None,
+    cache: SequenceCache, clock: Clock,
 ) -> SequenceConfig:
     """The tenant's configuration, with its document's open day at least today's (`now`, else
     the clock's)."""
-    found, open_day = cache.get(db, tenant)
+    found, open_day = cache.get(db, names, tenant)
     today = business_day_for(now or clock.now(), found.reset_at, found.zone)
     if open_day < today.toordinal():
-        cache.saw(db, found, _open_day(db, tenant, today))
+        cache.saw(db, found, _open_day(db, names, tenant, today))
     return found
 
 
-def _open_day(db: firestore.Client, tenant: str, today: dt.date) -> int:
+def _open_day(db: firestore.Client, names: Names, tenant: str, today: dt.date) -> int:
     """Move the tenant's document to business day `today` unless it is there (or later) already.
 
     A compare-and-set on the document's update time, so that one writer opens the day while
     numbers of the closing day may still be landing: the closed day's figures it reads are final
     once its write commits, and it archives them in the same batch.
     """
-    ref = sequence_ref(db, tenant)
+    ref = sequence_ref(db, names, tenant)
     for _ in range(config.SEQUENCE_OPEN_DAY_ATTEMPTS):
         snapshot = ref.get()
         data = (snapshot.to_dict() or {}) if snapshot.exists else {}
@@ -310,7 +312,7 @@ def _open_day(db: firestore.Client, tenant: str, today: dt.date) -> int:
             return current
         batch = db.batch()
         if current:
-            batch.set(business_day_ref(db, tenant, dt.date.fromordinal(current)),
+            batch.set(business_day_ref(db, names, tenant, dt.date.fromordinal(current)),
                       _closed_day(found, dt.date.fromordinal(current), data))
         batch.update(
             ref,
@@ -389,21 +391,21 @@ def _number_once(writing: Writing, db: firestore.Client, found: SequenceConfig,
              config.EXPIRES_AT: _utcnow() + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS)}
     batch = db.batch()
     encoding.create(batch, record, claim)
-    encoding.update(batch, sequence_ref(db, found.tenant), _NUMBER_WRITE)
+    encoding.update(batch, sequence_ref(db, writing.names, found.tenant), _NUMBER_WRITE)
     try:
         claimed, result = _write_configured(
             found.tenant, writing.resending, functools.partial(writing.send, batch),
             request_id=request_id)
     except gexc.AlreadyExists as error:
         with writes.finding_out(error, request_id=request_id):
-            return _issued(db, found, record, cache)
+            return _issued(db, writing.names, found, record, cache)
     ticket = _ticket(db, found, result, cache)
     _record(db, record, ticket, claimed.update_time)
     return ticket
 
 
-def _issued(db: firestore.Client, found: SequenceConfig, record: firestore.DocumentReference,
-            cache: SequenceCache) -> Ticket:
+def _issued(db: firestore.Client, names: Names, found: SequenceConfig,
+            record: firestore.DocumentReference, cache: SequenceCache) -> Ticket:
     """The number a request_id's record stands for. Written into it once its call has it; until
     then (that call's answer was lost, or it died, or it is about to write it) the sequence as
     the record's own commit left it holds it: read at the record's create time, a snapshot
@@ -417,7 +419,8 @@ def _issued(db: firestore.Client, found: SequenceConfig, record: firestore.Docum
                       business_day=dt.date.fromisoformat(data["business_day"]),
                       epoch=int(data["epoch"]))
     try:
-        then = sequence_ref(db, found.tenant).get(read_time=snapshot.create_time).to_dict() or {}
+        then = sequence_ref(db, names, found.tenant).get(
+            read_time=snapshot.create_time).to_dict() or {}
     except (gexc.FailedPrecondition, gexc.InvalidArgument) as error:
         raise FailedPrecondition(f"request_id: {data.get('request_id')!r} was given a number "
                                  "that can no longer be read back") from error

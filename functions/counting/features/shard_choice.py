@@ -16,6 +16,7 @@ from google.cloud import firestore
 
 from counting.features.counter_refs import COLLECTION_FIELD, counter_ref, memory_ref
 from counting.foundation import config, kinds
+from counting.foundation.config import Names
 from counting.foundation.errors import Aborted, FailedPrecondition, NotFound
 from counting.foundation.kinds import Strategy
 from counting.writepath.caching import TtlCache
@@ -56,12 +57,12 @@ class ConfigCache:
         self._clock = clock
         self._entries: TtlCache[str, CounterConfig] = TtlCache(ttl_s, clock)
 
-    def get(self, db: firestore.Client, counter: str) -> CounterConfig:
+    def get(self, db: firestore.Client, names: Names, counter: str) -> CounterConfig:
         cached = self._entries.get(counter)
         if cached is not None:
             return cached
         read_at = self._clock()  # trusted from before the read: never longer than the TTL
-        snapshot = counter_ref(db, counter).get()
+        snapshot = counter_ref(db, names, counter).get()
         if not snapshot.exists:
             raise NotFound(f"counter: {counter!r} does not exist")
         data = snapshot.to_dict() or {}
@@ -69,7 +70,7 @@ class ConfigCache:
         strategy = kinds.member(data.get("strategy"), kinds.STRATEGIES) or kinds.DEFAULT_STRATEGY
         load = data.get(config.SHARD_LOAD_FIELD)  # where a version before the memory had it
         if strategy == "least_loaded":
-            memory = memory_ref(db, counter).get().to_dict() or {}
+            memory = memory_ref(db, names, counter).get().to_dict() or {}
             load = memory.get(config.SHARD_LOAD_FIELD, load)
         found = CounterConfig(
             counter=counter,

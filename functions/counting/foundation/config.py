@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -284,11 +285,41 @@ BACKFILL_THREADS = 8
 # ---------------------------------------------------------------------------------------------
 # Every collection id the backend creates, top level or below its own documents: a prefix goes
 # before each, so that an install in a project's default database claims no name of the app's
-# own (collection group indexes and TTL policies are per collection id).
+# own (collection group indexes and TTL policies are per collection id). The constants above are
+# the base ids, never rewritten: the domain reads the ids of its placement (`Names`) from the
+# context it is given.
 COLLECTION_IDS = {name: globals()[name] for name in (
     "COUNTERS", "SHARDS", "MEMORY", "REQUESTS", "INTERNAL", "VOTERS", "PACED", "SEQUENCES",
     "BUSINESS_DAYS", "NUMBER_REQUESTS", "TRENDS", "TREND_MINUTES", "TREND_HOURS", "TREND_TOTALS",
     "TREND_PARTS", "COUNTED_DOCS")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Names:
+    """The collection ids of one placement, one field per entry of COLLECTION_IDS; `Names()` are
+    the base ids (this repository's own stack), `Placement.names` the prefixed ones."""
+
+    counters: str = COUNTERS
+    shards: str = SHARDS
+    memory: str = MEMORY
+    requests: str = REQUESTS
+    internal: str = INTERNAL
+    voters: str = VOTERS
+    paced: str = PACED
+    sequences: str = SEQUENCES
+    business_days: str = BUSINESS_DAYS
+    number_requests: str = NUMBER_REQUESTS
+    trends: str = TRENDS
+    trend_minutes: str = TREND_MINUTES
+    trend_hours: str = TREND_HOURS
+    trend_totals: str = TREND_TOTALS
+    trend_parts: str = TREND_PARTS
+    counted_docs: str = COUNTED_DOCS
+
+    @classmethod
+    def prefixed(cls, prefix: str) -> Names:
+        return cls(**{name.lower(): prefix + base for name, base in COLLECTION_IDS.items()})
+
 DEFAULT_DATABASE = "(default)"
 # Firestore's rules for a database id, firebase-tools' for a codebase's function prefix.
 _DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
@@ -370,22 +401,12 @@ class Placement:
         """The PLACEMENT_FILE that states this placement (what `read` reads)."""
         return json.dumps(dataclasses.asdict(self), indent=2) + "\n"
 
-    def collection(self, base: str) -> str:
-        return self.collection_prefix + base
+    @functools.cached_property
+    def names(self) -> Names:
+        """Its collection ids: each of COLLECTION_IDS after `collection_prefix`."""
+        return Names.prefixed(self.collection_prefix)
 
     def function_id(self, name: str) -> str:
         """The deployed id of the function exported as `name` (firebase-tools' prefixing)."""
         return f"{self.function_prefix}-{name}" if self.function_prefix else name
 
-
-PLACEMENT = Placement()
-
-
-def place(placement: Placement) -> None:
-    """Make `placement` the process's: the collection names above follow its prefix. Called by
-    main.py with its codebase's PLACEMENT_FILE before the functions load, and by the operator
-    CLI for `--backend`; until then the defaults hold."""
-    global PLACEMENT
-    PLACEMENT = placement
-    for name, base in COLLECTION_IDS.items():
-        globals()[name] = placement.collection(base)

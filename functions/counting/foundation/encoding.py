@@ -86,7 +86,8 @@ def encoded(ref: firestore.DocumentReference, fields: dict[str, Any],
         pb.current_document.update_time.FromDatetime(version)
     elif kind != "merge":
         pb.current_document.exists = kind == "update"
-    return Write.wrap(pb)
+    written: Write = Write.wrap(pb)
+    return written
 
 
 def _set_value(pb: Any, value: Any) -> None:

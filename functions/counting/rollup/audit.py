@@ -33,6 +33,7 @@ from google.cloud.firestore_v1.field_path import FieldPath
 
 from counting.features import counter_refs
 from counting.foundation import config, writes
+from counting.foundation.config import Names
 from counting.rollup.lease import Record, state_ref
 from counting.writepath import partitions
 from counting.writepath.context import Writing
@@ -81,28 +82,28 @@ class Run:
     drift: list[Checked]  # confirmed by this run
 
 
-def audit_ref(db: firestore.Client) -> firestore.DocumentReference:
-    return db.collection(config.INTERNAL).document(AUDIT_DOC)
+def audit_ref(db: firestore.Client, names: Names) -> firestore.DocumentReference:
+    return db.collection(names.internal).document(AUDIT_DOC)
 
 
-def shard_sum(db: firestore.Client, counter: str, read_time: dt.datetime) -> int:
+def shard_sum(db: firestore.Client, names: Names, counter: str, read_time: dt.datetime) -> int:
     """The sum of a counter's shards at `read_time` (one aggregation query)."""
-    shards = db.collection(config.COUNTERS, counter, config.SHARDS)
+    shards = db.collection(names.counters, counter, names.shards)
     [[result]] = shards.sum("count", alias="total").get(read_time=read_time)
     return int(result.value or 0)
 
 
-def watermarks(db: firestore.Client) -> tuple[int, dict[int, dt.datetime]]:
+def watermarks(db: firestore.Client, names: Names) -> tuple[int, dict[int, dt.datetime]]:
     """P, and the progress of each partition: before its watermark, every write it owns is
     published (`lease.Progress`)."""
-    count = partitions.read_count(db)
-    records = db.get_all([state_ref(db, part) for part in partitions.parts(count)])
+    count = partitions.read_count(db, names)
+    records = db.get_all([state_ref(db, names, part) for part in partitions.parts(count)])
     by_path = {snapshot.reference.path: snapshot for snapshot in records}
-    return count, {part.index: Record.of(by_path[state_ref(db, part).path].to_dict() or {})
+    return count, {part.index: Record.of(by_path[state_ref(db, names, part).path].to_dict() or {})
                    .progress.watermark for part in partitions.parts(count)}
 
 
-def check(db: firestore.Client, snapshot: firestore.DocumentSnapshot[Any],
+def check(db: firestore.Client, names: Names, snapshot: firestore.DocumentSnapshot[Any],
           progress: tuple[int, dict[int, dt.datetime]]) -> Checked | None:
     """Compare one counter document (read just before) with its shards at the later of its
     publish's instant and its partition's watermark (`progress`, read before the document):
@@ -122,15 +123,15 @@ def check(db: firestore.Client, snapshot: firestore.DocumentSnapshot[Any],
     oldest = snapshot.read_time - dt.timedelta(seconds=HISTORY_S)
     at = max(as_of, watermark, oldest)
     found = Checked(counter=snapshot.id, published=published,
-                    shards=shard_sum(db, snapshot.id, at), as_of=at)
+                    shards=shard_sum(db, names, snapshot.id, at), as_of=at)
     if found.exact:
         return found
-    memory = counter_refs.memory_ref(db, snapshot.id).get(read_time=at).to_dict() or {}
+    memory = counter_refs.memory_ref(db, names, snapshot.id).get(read_time=at).to_dict() or {}
     summed = memory.get(config.SHARD_COUNTS_FIELD)
     if not isinstance(summed, dict):
         return found  # no shard counts to compare with: a suspect, confirmed by time
     settled = at - dt.timedelta(seconds=CONFIRM_AFTER_S)
-    shards = db.collection(config.COUNTERS, snapshot.id, config.SHARDS).stream(read_time=at)
+    shards = db.collection(names.counters, snapshot.id, names.shards).stream(read_time=at)
     missed = tuple(sorted(
         shard.id for shard in shards
         if int(shard.get("count") or 0) != int(summed.get(shard.id, 0))
@@ -147,19 +148,19 @@ def instant(value: Any) -> dt.datetime:
     return result
 
 
-def check_counter(db: firestore.Client, counter: str) -> Checked | None:
+def check_counter(db: firestore.Client, names: Names, counter: str) -> Checked | None:
     """Check one counter now (`counters audit COUNTER`); nothing is recorded."""
-    progress = watermarks(db)
-    snapshot = db.collection(config.COUNTERS).document(counter).get(
+    progress = watermarks(db, names)
+    snapshot = db.collection(names.counters).document(counter).get(
         field_paths=["count", "updated_at"])
-    return check(db, snapshot, progress) if snapshot.exists else None
+    return check(db, names, snapshot, progress) if snapshot.exists else None
 
 
-def next_counters(db: firestore.Client, after: str, n: int
+def next_counters(db: firestore.Client, names: Names, after: str, n: int
                   ) -> list[firestore.DocumentSnapshot[Any]]:
     """The next `n` counter documents in id order after `after`, from the first again at the
     end."""
-    coll = db.collection(config.COUNTERS)
+    coll = db.collection(names.counters)
 
     def page(start: str | None, limit: int) -> list[firestore.DocumentSnapshot[Any]]:
         query = coll.order_by(FieldPath.document_id()).select(["count", "updated_at"])
@@ -176,19 +177,21 @@ def next_counters(db: firestore.Client, after: str, n: int
 
 def run(writing: Writing, db: firestore.Client, per_run: int = AUDIT_PER_RUN) -> Run:
     """One scheduled run: the next counters of the rotation and every suspect, checked and
-    recorded in one write; a drifting counter's shards are touched with `writing`."""
-    state_snapshot = audit_ref(db).get()
+    recorded in one write; a drifting counter's shards are touched with `writing`, in the
+    collections of its placement."""
+    names = writing.names
+    state_snapshot = audit_ref(db, names).get()
     state = state_snapshot.to_dict() or {}
     now: dt.datetime = state_snapshot.read_time
     suspects: dict[str, dict[str, Any]] = dict(state.get("suspects") or {})
-    progress = watermarks(db)
-    rotation = next_counters(db, str(state.get("cursor") or ""), per_run)
-    again = [db.collection(config.COUNTERS).document(c) for c in suspects
+    progress = watermarks(db, names)
+    rotation = next_counters(db, names, str(state.get("cursor") or ""), per_run)
+    again = [db.collection(names.counters).document(c) for c in suspects
              if c not in {s.id for s in rotation}]
     documents = [*rotation, *(s for s in db.get_all(again, field_paths=["count", "updated_at"])
                               if s.exists)]
-    checked = [found for found in (check(db, snapshot, progress) for snapshot in documents)
-               if found is not None]
+    checked = [found for found in (check(db, names, snapshot, progress)
+                                   for snapshot in documents) if found is not None]
     live = {snapshot.id for snapshot in documents}
     drift: list[Checked] = []
     for found in checked:
@@ -207,7 +210,7 @@ def run(writing: Writing, db: firestore.Client, per_run: int = AUDIT_PER_RUN) ->
             repair(writing, db, found.counter)
     suspects = {c: entry for c, entry in suspects.items() if c in live}  # deleted: none
     kept = dict(sorted(suspects.items(), key=lambda item: item[1]["found_at"])[-SUSPECTS_KEPT:])
-    record(db, state, now, rotation, checked, kept, drift)
+    record(db, names, state, now, rotation, checked, kept, drift)
     return Run(checked=checked, suspects=sorted(kept), drift=drift)
 
 
@@ -216,7 +219,8 @@ def repair(writing: Writing, db: firestore.Client, counter: str) -> None:
     write that straddled): the rollup's next tick reads them all, and the published count is
     their sum again. Shard values are absolute, so this changes no count; it costs a write per
     shard, only for drift."""
-    shards = list(db.collection(config.COUNTERS, counter, config.SHARDS).list_documents())
+    shards = list(db.collection(writing.names.counters, counter,
+                                writing.names.shards).list_documents())
     for start in range(0, len(shards), config.ROLLUP_COMMIT_WRITES):
         chunk = shards[start:start + config.ROLLUP_COMMIT_WRITES]
         try:
@@ -233,11 +237,12 @@ def touch(writing: Writing, db: firestore.Client,
     batch = db.batch()
     for shard in shards:
         batch.update(shard, {"updated_at": firestore.SERVER_TIMESTAMP,
-                             "stripe": writing.stripe(db, partitions.home_of_shard(shard))})
+                             "stripe": writing.stripe(db, partitions.home_of_shard(
+                                 shard, writing.names))})
     batch.commit(retry=writes.IDEMPOTENT)
 
 
-def record(db: firestore.Client, state: dict[str, Any], now: dt.datetime,
+def record(db: firestore.Client, names: Names, state: dict[str, Any], now: dt.datetime,
            rotation: Iterable[firestore.DocumentSnapshot[Any]], checked: list[Checked],
            suspects: dict[str, dict[str, Any]], drift: list[Checked]) -> None:
     """Write the run's outcome to internal/audit (a set of absolute values: safe to resend)."""
@@ -251,4 +256,4 @@ def record(db: firestore.Client, state: dict[str, Any], now: dt.datetime,
         "drift": history,
         "last_drift_at": now if drift else state.get("last_drift_at"),
     }
-    audit_ref(db).set(fields, retry=writes.IDEMPOTENT)
+    audit_ref(db, names).set(fields, retry=writes.IDEMPOTENT)

@@ -35,7 +35,7 @@ from typing import Any
 from google.cloud import firestore
 
 from counting.foundation import config
-from counting.foundation.config import AutoscaleParams, Cadence
+from counting.foundation.config import AutoscaleParams, Cadence, Names
 from counting.rollup import status
 from counting.rollup.lease import Health, Lease, LeaseLost, state_ref
 from counting.rollup.tick import Limits, Rollup, TickStats
@@ -83,8 +83,8 @@ def new_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def usage_ref(db: firestore.Client) -> firestore.DocumentReference:
-    return db.collection(config.INTERNAL).document(config.ROLLUP_USAGE_DOC)
+def usage_ref(db: firestore.Client, names: Names) -> firestore.DocumentReference:
+    return db.collection(names.internal).document(config.ROLLUP_USAGE_DOC)
 
 
 def billed_seconds(seconds: float) -> float:
@@ -95,8 +95,8 @@ def billed_seconds(seconds: float) -> float:
 class Holder:
     """The rollup in one process: its lease, its ledger and what its invocations cost, kept
     between invocations. One invocation at a time (Cloud Run sends the rollup's functions one
-    request per instance). `writing` is the context of its writes: its protections, and the clock
-    it reads the time from and waits on."""
+    request per instance). `writing` is the context of its writes: its placement, its
+    protections, and the clock it reads the time from and waits on."""
 
     def __init__(
         self,
@@ -121,8 +121,8 @@ class Holder:
         self._clock = clock = writing.clock
         self._on_tick = on_tick
         self._lock = threading.Lock()
-        self.lease = Lease(db, state_ref(db, part), owner or new_owner(), self._timing.lease_s,
-                           protections=writing.protections)
+        self.lease = Lease(db, state_ref(db, writing.names, part), owner or new_owner(),
+                           self._timing.lease_s, protections=writing.protections)
         self.rollup: Rollup | None = None  # with the lease: the ledger of the current holding
         self.last_as_of: dt.datetime | None = None  # the current holding's last tick
         # Not yet added to internal/rollup_usage: "field" or "group.field" -> amount.
@@ -229,7 +229,7 @@ class Holder:
         start from where the retired ones were: wake them all for the slot."""
         if self._enqueue is None:
             return
-        count = partitions.read_count(self._db)
+        count = partitions.read_count(self._db, self._writing.names)
         run.usage.reads += 1
         when = waking.slot_of(self._clock.now()) if slot is None else slot
         for part in partitions.parts(count):
@@ -333,7 +333,8 @@ class Holder:
             else:
                 fields[name] = value
         try:
-            usage_ref(self._db).set(fields, merge=True, retry=self._writing.once())  # increments
+            usage_ref(self._db, self._writing.names).set(  # increments
+                fields, merge=True, retry=self._writing.once())
         except Exception:
             self._pending["writes"] -= 1
             log.exception("could not record the rollup's usage")
@@ -375,8 +376,8 @@ class Holders:
             if key not in self._held:
                 holder = self._held[key] = Holder(
                     db, writing=self._writing, part=part, limits=self._limits,
-                    enqueue=lambda target, slot: waking.enqueue_tick(db, "deferred", target,
-                                                                     slot))
+                    enqueue=lambda target, slot: waking.enqueue_tick(
+                        db, self._writing.placement, "deferred", target, slot))
                 atexit.register(holder.close)
             return self._held[key]
 
@@ -405,7 +406,7 @@ class Holders:
         keep the others from theirs; the run then fails, after them, with its error."""
         done: list[Invocation] = []
         failure: Exception | None = None
-        for part in partitions.parts(partitions.read_count(db)):
+        for part in partitions.parts(partitions.read_count(db, self._writing.names)):
             try:
                 done.append(self.invoke(db, part, Holder.housekeeping))
             except Exception as error:

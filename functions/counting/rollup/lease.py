@@ -28,7 +28,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from counting.foundation.config import Protections
+from counting.foundation.config import Names, Protections
 from counting.writepath.partitions import WHOLE, Part, lease_ref
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -38,9 +38,10 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 ONCE = None
 
 
-def state_ref(db: firestore.Client, part: Part = WHOLE) -> firestore.DocumentReference:
+def state_ref(db: firestore.Client, names: Names, part: Part = WHOLE
+              ) -> firestore.DocumentReference:
     """A partition's state document."""
-    return lease_ref(db, part)
+    return lease_ref(db, names, part)
 
 
 class LeaseLost(Exception):
@@ -307,9 +308,9 @@ def retire(db: firestore.Client, batch: firestore.WriteBatch,
         batch.create(found.reference, retired.fields())
 
 
-def start(db: firestore.Client, batch: firestore.WriteBatch, part: Part, progress: Progress,
-          partitioning: Partitioning) -> None:
+def start(db: firestore.Client, names: Names, batch: firestore.WriteBatch, part: Part,
+          progress: Progress, partitioning: Partitioning) -> None:
     """Add to `batch` the record of a new partition: free, starting at `progress`, reading
     `partitioning`'s spread until `narrow_at`, and owing a republish of the trends."""
-    batch.set(lease_ref(db, part), Record(progress=progress, partitioning=partitioning,
-                                          republish=True).fields())
+    batch.set(lease_ref(db, names, part), Record(progress=progress, partitioning=partitioning,
+                                                 republish=True).fields())

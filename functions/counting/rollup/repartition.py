@@ -17,6 +17,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from counting.foundation import writes
+from counting.foundation.config import Names
 from counting.foundation.errors import Aborted
 from counting.rollup import lease
 from counting.writepath.partitions import (
@@ -41,7 +42,7 @@ class Changed:
     narrow_at: dt.datetime
 
 
-def change(db: firestore.Client, new: int, *, known: Known,
+def change(db: firestore.Client, names: Names, new: int, *, known: Known,
            attempts: int = CHANGE_ATTEMPTS) -> Changed:
     """Set P to `new`: one commit retires every lease of the current P and writes every lease of
     the new one, starting at the oldest watermark and sweep of the old leases. The commit is
@@ -55,7 +56,7 @@ def change(db: firestore.Client, new: int, *, known: Known,
         raise ValueError(f"partitions: {new!r} is not one of {', '.join(map(str, CHOICES))}")
     for _ in range(attempts):
         try:
-            return _change_once(db, new)
+            return _change_once(db, names, new)
         except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound):
             continue  # a holder (or another change) wrote in between: read again
         except writes.FAILED as error:
@@ -67,17 +68,17 @@ def change(db: firestore.Client, new: int, *, known: Known,
     raise Aborted(f"partitions: the leases kept changing; {attempts} attempts failed: retry")
 
 
-def _change_once(db: firestore.Client, new: int) -> Changed:
+def _change_once(db: firestore.Client, names: Names, new: int) -> Changed:
     """One attempt: the settings, then every old partition's record in one read, then the
     conditional commit. Instants are Firestore's (the settings' read time), as the holders
     compare them with theirs. The records are written by `lease` (their one writer)."""
-    settings = partitions_ref(db).get()
+    settings = partitions_ref(db, names).get()
     instant: dt.datetime = settings.read_time
     data = settings.to_dict() or {}
     before = int(data["count"]) if data.get("count") in CHOICES else 1
     by_path = {snapshot.reference.path: snapshot for snapshot in
-               db.get_all([lease_ref(db, part) for part in parts(before)])}
-    olds = [by_path[lease_ref(db, part).path] for part in parts(before)]
+               db.get_all([lease_ref(db, names, part) for part in parts(before)])}
+    olds = [by_path[lease_ref(db, names, part).path] for part in parts(before)]
     found = [lease.Record.of(snapshot.to_dict() or {}) for snapshot in olds]
     progress = lease.Progress(watermark=min(r.progress.watermark for r in found),
                               swept=min(r.progress.swept for r in found))
@@ -98,9 +99,9 @@ def _change_once(db: firestore.Client, new: int) -> Changed:
     for snapshot in olds:
         lease.retire(db, batch, snapshot)
     for part in parts(new):
-        lease.start(db, batch, part, progress, lease.Partitioning(
+        lease.start(db, names, batch, part, progress, lease.Partitioning(
             spread=spread, narrow_at=changed.narrow_at, since=instant))
         if part.index > 0:
-            batch.delete(trend_parts_ref(db, part))
+            batch.delete(trend_parts_ref(db, names, part))
     batch.commit(retry=None)  # a compare-and-set: `change` reads again after any failure
     return changed

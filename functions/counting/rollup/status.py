@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from google.cloud import firestore
 
 from counting.foundation import config
+from counting.foundation.config import Names
 from counting.rollup.lease import Health, LeaseView, state_ref
 from counting.rollup.tick import TickStats
 from counting.writepath import partitions
@@ -57,9 +58,9 @@ class RollupStatus:
     stale: str | None  # why the rollup looks stuck; None while healthy
 
 
-def read_status(db: firestore.Client, part: Part = WHOLE) -> RollupStatus:
+def read_status(db: firestore.Client, names: Names, part: Part = WHOLE) -> RollupStatus:
     """One partition's status (one read)."""
-    snapshot = state_ref(db, part).get()
+    snapshot = state_ref(db, names, part).get()
     view = LeaseView.of(snapshot, dt.timedelta(seconds=config.ROLLUP.lease_s))
     health = view.record.health
     age = None if view.renewed_at is None else (view.read_time - view.renewed_at).total_seconds()
@@ -75,7 +76,7 @@ def read_status(db: firestore.Client, part: Part = WHOLE) -> RollupStatus:
                         stale=stale)
 
 
-def read_statuses(db: firestore.Client) -> list[tuple[Part, RollupStatus]]:
+def read_statuses(db: firestore.Client, names: Names) -> list[tuple[Part, RollupStatus]]:
     """Every partition's status, for the current P (P + 1 reads)."""
-    return [(part, read_status(db, part))
-            for part in partitions.parts(partitions.read_count(db))]
+    return [(part, read_status(db, names, part))
+            for part in partitions.parts(partitions.read_count(db, names))]

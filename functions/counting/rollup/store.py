@@ -46,10 +46,11 @@ class Store:
     def __init__(self, db: firestore.Client, lease: Lease, writing: Writing, *,
                  renew_s: float) -> None:
         """`lease` was just written (taken); it is renewed before a read when its last write is
-        `renew_s` old on `writing`'s clock. `writing` stripes the writes of a fold and makes the
-        pool of its reads."""
+        `renew_s` old on `writing`'s clock. `writing` names the collections (its placement's),
+        stripes the writes of a fold and makes the pool of its reads."""
         self.db = db
         self.lease = lease
+        self.names = writing.names
         self._writing = writing
         self._renew_s = renew_s
         self._monotonic = writing.clock.monotonic
@@ -149,7 +150,7 @@ class Store:
         `since`, read at `as_of`: one query, more while a partition also reads an earlier spread
         (`partitions`), run at once."""
         queries = [
-            self.db.collection_group(config.SHARDS)
+            self.db.collection_group(self.names.shards)
             .where(filter=FieldFilter("stripe", "in", chunk))
             .where(filter=FieldFilter("updated_at", ">", since))
             for chunk in partitions.chunks(stripes)]
@@ -158,7 +159,7 @@ class Store:
 
     def above_min(self, as_of: dt.datetime) -> list[str]:
         """The counters above their minimum of shards (`above_min`), read at `as_of`."""
-        query = (self.db.collection(config.COUNTERS)
+        query = (self.db.collection(self.names.counters)
                  .where(filter=FieldFilter("above_min", "==", True)).select(["above_min"]))
         return [snapshot.id for snapshot in self.query(query, as_of)]
 
@@ -171,14 +172,15 @@ class Store:
 
         def read(chunk: list[str]) -> list[tuple[str, dict[str, Any] | None,
                                                  dict[str, Any] | None]]:
-            documents = self.get_all([counter_ref(self.db, c) for c in chunk],
+            documents = self.get_all([counter_ref(self.db, self.names, c) for c in chunk],
                                      field_paths=COUNTER_FIELDS, read_time=as_of)
-            memories = self.get_all([memory_ref(self.db, c) for c in chunk], read_time=as_of)
+            memories = self.get_all([memory_ref(self.db, self.names, c) for c in chunk],
+                                    read_time=as_of)
             by_path = {snapshot.reference.path: snapshot for snapshot in [*documents, *memories]}
             found = []
             for counter in chunk:
-                document = by_path[counter_ref(self.db, counter).path]
-                memory = by_path[memory_ref(self.db, counter).path]
+                document = by_path[counter_ref(self.db, self.names, counter).path]
+                memory = by_path[memory_ref(self.db, self.names, counter).path]
                 found.append((counter, (document.to_dict() or {}) if document.exists else None,
                               (memory.to_dict() or {}) if memory.exists else None))
             return found
@@ -187,7 +189,8 @@ class Store:
 
     def shards(self, counter: str, as_of: dt.datetime | None = None) -> list[Snapshot]:
         """Every shard of a counter, at `as_of` (None: now)."""
-        return self.query(counter_ref(self.db, counter).collection(config.SHARDS), as_of)
+        shards = counter_ref(self.db, self.names, counter).collection(self.names.shards)
+        return self.query(shards, as_of)
 
     def each_counters_shards(self, counters: list[str], as_of: dt.datetime
                              ) -> list[list[Snapshot]]:
@@ -203,30 +206,30 @@ class Store:
             if publish.drop_legacy:
                 public.update({name: firestore.DELETE_FIELD for name in LEGACY_FIELDS})
             if public:
-                batch.update(counter_ref(self.db, counter), public)
+                batch.update(counter_ref(self.db, self.names, counter), public)
             if publish.memory:
-                batch.set(memory_ref(self.db, counter), publish.memory, merge=True)
+                batch.set(memory_ref(self.db, self.names, counter), publish.memory, merge=True)
         self.commit(batch)
 
     def forget_counts(self, counter: str) -> None:
         """Remove a counter's shard counts (its memory's, and a legacy document's): its shards
         are read whole by the next holder (after a publish of it failed)."""
         batch = self.db.batch()
-        batch.set(memory_ref(self.db, counter),
+        batch.set(memory_ref(self.db, self.names, counter),
                   {config.SHARD_COUNTS_FIELD: firestore.DELETE_FIELD}, merge=True)
-        batch.update(counter_ref(self.db, counter),
+        batch.update(counter_ref(self.db, self.names, counter),
                      {name: firestore.DELETE_FIELD for name in LEGACY_FIELDS})
         self.commit(batch)
 
     def bounds(self, counter: str) -> dict[str, Any]:
         """A counter's `min_shards` and `max_shards` now (an operator may change them)."""
-        return self.get(counter_ref(self.db, counter),
+        return self.get(counter_ref(self.db, self.names, counter),
                         field_paths=["min_shards", "max_shards"]).to_dict() or {}
 
     def create_shards(self, counter: str, shards: range) -> None:
         """Make sure shards exist (count 0, or kept if a fold left one), in fenced commits."""
         created = {"count": firestore.Increment(0), "writes": firestore.Increment(0)}
-        coll = counter_ref(self.db, counter).collection(config.SHARDS)
+        coll = counter_ref(self.db, self.names, counter).collection(self.names.shards)
         numbers = list(shards)
         for start in range(0, len(numbers), config.ROLLUP_COMMIT_WRITES - 1):
             batch = self.db.batch()
@@ -237,7 +240,7 @@ class Store:
     def update_counter(self, counter: str, fields: dict[str, Any]) -> None:
         """One fenced update of a counter's document (a grow completed, a fold done)."""
         batch = self.db.batch()
-        batch.update(counter_ref(self.db, counter), fields)
+        batch.update(counter_ref(self.db, self.names, counter), fields)
         self.commit(batch)
 
     def fold(self, counter: str, surplus: list[Snapshot], moved: dict[str, int], *,
@@ -245,7 +248,7 @@ class Store:
         """One fenced commit of a fold (`folding`): each surplus shard deleted with a
         precondition on the version read, what it held added to its survivor, and the same
         moves in the counter's `shard_counts` where they are kept."""
-        coll = counter_ref(self.db, counter).collection(config.SHARDS)
+        coll = counter_ref(self.db, self.names, counter).collection(self.names.shards)
         batch = self.db.batch()
         for snapshot in surplus:
             batch.delete(snapshot.reference,
@@ -261,27 +264,26 @@ class Store:
                 "count": firestore.Increment(amount),
                 "updated_at": firestore.SERVER_TIMESTAMP,
                 "stripe": self._writing.stripe(
-                    self.db, partitions.home_of_shard(coll.document(survivor)))})
+                    self.db, partitions.home_of_shard(coll.document(survivor), self.names))})
         if counts_kept is not None:
             moves = {**{shard_count(s.id): firestore.DELETE_FIELD for s in surplus},
                      **{shard_count(survivor): firestore.Increment(amount)
                         for survivor, amount in moved.items()}}
-            batch.update(memory_ref(self.db, counter) if counts_kept == "memory"
-                         else counter_ref(self.db, counter), moves)
+            batch.update(memory_ref(self.db, self.names, counter) if counts_kept == "memory"
+                         else counter_ref(self.db, self.names, counter), moves)
         self.commit(batch, deletes=len(surplus))
 
     # --- trends: the documents of `counting.features.trends`, named by the ids it gives -------
 
-    @staticmethod
-    def trend_buckets(window: Window) -> tuple[str, str]:
+    def trend_buckets(self, window: Window) -> tuple[str, str]:
         """The collection of a window's trend buckets, and the field that says which bucket of
-        it they are (read when asked: the names follow the placement)."""
-        return {"1h": (config.TREND_MINUTES, "minute"),
-                "24h": (config.TREND_HOURS, "hour")}[window]
+        it they are."""
+        return {"1h": (self.names.trend_minutes, "minute"),
+                "24h": (self.names.trend_hours, "hour")}[window]
 
     def trend_minutes(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The minute buckets of `ids` that exist, by id (TREND_READ_CHUNK to a read)."""
-        minutes = self.db.collection(config.TREND_MINUTES)
+        minutes = self.db.collection(self.names.trend_minutes)
         found: dict[str, dict[str, Any]] = {}
         for start in range(0, len(ids), config.TREND_READ_CHUNK):
             chunk = ids[start:start + config.TREND_READ_CHUNK]
@@ -304,7 +306,7 @@ class Store:
     def trend_totals(self, ids: Sequence[str]) -> dict[str, int]:
         """The count of each window total of `ids`, 0 for one that does not exist
         (TREND_READ_CHUNK to a read)."""
-        totals = self.db.collection(config.TREND_TOTALS)
+        totals = self.db.collection(self.names.trend_totals)
         counts: dict[str, int] = {}
         for start in range(0, len(ids), config.TREND_READ_CHUNK):
             chunk = ids[start:start + config.TREND_READ_CHUNK]
@@ -317,7 +319,7 @@ class Store:
         """The `limit` highest totals of `scope` over `window`, count descending then tag, as
         (tag, count); of the tags whose home is in `homes` (None: of all: that query predates
         `home`)."""
-        query = (self.db.collection(config.TREND_TOTALS)
+        query = (self.db.collection(self.names.trend_totals)
                  .where(filter=FieldFilter("scope", "==", scope))
                  .where(filter=FieldFilter("window", "==", window)))
         if homes is not None:
@@ -327,18 +329,18 @@ class Store:
 
     def trend_scopes(self) -> set[str]:
         """Every scope with a `trends` document (one read each)."""
-        known = self.db.collection(config.TRENDS).select(["window"])
+        known = self.db.collection(self.names.trends).select(["window"])
         return {snapshot.id for snapshot in self.query(known)}
 
     def trend_part_index(self, part: Part) -> dict[str, Any] | None:
         """A partition's index of its trend parts; None when it does not exist."""
-        snapshot = self.get(trend_parts_ref(self.db, part))
+        snapshot = self.get(trend_parts_ref(self.db, self.names, part))
         return (snapshot.to_dict() or {}) if snapshot.exists else None
 
     def trend_part_indexes(self, parts: Sequence[Part], read_time: dt.datetime
                            ) -> list[dict[str, Any] | None]:
         """The indexes of `parts` at `read_time` (None for one that does not exist)."""
-        found = self.get_all([trend_parts_ref(self.db, part) for part in parts],
+        found = self.get_all([trend_parts_ref(self.db, self.names, part) for part in parts],
                              read_time=read_time)
         return [(snapshot.to_dict() or {}) if snapshot.exists else None for snapshot in found]
 
@@ -372,13 +374,13 @@ class Store:
             else:
                 batch.set(ref, {**fields, "count": firestore.Increment(fields["count"])},
                           merge=True)
-        deletes += replaced(batch, self.db.collection(config.TREND_TOTALS), totals)
+        deletes += replaced(batch, self.db.collection(self.names.trend_totals), totals)
         self.commit(batch, deletes=deletes)
 
     def publish_trends(self, documents: Mapping[str, dict[str, Any] | None]) -> None:
         """One fenced commit of `trends/{scope}` for each scope (None deletes it)."""
         batch = self.db.batch()
-        deletes = replaced(batch, self.db.collection(config.TRENDS), documents)
+        deletes = replaced(batch, self.db.collection(self.names.trends), documents)
         self.commit(batch, deletes=deletes)
 
     def publish_trend_parts(self, part: Part, parts: Mapping[str, dict[str, Any] | None],
@@ -393,14 +395,14 @@ class Store:
                 deletes += 1
             else:
                 batch.set(self._trend_part(scope, part), fields)
-        batch.set(trend_parts_ref(self.db, part), index, merge=True)
+        batch.set(trend_parts_ref(self.db, self.names, part), index, merge=True)
         self.commit(batch, deletes=deletes)
         return self.lease.written_at
 
     def _trend_part(self, scope: str, part: Part) -> firestore.DocumentReference:
         """A partition's lists of a scope: trends/{scope}/parts/{P}-{index}."""
-        scoped = self.db.collection(config.TRENDS).document(scope)
-        ref: firestore.DocumentReference = scoped.collection(config.TREND_PARTS).document(
+        scoped = self.db.collection(self.names.trends).document(scope)
+        ref: firestore.DocumentReference = scoped.collection(self.names.trend_parts).document(
             f"{part.count}-{part.index}")
         return ref
 

@@ -274,9 +274,9 @@ class Rollup:
             # Its key's home from its id, not from `stripe % HOMES`: shards written before
             # stripes carried the home hold a random stripe.
             kind = parent.parent.id
-            if kind == config.COUNTERS and self.part.owns(partitions.home_of(parent.id)):
+            if kind == self.store.names.counters and self.part.owns(partitions.home_of(parent.id)):
                 changes[parent.id][snapshot.id] = ShardValue.of(snapshot.to_dict())
-            elif kind == config.TREND_MINUTES and self.part.owns(
+            elif kind == self.store.names.trend_minutes and self.part.owns(
                     partitions.home_of_hex(parent.id)):
                 trend_changes[parent.id][snapshot.id] = snapshot
         return changes, trend_changes

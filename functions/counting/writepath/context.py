@@ -1,6 +1,7 @@
-"""What every write of a process shares (`Writing`): P as the process knows it, the waker of the
-rollup, the protections, the generator of stripes, the clock, the nonces and the thread pools.
-The handlers, the operator CLI and the demo build one per process (in
+"""What every write of a process shares (`Writing`): where the backend lives (its placement, with
+its collection ids), P as the process knows it, the waker of the rollup, the protections, the
+generator of stripes, the clock, the nonces and the thread pools. The handlers, the operator
+CLI and the demo build one per process (in
 `counting.features.context.Context`), the rollup gets one from its constructor; tests and the
 simulation build their own."""
 
@@ -18,7 +19,7 @@ from google.cloud import firestore
 
 from counting.foundation import writes
 from counting.foundation.clock import SYSTEM, Clock
-from counting.foundation.config import Protections
+from counting.foundation.config import Names, Placement, Protections
 from counting.writepath import partitions, waking
 
 log = logging.getLogger(__name__)
@@ -27,13 +28,16 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, kw_only=True)
 class Writing:
-    """The write path's context. `rng` picks stripes (and what else the domain draws for itself:
-    a trend event's shards), `nonces` makes the nonce of each request, `clock` times and paces
-    the resends of guarded commits, `pools(max_workers, thread_name_prefix)` makes the thread
-    pools of the rollup's reads and of the backfill."""
+    """The write path's context. `placement` says where the backend's data is: its `names`, the
+    collection ids every document path of the domain is made of (the defaults: this
+    repository's own stack). `rng` picks stripes (and what else the domain draws for itself: a
+    trend event's shards), `nonces` makes the nonce of each request, `clock` times and paces the
+    resends of guarded commits, `pools(max_workers, thread_name_prefix)` makes the thread pools
+    of the rollup's reads and of the backfill."""
 
     known: partitions.Known
     waker: waking.AfterWrite
+    placement: Placement = field(default_factory=Placement)
     protections: Protections = field(default_factory=Protections)
     rng: random.Random = field(default_factory=random.Random)
     clock: Clock = SYSTEM
@@ -41,15 +45,20 @@ class Writing:
     pools: Callable[[int, str], Executor] = ThreadPoolExecutor
 
     @classmethod
-    def offline(cls, *, protections: Protections | None = None) -> Writing:
+    def offline(cls, *, protections: Protections | None = None,
+                placement: Placement | None = None) -> Writing:
         """A context whose writes wake nothing: for writers whose rollup runs in-process (tests,
-        benchmarks)."""
+        benchmarks), at `placement` (None: the defaults)."""
         return cls(known=partitions.Known(), waker=waking.Never(),
-                   protections=protections or Protections())
+                   protections=protections or Protections(), placement=placement or Placement())
+
+    @property
+    def names(self) -> Names:
+        return self.placement.names
 
     def stripe(self, db: firestore.Client, home: int) -> int:
         """The `stripe` of a write of a key living at `home`, over P as this process knows it."""
-        return partitions.stripe(home, self.known.count(db), self.rng)
+        return partitions.stripe(home, self.known.count(db, self.names), self.rng)
 
     def nonce(self) -> str:
         return self.nonces()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from google.cloud import firestore
 
 from counting.foundation import config
+from counting.foundation.config import Names
 from counting.writepath.caching import TtlCache
 
 log = logging.getLogger(__name__)
@@ -55,11 +56,11 @@ def home_of_hex(digest: str) -> int:
     return int(digest[:8], 16) % HOMES
 
 
-def home_of_shard(shard: firestore.DocumentReference) -> int:
+def home_of_shard(shard: firestore.DocumentReference, names: Names) -> int:
     """The home of what a shard document belongs to: a counter, or a tag's minute bucket."""
     parent = shard.parent.parent
     assert parent is not None
-    if parent.parent.id == config.TREND_MINUTES:
+    if parent.parent.id == names.trend_minutes:
         return home_of_hex(parent.id)
     return home_of(parent.id)
 
@@ -121,30 +122,30 @@ def chunks(values: list[int]) -> list[list[int]]:
     return [values[start:start + IN_VALUES] for start in range(0, len(values), IN_VALUES)]
 
 
-def partitions_ref(db: firestore.Client) -> firestore.DocumentReference:
-    return db.collection(config.INTERNAL).document(PARTITIONS_DOC)
+def partitions_ref(db: firestore.Client, names: Names) -> firestore.DocumentReference:
+    return db.collection(names.internal).document(PARTITIONS_DOC)
 
 
-def lease_ref(db: firestore.Client, part: Part) -> firestore.DocumentReference:
-    return db.collection(config.INTERNAL).document(part.lease_id)
+def lease_ref(db: firestore.Client, names: Names, part: Part) -> firestore.DocumentReference:
+    return db.collection(names.internal).document(part.lease_id)
 
 
-def trend_parts_ref(db: firestore.Client, part: Part) -> firestore.DocumentReference:
-    return db.collection(config.INTERNAL).document(part.trend_parts_id)
+def trend_parts_ref(db: firestore.Client, names: Names, part: Part) -> firestore.DocumentReference:
+    return db.collection(names.internal).document(part.trend_parts_id)
 
 
 # -- what P is --
 
 
-def read_count(db: firestore.Client) -> int:
+def read_count(db: firestore.Client, names: Names) -> int:
     """P as configured (one read)."""
-    count = (partitions_ref(db).get().to_dict() or {}).get("count")
+    count = (partitions_ref(db, names).get().to_dict() or {}).get("count")
     return count if count in CHOICES else 1
 
 
 class Known:
     """P as a process's writers know it (`counting.writepath.context.Writing`): read at most every
-    CONFIG_CACHE_TTL_S per database. A writer that
+    CONFIG_CACHE_TTL_S per database and placement (`names`). A writer that
     cannot read it takes P = 1 until the next read: stripe = home, which every partition of
     every P reads, and the task of partition 1 of 1, which, retired, wakes the current ones. A
     write never fails for this, nor goes on with a P it can no longer check."""
@@ -153,16 +154,16 @@ class Known:
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._ttl_s = ttl_s
         self._monotonic = monotonic
-        self._cache: TtlCache[tuple[str, str], int] = TtlCache(ttl_s, monotonic)
+        self._cache: TtlCache[tuple[str, str, str], int] = TtlCache(ttl_s, monotonic)
 
-    def count(self, db: firestore.Client) -> int:
-        key = (db.project, getattr(db, "_database", "(default)"))
+    def count(self, db: firestore.Client, names: Names) -> int:
+        key = (db.project, getattr(db, "_database", "(default)"), names.internal)
         known = self._cache.get(key)
         if known is not None:
             return known
         asked = self._monotonic()
         try:
-            count = read_count(db)
+            count = read_count(db, names)
         except Exception as error:
             log.warning("could not read the rollup's partitions (taking 1): %r", error)
             count = 1

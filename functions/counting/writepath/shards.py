@@ -24,6 +24,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from counting.foundation import config, encoding, writes
+from counting.foundation.config import Names
 from counting.foundation.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from counting.writepath import partitions
 from counting.writepath.context import Writing
@@ -58,7 +59,7 @@ def shard_write(writing: Writing, db: firestore.Client, shard: firestore.Documen
     """A write adding `by` to `shard`, with `extra` fields. `updated_at` and `stripe` feed the
     rollup query of the partition that owns it (`counting.writepath.partitions`), `writes` (one
     more per write, whatever `by`) is how the rollup measures the write rate."""
-    home = partitions.home_of_shard(shard)
+    home = partitions.home_of_shard(shard, writing.names)
     return ShardWrite(shard, home, {
         "count": firestore.Increment(by),
         "writes": firestore.Increment(1),
@@ -137,7 +138,7 @@ def settle(writing: Writing, db: firestore.Client, written: Iterable[Landed]) ->
         writing.after_write(db, last, {write.home for write in written})
 
 
-def marker_landed(db: firestore.Client, marker: Snapshot) -> list[Landed]:
+def marker_landed(db: firestore.Client, names: Names, marker: Snapshot) -> list[Landed]:
     """The shard writes a marker's commit made, as `settle` takes them: each marker records its
     shards and its commit's server timestamp; the commit time is its version (a marker is
     created, or rewritten at a version, by the commit that wrote its shards)."""
@@ -146,7 +147,7 @@ def marker_landed(db: firestore.Client, marker: Snapshot) -> list[Landed]:
     if committed is None:
         return []
     refs = [db.document(path) for path in data.get("shards") or ()]
-    return [Landed(ref, partitions.home_of_shard(ref), stamped, committed) for ref in refs]
+    return [Landed(ref, partitions.home_of_shard(ref, names), stamped, committed) for ref in refs]
 
 
 # What a request's checks refuse before it writes (bounds, writers, a counter that took a
@@ -162,10 +163,10 @@ def applied_before(writing: Writing, db: firestore.Client, uid: str,
     its marker does. One read, only for a refused request with a `request_id`."""
     if request_id is None:
         return False
-    marker = request_marker_ref(db, uid, request_id).get()
+    marker = request_marker_ref(db, writing.names, uid, request_id).get()
     if not marker.exists:
         return False
-    settle(writing, db, marker_landed(db, marker))
+    settle(writing, db, marker_landed(db, writing.names, marker))
     return True
 
 
@@ -179,7 +180,8 @@ def commit_marked(writing: Writing, db: firestore.Client, shard_writes: list[Sha
     writes are touched if they straddled: whoever made them may have lost the answer before
     touching."""
     batch = db.batch()
-    marker = None if request_id is None else request_marker_ref(db, uid, request_id)
+    marker = None if request_id is None else request_marker_ref(db, writing.names, uid,
+                                                                request_id)
     if marker is not None:
         encoding.create(batch, marker, request_marker_fields(
             uid, request_id or "", counters,
@@ -196,18 +198,18 @@ def commit_marked(writing: Writing, db: firestore.Client, shard_writes: list[Sha
         except gexc.AlreadyExists as error:
             with writes.finding_out(error, request_id=request_id):
                 found = marker.get()
-            settle(writing, db, marker_landed(db, found))
+            settle(writing, db, marker_landed(db, writing.names, found))
             return nonce_of(found) == nonce
     settle(writing, db, landed(shard_writes, results))
     return True
 
 
-def request_marker_ref(db: firestore.Client, uid: str,
+def request_marker_ref(db: firestore.Client, names: Names, uid: str,
                        request_id: str) -> firestore.DocumentReference:
     """The marker document that makes a request id count once per user: its id hashes (uid,
     request_id), since uids may hold characters a document id cannot."""
     key = hashlib.sha256(f"{uid}\0{request_id}".encode()).hexdigest()
-    return db.collection(config.REQUESTS).document(key)
+    return db.collection(names.requests).document(key)
 
 
 def request_marker_fields(uid: str, request_id: str, counters: list[str],
@@ -219,10 +221,11 @@ def request_marker_fields(uid: str, request_id: str, counters: list[str],
             config.EXPIRES_AT: dt.datetime.now(dt.UTC) + config.REQUEST_MARKER_TTL}
 
 
-def applied_at(db: firestore.Client, uid: str, request_id: str) -> dt.datetime | None:
+def applied_at(db: firestore.Client, names: Names, uid: str,
+               request_id: str) -> dt.datetime | None:
     """When this user's request was applied (its marker was created in the same commit as the
     shard write), or None if it was not (or has expired)."""
-    snapshot = request_marker_ref(db, uid, request_id).get()
+    snapshot = request_marker_ref(db, names, uid, request_id).get()
     if not snapshot.exists:
         return None
     return commit_time_of(snapshot.create_time, (snapshot.to_dict() or {}).get("at"))

@@ -30,6 +30,7 @@ from firebase_admin import functions as admin_functions
 from google.cloud import firestore
 
 from counting.foundation import config
+from counting.foundation.config import Placement
 from counting.writepath import partitions
 from counting.writepath.partitions import Part
 
@@ -54,14 +55,15 @@ def task_id(slot: int, part: Part = partitions.WHOLE) -> str:
     return f"{hashlib.sha256(name.encode()).hexdigest()[:8]}-{name}"
 
 
-def enqueue_tick(db: firestore.Client, reason: str, part: Part = partitions.WHOLE,
-                 slot: int | None = None) -> bool:
-    """Enqueue an invocation of `part`'s tick function for `db`'s project (Cloud Tasks; the
+def enqueue_tick(db: firestore.Client, placement: Placement, reason: str,
+                 part: Part = partitions.WHOLE, slot: int | None = None) -> bool:
+    """Enqueue an invocation of `part`'s tick function, as the backend at `placement` deploys it,
+    for `db`'s project (Cloud Tasks; the
     emulator's when CLOUD_TASKS_EMULATOR_HOST is set): for `slot`, named for it and scheduled at
     its end (False when that task exists already), or else at once. The task body is the
     callable envelope `{"data": ...}` the task function reads."""
     queue = admin_functions.task_queue(
-        f"locations/{config.REGION}/functions/{config.PLACEMENT.function_id(part.function)}",
+        f"locations/{config.REGION}/functions/{placement.function_id(part.function)}",
         app=_app(db.project))
     options = admin_functions.TaskOptions(dispatch_deadline_seconds=config.ROLLUP_TIMEOUT_S)
     if slot is not None:
@@ -163,8 +165,8 @@ class Never:
         return False
 
 
-def cloud_tasks(known: partitions.Known) -> Waker:
-    """The deployed waker: its tasks go to Cloud Tasks (`enqueue_tick`), for the partitions of P
-    as `known` has it."""
-    return Waker(lambda target, part, slot: enqueue_tick(target, "write", part, slot),
-                 count=known.count)
+def cloud_tasks(known: partitions.Known, placement: Placement) -> Waker:
+    """The deployed waker of the backend at `placement`: its tasks go to Cloud Tasks
+    (`enqueue_tick`), for the partitions of P as `known` has it."""
+    return Waker(lambda target, part, slot: enqueue_tick(target, placement, "write", part, slot),
+                 count=lambda target: known.count(target, placement.names))

@@ -15,6 +15,7 @@ from google.cloud import firestore
 
 from counting.features.trends.buckets import expiry, minute_id, minute_of
 from counting.foundation import config
+from counting.foundation.config import Names
 from counting.foundation.kinds import Window
 from counting.writepath import shards
 
@@ -54,9 +55,9 @@ def track(
     distinct = list(dict.fromkeys(tags))
     minute = minute_of(now or writing.clock.now())
     expires_at = expiry("1h", minute)
-    buckets = db.collection(config.TREND_MINUTES)
+    buckets = db.collection(ctx.names.trend_minutes)
     ids = [minute_id(region, minute, tag) for tag in distinct]
-    refs = [buckets.document(bucket).collection(config.SHARDS).document(
+    refs = [buckets.document(bucket).collection(ctx.names.shards).document(
         str(writing.rng.randrange(config.TREND_SHARDS))) for bucket in ids]
     shard_writes = [shards.shard_write(writing, db, shard, 1, creates=True, region=region,
                                        tag=tag, minute=minute, **{config.EXPIRES_AT: expires_at})
@@ -68,10 +69,11 @@ def track(
     return len(distinct) if applied else 0
 
 
-def top_tags(db: firestore.Client, region: str | None, k: int, window: Window) -> TopTags:
+def top_tags(db: firestore.Client, names: Names, region: str | None, k: int,
+             window: Window) -> TopTags:
     """The first k of the list the rollup maintains: one document read."""
     scope = region or config.GLOBAL_SCOPE
-    snapshot = db.collection(config.TRENDS).document(scope).get()
+    snapshot = db.collection(names.trends).document(scope).get()
     data = snapshot.to_dict() or {}
     section = (data.get("windows") or {}).get(window) or {}
     items = [TagCount(tag=str(item["tag"]), count=int(item["count"]))
