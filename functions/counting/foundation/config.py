@@ -56,7 +56,7 @@ PACED = "paced"  # counters/{id}/paced/{user}: a `min_interval_s` counter's last
 
 # Sizing: shards = ceil(expected_rate / (shard_write_rate * target_utilisation)), clamped.
 # Without a hint a counter is sized for DEFAULT_EXPECTED_RATE.
-DEFAULT_EXPECTED_RATE = 5.0  # -> 10 shards
+DEFAULT_EXPECTED_RATE = 1.0  # -> 2 shards; the autoscaler follows the measured load
 # Every counter document carries `min_shards`/`max_shards`, written at creation with these
 # defaults; an operator may change them server-side (min == max pins the shard count).
 DEFAULT_MIN_SHARDS = 1
@@ -112,7 +112,7 @@ REQUEST_MARKER_TTL = dt.timedelta(hours=24)
 # transaction (270 s), the longest any commit can follow the start of its request; a blind
 # write is a single commit and far shorter. Reading a shard twice is harmless (its values are
 # absolute).
-CHANGE_OVERLAP_S = 1.0
+CHANGE_OVERLAP_S = 0.5
 SHARD_TOUCH_AFTER_S = CHANGE_OVERLAP_S / 2  # half: the truncation of instants costs nothing then
 SHARD_TOUCH_ATTEMPTS = 3
 ROLLUP_SWEEP_EVERY_S = 50.0  # below a minute: every scheduled housekeeping tick sweeps
