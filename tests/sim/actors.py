@@ -44,12 +44,13 @@ from counting.features import (
     shard_choice,
     trends,
 )
-from counting.features.context import Context
+from counting.features.context import RETURNING_TTL_S, Context
 from counting.foundation import config
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import audit, cadence, repartition
 from counting.writepath import partitions, waking
+from counting.writepath.caching import TtlCache
 from counting.writepath.context import Writing
 from counting.writepath.partitions import Part
 from counting.writepath.policy import Policy
@@ -173,7 +174,8 @@ class Stage:
         """A process's context: the run's writing, and caches of its own on the virtual clock."""
         clock = self.sim.monotonic
         return Context(writing=self.write_context, configs=shard_choice.ConfigCache(clock=clock),
-                       picker=picker, sequences=sequences.SequenceCache(clock=clock))
+                       picker=picker, sequences=sequences.SequenceCache(clock=clock),
+                       returning=TtlCache(RETURNING_TTL_S, clock=clock))
 
 
 @dataclass

@@ -29,7 +29,7 @@ def test_sizing_without_a_hint_uses_the_default_rate() -> None:
     """No expected_rate sizes for the documented default load."""
     default = math.ceil(config.DEFAULT_EXPECTED_RATE / (config.AUTOSCALE.shard_write_rate
                                                         * config.AUTOSCALE.target_utilisation))
-    assert shards_for(None) == default == 2
+    assert shards_for(None) == default == 4
 
 
 @given(st.integers(min_value=1, max_value=50), st.integers(min_value=0, max_value=2**32))

@@ -98,7 +98,7 @@ QUOTED: list[tuple[str, str, str, Callable[[Any], float] | None]] = [
     (API, "| region | `a-z 0-9 -` | 1..64", CONFIG + "MAX_REGION_CHARS", None),
     (API, "| `shards` | integer 1..1000", CONFIG + "MAX_SHARDS", None),
     (API, "number 0..1,000,000", CONFIG + "MAX_EXPECTED_RATE", None),
-    (API, "(writes/s) | 1 |", CONFIG + "DEFAULT_EXPECTED_RATE", None),
+    (API, "(writes/s) | 2 |", CONFIG + "DEFAULT_EXPECTED_RATE", None),
     (API, "`max_shards` (1000)", CONFIG + "DEFAULT_MAX_SHARDS", None),
     (API, "\\|by\\| <= 1,000,000,000", CONFIG + "MAX_ABS_BY", None),
     (API, "list of 1..500 objects", CONFIG + "MAX_BATCH", None),

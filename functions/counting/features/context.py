@@ -6,25 +6,30 @@ it as its first argument."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from counting.features.sequences import SequenceCache
 from counting.features.shard_choice import ConfigCache, ShardPicker
 from counting.foundation.clock import SYSTEM, Clock
 from counting.foundation.config import Names, Placement, Protections
 from counting.writepath import partitions, waking
+from counting.writepath.caching import TtlCache
 from counting.writepath.context import Writing
+
+RETURNING_TTL_S = 60.0  # how long a paced counter's last request is taken as a hint
 
 
 @dataclass(frozen=True, kw_only=True)
 class Context:
     """The write path's context (`writing`), the cache of counter configurations, the shard
-    picker and the cache of sequence configurations."""
+    picker, the cache of sequence configurations and the paced counters' hints."""
 
     writing: Writing
     configs: ConfigCache
     picker: ShardPicker
     sequences: SequenceCache
+    # Per paced counter: whether its last request here found the user's pacing marker.
+    returning: TtlCache[str, bool] = field(default_factory=lambda: TtlCache(RETURNING_TTL_S))
 
     @property
     def placement(self) -> Placement:
@@ -38,7 +43,8 @@ class Context:
     def of(cls, writing: Writing) -> Context:
         """A context around `writing`, with caches of its own on `writing`'s clock."""
         return cls(writing=writing, configs=ConfigCache(clock=writing.clock.monotonic),
-                   picker=ShardPicker(), sequences=SequenceCache(clock=writing.clock.monotonic))
+                   picker=ShardPicker(), sequences=SequenceCache(clock=writing.clock.monotonic),
+                   returning=TtlCache(RETURNING_TTL_S, clock=writing.clock.monotonic))
 
     @classmethod
     def for_process(cls, *, placement: Placement, waker: waking.AfterWrite | None = None,

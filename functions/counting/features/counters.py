@@ -201,9 +201,19 @@ def increment(
             settle(writing, db, landed([write], results))
             committed: dt.datetime = results[-1].update_time
             return committed
-        return Guarded(writing, db, counter, write, by=by, uid=uid, request_id=request_id,
-                       nonce=nonce, unique=policy.unique,
-                       interval_s=policy.min_interval_s if paced else 0).apply()
+        guarded = Guarded(writing, db, counter, write, by=by, uid=uid, request_id=request_id,
+                          nonce=nonce, unique=policy.unique,
+                          interval_s=policy.min_interval_s if paced else 0)
+        if not paced:
+            return guarded.apply()
+        # A paced counter's users mostly come back, or mostly come once: the last request
+        # here tells which, so that a returning user's marker is read first (a read and a
+        # commit) rather than found by a failed create (a commit, a read and a commit).
+        try:
+            return guarded.apply(read_first=ctx.returning.get(counter) is True)
+        finally:
+            if guarded.pacing is not None or guarded.created_pacing:
+                ctx.returning.put(counter, guarded.pacing is not None and guarded.pacing.exists)
 
     return with_fresh_config(attempt, ctx.configs, [counter])
 
@@ -227,8 +237,13 @@ class Guarded:
                                                                          request_id)
         self.voter: Snapshot | None = None  # the voter as last read (None: not read)
         self.pacing: Snapshot | None = None  # the pacing marker as last read (None: not read)
+        self.created_pacing = False  # a commit created the pacing marker, unread
 
-    def apply(self) -> dt.datetime | None:
+    def apply(self, *, read_first: bool = False) -> dt.datetime | None:
+        """The increment; `read_first`: read the pacing marker before the first attempt (the
+        user is probably returning)."""
+        if self.interval_s and read_first:
+            self.pacing = paced_ref(self.db, self.writing.names, self.counter, self.uid).get()
         if self.unique and self.by < 0:
             # An un-like rewrites the voter at the version read: a like must be there to take.
             self.voter = voter_ref(self.db, self.writing.names, self.counter, self.uid).get()
@@ -246,6 +261,7 @@ class Guarded:
                 if isinstance(error, gexc.NotFound):
                     raise  # the shard was folded away: `with_fresh_config` writes once more
                 continue
+            self.created_pacing = bool(self.interval_s) and self.pacing is None
             settle(self.writing, self.db, landed([self.write], results))
             committed: dt.datetime = results[-1].update_time
             return committed

@@ -56,7 +56,7 @@ PACED = "paced"  # counters/{id}/paced/{user}: a `min_interval_s` counter's last
 
 # Sizing: shards = ceil(expected_rate / (shard_write_rate * target_utilisation)), clamped.
 # Without a hint a counter is sized for DEFAULT_EXPECTED_RATE.
-DEFAULT_EXPECTED_RATE = 1.0  # -> 2 shards; the autoscaler follows the measured load
+DEFAULT_EXPECTED_RATE = 2.0  # -> 4 shards; the autoscaler follows the measured load
 # Every counter document carries `min_shards`/`max_shards`, written at creation with these
 # defaults; an operator may change them server-side (min == max pins the shard count).
 DEFAULT_MIN_SHARDS = 1
