@@ -158,7 +158,7 @@ def rate_of(work: Callable[[], None], clients: int, per_client: int) -> float:
     return clients * per_client / (time.monotonic() - started)
 
 
-def write_path(clients: int = 16, per_client: int = 100, rounds: int = 3) -> dict[str, Any]:
+def write_path(clients: int = 16, per_client: int = 100, rounds: int = 5) -> dict[str, Any]:
     """Domain `increment` in-process vs a bare Increment on a shard; then the callable.
 
     The in-process comparison runs on a project of its own: the stack's rollup loop would

@@ -192,6 +192,7 @@ def counters() -> None:
     run_group("counters", [("rollup_lag", counter_bench.rollup_lag),
                            ("rollup_cost", counter_bench.rollup_cost),
                            ("write_path", counter_bench.write_path),
+                           ("write_profile", counter_bench.write_profile),
                            ("read_cost", counter_bench.read_cost),
                            ("listener", counter_bench.listener_bytes)], plot_counters)
 
@@ -202,12 +203,30 @@ def autoscale() -> None:
               lambda results: plot_step_load(results["step_load"]))
 
 
+def plot_sequences(figures: dict[str, Any]) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bars = {"number": figures["domain_numbers_per_s"],
+            "bare Increment": figures["bare_increments_per_s"],
+            "number with\nrequest_id": figures["domain_with_request_id_per_s"],
+            f"{figures['many_tenants']['tenants']} tenants\n(aggregate)":
+                figures["many_tenants"]["aggregate_numbers_per_s"]}
+    if figures["redis_incr_per_s"] is not None:
+        bars["Redis INCR"] = figures["redis_incr_per_s"]
+    drawn = ax.bar(list(bars), list(bars.values()))
+    ax.bar_label(drawn, fmt="%.0f")
+    ax.set(title=f"Sequence numbers/s, {figures['clients']} clients on one tenant",
+           ylabel="per second")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "sequences.png", dpi=100)
+
+
 def sequences() -> None:
     print("== sequences", flush=True)
     figures = sequence_bench.run()
     print(json.dumps(figures, indent=2), flush=True)
     save("sequences", figures)
-    print(f"saved {RESULTS / 'sequences.json'}")
+    plot_sequences(figures)
+    print(f"saved sequences.json and its plot under {RESULTS}")
 
 
 def trends() -> None:
