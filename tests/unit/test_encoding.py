@@ -98,3 +98,11 @@ def test_each_write_lands_in_a_client_batch_as_the_client_adds_it() -> None:
 def test_a_field_path_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match="not a plain field name"):
         encoded(REF, {name: 1}, "update")
+
+
+@pytest.mark.parametrize("value", [{}, {"b": 1}])
+def test_a_map_is_refused(value: dict[str, Any]) -> None:
+    """The client merges a map's fields one by one (`set(merge=True)`), which a plain value
+    would not: the write paths send none."""
+    with pytest.raises(ValueError, match="a map is not a plain value"):
+        encoded(REF, {"a": value}, "merge")

@@ -74,6 +74,8 @@ def encoded(ref: firestore.DocumentReference, fields: dict[str, Any],
     for name, value in sorted(fields.items()):
         if not _FIELD_NAME.fullmatch(name):
             raise ValueError(f"not a plain field name: {name!r}")
+        if isinstance(value, dict):  # the client merges maps field by field: not this
+            raise ValueError(f"{name!r}: a map is not a plain value")
         if isinstance(value, Increment):
             _set_value(pb.update_transforms.add(field_path=name).increment, value.value)
         elif value is firestore.SERVER_TIMESTAMP:
