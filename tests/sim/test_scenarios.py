@@ -15,7 +15,7 @@ from counting.features import counter_refs, counters
 from counting.features.context import Context
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Names, Protections
-from counting.foundation.errors import PermissionDenied
+from counting.foundation.errors import PermissionDenied, ResourceExhausted
 from counting.rollup import folding, repartition
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Limits, Rollup, TickStats
@@ -599,3 +599,29 @@ def test_a_retry_after_the_policy_narrowed_is_not_refused() -> None:
                                         uid="u", admin=False))
     scene.at(t + 1)
     assert scene.shards("bounded") == 10
+
+
+@pytest.mark.parametrize("returning", [False, True])
+def test_a_retry_of_an_applied_paced_request_is_not_too_soon(returning: bool) -> None:
+    """A paced counter's user whose request counted retries it (its answer was lost): a retry
+    that changes nothing, not RESOURCE_EXHAUSTED, whether the process reads the user's marker
+    first (`returning`: its last request here found one) or creates it blind."""
+    scene = Scene()
+    counters.create_counter(scene.ctx, scene.db, "views", shards=2,
+                            policy=Policy(min_interval_s=60))
+    scene.at(1)
+    applied = counters.increment(scene.ctx, scene.db, "views", 1, request_id="r1", uid="u",
+                                 admin=False)
+    assert applied is not None
+    scene.at(2)
+    if returning:  # another request of the user, too soon: the process now reads first
+        with pytest.raises(ResourceExhausted):
+            counters.increment(scene.ctx, scene.db, "views", 1, request_id="r2", uid="u",
+                               admin=False)
+        assert scene.ctx.returning.get("views") is True
+    scene.at(3)
+    assert counters.increment(scene.ctx, scene.db, "views", 1, request_id="r1", uid="u",
+                              admin=False) is None
+    with pytest.raises(ResourceExhausted):
+        counters.increment(scene.ctx, scene.db, "views", 1, request_id="r3", uid="u",
+                           admin=False)

@@ -10,7 +10,7 @@ from collections import Counter
 from counting.features.counters import shards_for
 from counting.features.shard_choice import CounterConfig, ShardPicker
 from counting.foundation import config
-from counting.writepath.shards import commit_time_of
+from counting.writepath.shards import MARKER_COMMIT_SLACK_S, commit_time_of
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -59,11 +59,11 @@ STAMPED = dt.datetime(2026, 11, 24, 12, 0, 0, 968000, tzinfo=dt.UTC)
 
 
 def test_a_retry_answers_its_markers_create_time_the_commit_time() -> None:
-    """A marker's create time is its commit's when it comes within CHANGE_OVERLAP_S of the
+    """A marker's create time is its commit's when it comes within MARKER_COMMIT_SLACK_S of the
     server timestamp the commit stored (and when the marker stored none)."""
     committed = STAMPED + dt.timedelta(milliseconds=42)
     assert commit_time_of(committed, STAMPED) == committed
-    overlap = STAMPED + dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
+    overlap = STAMPED + dt.timedelta(seconds=MARKER_COMMIT_SLACK_S)
     assert commit_time_of(overlap, STAMPED) == overlap
     assert commit_time_of(committed, None) == committed
 

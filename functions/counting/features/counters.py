@@ -211,6 +211,12 @@ def increment(
         # commit) rather than found by a failed create (a commit, a read and a commit).
         try:
             return guarded.apply(read_first=ctx.returning.get(counter) is True)
+        except ResourceExhausted:
+            # Too soon by the marker read first, which this very request may have set: a retry
+            # of an applied request is answered as applied, as a failed create would find.
+            if applied_before(writing, db, uid, request_id):
+                return None
+            raise
         finally:
             if guarded.pacing is not None or guarded.created_pacing:
                 ctx.returning.put(counter, guarded.pacing is not None and guarded.pacing.exists)

@@ -231,14 +231,20 @@ def applied_at(db: firestore.Client, names: Names, uid: str,
     return commit_time_of(snapshot.create_time, (snapshot.to_dict() or {}).get("at"))
 
 
+# How long after the server timestamp a marker's commit stored its create time may come and
+# still be taken as that commit's (`commit_time_of`): a commit is far quicker, an import later.
+MARKER_COMMIT_SLACK_S = 1.0
+
+
 def commit_time_of(created: dt.datetime, stamped: dt.datetime | None) -> dt.datetime:
     """The commit time of a marker's creation: its create time, unless that is more than
-    CHANGE_OVERLAP_S after the server timestamp the commit stored in it (taken as the commit's
-    request started). Then the create time may not be the commit's: an import re-creates each
-    document, fields unchanged, at the import time (the emulator's, on a `make dev` restart).
+    MARKER_COMMIT_SLACK_S after the server timestamp the commit stored in it (taken as the
+    commit's request started). Then the create time may not be the commit's: an import
+    re-creates each document, fields unchanged, at the import time (the emulator's, on a
+    `make dev` restart).
     The stored timestamp stands in, earlier than the commit by the commit's delay (docs/api.md,
     `increment`). A marker from before markers stored it has its create time only."""
-    if stamped is None or created - stamped <= dt.timedelta(seconds=config.CHANGE_OVERLAP_S):
+    if stamped is None or created - stamped <= dt.timedelta(seconds=MARKER_COMMIT_SLACK_S):
         return created
     return stamped
 
