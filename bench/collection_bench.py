@@ -32,6 +32,9 @@ from counting.foundation.config import Names
 from counting.rollup import cadence
 from google.cloud import firestore
 
+# This repository's collection counters (functions/declarations.json).
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+
 NAMES = Names()  # the collection ids of the default placement, which these run on
 
 RATE = 300.0
@@ -42,7 +45,7 @@ PARENTS = 50
 SECONDS = float(os.environ.get("COLLECTION_S", 60))
 WRITERS = 24
 SETTLE_S = 600.0
-COMMENTS = declarations.DECLARATIONS[0]
+COMMENTS = OWN.declarations[0]
 
 
 class Publishes:

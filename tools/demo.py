@@ -67,7 +67,7 @@ def seed(project: str) -> None:
     seed_documents(db)
     # The triggers count what was just created; a backfill counts anything they missed (written
     # before the Functions emulator was ready) and nothing twice.
-    for watch in declarations.WATCHES:
+    for watch in declarations.Declared.of_codebase(declarations.CODEBASE).watches:
         collections.backfill(collections.Counting(ctx, db, watch))
 
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import flask
 from counting.features.context import Context
+from counting.features.declarations import Declared
 from counting.foundation import config
 from counting.foundation.errors import (
     Aborted,
@@ -62,6 +63,12 @@ def placement() -> config.Placement:
     """Where this codebase's backend lives, as its PLACEMENT_FILE says: read once, by main.py
     before anything else (PlacementError without the file: the functions do not start)."""
     return config.Placement.read(CODEBASE)
+
+
+@functools.cache
+def declared() -> Declared:
+    """The codebase's collection counters (declarations.json beside main.py)."""
+    return Declared.of_codebase(CODEBASE, placement())
 
 
 @functools.cache

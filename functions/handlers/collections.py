@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, cast
 
 from cloudevents.http import CloudEvent
-from counting.features import collections, declarations
+from counting.features import collections
 from counting.features.collections import Counting, Observed, Watch
 from counting.foundation import config
 from counting.foundation.errors import Aborted, OutcomeUnknown
@@ -28,7 +28,7 @@ from google.api_core import exceptions as gexc
 from google.cloud.firestore import DocumentSnapshot
 from google.events.cloud.firestore import DocumentEventData
 
-from handlers import context, db, placement, watched_db
+from handlers import context, db, declared, placement, watched_db
 
 Event: TypeAlias = "firestore_fn.Event[Change[DocumentSnapshot[Any] | None]]"
 log = logging.getLogger(__name__)
@@ -105,5 +105,5 @@ def trigger(watch: Watch) -> Callable[[CloudEvent], None]:
 
 # Trigger name -> function; main.py exports each under its name.
 TRIGGERS: dict[str, Callable[[CloudEvent], None]] = {
-    watch.function_name: trigger(watch) for watch in declarations.WATCHES
+    watch.function_name: trigger(watch) for watch in declared().watches
 }

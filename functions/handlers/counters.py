@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from counting.features import counters, declarations
+from counting.features import counters
 from counting.foundation import inputs, kinds
 from counting.foundation.errors import InvalidArgument
 from counting.writepath import policy, shards
@@ -16,6 +16,7 @@ from handlers import (
     client_callable,
     context,
     db,
+    declared,
     is_admin,
     placement,
     require_admin,
@@ -28,7 +29,7 @@ def create_counter(req: Request) -> dict[str, Any]:
     require_admin(req)
     data = inputs.payload(req.data, {"counter", "shards", "expected_rate", "strategy", "policy"})
     counter = inputs.counter_id(inputs.required(data, "counter"))
-    declarations.check_plain(counter)
+    declared().check_plain(counter)
     created = counters.create_counter(
         context(),
         db(),

@@ -45,6 +45,9 @@ from google.cloud import firestore
 
 from tests.waiting import eventually
 
+# This repository's collection counters (functions/declarations.json).
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+
 FIXTURE = Path(__file__).parent / "host"
 NODE_FIXTURE = Path(__file__).parent / "node-host"
 # `make adopt` installs the Node host's packages here (npm ci); copies link to them.
@@ -111,7 +114,7 @@ def deploys(host: Path) -> dict[str, Any]:
 def the_installs_functions() -> set[str]:
     """The install's function ids: the backend's, prefixed, without the demo's collection
     triggers (an install declares none)."""
-    demo = {watch.function_name for watch in declarations.WATCHES}
+    demo = {watch.function_name for watch in OWN.watches}
     return {f"counters-{name}" for name in main.__all__ if name not in demo}
 
 

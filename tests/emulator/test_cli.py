@@ -30,6 +30,9 @@ from ..tables import table_rows
 from ..waiting import eventually
 from .test_cadence import rollup_count, ticked_by_a_write
 
+# This repository's collection counters (functions/declarations.json).
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+
 NAMES = Names()  # the collection ids of the default placement, which these run on
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,7 +270,7 @@ def test_backfill_counts_documents_once_and_refuses_direct_writes(
         f"Error: counter: '{counter}' is a collection counter (declaration 'orders'): it "
         "counts documents, it cannot be reset")
     with pytest.raises(NotFound) as unknown:
-        declarations.watch_of("nope")
+        OWN.watch_of("nope")
     assert run("backfill", "nope", code=1).stderr.splitlines()[-1] == f"Error: {unknown.value}"
     assert counters.get_count(db, NAMES, counter, "strong").count == 1
 

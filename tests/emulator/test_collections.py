@@ -33,11 +33,14 @@ from google.protobuf import timestamp_pb2
 
 from ..waiting import eventually
 
+# This repository's collection counters (functions/declarations.json).
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+
 NAMES = Names()  # the collection ids of the default placement, which these run on
 
-COMMENTS, ORDERS, REVENUE = declarations.DECLARATIONS
-ORDERS_WATCH = declarations.watch_of("orders")
-COMMENTS_WATCH = declarations.watch_of("comments")
+COMMENTS, ORDERS, REVENUE = OWN.declarations
+ORDERS_WATCH = OWN.watch_of("orders")
+COMMENTS_WATCH = OWN.watch_of("comments")
 # A trigger's event reaches the rollup within seconds; the first event also starts a worker.
 PUBLISHED_S = 60.0
 

@@ -63,6 +63,9 @@ from .history import Answer, Call, History, Request
 from .model import Attempt, Model, Path, Snapshot, Version
 from .virtual import Actor, Sim, micros
 
+# This repository's collection counters (functions/declarations.json).
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+
 NAMES = Names()  # the collection ids of the default placement, which these run on
 
 # Autoscaling fast enough that a run of a few minutes grows, shrinks and folds shards.
@@ -87,7 +90,7 @@ STATUSES = ("new", "paid", "shipped")
 # Tenants: one whose business day starts during a run (its day is opened while numbers land).
 TENANTS = {"t-utc": ("UTC", "12:01"), "t-ny": ("America/New_York", "00:00")}
 CLIENT_CALLS = 3  # a client's calls of one request with a request_id, or an admin's
-ORDERS = next(w for w in declarations.WATCHES if w.documents == "orders/{order}")
+ORDERS = next(w for w in OWN.watches if w.documents == "orders/{order}")
 PARTITIONS_PATH = (config.INTERNAL, partitions.PARTITIONS_DOC)
 # Every partition's lease document -> the partition.
 LEASES: dict[Path, Part] = {

@@ -21,7 +21,10 @@ from google.events.cloud import firestore as events
 from hypothesis import given
 from hypothesis import strategies as st
 
-COMMENTS, ORDERS, REVENUE = declarations.DECLARATIONS
+# This repository's collection counters (functions/declarations.json).
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+
+COMMENTS, ORDERS, REVENUE = OWN.declarations
 ORDER_DECLARATIONS = [ORDERS, REVENUE]
 POST = "posts/p1/comments/c1"
 ORDER = "orders/o1"
@@ -251,14 +254,14 @@ def test_malformed_declarations_are_refused(fields: dict[str, Any]) -> None:
 def test_the_demo_declarations_make_two_triggers() -> None:
     """One watch per pattern; names are unique and the ids they keep are recognised."""
     assert [(w.function_name, [d.name for d in w.declarations])
-            for w in declarations.WATCHES] == [("count_posts_comments", ["comments"]),
+            for w in OWN.watches] == [("count_posts_comments", ["comments"]),
                                                ("count_orders", ["orders", "revenue"])]
     with pytest.raises(InvalidArgument, match="twice"):
         collections.watches([ORDERS, ORDERS])
-    assert declarations.owner("revenue:paid") == "revenue"
-    assert declarations.owner("likes") is None
+    assert OWN.owner("revenue:paid") == "revenue"
+    assert OWN.owner("likes") is None
     with pytest.raises(FailedPrecondition):
-        declarations.check_plain("comments:p1")
+        OWN.check_plain("comments:p1")
 
 
 def test_collection_counters_refuse_direct_writes() -> None:
@@ -332,7 +335,7 @@ def test_a_trigger_retries_transient_failures_and_gives_up_on_others(
     from google.api_core import exceptions as gexc
 
     api = importlib.import_module("handlers.collections")
-    watch = declarations.WATCHES[0]
+    watch = OWN.watches[0]
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", "127.0.0.1:1")
     slept: list[float] = []
     down: Exception = gexc.ServiceUnavailable("down")  # type: ignore[no-untyped-call]

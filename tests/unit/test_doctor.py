@@ -22,6 +22,9 @@ from counting.features import declarations
 from counting.foundation import config
 from firebase_functions.private import serving
 
+# This repository's collection counters (functions/declarations.json).
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = Path(__file__).parent / "doctor"
 PROJECT = "my-shop"
@@ -56,7 +59,7 @@ def the_installs_endpoints() -> dict[str, Json]:
     """The install's deploy manifest: the backend's, without the demo's collection triggers
     (an install declares none), ids prefixed as firebase.json's codebase prefix makes them."""
     found = yaml.safe_load(serving.functions_as_yaml({n: getattr(main, n) for n in main.__all__}))
-    demo = {watch.function_name for watch in declarations.WATCHES}
+    demo = {watch.function_name for watch in OWN.watches}
     return {INSTALL.function_id(name): endpoint
             for name, endpoint in found["endpoints"].items() if name not in demo}
 

@@ -16,6 +16,9 @@ from counting.writepath import partitions
 from firebase_functions.private import serving
 from handlers.task_queues import RUNTIME_SERVICE_ACCOUNT
 
+# This repository's collection counters (functions/declarations.json).
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+
 ROOT = Path(__file__).resolve().parents[2]
 CALLABLE = {"cpu": 1, "availableMemoryMb": 512, "concurrency": 80, "timeoutSeconds": 60,
             "minInstances": 0, "maxInstances": 100}
@@ -66,7 +69,7 @@ def test_only_the_rollup_runs_on_first_generation_cpu() -> None:
 def test_callables_serve_many_requests_per_instance() -> None:
     """Every client-facing callable serves at least 80 requests at once per instance."""
     callables = {n: e for n, e in endpoints().items() if "callableTrigger" in e}
-    assert len(callables) == len(main.__all__) - len(ROLLUPS) - len(declarations.WATCHES)
+    assert len(callables) == len(main.__all__) - len(ROLLUPS) - len(OWN.watches)
     assert all(e["concurrency"] >= 80 for e in callables.values())
 
 
@@ -117,12 +120,12 @@ def test_every_parameter_has_a_value_for_the_emulators_and_none_is_project_speci
 def test_collection_triggers_watch_the_declared_documents() -> None:
     """One written-document trigger per declared path pattern, on the default database."""
     found = endpoints()
-    for watch in declarations.WATCHES:
+    for watch in OWN.watches:
         trigger = found[watch.function_name]["eventTrigger"]
         assert trigger["eventType"] == "google.cloud.firestore.document.v1.written"
         assert trigger["eventFilterPathPatterns"] == {"document": watch.documents}
         assert trigger["eventFilters"]["database"] == "(default)"
-    assert {w.function_name for w in declarations.WATCHES} == {"count_orders",
+    assert {w.function_name for w in OWN.watches} == {"count_orders",
                                                                "count_posts_comments"}
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from counting.features import collections, declarations
+from counting.features import collections
 
 from .session import Session, json_option, pass_session
 
@@ -16,7 +16,7 @@ def backfill(session: Session, declaration: str, as_json: bool) -> None:
     """Count the documents DECLARATION's counters do not count yet (those written before it was
     declared, or whose event was lost), and uncount deleted ones whose event was lost. Safe
     while documents change, and to run again: a document is never counted twice."""
-    watch = declarations.watch_of(declaration)
+    watch = session.declared.watch_of(declaration)
     names = None if declaration == watch.function_name else [declaration]
     counting = collections.Counting(session.context(), session.db(), watch,
                                     source=session.watched_db())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import click
-from counting.features import counters, declarations
+from counting.features import counters
 from counting.foundation import config, inputs, kinds
 from counting.foundation.errors import OutcomeUnknown
 from rich.table import Table
@@ -28,7 +28,7 @@ def create(session: Session, counter: str, shards: int | None, expected_rate: fl
     if shards is not None and expected_rate is not None:
         raise click.UsageError("give --shards or --expected-rate, not both")
     counter = inputs.counter_id(counter)
-    declarations.check_plain(counter)
+    session.declared.check_plain(counter)
     shards = inputs.shard_count(shards)
     expected_rate = inputs.expected_rate(expected_rate)
     chosen = inputs.choice(strategy, "strategy", kinds.STRATEGIES, kinds.DEFAULT_STRATEGY)

@@ -76,18 +76,20 @@ class Session:
         # repository's functions/ (None when the command runs from a wheel).
         repository = (REPOSITORY_BACKEND / "main.py").is_file()
         self.backend: Path | None = REPOSITORY_BACKEND if repository else None
-        # Where that backend lives: the defaults (this repository's stack) unless --backend.
+        # Where that backend lives: the defaults (this repository's stack) unless --backend;
+        # its collection counters: the declarations the CLI's own backend codebase ships.
         self.placement = config.Placement()
+        self.declared = declarations.Declared.of_codebase(declarations.CODEBASE)
 
     def use_backend(self, folder: Path) -> None:
         """Operate the install in `folder`: its placement (placement.json, as its functions read
         it) and declarations, and the emulators of its host project's firebase.json."""
         try:
             placement = config.Placement.read(folder)
-            declarations.use(declarations.load(folder / declarations.FILE.name, placement))
+            declared = declarations.Declared.of_codebase(folder, placement)
         except (ValueError, CounterError) as error:
             raise click.UsageError(f"--backend: {error}") from None
-        self.placement = placement
+        self.placement, self.declared = placement, declared
         self.backend = folder.resolve()
         self.firebase_json = self.backend.parent / "firebase.json"
 

@@ -9,9 +9,10 @@ counters (comments per post, orders and revenue per status); an install starts w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,10 @@ from counting.features.collections import Declaration, Watch, watches
 from counting.foundation.config import Placement
 from counting.foundation.errors import FailedPrecondition, InvalidArgument, NotFound
 
-# Where a deployed codebase (and this repository's functions/) keeps the declarations: beside
-# main.py and its placement.json. A `counting` package installed elsewhere (the operator CLI's
-# wheel) finds none there, and reads an install's with `use(load(path, placement))`.
-FILE = Path(__file__).resolve().parents[2] / "declarations.json"
+# Where a deployed codebase keeps the declarations: beside main.py and its placement.json.
+FILE_NAME = "declarations.json"
+# This repository's functions/ (or, in the operator CLI's wheel, the backend it ships).
+CODEBASE = Path(__file__).resolve().parents[2]
 # Each pattern is a deployed function: a bound on what one file may ask for.
 MAX_DECLARATIONS = 50
 MAX_FILE_BYTES = 64 * 1024
@@ -84,38 +85,43 @@ def load(path: Path, placement: Placement) -> tuple[Declaration, ...]:
     return parse(path.read_text(), placement, str(path)) if path.exists() else ()
 
 
-DECLARATIONS: tuple[Declaration, ...] = ()
-WATCHES: tuple[Watch, ...] = ()
+@dataclass(frozen=True)
+class Declared:
+    """A backend's collection counters: its codebase's declarations and the watches (one
+    trigger each) they make. The handlers read their codebase's once (`handlers.declared`), the
+    operator CLI the install's it operates."""
 
+    declarations: tuple[Declaration, ...] = ()
 
-def use(declared: Sequence[Declaration]) -> None:
-    """Make `declared` the process's declarations (main.py's triggers are made from them)."""
-    global DECLARATIONS, WATCHES
-    DECLARATIONS = tuple(declared)
-    WATCHES = tuple(watches(DECLARATIONS))
+    @classmethod
+    def of_codebase(cls, codebase: Path, placement: Placement | None = None) -> Declared:
+        """The declarations beside a codebase's main.py, checked against its placement (read
+        from the codebase when not given: PlacementError without one); none without a file."""
+        path = codebase / FILE_NAME
+        if not path.exists():
+            return cls()
+        return cls(load(path, placement or Placement.read(codebase)))
 
+    @functools.cached_property
+    def watches(self) -> tuple[Watch, ...]:
+        return tuple(watches(self.declarations))
 
-# This codebase's own, checked against its placement (PlacementError without one).
-use(load(FILE, Placement.read(FILE.parent)) if FILE.exists() else ())
+    def owner(self, counter: str) -> str | None:
+        """The declaration whose ids `counter` has the form of, if any."""
+        return next((d.name for d in self.declarations if counter.startswith(d.owns)), None)
 
+    def watch_of(self, name: str) -> Watch:
+        """The watch that holds the declaration `name`, or whose trigger is named `name`."""
+        for watch in self.watches:
+            if name == watch.function_name or any(d.name == name for d in watch.declarations):
+                return watch
+        known = sorted({d.name for d in self.declarations}
+                       | {w.function_name for w in self.watches})
+        raise NotFound(f"no declaration {name!r}; declared: {', '.join(known) or 'none'}")
 
-def owner(counter: str) -> str | None:
-    """The declaration whose ids `counter` has the form of, if any."""
-    return next((d.name for d in DECLARATIONS if counter.startswith(d.owns)), None)
-
-
-def watch_of(name: str) -> Watch:
-    """The watch that holds the declaration `name`, or whose trigger is named `name`."""
-    for watch in WATCHES:
-        if name == watch.function_name or any(d.name == name for d in watch.declarations):
-            return watch
-    known = sorted({d.name for d in DECLARATIONS} | {w.function_name for w in WATCHES})
-    raise NotFound(f"no declaration {name!r}; declared: {', '.join(known) or 'none'}")
-
-
-def check_plain(counter: str) -> None:
-    """A counter created by hand may not take an id a declaration keeps."""
-    declared = owner(counter)
-    if declared is not None:
-        raise FailedPrecondition(f"counter: {counter!r} has the form of declaration "
-                                 f"{declared!r}'s ids: its trigger creates it")
+    def check_plain(self, counter: str) -> None:
+        """A counter created by hand may not take an id a declaration keeps."""
+        declared = self.owner(counter)
+        if declared is not None:
+            raise FailedPrecondition(f"counter: {counter!r} has the form of declaration "
+                                     f"{declared!r}'s ids: its trigger creates it")
