@@ -7,25 +7,28 @@
   partition's ledger between ticks. A task that finds another holder, or whose tick fails, fails
   and is delivered again. A partition index beyond P costs nothing: nothing enqueues to it.
 - `rollup`, scheduled by Cloud Scheduler every minute: the backstop, and the housekeeping of a
-  rollup nobody writes to, for every partition; then a run of the exactness audit
+  rollup nobody writes to, for every partition; then the sequence numbers no commit carried into
+  their records (`counting.features.sequences.record_issued`) and a run of the exactness audit
   (`counting.rollup.audit`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import logging
 import os
 from collections.abc import Callable
 from typing import cast
 
+from counting.features import sequences
 from counting.foundation import config
 from counting.rollup import audit, cadence
 from counting.writepath import partitions
 from counting.writepath.partitions import Part
 from firebase_functions import options, scheduler_fn, tasks_fn
 
-from handlers import Request, context, db
+from handlers import Request, context, db, placement
 from handlers.task_queues import RUNTIME_SERVICE_ACCOUNT, task_queue_invoker
 
 log = logging.getLogger(__name__)
@@ -65,9 +68,13 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
     try:
         holders().housekeeping(db())
     finally:
-        # The exactness audit rides on the same minute (no scheduler job of its own): a few
-        # reads. A housekeeping that failed does not keep it from its run.
-        audit.run(context().writing, db())
+        # The exactness audit and the numbers no commit carried into their records ride on the
+        # same minute (no scheduler job of their own): a few reads each. A housekeeping that
+        # failed keeps neither from its run, nor one the other.
+        try:
+            sequences.record_issued(db(), placement().names, dt.datetime.now(dt.UTC))
+        finally:
+            audit.run(context().writing, db())
 
 
 def tick_function(index: int) -> Callable[[Request], None]:

@@ -374,3 +374,35 @@ def test_a_retry_gets_the_number_a_lost_answer_carried(isolated_db: firestore.Cl
     assert sequences.next_number(ctx, db, tenant).number == 4
     doc = sequences.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
     assert doc["issued"] == 4
+
+
+def test_a_number_goes_into_its_record_with_the_next_commit_or_the_housekeeping(
+        isolated_db: firestore.Client) -> None:
+    """Numbers for request ids, in one process: each commit carries the numbers issued before
+    it into their records; the last, which no commit carried, is written by the housekeeping
+    once RECORD_AFTER_S old (read back at its record's create time), as is one whose process
+    went away. A retry gets its number either way, once."""
+    db, ctx = isolated_db, Context.offline()
+    sequences.configure_sequence(ctx, db, "shop", timezone="UTC")
+
+    def number(request_id: str, context: Context = ctx) -> int:
+        return sequences.next_number(context, db, "shop", request_id=request_id,
+                                     uid="u").number
+
+    def record(request_id: str) -> dict[str, Any]:
+        return sequences.request_ref(db, NAMES, "shop", "u", request_id).get().to_dict() or {}
+
+    assert [number(r) for r in ("a", "b", "c")] == [1, 2, 3]
+    assert [record(r).get("number") for r in ("a", "b")] == [1, 2]
+    assert record("c")["state"] == "issuing"
+    now = dt.datetime.now(dt.UTC)
+    assert sequences.record_issued(db, NAMES, now) == 0  # too young: its process's to carry
+    assert number("c") == 3  # a retry before the housekeeping reads it back, and records it
+    assert record("c")["number"] == 3
+    assert number("d") == 4
+    assert number("e", Context.offline()) == 5  # another process: "d" is not its to carry
+    assert (record("d")["state"], record("e")["state"]) == ("issuing", "issuing")
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=sequences.RECORD_AFTER_S)
+    assert sequences.record_issued(db, NAMES, later) == 2
+    assert (record("d")["number"], record("e")["number"]) == (4, 5)
+    assert (number("d"), number("e"), number("f")) == (4, 5, 6)

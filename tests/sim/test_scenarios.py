@@ -625,3 +625,4 @@ def test_a_retry_of_an_applied_paced_request_is_not_too_soon(returning: bool) ->
     with pytest.raises(ResourceExhausted):
         counters.increment(scene.ctx, scene.db, "views", 1, request_id="r3", uid="u",
                            admin=False)
+

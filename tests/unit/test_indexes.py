@@ -48,9 +48,11 @@ QUERIES = [
           ordered=(("__name__", ASC),)),
     # An aggregation reads the index of the field it sums.
     Shape(built_in="audit.shard_sum", collection="shards", ordered=(("count", ASC),)),
+    Shape(built_in="sequences.record_issued", collection="number_requests", group=True,
+          equal=frozenset({"state"})),
 ]
 # Filters and orderings written in the domain: one more means a query this list lacks.
-CLAUSES = 11
+CLAUSES = 12
 
 
 def exempted(collection: str, field: str) -> bool:
@@ -60,9 +62,14 @@ def exempted(collection: str, field: str) -> bool:
 
 def served(shape: Shape) -> bool:
     fields = set(shape.equal) | {name for name, _ in shape.ordered}
+    scope = "COLLECTION_GROUP" if shape.group else "COLLECTION"
     if len(fields) == 1 and not shape.group:
         return not exempted(shape.collection, fields.pop())  # the automatic single-field index
-    scope = "COLLECTION_GROUP" if shape.group else "COLLECTION"
+    if len(fields) == 1:  # a collection group's single-field index is declared as an override
+        field = fields.pop()
+        return any(o["collectionGroup"] == shape.collection and o["fieldPath"] == field
+                   and any(i.get("queryScope") == scope for i in o.get("indexes", []))
+                   for o in INDEXES.get("fieldOverrides", []))
     reverse = {ASC: DESC, DESC: ASC}
     for index in INDEXES["indexes"]:
         if index["collectionGroup"] != shape.collection or index["queryScope"] != scope:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from counting.features.sequences import SequenceCache
+from counting.features.sequences import SequenceCache, Unrecorded
 from counting.features.shard_choice import ConfigCache, ShardPicker
 from counting.foundation.clock import SYSTEM, Clock
 from counting.foundation.config import Names, Placement, Protections
@@ -30,6 +30,8 @@ class Context:
     sequences: SequenceCache
     # Per paced counter: whether its last request here found the user's pacing marker.
     returning: TtlCache[str, bool] = field(default_factory=lambda: TtlCache(RETURNING_TTL_S))
+    # Numbers issued for request ids here that their records do not hold yet.
+    unrecorded: Unrecorded = field(default_factory=Unrecorded)
 
     @property
     def placement(self) -> Placement:

@@ -19,8 +19,11 @@ the first request that finds the document on an older day: a compare-and-set on 
 update time (so exactly one writer opens the day) that also archives the closed day under
 `business_days/{YYYY-MM-DD}` with a TTL field. Nothing expires at the boundary.
 
-A `request_id` is claimed by creating its record in the same batch as the number's write; the
-number is then written into the record. A retry finds the record and returns that number.
+A `request_id` is claimed by creating its record in the same batch as the number's write. The
+number, known once that commit answers, goes into the record with the process's next such
+commit (`Unrecorded`: no round trip of its own); what no later commit carries (the process went
+idle, or died) the scheduled housekeeping writes (`record_issued`). Until then a retry reads it
+back from the sequence as the record's commit left it (a snapshot read at its create time).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
+import logging
+import threading
 import time
 import zoneinfo
 from collections.abc import Callable
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.types import WriteResult
 
 from counting.foundation import config, encoding, writes
@@ -48,6 +54,9 @@ from counting.writepath.context import Writing
 
 if TYPE_CHECKING:
     from counting.features.context import Context
+
+log = logging.getLogger(__name__)
+Snapshot = firestore.DocumentSnapshot[Any]
 
 # The transforms of one number and of a reset; `_transformed` reads their results back.
 _NUMBER_WRITE = {
@@ -247,7 +256,8 @@ def next_number(
         return _ticket(db, found, result, cache)
     return _number_once(ctx.writing, db, found, request_ref(db, ctx.names, tenant, uid,
                                                             request_id),
-                        uid=uid, request_id=request_id, cache=cache)
+                        uid=uid, request_id=request_id, cache=cache,
+                        unrecorded=ctx.unrecorded)
 
 
 def reset_sequence(
@@ -376,32 +386,78 @@ def _ticket(db: firestore.Client, found: SequenceConfig, result: WriteResult,
                   business_day=dt.date.fromordinal(after["day"]), epoch=after["epoch"])
 
 
+class Unrecorded:
+    """The numbers a process issued for request ids whose records do not hold them yet: its
+    next commit of a number for a request id writes up to RECORDS_PER_COMMIT of them into their
+    records, so that a record costs no round trip of its own. Writing a number into its record
+    twice writes the same values: a commit whose outcome is not known gives them back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._numbers: list[tuple[firestore.DocumentReference, Ticket]] = []
+
+    def take(self) -> list[tuple[firestore.DocumentReference, Ticket]]:
+        with self._lock:
+            taken = self._numbers[:RECORDS_PER_COMMIT]
+            del self._numbers[:RECORDS_PER_COMMIT]
+        return taken
+
+    def add(self, *numbers: tuple[firestore.DocumentReference, Ticket]) -> None:
+        with self._lock:
+            self._numbers.extend(numbers)
+            del self._numbers[:-MAX_UNRECORDED]  # the housekeeping records what is dropped
+
+
+RECORDS_PER_COMMIT = 8  # numbers carried into their records by one commit of a number
+MAX_UNRECORDED = 1000  # numbers a process holds for its next commits, at most
+
+
 def _number_once(writing: Writing, db: firestore.Client, found: SequenceConfig,
-                 record: firestore.DocumentReference, *, uid: str,
-                 request_id: str, cache: SequenceCache) -> Ticket:
+                 record: firestore.DocumentReference, *, uid: str, request_id: str,
+                 cache: SequenceCache, unrecorded: Unrecorded) -> Ticket:
     """Issue a number for a request_id at most once, or return the one it was given.
 
     The record is created in the same commit as the number's write, so a record exists exactly
     when its number was issued, and the commit may be sent again after a lost answer: an attempt
     that finds the record (an earlier attempt's, or another call's with the same id) takes the
-    number from it (`_issued`). The number is then written into the record, for the next retry.
+    number from it (`_issued`). The number goes into the record with a later commit
+    (`Unrecorded`), or the housekeeping's (`record_issued`).
     """
     claim = {"uid": uid, "request_id": request_id, "state": "issuing",
              "claimed_at": firestore.SERVER_TIMESTAMP, writes.NONCE: writing.nonce(),
-             config.EXPIRES_AT: _utcnow() + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS)}
+             config.EXPIRES_AT: _expiry()}
+    carried = unrecorded.take()
     batch = db.batch()
     encoding.create(batch, record, claim)
     encoding.update(batch, sequence_ref(db, writing.names, found.tenant), _NUMBER_WRITE)
+    for earlier, ticket in carried:
+        encoding.merge(batch, earlier, _recorded(ticket))
     try:
-        claimed, result = _write_configured(
+        result = _write_configured(
             found.tenant, writing.resending, functools.partial(writing.send, batch),
-            request_id=request_id)
+            request_id=request_id)[1]  # the claim's, the number's, the records carried
     except gexc.AlreadyExists as error:
+        unrecorded.add(*carried)
         with writes.finding_out(error, request_id=request_id):
             return _issued(db, writing.names, found, record, cache)
+    except BaseException:
+        unrecorded.add(*carried)
+        raise
     ticket = _ticket(db, found, result, cache)
-    _record(db, record, ticket, claimed.update_time)
+    unrecorded.add((record, ticket))
     return ticket
+
+
+def _expiry() -> dt.datetime:
+    return _utcnow() + dt.timedelta(days=config.SEQUENCE_RETENTION_DAYS)
+
+
+def _recorded(ticket: Ticket) -> dict[str, Any]:
+    """A record's fields once its number is in it (merged: a record gone by TTL or with its
+    tenant comes back holding its number, and expires again)."""
+    return {"state": "issued", "number": ticket.number, "epoch": ticket.epoch,
+            "business_day": ticket.business_day.isoformat(),
+            "issued_at": firestore.SERVER_TIMESTAMP, config.EXPIRES_AT: _expiry()}
 
 
 def _issued(db: firestore.Client, names: Names, found: SequenceConfig,
@@ -418,26 +474,51 @@ def _issued(db: firestore.Client, names: Names, found: SequenceConfig,
         return Ticket(tenant=found.tenant, number=int(data["number"]),
                       business_day=dt.date.fromisoformat(data["business_day"]),
                       epoch=int(data["epoch"]))
-    try:
-        then = sequence_ref(db, names, found.tenant).get(
-            read_time=snapshot.create_time).to_dict() or {}
-    except (gexc.FailedPrecondition, gexc.InvalidArgument) as error:
-        raise FailedPrecondition(f"request_id: {data.get('request_id')!r} was given a number "
-                                 "that can no longer be read back") from error
-    ticket = Ticket(tenant=found.tenant, number=int(then["last_number"]),
-                    business_day=dt.date.fromordinal(int(then["day"])), epoch=int(then["epoch"]))
-    cache.saw(db, found, int(then["day"]))
-    _record(db, record, ticket, snapshot.update_time)
+    ticket = _read_back(db, names, found.tenant, snapshot)
+    cache.saw(db, found, ticket.business_day.toordinal())
+    _record(db, record, ticket)
     return ticket
 
 
-def _record(db: firestore.Client, record: firestore.DocumentReference, ticket: Ticket,
-            claimed: dt.datetime) -> None:
+def _read_back(db: firestore.Client, names: Names, tenant: str, record: Snapshot) -> Ticket:
+    """The number an unrecorded record stands for: the sequence as the record's own commit left
+    it, read at the record's create time (FailedPrecondition once that is out of reach)."""
+    try:
+        then = sequence_ref(db, names, tenant).get(read_time=record.create_time).to_dict() or {}
+    except (gexc.FailedPrecondition, gexc.InvalidArgument) as error:
+        raise FailedPrecondition(f"request_id: {record.get('request_id')!r} was given a number "
+                                 "that can no longer be read back") from error
+    return Ticket(tenant=tenant, number=int(then["last_number"]),
+                  business_day=dt.date.fromordinal(int(then["day"])), epoch=int(then["epoch"]))
+
+
+def _record(db: firestore.Client, record: firestore.DocumentReference, ticket: Ticket) -> None:
     """Write the number into its request's record (best effort: `_issued` can read it back)."""
     with contextlib.suppress(gexc.GoogleAPICallError, gexc.RetryError):
         batch = db.batch()
-        encoding.update_at(batch, db, record, {
-            "state": "issued", "number": ticket.number, "epoch": ticket.epoch,
-            "business_day": ticket.business_day.isoformat(),
-            "issued_at": firestore.SERVER_TIMESTAMP}, claimed)
+        encoding.merge(batch, record, _recorded(ticket))
         batch.commit(retry=writes.IDEMPOTENT)
+
+
+RECORD_AFTER_S = 10.0  # an unrecorded number younger than this is left to its process's commits
+RECORDS_PER_RUN = 300  # unrecorded numbers one housekeeping run writes, at most
+
+
+def record_issued(db: firestore.Client, names: Names, now: dt.datetime) -> int:
+    """The housekeeping's part (every minute): write into their records the numbers no later
+    commit of their process carried (it went idle, or died), while the sequences can still be
+    read at the records' create times (an hour). One tenant's failure stops no other. Returns
+    how many it wrote."""
+    query = (db.collection_group(names.number_requests)
+             .where(filter=FieldFilter("state", "==", "issuing")).limit(RECORDS_PER_RUN))
+    written = 0
+    for snapshot in query.stream():
+        if (now - snapshot.create_time).total_seconds() < RECORD_AFTER_S:
+            continue
+        tenant = snapshot.reference.parent.parent.id
+        try:
+            _record(db, snapshot.reference, _read_back(db, names, tenant, snapshot))
+            written += 1
+        except FailedPrecondition as error:
+            log.warning("%s: %s", snapshot.reference.path, error)
+    return written
