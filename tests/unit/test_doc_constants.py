@@ -21,6 +21,7 @@ INPUTS, PARTITIONS = "counting.foundation.inputs.", "counting.writepath.partitio
 AUDIT, LEDGER, TICK = "counting.rollup.audit.", "counting.rollup.ledger.", "counting.rollup.tick."
 COUNTERS, COLLECTIONS = "counting.features.counters.", "counting.features.collections."
 DECLARATIONS = "counting.features.declarations."
+SEQUENCES = "counting.features.sequences."
 _NUMBER = re.compile(r"\d(?:[\d,]*\d)?(?:\.\d+)?")  # 1,000,000 and 0.5; "1..128" is two numbers
 
 
@@ -48,6 +49,10 @@ QUOTED: list[tuple[str, str, str, Callable[[Any], float] | None]] = [
     (ARCH, "Each attempt waits 10 s at most for its answer (`COMMIT_TIMEOUT_S`)",
      WRITES + "COMMIT_TIMEOUT_S", None),
     (ARCH, "go on for up to 20 s (`RESEND_FOR_S`)", WRITES + "RESEND_FOR_S", None),
+    (ARCH, "a `request_id` (up to 8 records a commit", SEQUENCES + "RECORDS_PER_COMMIT", None),
+    (ARCH, "(`record_issued`: records still `issuing` after 10 s", SEQUENCES + "RECORD_AFTER_S",
+     None),
+    (ARCH, "a hint kept 60 s", "counting.features.context.RETURNING_TTL_S", None),
     (ARCH, "keeps the nonces of its last 8 writers", "counting.writepath.shards.RECENT_NONCES",
      None),
     (ARCH, "`expires_at` = now + 24 h", CONFIG + "REQUEST_MARKER_TTL", hours),
