@@ -43,9 +43,10 @@ def save(name: str, figures: dict[str, Any]) -> None:
 
 
 def brief(figures: dict[str, Any]) -> dict[str, Any]:
-    """The figures without long sample lists, for printing and saving."""
+    """The figures without their sample lists (lists of numbers or pairs), for printing and
+    saving; tables (lists of records, such as a profile's top entries) stay."""
     return {k: brief(v) if isinstance(v, dict) else v for k, v in figures.items()
-            if not isinstance(v, list)}
+            if not isinstance(v, list) or (v and all(isinstance(row, dict) for row in v))}
 
 
 def plot_counters(results: dict[str, Any]) -> None:
