@@ -152,7 +152,7 @@ def redis_incr(per_client: int, rounds: int) -> float | None:
     return statistics.median(rates)
 
 
-def run(per_client: int = 150, rounds: int = 3, tenants: int = 50,
+def run(per_client: int = 150, rounds: int = 5, tenants: int = 50,
         per_tenant: int = 20) -> dict[str, Any]:
     db = firestore.Client(project=os.environ["GCLOUD_PROJECT"])
     figures: dict[str, Any] = {"clients": CLIENTS, "numbers_per_client": per_client,
