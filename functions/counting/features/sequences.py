@@ -474,17 +474,19 @@ def _issued(db: firestore.Client, names: Names, found: SequenceConfig,
         return Ticket(tenant=found.tenant, number=int(data["number"]),
                       business_day=dt.date.fromisoformat(data["business_day"]),
                       epoch=int(data["epoch"]))
-    ticket = _read_back(db, names, found.tenant, snapshot)
+    ticket = _read_back(db, names, found.tenant, snapshot, snapshot.create_time)
     cache.saw(db, found, ticket.business_day.toordinal())
     _record(db, record, ticket)
     return ticket
 
 
-def _read_back(db: firestore.Client, names: Names, tenant: str, record: Snapshot) -> Ticket:
+def _read_back(db: firestore.Client, names: Names, tenant: str, record: Snapshot,
+               created: dt.datetime) -> Ticket:
     """The number an unrecorded record stands for: the sequence as the record's own commit left
-    it, read at the record's create time (FailedPrecondition once that is out of reach)."""
+    it, read at the record's create time `created` (FailedPrecondition once that is out of
+    reach)."""
     try:
-        then = sequence_ref(db, names, tenant).get(read_time=record.create_time).to_dict() or {}
+        then = sequence_ref(db, names, tenant).get(read_time=created).to_dict() or {}
     except (gexc.FailedPrecondition, gexc.InvalidArgument) as error:
         raise FailedPrecondition(f"request_id: {record.get('request_id')!r} was given a number "
                                  "that can no longer be read back") from error
@@ -513,11 +515,14 @@ def record_issued(db: firestore.Client, names: Names, now: dt.datetime) -> int:
              .where(filter=FieldFilter("state", "==", "issuing")).limit(RECORDS_PER_RUN))
     written = 0
     for snapshot in query.stream():
-        if (now - snapshot.create_time).total_seconds() < RECORD_AFTER_S:
+        created = snapshot.create_time  # a query's snapshots hold a protobuf Timestamp
+        if not isinstance(created, dt.datetime):
+            created = created.ToDatetime(tzinfo=dt.UTC)
+        if (now - created).total_seconds() < RECORD_AFTER_S:
             continue
         tenant = snapshot.reference.parent.parent.id
         try:
-            _record(db, snapshot.reference, _read_back(db, names, tenant, snapshot))
+            _record(db, snapshot.reference, _read_back(db, names, tenant, snapshot, created))
             written += 1
         except FailedPrecondition as error:
             log.warning("%s: %s", snapshot.reference.path, error)
