@@ -116,7 +116,7 @@ def test_a_retry_answers_when_it_applied_after_the_emulator_reimports_its_data(
     ref = db.collection(config.COUNTERS).document(counter)
     eventually(lambda: ref.get().get("count") == 1)
     # A restart takes longer than a commit can follow its request.
-    overlap = dt.timedelta(seconds=config.CHANGE_OVERLAP_S)
+    overlap = dt.timedelta(seconds=shards.MARKER_COMMIT_SLACK_S)
     eventually(lambda: dt.datetime.now(dt.UTC) > first + overlap, timeout_s=5)
     marker = shards.request_marker_ref(db, NAMES, plain_user.uid, request_id)
     exported = marker.get().to_dict()
