@@ -198,6 +198,8 @@ def load(db: firestore.Client, admin: Callables, level: Level) -> dict[str, Any]
         "floor_usd_per_million": cost_model.usd_per_million_increments(
             cost_model.floor_usd(len(requests), window * level.counters
                                  * min(1.0, level.rate / level.counters)), len(requests)),
+        "compute_floor_usd_per_million": cost_model.usd_per_million_increments(
+            cost_model.compute_floor_usd(requests), len(requests)),
         "lags": lags,
     }
     print(f"{level.name}: {figures['achieved_rate']:.2f}/s, lag p99 {figures['lag_p99_s']:.2f} s,"
@@ -253,6 +255,7 @@ def run() -> dict[str, Any]:
         "rollup_usd_per_million": busy["rollup_usd_per_million"],
         "usd_per_million_increments": busy["usd_per_million_increments"],
         "floor_usd_per_million": busy["floor_usd_per_million"],
+        "compute_floor_usd_per_million": busy["compute_floor_usd_per_million"],
         **{f"lag_p99_s_{name}": figures["lag_p99_s"] for name, figures in levels.items()},
         "first_after_idle_s": rested["first_after_idle_s"],
         "levels": {name: {k: v for k, v in figures.items() if k != "lags"}

@@ -163,6 +163,15 @@ def floor_usd(increments: int, counter_seconds: float) -> float:
             + counter_seconds * (WRITE + READ))
 
 
+def compute_floor_usd(requests: Sequence[Request]) -> float:
+    """The callables' compute that no design of this API can bill less than (what `floor_usd`
+    sets aside): each request served, however fast, is billed at least one 100 ms step of an
+    instance, at the callables' concurrency, cpu and memory. Past 10 requests a second an
+    instance is billed all the time."""
+    return compute_usd(instance_seconds([(start, 0.0) for start, _ in requests],
+                                        CALLABLE_CONCURRENCY), CALLABLE_VCPU, CALLABLE_GIB)
+
+
 def month_usd(usd: float, seconds: float) -> float:
     """A month at the rate of a window that cost `usd` over `seconds` (the rollup's cost, or
     the whole app's), plus the Scheduler job, billed by the month whatever the load."""

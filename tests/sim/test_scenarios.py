@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import functools
 import random
+import zoneinfo
 from collections.abc import Callable
 from typing import TypeVar, cast
 
 import pytest
-from counting.features import counter_refs, counters
+from counting.features import counter_refs, counters, sequences
 from counting.features.context import Context
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Names, Protections
@@ -626,3 +628,64 @@ def test_a_retry_of_an_applied_paced_request_is_not_too_soon(returning: bool) ->
         counters.increment(scene.ctx, scene.db, "views", 1, request_id="r3", uid="u",
                            admin=False)
 
+
+
+def sequence_t(scene: Scene) -> None:
+    """Tenant t's sequence, configured and open for today (as `configure_sequence` leaves it,
+    a step at a time: a scene's reads at an instant do not see that instant's commits)."""
+    sequences.sequence_ref(scene.db, NAMES, "t").set({"timezone": "UTC", "reset_time": "00:00"})
+    scene.at(1)
+    today = sequences.business_day_for(scene.ctx.writing.clock.now(), dt.time(0),
+                                       zoneinfo.ZoneInfo("UTC"))
+    sequences._open_day(scene.db, NAMES, "t", today)
+    scene.at(2)
+
+
+def recorded_number(scene: Scene, request_id: str) -> int | None:
+    record = sequences.request_ref(scene.db, NAMES, "t", "u", request_id).get().to_dict() or {}
+    return record.get("number") if record.get("state") == "issued" else None
+
+
+def test_records_a_refused_commit_carried_are_carried_by_the_next() -> None:
+    """A number issued for a request id goes into its record with the process's next commit
+    of a number. When that commit is refused (nothing applied), the records it carried go back
+    to the process and the commit after it writes them; a lost answer's retry finds its number."""
+    scene = Scene()
+    sequence_t(scene)
+    first = sequences.next_number(scene.ctx, scene.db, "t", request_id="a", uid="u")
+    scene.at(3)
+    assert recorded_number(scene, "a") is None  # carried by the next commit, not its own
+    scene.model.draws.script.append(Fate(delay_us=20_000, refused=gexc.PermissionDenied))
+    with pytest.raises(gexc.PermissionDenied):
+        sequences.next_number(scene.ctx, scene.db, "t", request_id="b", uid="u")
+    scene.at(4)
+    assert recorded_number(scene, "a") is None
+    third = sequences.next_number(scene.ctx, scene.db, "t", request_id="c", uid="u")
+    scene.at(5)
+    assert recorded_number(scene, "a") == first.number
+    assert third.number == first.number + 1  # the refused commit issued nothing
+    again = sequences.next_number(scene.ctx, scene.db, "t", request_id="a", uid="u")
+    assert again.number == first.number
+
+
+def test_a_process_holds_at_most_max_unrecorded_numbers_and_the_housekeeping_records_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_UNRECORDED, a process drops its oldest unrecorded numbers (memory is bounded
+    however its commits fail); the housekeeping writes them once they are RECORD_AFTER_S old.
+    Here no commit carries any (RECORDS_PER_COMMIT 0), so they pile up."""
+    monkeypatch.setattr(sequences, "MAX_UNRECORDED", 3)
+    monkeypatch.setattr(sequences, "RECORDS_PER_COMMIT", 0)
+    scene = Scene()
+    sequence_t(scene)
+    numbers = {}
+    for n in range(6):
+        numbers[f"r{n}"] = sequences.next_number(scene.ctx, scene.db, "t", request_id=f"r{n}",
+                                                 uid="u").number
+    monkeypatch.setattr(sequences, "RECORDS_PER_COMMIT", 8)
+    held = [ref.id for ref, _ in scene.ctx.unrecorded.take()]
+    assert held == [sequences.request_ref(scene.db, NAMES, "t", "u", f"r{n}").id
+                    for n in (3, 4, 5)]  # the newest three
+    scene.at(3 + sequences.RECORD_AFTER_S)
+    assert sequences.record_issued(scene.db, NAMES, scene.sim.wall()) == 6
+    scene.at(4 + sequences.RECORD_AFTER_S)
+    assert {request_id: recorded_number(scene, request_id) for request_id in numbers} == numbers

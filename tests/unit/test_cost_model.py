@@ -180,3 +180,17 @@ def test_the_floor_is_what_exactly_once_and_one_publish_a_second_need() -> None:
     busy = cost_model.usd_per_million_increments(cost_model.floor_usd(18_000, 18_000), 18_000)
     hot = cost_model.usd_per_million_increments(cost_model.floor_usd(18_000, 180), 18_000)
     assert round(busy, 6) == 3.5 and round(hot, 6) == 2.312
+
+
+def test_the_compute_floor_bills_an_instance_all_the_time_past_ten_requests_a_second() -> None:
+    """100 requests a second for 180 s keep one instance billed throughout, however short each
+    request (the last one's 100 ms included: $0.25 a million at 1 vCPU and 512 MiB); one request
+    every second bills 100 ms of each second."""
+    second = cost_model.VCPU_S + 0.5 * cost_model.GIB_S  # an instance-second
+    busy = [(n / 100, 0.006) for n in range(18_000)]
+    slow = [(float(n), 0.006) for n in range(180)]
+    per_million = cost_model.usd_per_million_increments(cost_model.compute_floor_usd(busy),
+                                                        len(busy))
+    assert per_million == pytest.approx(180.09 * second / 18_000 * 1e6)
+    assert round(per_million, 2) == 0.25
+    assert cost_model.compute_floor_usd(slow) == pytest.approx(18 * second)

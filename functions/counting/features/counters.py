@@ -249,10 +249,14 @@ class Guarded:
         """The increment; `read_first`: read the pacing marker before the first attempt (the
         user is probably returning)."""
         if self.interval_s and read_first:
-            self.pacing = paced_ref(self.db, self.writing.names, self.counter, self.uid).get()
+            self.pacing = encoding.get(
+                paced_ref(self.db, self.writing.names, self.counter, self.uid),
+                self.writing.clock.now)
         if self.unique and self.by < 0:
             # An un-like rewrites the voter at the version read: a like must be there to take.
-            self.voter = voter_ref(self.db, self.writing.names, self.counter, self.uid).get()
+            self.voter = encoding.get(
+                voter_ref(self.db, self.writing.names, self.counter, self.uid),
+                self.writing.clock.now)
             if not counts(self.voter):
                 self._settle_request()
                 return None

@@ -15,7 +15,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from counting.features.counter_refs import COLLECTION_FIELD, counter_ref, memory_ref
-from counting.foundation import config, kinds
+from counting.foundation import config, encoding, kinds
 from counting.foundation.config import Names
 from counting.foundation.errors import Aborted, FailedPrecondition, NotFound
 from counting.foundation.kinds import Strategy
@@ -62,7 +62,7 @@ class ConfigCache:
         if cached is not None:
             return cached
         read_at = self._clock()  # trusted from before the read: never longer than the TTL
-        snapshot = counter_ref(db, names, counter).get()
+        snapshot = encoding.get(counter_ref(db, names, counter))
         if not snapshot.exists:
             raise NotFound(f"counter: {counter!r} does not exist")
         data = snapshot.to_dict() or {}
