@@ -102,8 +102,8 @@ def get(ref: firestore.DocumentReference,
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
         ) -> firestore.DocumentSnapshot[Any]:
     """`ref.get()` by the unary GetDocument RPC. Its answer has no read time: the snapshot's is
-    `now()` taken before the request was sent, no later than the read (an interval measured up
-    to it is never too long)."""
+    `now()` taken before the request was sent, so on a synchronised clock no later than the read
+    (a pacing interval measured up to it is never too long: the check errs towards too soon)."""
     if not isinstance(ref, firestore.DocumentReference):  # the simulation's
         snapshot: firestore.DocumentSnapshot[Any] = ref.get()
         return snapshot
