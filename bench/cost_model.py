@@ -166,8 +166,8 @@ def floor_usd(increments: int, counter_seconds: float) -> float:
 def compute_floor_usd(requests: Sequence[Request]) -> float:
     """The callables' compute that no design of this API can bill less than (what `floor_usd`
     sets aside): each request served, however fast, is billed at least one 100 ms step of an
-    instance, at the callables' concurrency, cpu and memory. Past 10 requests a second an
-    instance is billed all the time."""
+    instance, at the callables' cpu and memory. An instance whose requests start less than
+    100 ms apart is billed all the time (100 evenly spaced a second: every second)."""
     return compute_usd(instance_seconds([(start, 0.0) for start, _ in requests],
                                         CALLABLE_CONCURRENCY), CALLABLE_VCPU, CALLABLE_GIB)
 

@@ -53,12 +53,11 @@ def lag_figures(lags: list[float], acknowledged: int) -> dict[str, Any]:
 def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4,
                warm_s: float = 3.0) -> dict[str, Any]:
     """From increment acknowledged (callable) to the rollup listener showing it, at `rate` on
-    one counter once the load is under way.
-
-    The first `warm_s` of the load are not measured: their first increments wait for the
-    partition's wake-up from idle (`first_lag_s`, about 1.6 s; the cost benchmark's
-    `first_after_idle_s` measures it on its own). Increments are +1 each, so measured increment
-    i (in acknowledgement order) is visible once the listener shows the warm-up's count + i.
+    one counter once the load is under way: the load runs `warm_s` + `seconds`, and only the
+    increments acknowledged after the first `warm_s` are measured. The first ones waited for
+    the partition's wake-up from idle (`first_lag_s`; the cost benchmark's `first_after_idle_s`
+    measures it on its own). Increments are +1 each, so increment i (in acknowledgement order)
+    is visible once the listener shows a count >= i.
     """
     db = stack_db()
     admin = Callables(sign_up({"admin": True}).id_token)
@@ -71,48 +70,41 @@ def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4,
         seen.extend((now, int(doc.get("count"))) for doc in docs)
 
     watch = db.collection(config.COUNTERS).document(counter).on_snapshot(on_snapshot)
+    acks: list[float] = []
     lock = threading.Lock()
     interval = clients / rate
+    began = time.monotonic()
+    stop_at = began + warm_s + seconds
 
-    def load(duration_s: float) -> list[float]:
-        """`rate` increments a second for `duration_s`: when each was acknowledged, sorted."""
-        acks: list[float] = []
-        stop_at = time.monotonic() + duration_s
+    def client() -> None:
+        caller = Callables(admin.token)
+        next_at = time.monotonic()
+        while next_at < stop_at:
+            caller.call("increment", counter=counter)
+            with lock:
+                acks.append(time.monotonic())
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
 
-        def client() -> None:
-            caller = Callables(admin.token)
-            next_at = time.monotonic()
-            while next_at < stop_at:
-                caller.call("increment", counter=counter)
-                with lock:
-                    acks.append(time.monotonic())
-                next_at += interval
-                time.sleep(max(0.0, next_at - time.monotonic()))
-
-        with ThreadPoolExecutor(clients) as pool:
-            for future in [pool.submit(client) for _ in range(clients)]:
-                future.result()
-        return sorted(acks)
-
-    def lags(acks: list[float], base: int) -> list[float]:
-        deadline = time.monotonic() + 10
-        while (not seen or seen[-1][1] < base + len(acks)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        shown = [next((t for t, value in seen if value >= base + i and t >= acked), None)
-                 for i, acked in enumerate(acks, start=1)]
-        return [t - acked for t, acked in zip(shown, acks, strict=True) if t is not None]
-
-    warm = load(warm_s)
-    first = lags(warm, 0)
-    measured = load(seconds)
-    measured_lags = lags(measured, len(warm))
+    with ThreadPoolExecutor(clients) as pool:
+        for future in [pool.submit(client) for _ in range(clients)]:
+            future.result()
+    deadline = time.monotonic() + 10
+    while (not seen or seen[-1][1] < len(acks)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     watch.unsubscribe()  # type: ignore[no-untyped-call]
+    acks.sort()
+    shown = [next((t for t, value in seen if value >= i and t >= acked), None)
+             for i, acked in enumerate(acks, start=1)]
+    measured = [(acked, t) for acked, t in zip(acks, shown, strict=True)
+                if acked >= began + warm_s]
+    lags = [t - acked for acked, t in measured if t is not None]
     return {
         "increments": len(measured),
         "achieved_rate": len(measured) / seconds,
-        **lag_figures(measured_lags, len(measured)),
-        "first_lag_s": first[0] if first else None,
-        "lags_s": measured_lags,
+        **lag_figures(lags, len(measured)),
+        "first_lag_s": None if shown[0] is None else shown[0] - acks[0],
+        "lags_s": lags,
     }
 
 
@@ -128,20 +120,22 @@ def rollup_cost(active: int = 10, idle: int = 5000, ticks: int = 10) -> dict[str
         counters.create_counter(ctx, db, name, shards=10)
 
     def measure() -> dict[str, float]:
+        """`ticks` rounds, each a second after the last: every active counter written once,
+        then a tick. One round more goes first, unmeasured, so that each measured tick's
+        overlap reads what the round before it wrote, as in a steady load."""
         reads, seconds = [], []
-        for _ in range(ticks):
+        for _ in range(ticks + 1):
             time.sleep(1 - time.time() % 1)  # the next second
             for name in names:
                 counters.increment(ctx, db, name, 1)
             stats = step.tick()
             reads.append(stats.reads)
             seconds.append(stats.seconds)
-        return {"reads_per_tick": statistics.mean(reads),
-                "seconds_per_tick": statistics.median(seconds)}
+        return {"reads_per_tick": statistics.mean(reads[1:]),
+                "seconds_per_tick": statistics.median(seconds[1:])}
 
     step.tick()
-    measure()  # warm: the first tick reads each active counter whole
-    alone = measure()
+    alone = measure()  # its unmeasured first round reads each active counter whole
 
     def make_idle(n: int) -> None:
         name = f"idle-{n}"
@@ -156,10 +150,8 @@ def rollup_cost(active: int = 10, idle: int = 5000, ticks: int = 10) -> dict[str
     for _ in range(1000):
         if not step.tick().owed:
             break
-    # The overlap of the tick after these, back to back with the creations, would read the
-    # last CHANGE_OVERLAP_S of them again: once, as after any burst, not a cost of idleness.
-    time.sleep(config.CHANGE_OVERLAP_S)
-    step.tick()
+    # The first round's tick, back to back with the creations, reads the last CHANGE_OVERLAP_S
+    # of them again: once, as after any burst, not a cost of idleness (it is not measured).
     beside_idle = measure()
     step.close()
     return {

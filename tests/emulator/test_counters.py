@@ -17,6 +17,7 @@ from counting.foundation import config, encoding, kinds
 from counting.foundation.config import Names
 from counting.writepath import shards
 from counting.writepath.policy import Policy
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from ..waiting import eventually
@@ -348,19 +349,22 @@ def test_listener_sees_the_new_total(
 
 def test_a_unary_read_answers_as_the_clients_get(isolated_db: firestore.Client) -> None:
     """`encoding.get` (GetDocument) returns what `DocumentReference.get` (BatchGetDocuments)
-    does, for a document with every kind of value the markers hold and for a missing one; its
-    read time is the clock's, taken before the read."""
+    does, for a document with every kind of value the markers hold and for a missing one, and
+    its version is one a conditional write takes."""
     ref = isolated_db.collection("reads").document("one")
     ref.set({"uid": "u", "at": firestore.SERVER_TIMESTAMP, "n": 3, "nonces": ["a", "b"],
              "expires_at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC), "counted": True})
-    before = dt.datetime.now(dt.UTC)
-    unary = encoding.get(ref)
-    after = dt.datetime.now(dt.UTC)
-    streamed = ref.get()
+    unary, streamed = encoding.get(ref), ref.get()
     assert unary.exists and unary.to_dict() == streamed.to_dict()
     assert (unary.update_time, unary.create_time) == (streamed.update_time,
                                                       streamed.create_time)
-    assert before <= unary.read_time <= after
-    fixed = dt.datetime(2001, 1, 1, tzinfo=dt.UTC)
-    missing = encoding.get(isolated_db.collection("reads").document("none"), lambda: fixed)
-    assert not missing.exists and missing.to_dict() is None and missing.read_time == fixed
+    assert type(unary.update_time) is type(streamed.update_time)
+    batch = isolated_db.batch()
+    encoding.update_at(batch, isolated_db, ref, {"n": 4}, unary.update_time)
+    batch.commit()
+    batch = isolated_db.batch()
+    encoding.update_at(batch, isolated_db, ref, {"n": 5}, unary.update_time)  # stale now
+    with pytest.raises(gexc.FailedPrecondition):
+        batch.commit()
+    missing = encoding.get(isolated_db.collection("reads").document("none"))
+    assert not missing.exists and missing.to_dict() is None

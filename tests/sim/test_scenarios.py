@@ -8,7 +8,6 @@ import dataclasses
 import datetime as dt
 import functools
 import random
-import zoneinfo
 from collections.abc import Callable
 from typing import TypeVar, cast
 
@@ -629,16 +628,21 @@ def test_a_retry_of_an_applied_paced_request_is_not_too_soon(returning: bool) ->
                            admin=False)
 
 
-
 def sequence_t(scene: Scene) -> None:
-    """Tenant t's sequence, configured and open for today (as `configure_sequence` leaves it,
+    """Tenant t's sequence, configured and open for TODAY (as `configure_sequence` leaves it,
     a step at a time: a scene's reads at an instant do not see that instant's commits)."""
     sequences.sequence_ref(scene.db, NAMES, "t").set({"timezone": "UTC", "reset_time": "00:00"})
     scene.at(1)
-    today = sequences.business_day_for(scene.ctx.writing.clock.now(), dt.time(0),
-                                       zoneinfo.ZoneInfo("UTC"))
-    sequences._open_day(scene.db, NAMES, "t", today)
+    sequences._open_day(scene.db, NAMES, "t", TODAY.date())
     scene.at(2)
+
+
+TODAY = dt.datetime(2026, 11, 27, 12, tzinfo=dt.UTC)  # the business day the numbers are in
+
+
+def number(scene: Scene, request_id: str) -> int:
+    return sequences.next_number(scene.ctx, scene.db, "t", request_id=request_id, uid="u",
+                                 now=TODAY).number
 
 
 def recorded_number(scene: Scene, request_id: str) -> int | None:
@@ -646,26 +650,26 @@ def recorded_number(scene: Scene, request_id: str) -> int | None:
     return record.get("number") if record.get("state") == "issued" else None
 
 
-def test_records_a_refused_commit_carried_are_carried_by_the_next() -> None:
+def test_a_refused_commit_gives_back_the_records_it_carried() -> None:
     """A number issued for a request id goes into its record with the process's next commit
     of a number. When that commit is refused (nothing applied), the records it carried go back
-    to the process and the commit after it writes them; a lost answer's retry finds its number."""
+    to the process, and the commit after it writes them; a retry of the first request id
+    finds its number."""
     scene = Scene()
     sequence_t(scene)
-    first = sequences.next_number(scene.ctx, scene.db, "t", request_id="a", uid="u")
+    first = number(scene, "a")
     scene.at(3)
     assert recorded_number(scene, "a") is None  # carried by the next commit, not its own
     scene.model.draws.script.append(Fate(delay_us=20_000, refused=gexc.PermissionDenied))
     with pytest.raises(gexc.PermissionDenied):
-        sequences.next_number(scene.ctx, scene.db, "t", request_id="b", uid="u")
+        number(scene, "b")
     scene.at(4)
     assert recorded_number(scene, "a") is None
-    third = sequences.next_number(scene.ctx, scene.db, "t", request_id="c", uid="u")
+    third = number(scene, "c")
     scene.at(5)
-    assert recorded_number(scene, "a") == first.number
-    assert third.number == first.number + 1  # the refused commit issued nothing
-    again = sequences.next_number(scene.ctx, scene.db, "t", request_id="a", uid="u")
-    assert again.number == first.number
+    assert recorded_number(scene, "a") == first
+    assert third == first + 1  # the refused commit issued nothing
+    assert number(scene, "a") == first
 
 
 def test_a_process_holds_at_most_max_unrecorded_numbers_and_the_housekeeping_records_the_rest(
@@ -677,10 +681,7 @@ def test_a_process_holds_at_most_max_unrecorded_numbers_and_the_housekeeping_rec
     monkeypatch.setattr(sequences, "RECORDS_PER_COMMIT", 0)
     scene = Scene()
     sequence_t(scene)
-    numbers = {}
-    for n in range(6):
-        numbers[f"r{n}"] = sequences.next_number(scene.ctx, scene.db, "t", request_id=f"r{n}",
-                                                 uid="u").number
+    numbers = {f"r{n}": number(scene, f"r{n}") for n in range(6)}
     monkeypatch.setattr(sequences, "RECORDS_PER_COMMIT", 8)
     held = [ref.id for ref, _ in scene.ctx.unrecorded.take()]
     assert held == [sequences.request_ref(scene.db, NAMES, "t", "u", f"r{n}").id

@@ -9,12 +9,15 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from counting.foundation import encoding
+from counting.foundation import config, encoding
 from counting.foundation.encoding import encoded
+from google.api_core import exceptions as gexc
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
 from google.cloud.firestore_v1 import _helpers
+from google.cloud.firestore_v1._helpers import encode_value
+from google.cloud.firestore_v1.types.document import Document
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -106,3 +109,57 @@ def test_a_map_is_refused(value: dict[str, Any]) -> None:
     would not: the write paths send none."""
     with pytest.raises(ValueError, match="a map is not a plain value"):
         encoded(REF, {"a": value}, "merge")
+
+
+class GetDocument:
+    """The client's GetDocument, answering `answer` (a Document, or an error to raise)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.names: list[str] = []
+
+    def get_document(self, request: dict[str, str], metadata: Any) -> Any:
+        self.names.append(request["name"])
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def reading(answer: Any) -> tuple[firestore.DocumentReference, GetDocument]:
+    db = firestore.Client(project="demo-encoding",
+                          credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+    api = GetDocument(answer)
+    db._firestore_api_internal = api
+    return db.collection("counters", "c", "paced").document("u"), api
+
+
+NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+
+
+def test_a_unary_read_decodes_the_document_and_dates_it_before_the_request() -> None:
+    stamp = DatetimeWithNanoseconds(2026, 1, 2, 3, 4, 4, 123456,
+                                    tzinfo=dt.UTC)  # type: ignore[no-untyped-call]
+    document = Document(name="x", fields={"at": encode_value(stamp), "n": encode_value(3),
+                                          "nonces": encode_value(["a", "b"])},
+                        create_time=stamp, update_time=stamp)
+    ref, api = reading(document)
+    found = encoding.get(ref, lambda: NOW)
+    assert api.names == [ref._document_path]
+    assert found.exists and found.to_dict() == {"at": stamp, "n": 3, "nonces": ["a", "b"]}
+    assert found.update_time == stamp and found.create_time == stamp
+    assert found.read_time == NOW - dt.timedelta(seconds=config.CLOCK_SKEW_S)
+
+
+def test_a_missing_document_is_not_found_but_a_missing_database_is_an_error() -> None:
+    gone = gexc.NotFound(  # type: ignore[no-untyped-call]
+        'Document "projects/p/databases/(default)/documents/c/u" not found.')
+    ref, _ = reading(gone)
+    missing = encoding.get(ref, lambda: NOW)
+    assert not missing.exists and missing.to_dict() is None and missing.update_time is None
+    no_database = gexc.NotFound(  # type: ignore[no-untyped-call]
+        "The database (default) does not exist for project p Please visit "
+        "https://console.cloud.google.com/datastore/setup?project=p to add a Cloud Datastore "
+        "or Cloud Firestore database.")
+    ref, _ = reading(no_database)
+    with pytest.raises(gexc.NotFound):
+        encoding.get(ref, lambda: NOW)
