@@ -11,10 +11,12 @@ take their rounds interleaved, so that the machine's drift hits them alike.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import requests
 from callables import Callables, sign_up
 from counters_cli.load import percentile
 
@@ -32,15 +34,18 @@ def users(count: int) -> list[Callables]:
 
 
 def one_round(counter: str, callers: list[list[Callables]]) -> tuple[float, list[float], int]:
-    """Every client sends its callers' increments one after another: (seconds, latencies,
-    applied)."""
+    """Every client sends its callers' increments one after another, over one connection of
+    its own (a connection per user, idle between its user's calls, would meet the emulator
+    closing it: a reset): (seconds, latencies, applied)."""
 
     def client(mine: list[Callables]) -> tuple[list[float], int]:
         latencies, applied = [], 0
-        for caller in mine:
-            started = time.monotonic()
-            applied += bool(caller.call("increment", counter=counter)["applied"])
-            latencies.append(time.monotonic() - started)
+        with requests.Session() as session:
+            for caller in mine:
+                started = time.monotonic()
+                sent = dataclasses.replace(caller, session=session)
+                applied += bool(sent.call("increment", counter=counter)["applied"])
+                latencies.append(time.monotonic() - started)
         return latencies, applied
 
     started = time.monotonic()
