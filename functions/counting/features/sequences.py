@@ -46,7 +46,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.types import WriteResult
 
 from counting.foundation import config, encoding, writes
-from counting.foundation.clock import Clock
+from counting.foundation.clock import Clock, instant
 from counting.foundation.config import Names
 from counting.foundation.errors import FailedPrecondition
 from counting.writepath.caching import TtlCache
@@ -515,9 +515,7 @@ def record_issued(db: firestore.Client, names: Names, now: dt.datetime) -> int:
              .where(filter=FieldFilter("state", "==", "issuing")).limit(RECORDS_PER_RUN))
     written = 0
     for snapshot in query.stream():
-        created = snapshot.create_time  # a query's snapshots hold a protobuf Timestamp
-        if not isinstance(created, dt.datetime):
-            created = created.ToDatetime(tzinfo=dt.UTC)
+        created = instant(snapshot.create_time)
         if (now - created).total_seconds() < RECORD_AFTER_S:
             continue
         tenant = snapshot.reference.parent.parent.id

@@ -6,6 +6,7 @@ import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def _utcnow() -> dt.datetime:
@@ -23,3 +24,13 @@ class Clock:
 
 
 SYSTEM = Clock()
+
+
+def instant(value: Any) -> dt.datetime:
+    """A snapshot's time as a datetime: the client gives a query's results (read at a read
+    time) protobuf Timestamps, a document read's datetimes."""
+    if hasattr(value, "ToDatetime"):
+        converted: dt.datetime = value.ToDatetime(tzinfo=dt.UTC)
+        return converted
+    result: dt.datetime = value
+    return result

@@ -33,6 +33,7 @@ from google.cloud.firestore_v1.field_path import FieldPath
 
 from counting.features import counter_refs
 from counting.foundation import config, writes
+from counting.foundation.clock import instant
 from counting.foundation.config import Names
 from counting.rollup.lease import Record, state_ref
 from counting.writepath import partitions
@@ -137,15 +138,6 @@ def check(db: firestore.Client, names: Names, snapshot: firestore.DocumentSnapsh
         if int(shard.get("count") or 0) != int(summed.get(shard.id, 0))
         and instant(shard.update_time) <= settled))
     return dataclasses.replace(found, missed=missed)
-
-
-def instant(value: Any) -> dt.datetime:
-    """A query result's update time as a datetime (the client gives protobuf Timestamps)."""
-    if hasattr(value, "ToDatetime"):
-        converted: dt.datetime = value.ToDatetime(tzinfo=dt.UTC)
-        return converted
-    result: dt.datetime = value
-    return result
 
 
 def check_counter(db: firestore.Client, names: Names, counter: str) -> Checked | None:

@@ -26,6 +26,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from counting.foundation import config
+from counting.foundation.clock import instant
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import ledger as ledger_module
 from counting.rollup.folding import fold_surplus
@@ -76,16 +77,6 @@ def to_micros(instant: dt.datetime) -> dt.datetime:
     """Snapshot reads take microsecond read times."""
     return dt.datetime(instant.year, instant.month, instant.day, instant.hour, instant.minute,
                        instant.second, instant.microsecond, tzinfo=dt.UTC)
-
-
-def instant(value: Any) -> dt.datetime:
-    """A snapshot's time as a datetime: the client gives a query's results (read at a read
-    time) protobuf Timestamps."""
-    if hasattr(value, "ToDatetime"):
-        converted: dt.datetime = value.ToDatetime(tzinfo=dt.UTC)
-        return converted
-    result: dt.datetime = value
-    return result
 
 
 @dataclass(frozen=True, kw_only=True)
