@@ -44,7 +44,8 @@ NAMES = Names()  # the collection ids of the default placement, which these run 
 
 LEVEL_S = float(os.environ.get("COST_LEVEL_S", 180))
 IDLE_S = float(os.environ.get("COST_IDLE_S", 600))
-IDLE_TRIALS = int(os.environ.get("COST_IDLE_TRIALS", 3))
+# At least three: one trial is one draw of where the wake-up fell (see rollup_lag).
+IDLE_TRIALS = max(3, int(os.environ.get("COST_IDLE_TRIALS", 3)))
 SENDERS = 16  # the Functions emulator starts a worker process per request in flight
 WARM_S = 15.0  # each level first runs this long unmeasured: workers started, counters met
 

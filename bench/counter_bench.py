@@ -51,35 +51,45 @@ def lag_figures(lags: list[float], acknowledged: int) -> dict[str, Any]:
 
 
 def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4,
-               warm_s: float = 3.0) -> dict[str, Any]:
+               wake_timeout_s: float = 60.0) -> dict[str, Any]:
     """From increment acknowledged (callable) to the rollup listener showing it, at `rate` on
-    one counter once the load is under way: the load runs `warm_s` + `seconds`, and only the
-    increments acknowledged after the first `warm_s` are measured. The first ones waited for
-    the partition's wake-up from idle (`first_lag_s`; the cost benchmark's `first_after_idle_s`
-    measures it on its own). Increments are +1 each, so increment i (in acknowledgement order)
-    is visible once the listener shows a count >= i.
+    one counter, in the steady state: from the first publish the listener sees, the load runs
+    `seconds` more, and only the increments acknowledged after that publish are measured. The
+    ones before it waited for the partition's wake-up from idle, however long that takes on this
+    machine (`first_lag_s`; the cost benchmark's `first_after_idle_s` measures it on its own).
+    Increments are +1 each, so increment i (in acknowledgement order) is visible once the
+    listener shows a count >= i. `by_second` has the measured lags' p99 and max for each second
+    of the load after the first publish, by when they were acknowledged.
     """
     db = stack_db()
     admin = Callables(sign_up({"admin": True}).id_token)
     counter = f"bench-lag-{uuid.uuid4().hex[:8]}"
     admin.call("create_counter", counter=counter, shards=10)
     seen: list[tuple[float, int]] = []
+    first_publish = threading.Event()
 
     def on_snapshot(docs: list[Any], changes: Any, read_time: Any) -> None:
         now = time.monotonic()
         seen.extend((now, int(doc.get("count"))) for doc in docs)
+        if seen and seen[-1][1] > 0:
+            first_publish.set()
 
     watch = db.collection(config.COUNTERS).document(counter).on_snapshot(on_snapshot)
     acks: list[float] = []
     lock = threading.Lock()
     interval = clients / rate
     began = time.monotonic()
-    stop_at = began + warm_s + seconds
+
+    def running() -> bool:
+        now = time.monotonic()
+        if not first_publish.is_set():
+            return now < began + wake_timeout_s
+        return now < next(t for t, value in seen if value > 0) + seconds
 
     def client() -> None:
         caller = Callables(admin.token)
         next_at = time.monotonic()
-        while next_at < stop_at:
+        while running():
             caller.call("increment", counter=counter)
             with lock:
                 acks.append(time.monotonic())
@@ -93,17 +103,28 @@ def rollup_lag(rate: float = 100.0, seconds: float = 20.0, clients: int = 4,
     while (not seen or seen[-1][1] < len(acks)) and time.monotonic() < deadline:
         time.sleep(0.05)
     watch.unsubscribe()  # type: ignore[no-untyped-call]
+    if not first_publish.is_set():
+        return {"measured": False,
+                "reason": f"no publish within {wake_timeout_s:.0f} s of the first increment"}
+    published = next(t for t, value in seen if value > 0)
     acks.sort()
     shown = [next((t for t, value in seen if value >= i and t >= acked), None)
              for i, acked in enumerate(acks, start=1)]
-    measured = [(acked, t) for acked, t in zip(acks, shown, strict=True)
-                if acked >= began + warm_s]
+    measured = [(acked, t) for acked, t in zip(acks, shown, strict=True) if acked >= published]
     lags = [t - acked for acked, t in measured if t is not None]
+    by_second: dict[int, list[float]] = {}
+    for acked, t in measured:
+        if t is not None:
+            by_second.setdefault(int(acked - published), []).append(t - acked)
     return {
+        "measured": True,
         "increments": len(measured),
         "achieved_rate": len(measured) / seconds,
         **lag_figures(lags, len(measured)),
         "first_lag_s": None if shown[0] is None else shown[0] - acks[0],
+        "wake_s": published - began,
+        "by_second": [{"second": n, "lag_p99_s": percentile(values, 99),
+                       "lag_max_s": max(values)} for n, values in sorted(by_second.items())],
         "lags_s": lags,
     }
 

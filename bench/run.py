@@ -51,9 +51,9 @@ def brief(figures: dict[str, Any]) -> dict[str, Any]:
 
 def plot_counters(results: dict[str, Any]) -> None:
     fig, (lag, cost, writes) = plt.subplots(1, 3, figsize=(15, 4.5))
-    lags = results["rollup_lag"]["lags_s"]
-    lag.hist(lags, bins=40)
-    lag.axvline(results["rollup_lag"]["lag_p99_s"], color="red", linestyle="--", label="p99")
+    if results["rollup_lag"]["measured"]:
+        lag.hist(results["rollup_lag"]["lags_s"], bins=40)
+        lag.axvline(results["rollup_lag"]["lag_p99_s"], color="red", linestyle="--", label="p99")
     lag.set(title="Rollup lag (ack -> listener)", xlabel="seconds", ylabel="increments")
     lag.legend()
     rc = results["rollup_cost"]

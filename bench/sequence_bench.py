@@ -24,6 +24,7 @@ from typing import Any
 from counting.features import sequences
 from counting.features.context import Context
 from google.cloud import firestore
+from readiness import wait_ready
 
 CLIENTS = 8
 
@@ -113,15 +114,9 @@ def redis_server() -> Iterator[int]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.05)
+        wait_ready("redis-server",
+                   lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close(), 10,
+                   every_s=0.05, exited=lambda: None if server.poll() is None else "it exited")
         yield port
     finally:
         server.terminate()

@@ -29,13 +29,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import demo
+from readiness import NotReady, http_probe, wait_ready
 from scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,47 +238,32 @@ def alive(pid: int) -> bool:
         return False
 
 
+def firebase_exited(firebase: subprocess.Popen[bytes]) -> Callable[[], str | None]:
+    """For `wait_ready`: why the emulators are gone, None while they run."""
+    return lambda: (None if firebase.poll() is None
+                    else f"firebase exited with {firebase.returncode}")
+
+
 def wait_until_ready(firebase: subprocess.Popen[bytes], log: Path) -> None:
     """Wait for the functions to be served: 404 forever means they failed to load (a venv that
-    does not match the runtime, for one), though firebase itself keeps running."""
+    does not match the runtime, for one), though firebase itself keeps running. 400, 401 or 403:
+    the function ran and refused the empty call."""
     url = f"{emulator_env()['COUNTERS_FUNCTIONS_URL']}/{PROBE_FUNCTION}"
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if firebase.poll() is not None:
-            raise SystemExit(f"firebase exited with {firebase.returncode}; see {log}")
-        request = urllib.request.Request(
-            url, data=b'{"data": {}}', headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10):
-                return
-        except urllib.error.HTTPError as error:
-            if error.code in (400, 401, 403):  # the function ran and refused the empty call
-                return
-            last = f"HTTP {error.code}"
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
-            last = str(error)
-        time.sleep(0.5)
-    raise SystemExit(f"functions not ready after {READY_TIMEOUT_S:.0f} s ({last}); see {log}")
+    wait_or_exit("functions", http_probe(url, (200, 400, 401, 403), body=b'{"data": {}}'),
+                 firebase, log)
 
 
 def wait_for_web(firebase: subprocess.Popen[bytes], log: Path) -> None:
     """The Hosting emulator answers after the functions load; wait for the page itself."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if firebase.poll() is not None:
-            raise SystemExit(f"firebase exited with {firebase.returncode}; see {log}")
-        try:
-            with urllib.request.urlopen(web_url(), timeout=10):
-                return
-        except urllib.error.HTTPError as error:
-            last = f"HTTP {error.code}"
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
-            last = str(error)
-        time.sleep(0.5)
-    raise SystemExit(f"web client not served after {READY_TIMEOUT_S:.0f} s ({last}); see {log}")
+    wait_or_exit("web client", http_probe(web_url(), (200,)), firebase, log)
+
+
+def wait_or_exit(what: str, probe: Callable[[], str | None], firebase: subprocess.Popen[bytes],
+                 log: Path) -> None:
+    try:
+        wait_ready(what, probe, READY_TIMEOUT_S, exited=firebase_exited(firebase))
+    except NotReady as error:
+        raise SystemExit(f"{error}; see {log}") from None
 
 
 def hold_ports(kind: str) -> None:

@@ -42,6 +42,7 @@ import stack
 from callables import Callables, sign_up
 from counting.features import declarations
 from google.cloud import firestore
+from readiness import http_probe, wait_ready
 
 from tests.waiting import eventually
 
@@ -142,23 +143,16 @@ def emulators(host: Path, label: str, *, loads_counters: bool = True) -> Iterato
         [str(stack.ROOT / "node_modules/.bin/firebase"), "emulators:start", "--project", PROJECT],
         env, log, cwd=host)
     try:
-        eventually(lambda: answers(f"{FUNCTIONS}/hello", firebase, log), READY_S)
-        if (host / "counters").is_dir() and loads_counters:
-            eventually(lambda: answers(f"{FUNCTIONS}/counters-get_count", firebase, log),
-                       READY_S)
+        names = ["hello"] + (["counters-get_count"] if (host / "counters").is_dir()
+                             and loads_counters else [])
+        for name in names:
+            wait_ready(f"{name} in {label}", http_probe(f"{FUNCTIONS}/{name}", (200, 400, 401),
+                                                       body=b'{"data": {}}'),
+                       READY_S, exited=stack.firebase_exited(firebase))
         yield log
     finally:
         stack.stop_group(firebase)
         firebase.wait()  # reaped, whatever stop_group saw
-
-
-def answers(url: str, firebase: Any, log: Path) -> bool:
-    if firebase.poll() is not None:
-        raise AssertionError(f"firebase exited; see {log}")
-    try:
-        return requests.post(url, json={"data": {}}, timeout=10).status_code in (200, 400, 401)
-    except requests.ConnectionError:
-        return False
 
 
 # --- what the host sees ----------------------------------------------------------------------
