@@ -396,13 +396,13 @@ def test_a_number_goes_into_its_record_with_the_next_commit_or_the_housekeeping(
     assert [record(r).get("number") for r in ("a", "b")] == [1, 2]
     assert record("c")["state"] == "issuing"
     now = dt.datetime.now(dt.UTC)
-    assert sequences.record_issued(db, NAMES, now) == 0  # too young: its process's to carry
+    assert sequences.record_issued(db, NAMES, now).recorded == 0  # too young: its process's to carry
     assert number("c") == 3  # a retry before the housekeeping reads it back, and records it
     assert record("c")["number"] == 3
     assert number("d") == 4
     assert number("e", Context.offline()) == 5  # another process: "d" is not its to carry
     assert (record("d")["state"], record("e")["state"]) == ("issuing", "issuing")
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=sequences.RECORD_AFTER_S)
-    assert sequences.record_issued(db, NAMES, later) == 2
+    assert sequences.record_issued(db, NAMES, later).recorded == 2
     assert (record("d")["number"], record("e")["number"]) == (4, 5)
     assert (number("d"), number("e"), number("f")) == (4, 5, 6)

@@ -622,6 +622,9 @@ class Query:
     def sum(self, field_path: str, alias: str) -> Aggregation:
         return Aggregation(self, field_path, alias)
 
+    def count(self, alias: str) -> Aggregation:
+        return Aggregation(self, None, alias)
+
 
 @dataclass(frozen=True)
 class AggregationResult:
@@ -630,14 +633,15 @@ class AggregationResult:
 
 
 class Aggregation:
-    """`query.sum(field, alias=...)`: one result, read at `read_time`."""
+    """`query.sum(field, alias=...)` or `query.count(alias=...)` (no field): one result, read
+    at `read_time`."""
 
-    def __init__(self, query: Query, field_path: str, alias: str) -> None:
+    def __init__(self, query: Query, field_path: str | None, alias: str) -> None:
         self._query, self._field, self._alias = query, field_path, alias
 
     def get(self, read_time: dt.datetime | None = None, **_: Any
             ) -> list[list[AggregationResult]]:
-        total = sum(int((s._data or {}).get(self._field) or 0)
+        total = sum(1 if self._field is None else int((s._data or {}).get(self._field) or 0)
                     for s in self._query.stream(read_time=read_time))
         return [[AggregationResult(self._alias, total)]]
 

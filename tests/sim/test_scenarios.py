@@ -687,6 +687,6 @@ def test_a_process_holds_at_most_max_unrecorded_numbers_and_the_housekeeping_rec
     assert held == [sequences.request_ref(scene.db, NAMES, "t", "u", f"r{n}").id
                     for n in (3, 4, 5)]  # the newest three
     scene.at(3 + sequences.RECORD_AFTER_S)
-    assert sequences.record_issued(scene.db, NAMES, scene.sim.wall()) == 6
+    assert sequences.record_issued(scene.db, NAMES, scene.sim.wall()).recorded == 6
     scene.at(4 + sequences.RECORD_AFTER_S)
     assert {request_id: recorded_number(scene, request_id) for request_id in numbers} == numbers

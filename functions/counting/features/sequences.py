@@ -58,17 +58,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Snapshot = firestore.DocumentSnapshot[Any]
 
-# The transforms of one number and of a reset; `_transformed` reads their results back.
+# The transforms of one number and of a reset; `_transformed` reads their results back. Every
+# write that moves `last_number` also sets `last_claim`: the nonce of the request id's record
+# created in the same commit, or "" (`_read_back`).
 _NUMBER_WRITE = {
     "day": firestore.Increment(0),
     "epoch": firestore.Increment(0),
     "issued": firestore.Increment(1),
+    "last_claim": "",
     "last_number": firestore.Increment(1),
 }
 _RESET_WRITE = {
     "day": firestore.Increment(0),
     "epoch": firestore.Increment(1),
     "issued": firestore.Increment(0),
+    "last_claim": "",
     "last_number": 0,
 }
 
@@ -327,7 +331,7 @@ def _open_day(db: firestore.Client, names: Names, tenant: str, today: dt.date) -
         batch.update(
             ref,
             {"business_day": today.isoformat(), "day": today.toordinal(), "epoch": 0,
-             "last_number": 0, "issued": 0, "resets": [],
+             "last_number": 0, "last_claim": "", "issued": 0, "resets": [],
              "opened_at": firestore.SERVER_TIMESTAMP},
             option=db.write_option(last_update_time=snapshot.update_time),
         )
@@ -423,13 +427,15 @@ def _number_once(writing: Writing, db: firestore.Client, found: SequenceConfig,
     number from it (`_issued`). The number goes into the record with a later commit
     (`Unrecorded`), or the housekeeping's (`record_issued`).
     """
+    nonce = writing.nonce()
     claim = {"uid": uid, "request_id": request_id, "state": "issuing",
-             "claimed_at": firestore.SERVER_TIMESTAMP, writes.NONCE: writing.nonce(),
-             config.EXPIRES_AT: _expiry()}
+             "claimed_at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
+             "spread": int(record.id[:8], 16) % RECORD_SPREAD, config.EXPIRES_AT: _expiry()}
     carried = unrecorded.take()
     batch = db.batch()
     encoding.create(batch, record, claim)
-    encoding.update(batch, sequence_ref(db, writing.names, found.tenant), _NUMBER_WRITE)
+    encoding.update(batch, sequence_ref(db, writing.names, found.tenant),
+                    {**_NUMBER_WRITE, "last_claim": nonce})
     for earlier, ticket in carried:
         encoding.merge(batch, earlier, _recorded(ticket))
     try:
@@ -464,32 +470,50 @@ def _issued(db: firestore.Client, names: Names, found: SequenceConfig,
             record: firestore.DocumentReference, cache: SequenceCache) -> Ticket:
     """The number a request_id's record stands for. Written into it once its call has it; until
     then (that call's answer was lost, or it died, or it is about to write it) the sequence as
-    the record's own commit left it holds it: read at the record's create time, a snapshot
-    read, which Firestore serves for an hour back (longer with point-in-time recovery). The
-    record's call writes the number within milliseconds, so a retry an hour later finds it
-    there, unless the call died: then FAILED_PRECONDITION, never a second number."""
+    the record's own commit left it holds it (`_read_back`), for an hour (longer with
+    point-in-time recovery). The record's call writes the number within milliseconds, and the
+    housekeeping within a minute or two, so a retry an hour later finds it there, unless
+    neither could: then FAILED_PRECONDITION, never a second number."""
     snapshot = record.get()
     data = snapshot.to_dict() or {}
     if data.get("state") == "issued":
         return Ticket(tenant=found.tenant, number=int(data["number"]),
                       business_day=dt.date.fromisoformat(data["business_day"]),
                       epoch=int(data["epoch"]))
-    ticket = _read_back(db, names, found.tenant, snapshot, snapshot.create_time)
+    if data.get("state") == LOST:
+        raise Unreadable(f"request_id: {data.get('request_id')!r} was given a number that can "
+                         f"no longer be read back ({data.get('lost_reason')})")
+    ticket = _read_back(db, names, found.tenant, snapshot)
     cache.saw(db, found, ticket.business_day.toordinal())
     _record(db, record, ticket)
     return ticket
 
 
-def _read_back(db: firestore.Client, names: Names, tenant: str, record: Snapshot,
-               created: dt.datetime) -> Ticket:
+class Unreadable(FailedPrecondition):
+    """A record's number cannot be read back, and never will be: past Firestore's read window,
+    or the sequence as read is not its commit's (an import or a restore re-created the record
+    at a later time). Refused rather than guessed."""
+
+
+def _read_back(db: firestore.Client, names: Names, tenant: str, record: Snapshot) -> Ticket:
     """The number an unrecorded record stands for: the sequence as the record's own commit left
-    it, read at the record's create time `created` (FailedPrecondition once that is out of
-    reach)."""
+    it, read at the record's create time. Taken only when that version of the sequence names the
+    record's claim (`last_claim`, the record's nonce, set by the same commit): a create time
+    that is not the commit's (an import re-creates every document, fields unchanged, at the
+    import time) reads a version of some other commit, whose `last_claim` is not this record's.
+    The one exception is harmless: the last claim before an import reads its own number, which
+    the version imported still holds. `Unreadable` once that is out of reach or undecidable."""
+    data = record.to_dict() or {}
+    claim, request_id = data.get(writes.NONCE), data.get("request_id")
     try:
+        created = instant(record.create_time)
         then = sequence_ref(db, names, tenant).get(read_time=created).to_dict() or {}
     except (gexc.FailedPrecondition, gexc.InvalidArgument) as error:
-        raise FailedPrecondition(f"request_id: {record.get('request_id')!r} was given a number "
-                                 "that can no longer be read back") from error
+        raise Unreadable(f"request_id: {request_id!r} was given a number that can no longer "
+                         "be read back (past the read window)") from error
+    if not claim or then.get("last_claim") != claim:
+        raise Unreadable(f"request_id: {request_id!r} was given a number that cannot be told "
+                         "from its record (its create time is not its commit's: an import?)")
     return Ticket(tenant=tenant, number=int(then["last_number"]),
                   business_day=dt.date.fromordinal(int(then["day"])), epoch=int(then["epoch"]))
 
@@ -503,25 +527,106 @@ def _record(db: firestore.Client, record: firestore.DocumentReference, ticket: T
 
 
 RECORD_AFTER_S = 10.0  # an unrecorded number younger than this is left to its process's commits
-RECORDS_PER_RUN = 300  # unrecorded numbers one housekeeping run writes, at most
+RECORDS_PER_RUN = 300  # unrecorded numbers one housekeeping run reads, at most
+# Records are spread over this many values of their `spread` field (from their id), the head of
+# the housekeeping's index: `claimed_at` increases with time, and an index range written in
+# order takes about 500 writes a second.
+RECORD_SPREAD = 10
+# A record still unreadable this long after its claim, for whatever reason, is given up on.
+RECORD_GIVE_UP_S = 7200.0
+LOST = "lost"  # the state of a record whose number can never be read back
+LOST_LOG_PREFIX = "sequences: number lost"  # logged at ERROR once per record (an alert matches)
 
 
-def record_issued(db: firestore.Client, names: Names, now: dt.datetime) -> int:
+@dataclass(frozen=True, kw_only=True)
+class Housekept:
+    """What one run of `record_issued` did."""
+
+    recorded: int = 0  # numbers written into their records
+    lost: int = 0  # records marked `lost`
+    failed: tuple[str, ...] = ()  # tenants whose records it left for the next run (logged)
+
+
+def record_issued(db: firestore.Client, names: Names, now: dt.datetime) -> Housekept:
     """The housekeeping's part (every minute): write into their records the numbers no later
     commit of their process carried (it went idle, or died), while the sequences can still be
-    read at the records' create times (an hour). One tenant's failure stops no other. Returns
-    how many it wrote."""
+    read at the records' create times (an hour).
+
+    It always makes progress. A run reads at most RECORDS_PER_RUN records, the oldest claimed
+    RECORD_AFTER_S ago or more (younger ones are their process's to carry: they do not take the
+    page). A record it can never read back (`Unreadable`, or still failing RECORD_GIVE_UP_S
+    after its claim) is marked `lost` (a compare-and-set: never over its number), logged at
+    ERROR once with LOST_LOG_PREFIX, and counted (`lost_records`): it leaves the query. Any
+    other error is logged with its tenant and leaves that tenant's records for the next run;
+    no other tenant's."""
+    cutoff = now - dt.timedelta(seconds=RECORD_AFTER_S)
     query = (db.collection_group(names.number_requests)
-             .where(filter=FieldFilter("state", "==", "issuing")).limit(RECORDS_PER_RUN))
-    written = 0
+             .where(filter=FieldFilter("spread", "in", list(range(RECORD_SPREAD))))
+             .where(filter=FieldFilter("state", "==", "issuing"))
+             .where(filter=FieldFilter("claimed_at", "<", cutoff))
+             .order_by("claimed_at").limit(RECORDS_PER_RUN))
+    by_tenant: dict[str, list[Snapshot]] = {}
     for snapshot in query.stream():
-        created = instant(snapshot.create_time)
-        if (now - created).total_seconds() < RECORD_AFTER_S:
-            continue
-        tenant = snapshot.reference.parent.parent.id
+        by_tenant.setdefault(snapshot.reference.parent.parent.id, []).append(snapshot)
+    recorded = lost = 0
+    failed: list[str] = []
+    for tenant, records in by_tenant.items():
         try:
-            _record(db, snapshot.reference, _read_back(db, names, tenant, snapshot, created))
-            written += 1
-        except FailedPrecondition as error:
-            log.warning("%s: %s", snapshot.reference.path, error)
-    return written
+            tickets, marked = _housekeep_tenant(db, names, tenant, records, now)
+        except Exception:
+            log.exception("sequence records of tenant %r left for the next run", tenant)
+            failed.append(tenant)
+            continue
+        recorded, lost = recorded + tickets, lost + marked
+    return Housekept(recorded=recorded, lost=lost, failed=tuple(failed))
+
+
+def _housekeep_tenant(db: firestore.Client, names: Names, tenant: str, records: list[Snapshot],
+                      now: dt.datetime) -> tuple[int, int]:
+    """One tenant's part of a run: its numbers read back and written in one commit, the
+    records it can never read marked. Returns how many of each."""
+    tickets: list[tuple[firestore.DocumentReference, Ticket]] = []
+    marked = 0
+    for record in records:
+        try:
+            tickets.append((record.reference, _read_back(db, names, tenant, record)))
+        except Unreadable as error:
+            marked += _mark_lost(db, tenant, record, str(error))
+        except Exception as error:
+            claimed = (record.to_dict() or {}).get("claimed_at")
+            if not isinstance(claimed, dt.datetime) or \
+                    (now - claimed).total_seconds() < RECORD_GIVE_UP_S:
+                raise
+            marked += _mark_lost(db, tenant, record, f"still unreadable: {error!r}"[:300])
+    if tickets:
+        batch = db.batch()
+        for ref, ticket in tickets:
+            encoding.merge(batch, ref, _recorded(ticket))
+        batch.commit(retry=writes.IDEMPOTENT)  # the same values, however often they land
+    return len(tickets), marked
+
+
+def _mark_lost(db: firestore.Client, tenant: str, record: Snapshot, reason: str) -> int:
+    """Mark a record whose number can never be read back: a compare-and-set on the version
+    read, so it never lands over the number written meanwhile (a resend of it fails its
+    precondition). 1 if this call marked it."""
+    batch = db.batch()
+    batch.update(record.reference, {"state": LOST, "lost_reason": reason},
+                 option=db.write_option(last_update_time=instant(record.update_time)))
+    try:
+        batch.commit(retry=writes.IDEMPOTENT)
+    except (gexc.FailedPrecondition, gexc.NotFound):
+        return 0  # its number was written meanwhile, or it expired
+    log.error("%s: tenant %r, record %s (request_id %r): %s", LOST_LOG_PREFIX, tenant,
+              record.reference.path, (record.to_dict() or {}).get("request_id"), reason)
+    return 1
+
+
+def lost_records(db: firestore.Client, names: Names) -> int:
+    """How many records are marked `lost`, of every tenant, until their TTL deletes them
+    (SEQUENCE_RETENTION_DAYS): one count aggregation (`counters status`)."""
+    # Typed Any: the library declares count() as returning a class, not an instance.
+    query: Any = db.collection_group(names.number_requests).where(
+        filter=FieldFilter("state", "==", LOST))
+    [[result]] = query.count(alias="lost").get()
+    return int(result.value or 0)
