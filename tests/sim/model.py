@@ -25,12 +25,16 @@ What it models:
   delay and fate, so attempts can land out of order. `library_retries` counts the resends.
 - Who sent what: every attempt records its sender, the lease owner it acted for and the client
   call under way (`virtual.Actor.call`), so that checkers attribute each committed write.
-- Queries: filters, order, limits, document-order cursors and `sum` aggregations.
+- Queries: filters, order, limits, document-order cursors, `sum` and `count` aggregations.
+- Reads that fail: a read at a read time more than an hour back (FAILED_PRECONDITION), and a
+  collection group's queries during an outage the run draws (`outages`: UNAVAILABLE).
+- Imports (`reimport`): the documents of a collection created again at the import's time,
+  their fields unchanged (a managed import; the emulator's export/import on a restart).
 - Code that is no actor's (a directed scenario stepping the clock by hand) cannot wait: its
   requests are served, and its commits land, at once.
 
 What it does not model: indexes (queries scan, narrowed by equality and `in` filters on a few
-fields), reads that fail, billing beyond counting documents read and written, document size
+fields), other reads that fail, billing beyond counting documents read and written, document size
 limits, transactions (the domain uses none), listeners.
 """
 
@@ -65,6 +69,8 @@ DOCUMENT_ID = FieldPath.document_id()  # "__name__": the document order queries 
 # the collection: the change queries' stripes and the rollup's watch of counters above their
 # minimum.
 INDEXED = ("stripe", "above_min")
+# Firestore serves reads at a read time this far back at most (without point-in-time recovery).
+READ_WINDOW_US = 3600 * 1_000_000
 
 
 def clone(value: Any) -> Any:
@@ -147,6 +153,9 @@ class Model:
         self.max_commit_delay_us = 0  # of the attempts that applied, C - S
         self._flying = 0  # attempts sent that have not landed yet
         self.on_commit: list[Callable[[Attempt], None]] = []
+        self.imports: list[int] = []  # when `reimport` re-created documents
+        # (from, until, collection id): its collection group queries fail UNAVAILABLE meanwhile
+        self.outages: list[tuple[int, int, str]] = []
         self._lock = threading.RLock()
 
     # -- requests --
@@ -181,21 +190,32 @@ class Model:
         return None
 
     def read(self, paths: list[Path], read_time: dt.datetime | None) -> list[Snapshot]:
-        def serve(arrived: int) -> list[Snapshot]:
+        def serve(arrived: int) -> list[Snapshot] | gexc.GoogleAPICallError:
             with self._lock:
                 at_us = arrived if read_time is None else self._us(read_time)
+                if arrived - at_us > READ_WINDOW_US:
+                    return failure(gexc.FailedPrecondition, "simulated: read_time is more than "
+                                   "an hour in the past")
                 self.max_read_us = max(self.max_read_us, at_us)
                 self.reads += max(1, len(paths))
                 return [self._snapshot(path, at_us) for path in paths]
 
-        found: list[Snapshot] = self._request(serve)
+        found: list[Snapshot] | gexc.GoogleAPICallError = self._request(serve)
+        if isinstance(found, gexc.GoogleAPICallError):
+            raise found
         return found
 
     def scan(self, candidates: Callable[[], Iterable[Path]], filters: list[FieldFilter],
              read_time: dt.datetime | None, group: str | None) -> list[Snapshot]:
-        def serve(arrived: int) -> list[Snapshot]:
+        def serve(arrived: int) -> list[Snapshot] | gexc.GoogleAPICallError:
             with self._lock:
                 at_us = arrived if read_time is None else self._us(read_time)
+                if arrived - at_us > READ_WINDOW_US:
+                    return failure(gexc.FailedPrecondition, "simulated: read_time is more than "
+                                   "an hour in the past")
+                if any(start <= arrived < end and group == down
+                       for start, end, down in self.outages):
+                    return failure(gexc.ServiceUnavailable, f"simulated: {group} is down")
                 self.max_read_us = max(self.max_read_us, at_us)
                 found = []
                 for path in sorted(candidates()):
@@ -208,8 +228,24 @@ class Model:
                 self._note_change_query(group, filters, at_us)
                 return found
 
-        found: list[Snapshot] = self._request(serve)
+        found: list[Snapshot] | gexc.GoogleAPICallError = self._request(serve)
+        if isinstance(found, gexc.GoogleAPICallError):
+            raise found
         return found
+
+    def reimport(self, collection: str) -> None:
+        """An import (a managed import, the emulator's on a restart) of every document under
+        the top-level `collection`: each is created again now, its fields unchanged, so its
+        create and update times are the import's."""
+        with self._lock:
+            now_us = max(self.sim.now_us, self.max_read_us + 1)
+            for path, versions in self.docs.items():
+                if path[0] != collection or versions[-1].data is None:
+                    continue
+                at_us = max(now_us, versions[-1].commit_us + 1)
+                versions.append(Version(commit_us=at_us, create_us=at_us,
+                                        data=clone(versions[-1].data)))
+            self.imports.append(now_us)
 
     def _note_change_query(self, group: str | None, filters: list[FieldFilter],
                            at_us: int) -> None:

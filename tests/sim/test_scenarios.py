@@ -16,7 +16,7 @@ from counting.features import counter_refs, counters, sequences
 from counting.features.context import Context
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Names, Protections
-from counting.foundation.errors import PermissionDenied, ResourceExhausted
+from counting.foundation.errors import FailedPrecondition, PermissionDenied, ResourceExhausted
 from counting.rollup import folding, repartition
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Limits, Rollup, TickStats
@@ -690,3 +690,129 @@ def test_a_process_holds_at_most_max_unrecorded_numbers_and_the_housekeeping_rec
     assert sequences.record_issued(scene.db, NAMES, scene.sim.wall()).recorded == 6
     scene.at(4 + sequences.RECORD_AFTER_S)
     assert {request_id: recorded_number(scene, request_id) for request_id in numbers} == numbers
+
+
+# -- The sequences' housekeeping and read-backs (issue 41) ---------------------------------------
+
+
+def open_sequence(scene: Scene, tenant: str) -> None:
+    """`tenant`'s sequence, configured and open for TODAY (as `sequence_t`)."""
+    sequences.sequence_ref(scene.db, NAMES, tenant).set({"timezone": "UTC",
+                                                         "reset_time": "00:00"})
+    scene.at(scene.sim.monotonic() + 1)
+    sequences._open_day(scene.db, NAMES, tenant, TODAY.date())
+    scene.at(scene.sim.monotonic() + 1)
+
+
+def died(scene: Scene, tenant: str, request_id: str) -> int:
+    """A number for `request_id` from a process that dies once it has it: no later commit of
+    its own carries the number into its record."""
+    process = dataclasses.replace(scene.ctx, unrecorded=sequences.Unrecorded())
+    return sequences.next_number(process, scene.db, tenant, request_id=request_id, uid="u",
+                                 now=TODAY).number
+
+
+def retried(scene: Scene, tenant: str, request_id: str) -> int:
+    return sequences.next_number(scene.ctx, scene.db, tenant, request_id=request_id, uid="u",
+                                 now=TODAY).number
+
+
+def record_of(scene: Scene, tenant: str, request_id: str) -> dict[str, object]:
+    return sequences.request_ref(scene.db, NAMES, tenant, "u", request_id).get().to_dict() or {}
+
+
+def housekeeping(scene: Scene, at: float) -> sequences.Housekept:
+    """A run of `record_issued` at `at`, then the clock a second on (its commits seen)."""
+    scene.at(at)
+    done = sequences.record_issued(scene.db, NAMES, scene.sim.wall())
+    scene.at(at + 1)
+    return done
+
+
+def test_records_past_the_read_window_are_marked_lost_and_keep_no_other_tenant_waiting() -> None:
+    """After a housekeeping outage of over an hour, a page's worth of records of tenant t can
+    no longer be read back. The next run marks them lost (once, counted) instead of reading the
+    same page again at every run; t2's record, of after the outage, is written by the run
+    after. A retry of a lost one is refused, never given a number."""
+    scene = Scene()
+    open_sequence(scene, "t")
+    open_sequence(scene, "t2")
+    for n in range(sequences.RECORDS_PER_RUN):
+        died(scene, "t", f"s{n}")
+    scene.at(3700)  # the housekeeping was down for over an hour
+    fresh = died(scene, "t2", "f")
+    first = housekeeping(scene, 3760)
+    housekeeping(scene, 3820)
+    assert record_of(scene, "t2", "f").get("number") == fresh
+    assert retried(scene, "t2", "f") == fresh
+    assert first.lost == sequences.RECORDS_PER_RUN
+    assert housekeeping(scene, 3880) == sequences.Housekept()  # each marked once: nothing left
+    assert sequences.lost_records(scene.db, NAMES) == sequences.RECORDS_PER_RUN
+    with pytest.raises(FailedPrecondition):
+        retried(scene, "t", "s0")
+
+
+def test_records_younger_than_the_grace_do_not_fill_the_housekeepings_page() -> None:
+    """A page's worth of records still in their process's hands (younger than
+    RECORD_AFTER_S) does not keep an older record of another tenant from being written."""
+    scene = Scene()
+    open_sequence(scene, "t")
+    open_sequence(scene, "t2")
+    old = died(scene, "t2", "old")
+    scene.at(scene.sim.monotonic() + sequences.RECORD_AFTER_S + 5)
+    for n in range(sequences.RECORDS_PER_RUN):
+        died(scene, "t", f"y{n}")
+    done = housekeeping(scene, scene.sim.monotonic() + 1)
+    assert (done.recorded, done.lost) == (1, 0)
+    assert record_of(scene, "t2", "old").get("number") == old
+    assert record_of(scene, "t", "y0").get("state") == "issuing"  # its process's to carry
+
+
+def test_a_record_whose_sequence_is_missing_is_marked_lost_and_stops_no_other_tenant() -> None:
+    """A record whose tenant's sequence is not there at its create time (a partial import) is
+    marked lost, not a failure of the run: the next tenant's record is written."""
+    scene = Scene()
+    open_sequence(scene, "t")
+    scene.model.commit([Write("create", ("sequences", "gone", "number_requests", "0" * 64), {
+        "uid": "u", "request_id": "stray", "state": "issuing", "nonce": "n", "spread": 0,
+        "claimed_at": scene.sim.wall()})])
+    number = died(scene, "t", "a")
+    done = housekeeping(scene, scene.sim.monotonic() + sequences.RECORD_AFTER_S + 1)
+    assert (done.recorded, done.lost, done.failed) == (1, 1, ())
+    assert record_of(scene, "t", "a").get("number") == number
+
+
+def test_an_error_for_one_tenant_leaves_its_records_for_the_next_run_and_no_other() -> None:
+    """The commit of tenant t's numbers is refused: t is left for the next run (logged with its
+    id), t2's are written; the next run writes t's."""
+    scene = Scene()
+    open_sequence(scene, "t")
+    open_sequence(scene, "t2")
+    numbers = {"t": died(scene, "t", "a"), "t2": died(scene, "t2", "b")}
+    scene.model.draws.script.append(Fate(delay_us=1_000, refused=gexc.PermissionDenied))
+    done = housekeeping(scene, scene.sim.monotonic() + sequences.RECORD_AFTER_S + 1)
+    assert (done.recorded, done.failed) == (1, ("t",))
+    assert record_of(scene, "t2", "b").get("number") == numbers["t2"]
+    assert housekeeping(scene, scene.sim.monotonic() + 60).recorded == 1
+    assert record_of(scene, "t", "a").get("number") == numbers["t"]
+
+
+def test_an_import_never_hands_a_request_another_requests_number() -> None:
+    """Three requests are given 1, 2 and 3 by processes that die; an import re-creates the
+    records and the sequence at its own time, where the sequence holds 3. A retry of the first
+    two is refused (their records cannot tell their numbers any more), never answered 3; the
+    third's reads back its own 3. The housekeeping marks the two lost and writes the third."""
+    scene = Scene()
+    open_sequence(scene, "t")
+    given = {request_id: died(scene, "t", request_id) for request_id in ("a", "b", "c")}
+    assert list(given.values()) == [1, 2, 3]
+    scene.at(scene.sim.monotonic() + 1)
+    scene.model.reimport("sequences")
+    scene.at(scene.sim.monotonic() + 1)
+    for request_id in ("a", "b"):
+        with pytest.raises(FailedPrecondition):
+            retried(scene, "t", request_id)
+    done = housekeeping(scene, scene.sim.monotonic() + sequences.RECORD_AFTER_S + 1)
+    assert (done.recorded, done.lost) == (1, 2)
+    assert retried(scene, "t", "c") == 3
+    assert [record_of(scene, "t", r).get("state") for r in "abc"] == ["lost", "lost", "issued"]
