@@ -16,13 +16,13 @@ import click
 import numpy
 import pytest
 from click.testing import CliRunner, Result
-from counters_cli import cli, install, installed_backend, session
+from counters_cli import PROJECT_COMMANDS, cli, install, installed_backend, session
 from counters_cli import status as status_command
 from counters_cli.claims import changed_claims
 from counters_cli.load import percentile, run_load
 from counters_cli.session import Target, resolve_target
 from counting.features import counters, trends
-from counting.foundation import kinds
+from counting.foundation import config, kinds
 from counting.foundation.errors import NotFound
 from counting.rollup import repartition, status
 from counting.writepath import partitions, waking
@@ -31,6 +31,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ..tables import table_rows
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -364,18 +366,44 @@ def test_partitions_shows_and_changes_the_count(
     invoke("partitions", "3", code=2)  # not a power of two
 
 
-def test_the_cli_finds_the_install_of_the_project_it_runs_in(tmp_path: Path) -> None:
-    """Whatever the install's name and from any folder of its project, the CLI operates it; a
-    project with several installs must name one; elsewhere, this repository's backend."""
-    assert installed_backend(tmp_path) is None  # no project
-    (tmp_path / "firebase.json").write_text("{}")
-    assert installed_backend(tmp_path) is None  # a project with no install
+def test_the_cli_finds_the_backend_of_the_project_it_runs_in(tmp_path: Path) -> None:
+    """From any folder of a project, the CLI operates the backend codebase its firebase.json
+    lists (a folder with placement.json, or install.json); none, several or no project at all
+    and it refuses rather than use a default placement."""
+    with pytest.raises(click.UsageError, match="no Firebase project here.*--backend"):
+        installed_backend(tmp_path)
+    (tmp_path / "firebase.json").write_text('{"functions": [{"source": "functions"}, '
+                                            '{"source": "shop", "codebase": "shop"}]}')
+    (tmp_path / "functions").mkdir()
+    with pytest.raises(click.UsageError, match="lists no counters backend.*counters init"):
+        installed_backend(tmp_path)
     (tmp_path / "shop").mkdir()
-    (tmp_path / "shop" / install.RECORD).write_text("{}")
+    (tmp_path / "shop" / install.RECORD).write_text("{}")  # its placement.json hidden by git
     (tmp_path / "web" / "src").mkdir(parents=True)
     assert installed_backend(tmp_path) == installed_backend(tmp_path / "web" / "src") \
         == tmp_path / "shop"
-    (tmp_path / "admin").mkdir()
-    (tmp_path / "admin" / install.RECORD).write_text("{}")
-    with pytest.raises(click.UsageError, match="several installs .*admin, shop.*--backend"):
+    (tmp_path / "functions" / "placement.json").write_text("{}")
+    with pytest.raises(click.UsageError, match="several backends .*functions, shop.*--backend"):
         installed_backend(tmp_path / "web")
+    (tmp_path / "admin").mkdir()  # an install firebase.json does not list is none
+    (tmp_path / "admin" / install.RECORD).write_text("{}")
+    with pytest.raises(click.UsageError, match=r"several backends \(functions, shop\)"):
+        installed_backend(tmp_path)
+
+
+def test_this_repositorys_stack_states_its_own_backend() -> None:
+    """The repository's firebase.json lists functions/, whose placement.json states the
+    defaults: that, and nothing implicit, is what the CLI operates here."""
+    assert installed_backend(ROOT / "web") == ROOT / "functions"
+    assert config.Placement.read(ROOT / "functions") == config.Placement()
+
+
+def test_outside_a_project_every_command_refuses_and_contacts_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(session, "connect", lambda *args: pytest.fail("contacted Firestore"))
+    for name in sorted(set(cli.commands) - PROJECT_COMMANDS):
+        result = CliRunner().invoke(cli, [name], env={"FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
+        assert result.exit_code == 2, (name, result.output)
+        assert "no Firebase project here" in result.stderr and "Traceback" not in result.output
+    assert CliRunner().invoke(cli, ["get", "--help"]).exit_code == 0  # help needs no backend

@@ -8,13 +8,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from counters_cli import cli, install, session
+from counters_cli import cli, install, installed_backend, session
 from counting.features import declarations
 from counting.foundation import config
 from counting.foundation.errors import InvalidArgument
@@ -197,8 +198,8 @@ def test_the_most_declarations_a_file_may_hold() -> None:
 
 
 def test_a_placement_file_says_all_of_the_placement_or_is_refused(tmp_path: Path) -> None:
-    placement = config.Placement(database="counters", collection_prefix="c_",
-                                 function_prefix="counters")
+    placement = config.Placement(collection_prefix="c_", function_prefix="counters",
+                                 watched_database="shop")
     (tmp_path / config.PLACEMENT_FILE).write_text(placement.to_json())
     assert config.Placement.read(tmp_path) == placement
     assert placement.function_id("rolluptick") == "counters-rolluptick"
@@ -256,6 +257,80 @@ def test_an_install_runs_where_its_placement_says_and_not_without_it(host: Path)
     assert missing.returncode != 0 and "does not start without it" in missing.stderr
     counters("init", str(host))  # gives it back
     assert config.Placement.read(codebase) == placement
+
+
+@pytest.mark.parametrize(("database", "prefix"), [("counters", ""), ("(default)", "c_")])
+@pytest.mark.parametrize("function_prefix", ["", "counters"])
+def test_an_install_keeps_its_data_apart_from_the_hosts(database: str, prefix: str,
+                                                        function_prefix: str) -> None:
+    """A placement with a function prefix (an install) is refused where `counters init` would
+    refuse it: the host's unprefixed default collections, or both a database and a prefix."""
+    config.Placement(database=database, collection_prefix=prefix, function_prefix=function_prefix)
+    config.Placement()  # this repository's own stack
+    for database, prefix in (("(default)", ""), ("counters", "c_")):
+        with pytest.raises(config.PlacementError, match="one or the other"):
+            config.Placement(database=database, collection_prefix=prefix,
+                             function_prefix="counters")
+
+
+# Each edit of an install's files that leaves them disagreeing, and what the refusal names.
+TAMPERED: dict[str, tuple[str, Callable[[str], str], str]] = {
+    "host's default collections": ("counters/placement.json", lambda text: json.dumps(
+        {"database": "(default)", "collection_prefix": "", "function_prefix": "counters",
+         "watched_database": "(default)"}), "one or the other"),
+    "another database": ("counters/placement.json", lambda text: text.replace(
+        '"database": "counters"', '"database": "elsewhere"').replace(
+        '"collection_prefix": "ctr_"', '"collection_prefix": "zz_"'),
+        "counters/install.json disagree"),
+    "another function prefix": ("firebase.json", lambda text: text.replace(
+        '"prefix": "counters"', '"prefix": "shop"'), "firebase.json disagree"),
+    "install.json changed": ("counters/install.json", lambda text: text.replace(
+        '"name": "counters"', '"name": "shop"'), "counters/install.json disagree"),
+}
+
+
+@pytest.mark.parametrize("tamper", sorted(TAMPERED))
+@pytest.mark.parametrize("args", [(), ("--prefix", "ctr_")], ids=["own-database", "prefix"])
+def test_a_placement_its_install_did_not_write_is_refused_everywhere(
+        host: Path, args: tuple[str, ...], tamper: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files of an install that disagree on where it lives (or a placement init would refuse)
+    stop the functions at load, every command of the CLI operating it, and `init`, each naming
+    the files and the fix; nothing is written and no Firestore is contacted."""
+    counters("init", str(host), *args)
+    name, edit, says = TAMPERED[tamper]
+    path = host / name
+    edited = edit(path.read_text())
+    if edited == path.read_text():
+        pytest.skip("this edit does not apply to this mode")  # the other mode's database
+    path.write_text(edited)
+    before = files(host)
+    loaded = load_codebase(host / "counters")
+    assert loaded.returncode != 0 and says in loaded.stderr and "git checkout" in loaded.stderr
+    monkeypatch.chdir(host / "public")
+    monkeypatch.setattr(session, "connect", lambda *a: pytest.fail("contacted Firestore"))
+    for command in sorted(set(cli.commands) - {"init", "remove", "emulator-rules"}):
+        refused = CliRunner().invoke(cli, [command], env={"FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
+        assert refused.exit_code == 2 and says in refused.stderr, (command, refused.output)
+        assert "git checkout" in refused.stderr and "Traceback" not in refused.output
+    refused = CliRunner().invoke(cli, ["--backend", str(host / "counters"), "get", "likes"])
+    assert refused.exit_code == 2 and says in refused.stderr
+    if name != "counters/install.json":  # init itself refuses a changed record differently
+        refused = counters("init", str(host), *args, code=1)
+        assert says in refused.stderr
+    assert files(host) == before
+
+
+def test_a_clone_without_install_json_runs_on_its_placement(host: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """A host whose .gitignore hid install.json: the codebase and the CLI find the install by
+    firebase.json and placement.json, and both check the codebase's prefix."""
+    counters("init", str(host), "--prefix", "ctr_")
+    (host / "counters" / install.RECORD).unlink()
+    assert load_codebase(host / "counters").returncode == 0
+    monkeypatch.chdir(host / "public")
+    assert installed_backend(Path.cwd()) == host / "counters"
+    assert config.Placement.read(host / "counters").names.counters == "ctr_counters"
 
 
 def edit_firebase_json(host: Path, **entries: object) -> None:

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import click
+from counting.foundation import config
 
 from . import (
     claims,
@@ -29,7 +30,7 @@ from . import (
     trends,
     watch,
 )
-from .session import CommandGroup, Session, resolve_target
+from .session import HELP_ASKED, CommandGroup, Session, resolve_target
 
 # The commands that add, remove or load an install rather than operate one.
 PROJECT_COMMANDS = {"init", "remove", "emulator-rules"}
@@ -42,38 +43,58 @@ PROJECT_COMMANDS = {"init", "remove", "emulator-rules"}
                    "FIRESTORE_EMULATOR_HOST set, the emulator (default 127.0.0.1:8080, "
                    "project demo-counters).")
 @click.option("--backend", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
-              help="An install's folder in a host project (counters init): its database, "
-                   "collection prefix and declarations. Default: the install of the project "
-                   "this directory is in (its firebase.json's folder), else this repository's "
-                   "backend; a project with several installs must name one.")
+              help="A backend codebase's folder (an install's, from counters init): its "
+                   "placement.json, declarations and project. Default: the backend codebase "
+                   "that the firebase.json of the project this directory is in lists; a project "
+                   "with several must name one, and without one the command refuses.")
 @click.pass_context
 def cli(ctx: click.Context, project: str | None, backend: Path | None) -> None:
     """Operate distributed counters, ticket sequences and trending tags."""
     ctx.obj = Session(resolve_target(project, os.environ))
-    if ctx.invoked_subcommand in PROJECT_COMMANDS:
+    if ctx.invoked_subcommand in PROJECT_COMMANDS or ctx.meta.get(HELP_ASKED):
         return  # they work on a host project's files, whatever state its install is in
+    named = backend is not None
     if backend is None:
         backend = installed_backend(Path.cwd())
-        if backend is not None:
-            ctx.obj.err.print(f"backend: the install in {backend.resolve()}")
-    if backend is not None:
-        ctx.obj.use_backend(backend)
+    ctx.obj.use_backend(backend, named=named)
 
 
-def installed_backend(here: Path) -> Path | None:
-    """The install this directory's project holds (`counters init` leaves its record in its
-    folder beside firebase.json, in this directory or a parent), None when the project holds
-    none (this repository's own backend). Fails closed: a project with several installs names
-    one with --backend, rather than the command guessing where the data lives."""
+def installed_backend(here: Path) -> Path:
+    """The backend codebase of the project this directory is in: the one codebase its
+    firebase.json (here or in a parent folder) lists whose folder holds a placement.json or an
+    install.json (an install's, or this repository's functions/, which states the placement
+    of its own stack). Fails closed: with none, or several, it refuses (--backend names one),
+    rather than the command guessing where the data lives."""
     for root in (here, *here.parents):
         if (root / "firebase.json").exists():
-            found = sorted(record.parent for record in root.glob(f"*/{install.RECORD}"))
+            found = backends(root)
             if len(found) > 1:
                 raise click.UsageError(
-                    f"{root} holds several installs ({', '.join(f.name for f in found)}): "
+                    f"{root} holds several backends ({', '.join(f.name for f in found)}): "
                     "name one with --backend DIR")
-            return found[0] if found else None
-    return None
+            if not found:
+                raise click.UsageError(
+                    f"{root / 'firebase.json'} lists no counters backend (a functions codebase "
+                    f"whose folder holds {config.PLACEMENT_FILE}): run `counters init` in "
+                    f"{root} first (docs/adopt.md), or name the backend's folder with "
+                    "--backend DIR")
+            return found[0]
+    raise click.UsageError(
+        f"no Firebase project here: no firebase.json in {here} or a folder above it. Run "
+        "counters in the folder of the project the backend is installed in, or name the "
+        "backend's folder with --backend DIR (it never falls back to a default placement)")
+
+
+def backends(root: Path) -> list[Path]:
+    """The codebases `root`'s firebase.json lists that hold a backend's placement or record."""
+    found = []
+    for entry in install.as_list(install.read_firebase_json(root).get("functions")):
+        source = entry.get("source") if isinstance(entry, dict) else None
+        folder = root / source if isinstance(source, str) else None
+        if folder is not None and any((folder / name).exists() for name in (
+                config.PLACEMENT_FILE, install.RECORD)):
+            found.append(folder)
+    return sorted(found)
 
 
 for command in (counters.create, counters.inc, counters.get, counters.reset, watch.watch,

@@ -475,8 +475,9 @@ def expected_of(codebase: Path | None, placement: config.Placement, project: str
 
 def emulated_url(session: Session, name: str) -> str:
     """A function's URL on the Functions emulator of the session's firebase.json."""
-    declared = json.loads(session.firebase_json.read_text()) if session.firebase_json.exists() \
-        else {}
+    firebase_json = session.firebase_json
+    declared = (json.loads(firebase_json.read_text())
+                if firebase_json is not None and firebase_json.exists() else {})
     port = declared.get("emulators", {}).get("functions", {}).get("port", 5001)
     host = (session.target.emulator_host or "127.0.0.1").rpartition(":")[0]
     return (f"http://{host}:{port}/{session.target.project}/{config.REGION}/"

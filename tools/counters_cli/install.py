@@ -29,7 +29,6 @@ out of a commit.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -53,7 +52,7 @@ import counters_cli
 # this repository's checkout keeps it at its root and in functions/.
 _PACKED = Path(counters_cli.__file__).resolve().parent / "backend"
 _REPO = Path(counters_cli.__file__).resolve().parents[2]
-RECORD = "install.json"
+RECORD = config.INSTALL_RECORD
 # The backend's part of the repository's rules file lies between these lines.
 RULES_BEGIN = re.compile(r"^ *// counters: begin\..*$", re.MULTILINE)
 RULES_END = re.compile(r"^ *// counters: end$", re.MULTILINE)
@@ -234,8 +233,11 @@ def placement_file(install: Install, folder: Path) -> str:
     documents collection counters count as the host left it (the one value that is the host's
     to change there: docs/adopt.md)."""
     watched = config.DEFAULT_DATABASE
-    with contextlib.suppress(config.PlacementError):  # none yet, or one init writes anew
-        watched = config.Placement.read(folder).watched_database
+    if (folder / config.PLACEMENT_FILE).exists():  # else none yet, or a lost one: written anew
+        try:
+            watched = config.Placement.read(folder).watched_database
+        except config.PlacementError as error:  # edited: which file is right is not init's guess
+            raise click.ClickException(str(error)) from None
     return dataclasses.replace(install.placement, watched_database=watched).to_json()
 
 

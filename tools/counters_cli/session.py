@@ -25,10 +25,7 @@ from rich.console import Console, RenderableType
 
 DEFAULT_PROJECT = "demo-counters"
 DEFAULT_EMULATOR_HOST = "127.0.0.1:8080"
-# The project's Firebase configuration: where the stack's emulators listen (this repository's,
-# unless --backend names an install in another project); Cloud Tasks' default port otherwise.
-FIREBASE_JSON = Path(__file__).resolve().parents[2] / "firebase.json"
-REPOSITORY_BACKEND = Path(__file__).resolve().parents[2] / "functions"
+# Cloud Tasks' default emulator port, where the backend's project's firebase.json names none.
 TASKS_PORT = 9499
 # Request ids are scoped to a user (the callables use the caller's uid); the CLI's own requests
 # are those of this uid, so they never collide with a client's.
@@ -71,32 +68,46 @@ class Session:
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._db: firestore.Client | None = None
         self._context: Context | None = None
-        self.firebase_json = FIREBASE_JSON
-        # The backend codebase operated: an install's folder (--backend), else this
-        # repository's functions/ (None when the command runs from a wheel).
-        repository = (REPOSITORY_BACKEND / "main.py").is_file()
-        self.backend: Path | None = REPOSITORY_BACKEND if repository else None
-        # Where that backend lives: the defaults (this repository's stack) unless --backend;
-        # its collection counters: the declarations the CLI's own backend codebase ships.
-        self.placement = config.Placement()
-        self.declared = declarations.Declared.of_codebase(declarations.CODEBASE)
+        # The backend codebase operated (`use_backend`): there is no default, so that no command
+        # writes to a placement nobody stated.
+        self.backend: Path | None = None
+        self._placement: config.Placement | None = None
+        self._declared: declarations.Declared | None = None
+        self.firebase_json: Path | None = None
 
-    def use_backend(self, folder: Path) -> None:
-        """Operate the install in `folder`: its placement (placement.json, as its functions read
-        it) and declarations, and the emulators of its host project's firebase.json."""
+    def use_backend(self, folder: Path, named: bool = False) -> None:
+        """Operate the backend codebase in `folder` (an install's, or this repository's
+        functions/): its placement (placement.json, checked against install.json and the
+        host's firebase.json as its functions check it) and declarations, and the emulators of
+        its project's firebase.json. `named`: --backend gave it."""
         try:
             placement = config.Placement.read(folder)
             declared = declarations.Declared.of_codebase(folder, placement)
         except (ValueError, CounterError) as error:
-            raise click.UsageError(f"--backend: {error}") from None
-        self.placement, self.declared = placement, declared
+            raise click.UsageError(f"{'--backend: ' if named else ''}{error}") from None
+        self._placement, self._declared = placement, declared
         self.backend = folder.resolve()
         self.firebase_json = self.backend.parent / "firebase.json"
+
+    @property
+    def placement(self) -> config.Placement:
+        """Where the operated backend lives (a UsageError before `use_backend`)."""
+        if self._placement is None:
+            raise click.UsageError("no backend to operate: give its folder with --backend DIR")
+        return self._placement
+
+    @property
+    def declared(self) -> declarations.Declared:
+        """The operated backend's collection counters."""
+        self.placement  # noqa: B018 (says there is no backend)
+        assert self._declared is not None
+        return self._declared
 
     def db(self) -> firestore.Client:
         """The Firestore client; announces the target first (the first line of output)."""
         if self._db is None:
-            self.err.print(self.target.describe(), style="bold red" if self.production else None)
+            self.err.print(f"{self.target.describe()}; backend {self.backend}",
+                           style="bold red" if self.production else None)
             self._db = connect(self.target, self.placement, self.firebase_json)
         return self._db
 
@@ -143,6 +154,7 @@ class Session:
 
 
 pass_session = click.make_pass_decorator(Session)
+HELP_ASKED = "counters.help_asked"
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 
 
@@ -166,14 +178,15 @@ def dotenv(text: str) -> dict[str, str]:
 
 
 def connect(target: Target, placement: config.Placement,
-            firebase_json: Path = FIREBASE_JSON) -> firestore.Client:
+            firebase_json: Path | None) -> firestore.Client:
     """A client of `placement`'s database in the target."""
     if target.emulator_host is not None:
         # The client library switches to the emulator (anonymous credentials) on this variable.
         os.environ["FIRESTORE_EMULATOR_HOST"] = target.emulator_host
         # The domain's writes enqueue their second's tick tasks (one per partition written to):
         # to the stack's Cloud Tasks emulator, beside the Firestore one.
-        declared = json.loads(firebase_json.read_text()) if firebase_json.exists() else {}
+        declared = (json.loads(firebase_json.read_text())
+                    if firebase_json is not None and firebase_json.exists() else {})
         tasks_port = declared.get("emulators", {}).get("tasks", {}).get("port", TASKS_PORT)
         host = target.emulator_host.rpartition(":")[0]
         os.environ.setdefault("CLOUD_TASKS_EMULATOR_HOST", f"{host}:{tasks_port}")
@@ -206,7 +219,12 @@ def iso(value: dt.datetime | None) -> str | None:
 
 
 class CommandGroup(click.Group):
-    """Turns domain and Firestore errors into one-line messages with exit status 1."""
+    """Turns domain and Firestore errors into one-line messages with exit status 1; notes a
+    `--help` of a subcommand (HELP_ASKED), which needs no backend."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[HELP_ASKED] = "--help" in args
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

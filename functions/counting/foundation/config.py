@@ -11,6 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from counting.foundation.kinds import Window
 
@@ -336,6 +337,28 @@ FUNCTION_PREFIX_PATTERN = re.compile(r"[a-z](?:[a-z0-9-]{0,28}[a-z0-9])?")
 # to the default database's unprefixed collections.
 PLACEMENT_FILE = "placement.json"
 MAX_PLACEMENT_BYTES = 4096
+# What `counters init` records of an install beside its placement (the same database, collection
+# prefix and function prefix, as `name`); the host's firebase.json gives the codebase its prefix.
+# Where they are present (the host's folder, a deploy's discovery, the emulators), a placement
+# that disagrees with either is refused: one of them was edited, and none says which is right.
+INSTALL_RECORD = "install.json"
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in `path`, None when there is none (no file, or not a JSON object)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _placement_fix(codebase: Path) -> str:
+    """What to do about a placement file that cannot be used."""
+    return (f"Restore the files from git (git checkout -- {codebase.name}/{PLACEMENT_FILE} "
+            f"{codebase.name}/{INSTALL_RECORD} firebase.json), or delete {PLACEMENT_FILE} and "
+            f"run `counters init` again with the install's options, which writes it anew from "
+            f"{INSTALL_RECORD} (docs/adopt.md)")
 
 
 class PlacementError(ValueError):
@@ -373,6 +396,16 @@ class Placement:
             if not isinstance(value, str) or (value and not pattern.fullmatch(value)):
                 raise PlacementError(f"{name}: {value!r} must be empty or {what}, a letter "
                                      "first", name)
+        # An install (a function prefix) keeps its data in a database of its own or under a
+        # collection prefix in the default database, as `counters init` refuses anything else:
+        # never in the host's own unprefixed collections.
+        if self.function_prefix and ((self.database == DEFAULT_DATABASE)
+                                     == (not self.collection_prefix)):
+            raise PlacementError(
+                f"function_prefix {self.function_prefix!r} with database {self.database!r} and "
+                f"collection_prefix {self.collection_prefix!r}: an install keeps its data in a "
+                "database of its own or under a collection prefix in the default database, one "
+                "or the other (`counters init` refuses any other placement)", "database")
 
     @classmethod
     def read(cls, codebase: Path) -> Placement:
@@ -398,9 +431,40 @@ class Placement:
                                  f"most {MAX_PLACEMENT_BYTES} bytes), as `counters init` writes "
                                  "it")
         try:
-            return cls(**data)
+            placement = cls(**data)
         except PlacementError as error:
-            raise PlacementError(f"{path}: {error}", error.field) from None
+            raise PlacementError(f"{path}: {error}. {_placement_fix(codebase)}",
+                                 error.field) from None
+        placement.check_agrees(codebase)
+        return placement
+
+    def check_agrees(self, codebase: Path) -> None:
+        """PlacementError, naming both files and the fix, unless the files beside `codebase`
+        that say where it lives agree with this placement: its INSTALL_RECORD and the codebase's
+        entry in the host's firebase.json (its prefix). Either may be absent (a deployed
+        codebase has neither); an unreadable one is for its own reader to refuse."""
+        path = codebase / PLACEMENT_FILE
+        found: list[tuple[Path, dict[str, Any]]] = []
+        record = _json_object(codebase / INSTALL_RECORD)
+        if record is not None:
+            found.append((codebase / INSTALL_RECORD, {
+                "function_prefix": record.get("name"), "database": record.get("database"),
+                "collection_prefix": record.get("collection_prefix")}))
+        firebase = _json_object(codebase.parent / "firebase.json")
+        entries = (firebase or {}).get("functions")
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if (isinstance(entry, dict) and isinstance(entry.get("source"), str)
+                    and (codebase.parent / entry["source"]).resolve() == codebase.resolve()):
+                found.append((codebase.parent / "firebase.json",
+                              {"function_prefix": entry.get("prefix", "")}))
+        for other, said in found:
+            differ = [f"{name} {getattr(self, name)!r} in {path}, {value!r} in {other}"
+                      for name, value in said.items() if getattr(self, name) != value]
+            if differ:
+                raise PlacementError(
+                    f"{path} and {other} disagree on where this backend lives ("
+                    + "; ".join(differ) + "): it does not start on a placement its install did "
+                    f"not write. {_placement_fix(codebase)}")
 
     def to_json(self) -> str:
         """The PLACEMENT_FILE that states this placement (what `read` reads)."""
