@@ -50,7 +50,7 @@ def configure_counter(req: Request) -> dict[str, Any]:
     data = inputs.payload(req.data, {"counter", "policy"})
     counter = inputs.counter_id(inputs.required(data, "counter"))
     chosen = policy.parse(inputs.required(data, "policy"))
-    configured = counters.configure_counter(db(), placement().names, counter, chosen)
+    configured = counters.configure_counter(context(), db(), counter, chosen)
     return {"counter": counter, "policy": configured.to_document()}
 
 

@@ -591,10 +591,10 @@ def test_a_retry_after_the_policy_narrowed_is_not_refused() -> None:
                  functools.partial(counters.increment_many, scene.ctx, scene.db,
                                    [("bounded", 5)], request_id="r2", uid="u", admin=False)):
         assert then(call)
-        then(lambda: counters.configure_counter(scene.db, NAMES, "bounded", Policy(by=(1, 1))))
+        then(lambda: counters.configure_counter(scene.ctx, scene.db, "bounded", Policy(by=(1, 1))))
         assert not then(call)
-        then(lambda: counters.configure_counter(scene.db, NAMES, "bounded", Policy(by=(1, 10))))
-    then(lambda: counters.configure_counter(scene.db, NAMES, "bounded", Policy(by=(1, 1))))
+        then(lambda: counters.configure_counter(scene.ctx, scene.db, "bounded", Policy(by=(1, 10))))
+    then(lambda: counters.configure_counter(scene.ctx, scene.db, "bounded", Policy(by=(1, 1))))
     with pytest.raises(PermissionDenied):
         then(lambda: counters.increment(scene.ctx, scene.db, "bounded", 5, request_id="r3",
                                         uid="u", admin=False))

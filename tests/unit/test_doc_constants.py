@@ -38,7 +38,6 @@ def days(value: dt.timedelta) -> float:
 QUOTED: list[tuple[str, str, str, Callable[[Any], float] | None]] = [
     (ARCH, "every `ROLLUP_SWEEP_EVERY_S` (50 s)", CONFIG + "ROLLUP_SWEEP_EVERY_S", None),
     (ARCH, "`MAX_REQUEST_S` (270 s)", CONFIG + "MAX_REQUEST_S", None),
-    (ARCH, "`CLOCK_SKEW_S` (0.1 s)", CONFIG + "CLOCK_SKEW_S", None),
     (ARCH, "`CHANGE_OVERLAP_S` (0.5 s)", CONFIG + "CHANGE_OVERLAP_S", None),
     (ARCH, "`C - S >= SHARD_TOUCH_AFTER_S` (0.25 s)", CONFIG + "SHARD_TOUCH_AFTER_S", None),
     (ARCH, "The touch is checked the same way, up to 3 times",

@@ -9,7 +9,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from counting.foundation import config, encoding
+from counting.foundation import encoding
 from counting.foundation.encoding import encoded
 from google.api_core import exceptions as gexc
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
@@ -133,28 +133,27 @@ def reading(answer: Any) -> tuple[firestore.DocumentReference, GetDocument]:
     return db.collection("counters", "c", "paced").document("u"), api
 
 
-NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
-def test_a_unary_read_decodes_the_document_and_dates_it_before_the_request() -> None:
+def test_a_unary_read_decodes_the_document_and_gives_no_read_time() -> None:
     stamp = DatetimeWithNanoseconds(2026, 1, 2, 3, 4, 4, 123456,
                                     tzinfo=dt.UTC)  # type: ignore[no-untyped-call]
     document = Document(name="x", fields={"at": encode_value(stamp), "n": encode_value(3),
                                           "nonces": encode_value(["a", "b"])},
                         create_time=stamp, update_time=stamp)
     ref, api = reading(document)
-    found = encoding.get(ref, lambda: NOW)
+    found = encoding.get(ref)
     assert api.names == [ref._document_path]
     assert found.exists and found.to_dict() == {"at": stamp, "n": 3, "nonces": ["a", "b"]}
     assert found.update_time == stamp and found.create_time == stamp
-    assert found.read_time == NOW - dt.timedelta(seconds=config.CLOCK_SKEW_S)
+    assert found.read_time is None  # no local clock stands in for Firestore's
 
 
 def test_a_missing_document_is_not_found_but_a_missing_database_is_an_error() -> None:
     gone = gexc.NotFound(  # type: ignore[no-untyped-call]
         'Document "projects/p/databases/(default)/documents/c/u" not found.')
     ref, _ = reading(gone)
-    missing = encoding.get(ref, lambda: NOW)
+    missing = encoding.get(ref)
     assert not missing.exists and missing.to_dict() is None and missing.update_time is None
     no_database = gexc.NotFound(  # type: ignore[no-untyped-call]
         "The database (default) does not exist for project p Please visit "
@@ -162,4 +161,4 @@ def test_a_missing_document_is_not_found_but_a_missing_database_is_an_error() ->
         "or Cloud Firestore database.")
     ref, _ = reading(no_database)
     with pytest.raises(gexc.NotFound):
-        encoding.get(ref, lambda: NOW)
+        encoding.get(ref)

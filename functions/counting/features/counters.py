@@ -49,8 +49,11 @@ from counting.writepath.shards import (
     Landed,
     ShardWrite,
     Snapshot,
-    applied_before,
+    answer_again,
+    answer_final,
+    answered,
     commit_marked,
+    configure,
     landed,
     marker_landed,
     nonce_of,
@@ -150,14 +153,14 @@ def create_counter(
     return Created(counter=counter, shards=num_shards, created=True, policy=policy or Policy())
 
 
-def configure_counter(db: firestore.Client, names: Names, counter: str,
+def configure_counter(ctx: Context, db: firestore.Client, counter: str,
                       policy: Policy) -> Policy:
-    """Replace a counter's write policy; every instance applies it within CONFIG_CACHE_TTL_S."""
-    try:
-        counter_ref(db, names, counter).update({"policy": policy.to_document()},
-                                               retry=writes.IDEMPOTENT)
-    except gexc.NotFound:
-        raise NotFound(f"counter: {counter!r} does not exist") from None
+    """Replace a counter's write policy, at the version of the counter's document read (no
+    earlier configuration can land over it: `shards.configure`); every instance applies it
+    within CONFIG_CACHE_TTL_S."""
+    configure(ctx.writing, db, counter_ref(db, ctx.names, counter),
+              {"policy": policy.to_document()},
+              missing=NotFound(f"counter: {counter!r} does not exist"), what=f"counter {counter!r}")
     return policy
 
 
@@ -187,8 +190,8 @@ def increment(
         try:
             target.check_writable()
             policy.check(by, admin=admin, counter=counter)
-        except REFUSALS:
-            if applied_before(writing, db, uid, request_id):
+        except REFUSALS as refusal:
+            if answer_final(writing, db, uid, request_id, nonce, refusal):
                 return None
             raise
         shard = shard_ref(db, ctx.names, counter, ctx.picker.pick(target))
@@ -211,10 +214,10 @@ def increment(
         # commit) rather than found by a failed create (a commit, a read and a commit).
         try:
             return guarded.apply(read_first=ctx.returning.get(counter) is True)
-        except ResourceExhausted:
+        except ResourceExhausted as refusal:
             # Too soon by the marker read first, which this very request may have set: a retry
             # of an applied request is answered as applied, as a failed create would find.
-            if applied_before(writing, db, uid, request_id):
+            if answer_final(writing, db, uid, request_id, nonce, refusal):
                 return None
             raise
         finally:
@@ -249,16 +252,15 @@ class Guarded:
         """The increment; `read_first`: read the pacing marker before the first attempt (the
         user is probably returning)."""
         if self.interval_s and read_first:
-            self.pacing = encoding.get(
-                paced_ref(self.db, self.writing.names, self.counter, self.uid),
-                self.writing.clock.now)
+            # The batched read, not the unary one: its read time is Firestore's clock, which
+            # the interval is measured on (`_pace`).
+            self.pacing = paced_ref(self.db, self.writing.names, self.counter, self.uid).get()
         if self.unique and self.by < 0:
             # An un-like rewrites the voter at the version read: a like must be there to take.
             self.voter = encoding.get(
-                voter_ref(self.db, self.writing.names, self.counter, self.uid),
-                self.writing.clock.now)
+                voter_ref(self.db, self.writing.names, self.counter, self.uid))
             if not counts(self.voter):
-                self._settle_request()
+                self._not_applied()
                 return None
         for _ in range(GUARDED_ATTEMPTS):
             try:
@@ -278,12 +280,13 @@ class Guarded:
         raise Aborted(f"counter: {self.counter!r}: concurrent requests of this user got in the "
                       "way; retry")
 
-    def _settle_request(self) -> None:
-        """A no-op un-like: a retry of one whose request marker exists touches what that
+    def _not_applied(self) -> None:
+        """A no-op (the voter already as asked): with a request_id, that answer is made final
+        (`answer_final`: no attempt of this request still in flight can count, nor a retry of
+        it after the user's vote changed); a retry of an applied request touches what that
         request wrote, as any retry that finds its marker does."""
-        if self.marker is not None:
-            settle(self.writing, self.db,
-                   marker_landed(self.db, self.writing.names, self.marker.get()))
+        if self.request_id is not None:
+            answer_final(self.writing, self.db, self.uid, self.request_id, self.nonce)
 
     def _commit(self) -> list[Any]:
         """One attempt: the markers as last read, then the shard (last: `landed`). A voter or
@@ -334,6 +337,9 @@ class Guarded:
         if self.interval_s:
             guards.append(paced_ref(self.db, self.writing.names, self.counter, self.uid))
         found = {snapshot.reference.path: snapshot for snapshot in self.db.get_all(guards)}
+        if self.marker is not None and answered(found[self.marker.path]) is not None:
+            answer_again(found[self.marker.path])  # this request was answered before
+            return True, None
         for snapshot in found.values():
             if nonce_of(snapshot) == self.nonce:
                 settle(self.writing, self.db, marker_landed(self.db, self.writing.names, snapshot))
@@ -353,6 +359,7 @@ class Guarded:
         if self.unique:
             self.voter = found[voter_ref(self.db, self.writing.names, self.counter, self.uid).path]
             if counts(self.voter) == (self.by > 0):
+                self._not_applied()
                 return True, None
         if self.interval_s:
             self.pacing = found[paced_ref(self.db, self.writing.names, self.counter, self.uid).path]
@@ -401,8 +408,8 @@ def increment_many(
                     raise InvalidArgument(f"increments: {target.counter!r} counts each user once "
                                           "or paces them: increment it on its own")
                 target.policy.check(totals[target.counter], admin=admin, counter=target.counter)
-        except REFUSALS:
-            if applied_before(writing, db, uid, request_id):
+        except REFUSALS as refusal:
+            if answer_final(writing, db, uid, request_id, nonce, refusal):
                 return 0
             raise
         shard_writes = [shard_write(writing, db,
@@ -459,10 +466,11 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
     commit counts after the reset. The commit rewrites the counter's reset record
     (`counters/{id}/memory/reset`) at the version read before the shards: of two resets racing
     (two admins, a retry), one commits and the other reads the shards again, so none subtracts
-    what the other did; and a commit sent again after a lost answer finds its nonce there.
-    Forgetting the users (`forget_users`) is not atomic with it: a like that lands in between
-    counts after the reset, yet is forgotten, so the user may like once more; an un-like in
-    between takes the count to -1 (docs/api.md, reset_counter)."""
+    what the other did; and a commit sent again after a lost answer finds its nonce there. The
+    record keeps the read time of the shards it took back (`read_at`): the users forgotten after
+    it (`forget_users`) are those whose markers were last written by then, whose increments the
+    reset took back; a like that lands after that read counts after the reset, and is kept. An
+    un-like in between still takes the count to -1 (docs/api.md, reset_counter)."""
     ref = counter_ref(db, ctx.names, counter)
     snapshot = ref.get()
     if not snapshot.exists:
@@ -476,13 +484,14 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
     record = reset_ref(db, ctx.names, counter)
     for _ in range(RESET_ATTEMPTS):
         found = record.get()  # before the shards: a reset committed since fails our commit
-        held = {s.reference: int((s.to_dict() or {}).get("count") or 0)
-                for s in ref.collection(ctx.names.shards).stream()}  # one instant: a query's
+        snapshots = list(ref.collection(ctx.names.shards).stream())  # one instant: a query's
+        held = {s.reference: int((s.to_dict() or {}).get("count") or 0) for s in snapshots}
+        read_at = snapshots[0].read_time if snapshots else found.read_time
         moved = [taken_back(writing, db, shard, count) for shard, count in held.items()
                  if count]
         batch = db.batch()
         write_at_version(db, batch, record, {
-            "at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
+            "at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce, "read_at": read_at,
             "shards": [write.ref.path for write in moved]}, found)
         if not writing.protections.reset_through_rollup:
             # What resets did before: the rollup's count and memory zeroed outside its lease.
@@ -498,6 +507,7 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
             again = record.get()
             if nonce_of(again) == nonce:  # an earlier attempt of this reset applied
                 settle(writing, db, marker_landed(db, ctx.names, again))
+                read_at = (again.to_dict() or {}).get("read_at") or again.read_time
                 break
             if isinstance(error, gexc.NotFound) or nonce_of(again) != nonce_of(found):
                 continue  # a shard folded away, or another reset committed: read again
@@ -507,7 +517,7 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
     else:
         raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; "
                       "retry")
-    forget_users(db, ctx.names, counter)
+    forget_users(db, ctx.names, counter, read_at)
 
 
 def taken_back(writing: Writing, db: firestore.Client, shard: firestore.DocumentReference,
@@ -520,19 +530,39 @@ def taken_back(writing: Writing, db: firestore.Client, shard: firestore.Document
                                     "stripe": writing.stripe(db, home)})
 
 
-def forget_users(db: firestore.Client, names: Names, counter: str) -> None:
-    """After a reset: nobody counted, nobody paced. The markers are rewritten, not deleted
-    (a voter uncounted, a pacing marker's last visit at the epoch): they keep the nonces of
-    their last requests, so that a request whose answer was lost before the reset still finds
-    its own instead of applying again (a deleted marker could be created afresh)."""
+def forget_users(db: firestore.Client, names: Names, counter: str, as_of: dt.datetime) -> None:
+    """After a reset whose shards were read at `as_of`: nobody counted, nobody paced, as of
+    then. Each marker last written by `as_of` (its user's increment was taken back) is rewritten
+    at the version read (a voter uncounted, a pacing marker's last visit at the epoch), so that
+    no attempt of it can land over a newer write: a like or a visit after the reset's read
+    counts after the reset and is kept, and a resend of this commit that lands late fails its
+    precondition. Rewritten, not deleted: the markers keep the nonces of their last requests, so
+    that a request whose answer was lost before the reset still finds its own instead of
+    applying again (a deleted marker could be created afresh). A batch that fails on a marker
+    written since is sent again without that marker."""
     for markers, forgotten in ((names.voters, {"counted": False}),
                                (names.paced, {"at": EPOCH})):
-        refs = list(counter_ref(db, names, counter).collection(markers).list_documents())
-        for start in range(0, len(refs), config.ROLLUP_COMMIT_WRITES):
-            batch = db.batch()
-            for marker in refs[start:start + config.ROLLUP_COMMIT_WRITES]:
-                batch.set(marker, forgotten, merge=True)
-            batch.commit(retry=writes.IDEMPOTENT)
+        due = [marker for marker in counter_ref(db, names, counter).collection(markers).stream()
+               if marker.update_time <= as_of]
+        for start in range(0, len(due), config.ROLLUP_COMMIT_WRITES):
+            chunk = due[start:start + config.ROLLUP_COMMIT_WRITES]
+            while chunk:
+                batch = db.batch()
+                for marker in chunk:
+                    encoding.update_at(batch, db, marker.reference, forgotten, marker.update_time)
+                try:
+                    batch.commit(retry=writes.IDEMPOTENT)
+                    break
+                except gexc.FailedPrecondition:
+                    # Written since (after the reset: kept), or this very commit applied and
+                    # its answer was lost: each marker is read again and kept out when so.
+                    fresh = {snapshot.reference.path: snapshot for snapshot in
+                             db.get_all([marker.reference for marker in chunk])}
+                    kept = [marker for marker in chunk if fresh[marker.reference.path]
+                            .update_time == marker.update_time]
+                    if len(kept) == len(chunk):
+                        raise
+                    chunk = kept
 
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -99,11 +99,6 @@ AUTOSCALE = AutoscaleParams()
 # Surplus shards folded per commit.
 FOLD_CHUNK = 200
 
-# How far this process's clock may run ahead of Firestore's: a read by GetDocument, which answers
-# no read time, takes the local time less this (`encoding.get`). Cloud Run keeps its clocks
-# on Google's time servers, within milliseconds.
-CLOCK_SKEW_S = 0.1
-
 # Exactly-once markers live at least this long (TTL deletion follows within about a day).
 REQUEST_MARKER_TTL = dt.timedelta(hours=24)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
 from typing import Any, Literal
 
 from google.api_core import exceptions as gexc
@@ -25,8 +24,6 @@ from google.cloud.firestore_v1._helpers import decode_dict, encode_value
 from google.cloud.firestore_v1.base_batch import BaseWriteBatch
 from google.cloud.firestore_v1.transforms import Increment
 from google.cloud.firestore_v1.types.write import DocumentTransform, Write
-
-from counting.foundation import config
 
 _WRITE = Write.pb()
 _REQUEST_TIME = DocumentTransform.FieldTransform.ServerValue.REQUEST_TIME
@@ -100,33 +97,28 @@ def encoded(ref: firestore.DocumentReference, fields: dict[str, Any],
     return written
 
 
-def get(ref: firestore.DocumentReference,
-        now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
-        ) -> firestore.DocumentSnapshot[Any]:
+def get(ref: firestore.DocumentReference) -> firestore.DocumentSnapshot[Any]:
     """`ref.get()` by the unary GetDocument RPC, with its default retries. Its answer has no read
-    time: the snapshot's is `now()` taken before the request was sent, less CLOCK_SKEW_S, so no
-    later than the read while this clock is not further ahead of Firestore's (a pacing interval
-    measured up to it errs towards too soon). NOT_FOUND is a missing document, unless it says
-    the database does not exist."""
+    time, so neither has the snapshot: whatever measures time against a read (pacing) reads by
+    the client's batched read, whose read time is Firestore's clock, never this instance's.
+    NOT_FOUND is a missing document, unless it says the database does not exist."""
     if not isinstance(ref, firestore.DocumentReference):  # the simulation's
         snapshot: firestore.DocumentSnapshot[Any] = ref.get()
         return snapshot
     client = ref._client
-    read_time = now() - _SKEW
     try:
         document = client._firestore_api.get_document(
             request={"name": ref._document_path}, metadata=client._rpc_metadata)
     except gexc.NotFound as error:
         if _NO_DATABASE.match(error.message or ""):
             raise
-        return firestore.DocumentSnapshot(ref, None, exists=False, read_time=read_time,
+        return firestore.DocumentSnapshot(ref, None, exists=False, read_time=None,
                                           create_time=None, update_time=None)
     return firestore.DocumentSnapshot(ref, decode_dict(document.fields, client), exists=True,
-                                      read_time=read_time, create_time=document.create_time,
+                                      read_time=None, create_time=document.create_time,
                                       update_time=document.update_time)
 
 
-_SKEW = dt.timedelta(seconds=config.CLOCK_SKEW_S)
 # Firestore's answer for a database that is not there: "The database (default) does not exist
 # for project ...".
 _NO_DATABASE = re.compile(r"^The database \S+ does not exist")

@@ -40,3 +40,12 @@ class OutcomeUnknown(CounterError):
     def __init__(self, message: str, *, request_id: str | None = None) -> None:
         super().__init__(message)
         self.request_id = request_id
+
+
+def refusal_named(name: str, message: str) -> CounterError:
+    """The refusal a request was answered, from the name of its class (kept in a request's
+    tombstone: `counting.writepath.shards.answer_final`); a name this version does not know is a
+    FailedPrecondition."""
+    kinds: dict[str, type[CounterError]] = {kind.__name__: kind for kind in (
+        InvalidArgument, NotFound, FailedPrecondition, PermissionDenied, ResourceExhausted)}
+    return kinds.get(name, FailedPrecondition)(message)

@@ -25,7 +25,14 @@ from google.cloud import firestore
 
 from counting.foundation import config, encoding, writes
 from counting.foundation.config import Names
-from counting.foundation.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from counting.foundation.errors import (
+    Aborted,
+    CounterError,
+    FailedPrecondition,
+    InvalidArgument,
+    PermissionDenied,
+    refusal_named,
+)
 from counting.writepath import partitions
 from counting.writepath.context import Writing
 
@@ -153,38 +160,80 @@ def marker_landed(db: firestore.Client, names: Names, marker: Snapshot) -> list[
 # What a request's checks refuse before it writes (bounds, writers, a counter that took a
 # declaration): a retry may meet them after its first attempt counted and the counter changed.
 REFUSALS = (InvalidArgument, PermissionDenied, FailedPrecondition)
+# On a request marker that no attempt of its request may ever make (a tombstone): the answer its
+# request was given, the name of a domain error (a refusal) or NOT_APPLIED.
+ANSWERED = "answered"
+NOT_APPLIED = "NOT_APPLIED"
 
 
-def applied_before(writing: Writing, db: firestore.Client, uid: str,
-                   request_id: str | None) -> bool:
-    """Whether a request the checks refuse was applied already: its marker exists (its first
-    answer was lost, or the client retried, and the counter's policy changed since). It counted,
-    so it is answered as a retry, not refused; its shards are settled, as any retry that finds
-    its marker does. One read, only for a refused request with a `request_id`."""
+def answer_final(writing: Writing, db: firestore.Client, uid: str, request_id: str | None,
+                 nonce: str, refusal: CounterError | None = None) -> bool:
+    """Before a request with a `request_id` is answered `refusal` (or "not applied", None): make
+    that answer final. The request's marker is created as a tombstone naming the answer, so that
+    every attempt of this request still in flight (a commit that lands late, a resend) fails on
+    it, and a retry with the same id is answered the same. Returns True when the marker was
+    there as the request's own: it was applied before (its first answer was lost, or the client
+    retried, and the counter's policy changed since), so it is answered as a retry, and its
+    shards are settled as any retry that finds its marker does. False: the refusal or "not
+    applied" stands, for good. `OutcomeUnknown` when the tombstone's commit could not be known
+    to apply: then the answer cannot be promised."""
     if request_id is None:
         return False
-    marker = request_marker_ref(db, writing.names, uid, request_id).get()
+    marker = request_marker_ref(db, writing.names, uid, request_id)
+    batch = db.batch()
+    encoding.create(batch, marker, request_marker_fields(uid, request_id, [], {
+        writes.NONCE: nonce,
+        ANSWERED: NOT_APPLIED if refusal is None else type(refusal).__name__,
+        "message": "" if refusal is None else str(refusal)[:MESSAGE_CHARS]}))
+    try:
+        writing.resending(functools.partial(writing.send, batch), request_id=request_id)
+    except gexc.AlreadyExists as error:
+        with writes.finding_out(error, request_id=request_id):
+            found = marker.get()
+        if answered(found) is not None:  # this request's tombstone, from any of its calls
+            return False
+        settle(writing, db, marker_landed(db, writing.names, found))
+        return True
+    return False
+
+
+MESSAGE_CHARS = 500  # of a refusal's message kept in its tombstone
+
+
+def answered(marker: Snapshot) -> str | None:
+    """A tombstone's answer (`answer_final`); None for the marker of an applied request."""
     if not marker.exists:
-        return False
-    settle(writing, db, marker_landed(db, writing.names, marker))
-    return True
+        return None
+    found = (marker.to_dict() or {}).get(ANSWERED)
+    return found if isinstance(found, str) else None
+
+
+def answer_again(marker: Snapshot) -> None:
+    """A request whose marker is a tombstone gets the answer it was given: its refusal raised
+    again (None: it was answered "not applied")."""
+    name = answered(marker)
+    if name is None or name == NOT_APPLIED:
+        return
+    raise refusal_named(name, str((marker.to_dict() or {}).get("message") or ""))
 
 
 def commit_marked(writing: Writing, db: firestore.Client, shard_writes: list[ShardWrite], *,
-                  uid: str, request_id: str | None, counters: list[str], nonce: str) -> bool:
+                  uid: str, request_id: str | None, counters: list[str], nonce: str,
+                  marker_id: str | None = None) -> bool:
     """Commit shard writes with the request's marker when there is a `request_id`, and settle
     them; False when the request_id was applied before. Without one the commit is sent once
     (`OutcomeUnknown` when its answer is lost); with one it is sent again after a lost answer,
     and an attempt that finds the marker there reads its nonce: an earlier attempt of this
     request made it (applied), or another request did (False). Either way the marker's shard
     writes are touched if they straddled: whoever made them may have lost the answer before
-    touching."""
+    touching. A marker that is a tombstone (`answer_final`) gives its answer again. `marker_id`:
+    the id the marker is keyed by, when not `request_id` (a kind of request of its own)."""
     batch = db.batch()
     marker = None if request_id is None else request_marker_ref(db, writing.names, uid,
-                                                                request_id)
+                                                                marker_id or request_id)
     if marker is not None:
         encoding.create(batch, marker, request_marker_fields(
-            uid, request_id or "", counters,
+            uid, marker_id or request_id or "", counters,
             {"at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce,
              "shards": [write.ref.path for write in shard_writes]}))
     for write in shard_writes:
@@ -198,6 +247,9 @@ def commit_marked(writing: Writing, db: firestore.Client, shard_writes: list[Sha
         except gexc.AlreadyExists as error:
             with writes.finding_out(error, request_id=request_id):
                 found = marker.get()
+            answer_again(found)
+            if answered(found) is not None:
+                return False
             settle(writing, db, marker_landed(db, writing.names, found))
             return nonce_of(found) == nonce
     settle(writing, db, landed(shard_writes, results))
@@ -226,7 +278,7 @@ def applied_at(db: firestore.Client, names: Names, uid: str,
     """When this user's request was applied (its marker was created in the same commit as the
     shard write), or None if it was not (or has expired)."""
     snapshot = request_marker_ref(db, names, uid, request_id).get()
-    if not snapshot.exists:
+    if not snapshot.exists or answered(snapshot) is not None:
         return None
     return commit_time_of(snapshot.create_time, (snapshot.to_dict() or {}).get("at"))
 
@@ -276,3 +328,36 @@ def write_at_version(db: firestore.Client, batch: firestore.WriteBatch,
         encoding.create(batch, ref, fields)
     else:
         encoding.update_at(batch, db, ref, fields, found.update_time)
+
+
+# On a document a configuration is written into (a counter's policy, a sequence's rule): the
+# nonce of the request whose commit wrote it last.
+CONFIGURED_BY = "configured_by"
+CONFIGURE_ATTEMPTS = 5  # reads of one configuration's document, each after a write got in first
+
+
+def configure(writing: Writing, db: firestore.Client, ref: firestore.DocumentReference,
+              fields: dict[str, Any], *, missing: Exception | None, what: str) -> None:
+    """Write a configuration's `fields` into `ref` at the version read (created when missing,
+    unless `missing` is raised then), so that no attempt of it can land over a newer write: a
+    resend after a lost answer, or a commit that lands late, fails its precondition once anything
+    (another configuration, the rollup, a number issued) wrote the document since its read. An
+    attempt that fails it reads the document again: its own nonce there means an earlier attempt
+    applied; anything else, it is written again at the new version. Aborted after
+    CONFIGURE_ATTEMPTS reads."""
+    nonce = writing.nonce()
+    for _ in range(CONFIGURE_ATTEMPTS):
+        found = ref.get()
+        if not found.exists and missing is not None:
+            raise missing
+        batch = db.batch()
+        write_at_version(db, batch, ref, {**fields, CONFIGURED_BY: nonce}, found)
+        try:
+            writing.resending(functools.partial(writing.send, batch), request_id=None)
+            return
+        except writes.PRECONDITIONS as error:
+            with writes.finding_out(error, request_id=None):
+                again = ref.get()
+            if again.exists and (again.to_dict() or {}).get(CONFIGURED_BY) == nonce:
+                return
+    raise Aborted(f"{what}: other writes kept getting in the way; retry")

@@ -63,9 +63,11 @@ def track(
                                        tag=tag, minute=minute, **{config.EXPIRES_AT: expires_at})
                     for tag, shard in zip(distinct, refs, strict=True)]
     request = None if request_id is None or not writing.protections.request_markers \
-        else f"track:{request_id}"
+        else request_id
+    # Its marker is keyed apart from an increment's of the same id; an answer names the id sent.
     applied = shards.commit_marked(writing, db, shard_writes, uid=uid, request_id=request,
-                                   counters=ids, nonce=writing.nonce())
+                                   counters=ids, nonce=writing.nonce(),
+                                   marker_id=None if request is None else f"track:{request}")
     return len(distinct) if applied else 0
 
 
