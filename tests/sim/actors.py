@@ -424,7 +424,7 @@ class Operator:
         self.policies[name] = new
         self.stage.ops["configure_counter"] += 1
         self.stage.ask(Request(kind="configure_counter"),
-                       lambda: counters.configure_counter(self.stage.db, NAMES, name, new),
+                       lambda: counters.configure_counter(self.ctx, self.stage.db, name, new),
                        admin=True)
 
     def reset(self, counter: str) -> None:
