@@ -49,6 +49,7 @@ from counting.foundation import config, encoding, writes
 from counting.foundation.clock import Clock, instant
 from counting.foundation.config import Names
 from counting.foundation.errors import FailedPrecondition
+from counting.writepath import shards
 from counting.writepath.caching import TtlCache
 from counting.writepath.context import Writing
 
@@ -230,11 +231,11 @@ def configure_sequence(
     business day; a rule never moves the open day backwards.
     """
     found = SequenceConfig(tenant=tenant, timezone=timezone, reset_time=reset_time)
-    sequence_ref(db, ctx.names, tenant).set(
-        {"timezone": timezone, "reset_time": reset_time,
-         "configured_at": firestore.SERVER_TIMESTAMP},
-        merge=True, retry=writes.IDEMPOTENT,
-    )
+    # At the version read: no attempt of an earlier configuration lands over this one.
+    shards.configure(ctx.writing, db, sequence_ref(db, ctx.names, tenant),
+                     {"timezone": timezone, "reset_time": reset_time,
+                      "configured_at": firestore.SERVER_TIMESTAMP},
+                     missing=None, what=f"tenant {tenant!r}")
     today = business_day_for(now or ctx.writing.clock.now(), found.reset_at, found.zone)
     ctx.sequences.saw(db, found, _open_day(db, ctx.names, tenant, today), fresh=True)
     return found
