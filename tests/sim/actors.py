@@ -6,8 +6,9 @@
   a unique counter's likes and unlikes, a paced counter's views, tracks with and without id,
   ticket numbers with and without id, and the app's own orders (written and deleted).
 - `Operator`: sets P and creates the counters and tenants, then, while writers write, changes
-  P, resets counters and sequences, changes write policies, and runs a backfill of the orders'
-  counters.
+  P, resets counters and sequences, changes write policies, runs a backfill of the orders'
+  counters, now and then imports the sequences' documents (their create times rewritten), and
+  in some runs takes the housekeeping's query of the sequences' records down for over an hour.
 - `Trigger`: every committed change of an order becomes an event delivered after a delay
   (minutes now and then), sometimes twice; its handler applies it as `count_event` does,
   trying again after transient failures; an event given up on is left to a backfill.
@@ -15,7 +16,8 @@
   one dispatch at a time, tasks named per slot and partition, retried after a failure,
   sometimes minutes late or also delivered to a second instance, their creation sometimes
   refused), the instances that keep a holder per partition between tasks, and Cloud Scheduler's
-  housekeeping of every partition each minute (never two at once), followed by a run of the
+  housekeeping of every partition each minute (never two at once), followed by the sequence
+  numbers no commit carried into their records (`sequences.record_issued`) and a run of the
   exactness audit.
 - `Chaos`: writers killed or frozen before their next request; rollup invocations killed or
   paused a moment after they start.
@@ -90,6 +92,9 @@ STATUSES = ("new", "paid", "shipped")
 # Tenants: one whose business day starts during a run (its day is opened while numbers land).
 TENANTS = {"t-utc": ("UTC", "12:01"), "t-ny": ("America/New_York", "00:00")}
 CLIENT_CALLS = 3  # a client's calls of one request with a request_id, or an admin's
+# Runs whose housekeeping cannot query the sequences' records for over an hour (the run goes on
+# past it: `world.run`), so that records unread by then are past Firestore's read window.
+OUTAGE_P = 0.1
 ORDERS = next(w for w in OWN.watches if w.documents == "orders/{order}")
 PARTITIONS_PATH = (config.INTERNAL, partitions.PARTITIONS_DOC)
 # Every partition's lease document -> the partition.
@@ -326,6 +331,9 @@ class Plan:
     drills: list[float]  # resets of RARE
     sequence_resets: list[tuple[float, str]]  # (at, tenant)
     backfills: list[float]
+    sequence_imports: list[float] = field(default_factory=list)  # imports of the sequences
+    # (from, until): the housekeeping's query of the sequences' records fails, over an hour
+    records_outage: tuple[float, float] | None = None
 
     @classmethod
     def draw(cls, rng: random.Random, active_s: float, start: int | None,
@@ -346,7 +354,10 @@ class Plan:
                    drills=sorted(at() for _ in range(rng.randint(1, 3))),
                    sequence_resets=sorted((at(), rng.choice(sorted(TENANTS)))
                                           for _ in range(rng.randint(0, 2))),
-                   backfills=sorted(at() for _ in range(rng.randint(0, 2))))
+                   backfills=sorted(at() for _ in range(rng.randint(0, 2))),
+                   sequence_imports=sorted(at() for _ in range(rng.choice((0, 0, 1)))),
+                   records_outage=(lambda start: (start, start + rng.uniform(3700.0, 3900.0)))(
+                       at()) if rng.random() < OUTAGE_P else None)
 
 
 class Operator:
@@ -369,7 +380,12 @@ class Operator:
             *((when, self.drill) for when in plan.drills),
             *((when, functools.partial(self.reset_sequence, tenant))
               for when, tenant in plan.sequence_resets),
-            *((when, self.backfill) for when in plan.backfills)]
+            *((when, self.backfill) for when in plan.backfills),
+            *((when, self.import_sequences) for when in plan.sequence_imports)]
+        if plan.records_outage is not None:
+            start, end = plan.records_outage
+            self.stage.model.outages.append((micros(start), micros(end), config.NUMBER_REQUESTS))
+            self.stage.tally["records_outages"] += 1
         for when, step in sorted(steps, key=lambda s: s[0]):
             self.stage.sim.wait(max(0.0, when - self.stage.sim.monotonic()))
             step()
@@ -452,6 +468,12 @@ class Operator:
         for _ in range(6):
             stage.sim.wait(1.0)
             count(MATE)
+
+    def import_sequences(self) -> None:
+        """An import of the sequences' documents (a restore; the emulator's on a restart):
+        every record and sequence created again at the import's time."""
+        self.stage.model.reimport(config.SEQUENCES)
+        self.stage.tally["sequence_imports"] += 1
 
     def reset_sequence(self, tenant: str) -> None:
         stage = self.stage
@@ -634,8 +656,12 @@ class Rollup:
             actor = self.stage.sim.current()
             assert actor is not None
             actor.owner = None  # the audit writes as no holder
-            self.stage.ops["audit"] += 1
-            audit.run(self.stage.write_context, self.stage.db)
+            try:  # then the numbers no commit carried into their records, as deployed
+                self.stage.ops["record_issued"] += 1
+                sequences.record_issued(self.stage.db, NAMES, self.stage.sim.wall())
+            finally:
+                self.stage.ops["audit"] += 1
+                audit.run(self.stage.write_context, self.stage.db)
 
     def _ticked(self, holder: cadence.Holder, stats: Any) -> None:
         """Note each partition's sweeps, and count a narrowing: a partition's ticks went from

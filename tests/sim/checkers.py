@@ -10,6 +10,10 @@ change query served) and what callers were told (`history`).
   call whose write counted.
 - `Sequences`: no number issued twice; a request_id's retries get the number it was first given;
   a request uses one number; `issued` on the documents equals the numbers used.
+- `SequenceRecords`: every number issued for a request_id has exactly one record, created by
+  its commit, which ends up holding that number, or marked lost only when it could not be read
+  back (an import after its commit, or the housekeeping's query down for the hour after it); and
+  the request's last retry, after everything, gets that number (refused only when lost).
 - `TrendTotals`: every window total equals its buckets; every track counted once at most, once
   if acknowledged.
 - `CollectionCounters`: the collection counters equal what the final documents count.
@@ -261,6 +265,30 @@ class Answers:
         return found
 
 
+class FinalAnswers:
+    """An answer given for a request_id is never contradicted later: once any call of a request
+    with an id was refused (ABORTED aside, which asks for a retry), no attempt of that request
+    counts, whenever it was sent or landed (`Answers` judges each call by what was sent before
+    its answer)."""
+
+    name = "final answers"
+
+    def check(self, run: Evidence) -> list[Finding]:
+        found = []
+        for request in run.history.requests:
+            refused = [call for call in request.calls if request.request_id
+                       and call.answer is Answer.REFUSED
+                       and not (call.error or "").startswith("Aborted")]
+            if not refused:
+                continue
+            counted = [run.effect(a) for a in run.landed_for(request) if run.effect(a).counts]
+            if counted:
+                found.append(Finding(self.name, "answer",
+                                     f"{refused[0]!r} was final, yet the request counted: "
+                                     f"{counted[0]}"))
+        return found
+
+
 class Sequences:
     name = "sequences"
 
@@ -312,6 +340,73 @@ class Sequences:
                         f"{key[0]} day {dt.date.fromordinal(key[1])}: issued "
                         f"{recorded.get(key, 0)}, numbers used {n}")
                 for key, n in sorted(used.items()) if recorded.get(key, 0) != n]
+
+
+class SequenceRecords:
+    name = "sequence records"
+    # A record's housekeeping first runs within this long after its commit (RECORD_AFTER_S and a
+    # minute), and reads it back until this long before Firestore's read window closes.
+    MARGIN_S = sequences.RECORD_AFTER_S + 65.0
+
+    def check(self, run: Evidence) -> list[Finding]:
+        found = []
+        for request in run.requests(("next_number_id",)):
+            for attempt in run.landed_for(request):
+                numbers = run.effect(attempt).numbers
+                if not numbers:
+                    continue
+                records = [path for path, before, after in attempt.changes
+                           if len(path) == 4 and path[2] == config.NUMBER_REQUESTS
+                           and (before is None or before.data is None)
+                           and after.data is not None]
+                calls = "; ".join(map(repr, request.calls))
+                if len(records) != 1:
+                    found.append(Finding(self.name, "lost", f"{calls}: number {numbers} came "
+                                         f"with {len(records)} records"))
+                    continue
+                found += self._kept(run, request, attempt, records[0], numbers[0], calls)
+        return found
+
+    def _kept(self, run: Evidence, request: Request, attempt: Attempt, path: Path,
+              number: tuple[str, int, int, int], calls: str) -> list[Finding]:
+        """The record's final state and the last retry's answer agree with the number."""
+        _, day, epoch, last = number
+        data = run.final.get(path) or {}
+        state = data.get("state")
+        last_call = request.calls[-1]
+        got = last_call.value if last_call.answer is Answer.OK else None
+        if isinstance(got, sequences.Ticket) and \
+                (got.business_day.toordinal(), got.epoch, got.number) != (day, epoch, last):
+            return [Finding(self.name, "doubled", f"{calls}: used {number}, retry got {got}")]
+        if state == "issued":
+            held = (dt.date.fromisoformat(str(data["business_day"])).toordinal(),
+                    int(data["epoch"]), int(data["number"]))
+            if held != (day, epoch, last):
+                return [Finding(self.name, "doubled", f"{calls}: used {number}, its record "
+                                f"holds {held}")]
+        elif state == sequences.LOST:
+            if not self._unreadable(run, attempt):
+                return [Finding(self.name, "lost", f"{calls}: used {number}, its record was "
+                                f"marked lost ({data.get('lost_reason')})")]
+            return [] if got is None else [Finding(
+                self.name, "doubled", f"{calls}: its record is lost, yet a retry got {got}")]
+        elif got is None:
+            return [Finding(self.name, "lost", f"{calls}: used {number}, its record is "
+                            f"{state!r} and the last retry did not get it")]
+        if got is None:
+            return [Finding(self.name, "lost", f"{calls}: used {number}, the last retry did not "
+                            "get it")]
+        return []
+
+    def _unreadable(self, run: Evidence, attempt: Attempt) -> bool:
+        """Whether the record could not be read back: an import after its commit, or the
+        housekeeping's query of the records down for all the hour it could be read."""
+        commit = attempt.commit_us or 0
+        margin = micros(self.MARGIN_S)
+        return any(at >= commit for at in run.model.imports) or any(
+            group == config.NUMBER_REQUESTS and start <= commit + margin
+            and end >= commit + micros(3600.0) - margin
+            for start, end, group in run.model.outages)
 
 
 class TrendTotals:
@@ -486,5 +581,6 @@ class Audit:
 
 
 def every(watch: collections.Watch) -> list[Checker]:
-    return [Counters(), Answers(), Sequences(), TrendTotals(), CollectionCounters(watch),
-            Fencing(), Promptness(), Audit()]
+    return [Counters(), Answers(), FinalAnswers(), Sequences(), TrendTotals(),
+            CollectionCounters(watch),
+            Fencing(), Promptness(), Audit(), SequenceRecords()]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from counting.features import sequences
 from counting.foundation import errors
 from google.api_core import exceptions as gexc
 
@@ -43,6 +44,8 @@ def answer_to(error: BaseException) -> Answer:
     unknown = getattr(errors, "OutcomeUnknown", None)
     if unknown is not None and isinstance(error, unknown):
         return Answer.UNSURE
+    if isinstance(error, sequences.Unreadable):
+        return Answer.UNSURE  # a number was given, which its record can no longer tell
     return Answer.REFUSED if isinstance(error, REFUSALS) else Answer.UNSURE
 
 

@@ -194,8 +194,7 @@ class Model:
             with self._lock:
                 at_us = arrived if read_time is None else self._us(read_time)
                 if arrived - at_us > READ_WINDOW_US:
-                    return failure(gexc.FailedPrecondition, "simulated: read_time is more than "
-                                   "an hour in the past")
+                    return past_the_window()
                 self.max_read_us = max(self.max_read_us, at_us)
                 self.reads += max(1, len(paths))
                 return [self._snapshot(path, at_us) for path in paths]
@@ -211,11 +210,12 @@ class Model:
             with self._lock:
                 at_us = arrived if read_time is None else self._us(read_time)
                 if arrived - at_us > READ_WINDOW_US:
-                    return failure(gexc.FailedPrecondition, "simulated: read_time is more than "
-                                   "an hour in the past")
+                    return past_the_window()
                 if any(start <= arrived < end and group == down
                        for start, end, down in self.outages):
-                    return failure(gexc.ServiceUnavailable, f"simulated: {group} is down")
+                    down_now: gexc.GoogleAPICallError = failure(
+                        gexc.ServiceUnavailable, f"simulated: {group} is down")
+                    return down_now
                 self.max_read_us = max(self.max_read_us, at_us)
                 found = []
                 for path in sorted(candidates()):
@@ -454,6 +454,13 @@ class Model:
             self.docs.setdefault(path, []).append(after)
             changes.append((path, before, after))
         return results, changes
+
+
+def past_the_window() -> gexc.GoogleAPICallError:
+    """Firestore's answer to a read at a read time older than it keeps."""
+    error: gexc.GoogleAPICallError = failure(
+        gexc.FailedPrecondition, "simulated: read_time is more than an hour in the past")
+    return error
 
 
 def failure(kind: type[Exception], *args: Any) -> Any:
