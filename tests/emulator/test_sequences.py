@@ -396,7 +396,8 @@ def test_a_number_goes_into_its_record_with_the_next_commit_or_the_housekeeping(
     assert [record(r).get("number") for r in ("a", "b")] == [1, 2]
     assert record("c")["state"] == "issuing"
     now = dt.datetime.now(dt.UTC)
-    assert sequences.record_issued(db, NAMES, now).recorded == 0  # too young: its process's to carry
+    # Too young: its process's to carry.
+    assert sequences.record_issued(db, NAMES, now).recorded == 0
     assert number("c") == 3  # a retry before the housekeeping reads it back, and records it
     assert record("c")["number"] == 3
     assert number("d") == 4
