@@ -19,7 +19,7 @@ from counting.features import counter_refs, counters
 from counting.features.context import Context
 from counting.features.trends import tracking
 from counting.foundation.clock import Clock
-from counting.foundation.config import Names
+from counting.foundation.config import Names, Protections
 from counting.foundation.errors import OutcomeUnknown, PermissionDenied, ResourceExhausted
 from counting.writepath import partitions, waking
 from counting.writepath.context import Writing
@@ -39,14 +39,14 @@ T = TypeVar("T")
 class Late:
     """One process on the virtual clock (its resends pause in virtual time) over the model."""
 
-    def __init__(self) -> None:
+    def __init__(self, protected: Protections = protections.ALL) -> None:
         self.sim = Sim(random.Random(1))
         self.model = Model(self.sim, random.Random(2), CALM)
         self.db = cast(firestore.Client, Client(self.model))
         self.clock = Clock(monotonic=self.sim.monotonic, now=self.sim.wall, sleep=self.sim.wait)
         self.ctx = Context.of(Writing(known=partitions.Known(monotonic=self.sim.monotonic),
                                       waker=waking.Never(), rng=random.Random(4),
-                                      protections=protections.ALL, clock=self.clock))
+                                      protections=protected, clock=self.clock))
 
     def at(self, seconds: float) -> None:
         """Step the clock to `seconds`, landing every attempt due by then."""
@@ -116,11 +116,12 @@ def test_a_resets_late_forget_never_uncounts_a_newer_like() -> None:
     assert (voter.get().to_dict() or {}).get("counted") is True
 
 
-def test_a_refusal_is_final_for_an_attempt_still_in_flight() -> None:
+@pytest.mark.parametrize("protected", [True, False])
+def test_a_refusal_is_final_for_an_attempt_still_in_flight(protected: bool) -> None:
     """An increment with a request_id is answered UNKNOWN while its first attempt flies on; an
     admin narrows the counter's `by`; the retry with the same id is refused. When the first
-    attempt lands, it counts nothing: the refusal fenced it."""
-    late = Late()
+    attempt lands, it counts nothing: the refusal fenced it (`final_answers`; off, it counts)."""
+    late = Late(protections.ALL if protected else protections.alone_off("final_answers"))
     counters.create_counter(late.ctx, late.db, "bounded", shards=2, policy=Policy(by=(1, 10)))
     late.at(1)
     unknown = late.run(
@@ -141,7 +142,9 @@ def test_a_refusal_is_final_for_an_attempt_still_in_flight() -> None:
     assert late.flying() == [first]  # refused before the first attempt landed
     late.at(40)
     assert late.flying() == []
-    assert late.counted("bounded") == 0
+    assert late.counted("bounded") == (0 if protected else 5)
+    if not protected:
+        return
     with pytest.raises(PermissionDenied):  # and it is given again
         counters.increment(late.ctx, late.db, "bounded", 5, request_id="r1", uid="u",
                            admin=False)

@@ -136,6 +136,7 @@ class Protections:
     single_attempt: bool = True  # a commit that is not idempotent is sent once, never resent
     request_markers: bool = True  # a request_id's marker makes its retries count once
     reset_through_rollup: bool = True  # a reset moves shards only: the holder publishes it
+    final_answers: bool = True  # a refusal of a request_id fences its attempts (a tombstone)
 
 
 # The rollup's cadence (counting.rollup.cadence; docs/architecture.md, "Rollup cadence").
