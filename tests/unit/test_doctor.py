@@ -1,13 +1,16 @@
-"""`counters doctor` against recorded Google API answers (tests/unit/doctor/: a healthy and a
-broken install in a project, answers shaped as the public REST references give them), and its
+"""`counters doctor` against hand-made Google API answers (tests/unit/doctor/: a healthy and a
+broken install in a project, each answer written in the shape of its API's public REST
+reference, named in tests/unit/doctor/README.md; none was recorded from a real project), and its
 canary and audit against stand-ins; tests/emulator/test_doctor.py runs the canary on the
-emulators. No network."""
+emulators. MUTATIONS proves each comparison of each check: an edit of the healthy answers that
+exactly that comparison must fail. No network."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from counters_cli import cli, doctor
-from counters_cli.canary import Finding, audit_finding, run_canary
+from counters_cli.canary import Finding, Probe, audit_finding, probe_of, run_canary
 from counters_cli.google_apis import ApiError, Apis, Fetch, Json
 from counting.features import declarations
 from counting.foundation import config
@@ -34,9 +37,12 @@ INSTALL = config.Placement(database="counters", function_prefix="counters")
 
 
 def recorded(name: str) -> tuple[Fetch, list[str], set[str]]:
-    """A transport answering from a recorded project (`"METHOD URL"` -> the JSON body, Google's
-    error shape for an error), the calls it was asked, and every call recorded."""
-    answers: dict[str, Any] = json.loads((RECORDED / f"{name}.json").read_text())
+    """A transport answering from a project's answers (`"METHOD URL"` -> the JSON body, Google's
+    error shape for an error), the calls it was asked, and every call answered."""
+    return answering(json.loads((RECORDED / f"{name}.json").read_text()))
+
+
+def answering(answers: dict[str, Any]) -> tuple[Fetch, list[str], set[str]]:
     asked: list[str] = []
 
     def fetch(method: str, url: str, body: Json | None = None) -> Json:
@@ -69,11 +75,11 @@ def expected(**changes: Any) -> doctor.Expected:
                               "deploy": "firebase deploy --only functions:counters", **changes})
 
 
-def diagnose(name: str, expect: doctor.Expected | None = None
-             ) -> tuple[dict[str, Finding], list[str], set[str]]:
-    fetch, asked, answers = recorded(name)
+def diagnose(name: str | dict[str, Any], expect: doctor.Expected | None = None,
+             now: dt.datetime = NOW) -> tuple[dict[str, Finding], list[str], set[str]]:
+    fetch, asked, answers = recorded(name) if isinstance(name, str) else answering(name)
     apis = Apis(fetch, PROJECT, config.REGION)
-    found = doctor.diagnose(apis, expect or expected(), NOW, doctor.deployed_functions(apis))
+    found = doctor.diagnose(apis, expect or expected(), now, doctor.deployed_functions(apis))
     assert [f.check for f in found] == list(doctor.CHECKS)
     return {f.check: f for f in found}, asked, answers
 
@@ -102,6 +108,11 @@ def test_every_broken_part_of_a_broken_project_is_named() -> None:
                         f"{ACCOUNT} lacks roles/run.invoker on the counters-rolluptick4 service",
                         f"{ACCOUNT} lacks roles/iam.serviceAccountUser on itself"],
         "database": ["counters is in DATASTORE_MODE"],
+        "public callables": ["counters-get_count: allUsers lacks roles/run.invoker",
+                             "counters-track: not deployed"],
+        "project roles": [f"{ACCOUNT} holds none of roles/datastore.user"],
+        "scheduler invoker": [f"{ACCOUNT} (the token of firebase-schedule-counters-rollup-"
+                              "us-central1) lacks roles/run.invoker on the counters-rollup"],
         "indexes": ["shards (stripe, updated_at): missing", ": CREATING", ": NEEDS_REPAIR"],
         "ttl policies": ["requests.expires_at: CREATING", "counted_docs.expires_at: no policy"],
         "rules": ["do not hold this version's backend block"],
@@ -126,7 +137,7 @@ def test_a_refused_api_makes_its_checks_cannot_check() -> None:
     found = {f.check: f for f in doctor.diagnose(apis, expected(), NOW,
                                                  doctor.deployed_functions(apis))}
     assert {c for c, f in found.items() if f.status == "cannot-check"} == {
-        "functions", "task queues", "queue roles"}
+        "functions", "public callables", "task queues", "queue roles", "scheduler invoker"}
     assert "HTTP 403" in found["task queues"].found and found["task queues"].todo
     assert found["database"].status == "pass"
 
@@ -134,8 +145,10 @@ def test_a_refused_api_makes_its_checks_cannot_check() -> None:
 def test_without_a_manifest_the_configuration_of_firestore_is_still_checked() -> None:
     found, _, _ = diagnose("healthy", expected(endpoints=None, no_manifest="no venv"))
     assert {c for c, f in found.items() if f.status == "cannot-check"} == {
-        "functions", "task queues", "queue roles", "scheduler"}
-    assert {found[c].status for c in ("database", "indexes", "ttl policies", "rules")} == {"pass"}
+        "functions", "public callables", "task queues", "queue roles", "scheduler",
+        "scheduler invoker"}
+    assert {found[c].status for c in ("database", "indexes", "ttl policies", "rules",
+                                      "project roles")} == {"pass"}
 
 
 def test_the_runtime_account_a_codebase_names_is_the_one_checked() -> None:
@@ -193,19 +206,22 @@ def test_an_installs_manifest_and_runtime_account_come_from_its_codebase(tmp_pat
 # --- the canary and the audit ----------------------------------------------------------------
 
 
+SERVED = Probe(status=401, error_status="UNAUTHENTICATED")
+
+
 class FakeCanary:
     """The deployed backend as the canary sees it: a callable answering `status`, and a rollup
     that publishes an increment after `publish_after_s` (None: never)."""
 
-    def __init__(self, clock: FakeClock, *, status: int = 401,
+    def __init__(self, clock: FakeClock, *, probe: Probe = SERVED,
                  publish_after_s: float | None = 1.0) -> None:
-        self.clock, self.status, self.publish_after_s = clock, status, publish_after_s
+        self.clock, self.probed, self.publish_after_s = clock, probe, publish_after_s
         self.counts: dict[str, int] = {}
         self.incremented_at: float | None = None
         self.deleted: list[str] = []
 
-    def probe(self) -> int:
-        return self.status
+    def probe(self) -> Probe:
+        return self.probed
 
     def create(self, counter: str) -> None:
         self.counts[counter] = 0
@@ -250,11 +266,31 @@ def test_the_canary_times_a_publish_and_always_deletes_its_counter(
     assert canary.deleted == ["doctor-canary-x"] and canary.counts == {}
 
 
-def test_functions_that_do_not_serve_fail_the_canary_before_it_writes() -> None:
+@pytest.mark.parametrize(("status", "body", "served"), [
+    (401, '{"error": {"message": "Unauthenticated", "status": "UNAUTHENTICATED"}}', True),
+    (403, '{"error": {"message": "App Check", "status": "PERMISSION_DENIED"}}', True),
+    # Cloud Run's IAM refusing the public (no allUsers invoker): Google's front end, not the
+    # function, answers with an HTML page.
+    (403, "<html><head>\n<meta http-equiv=\"content-type\" content=\"text/html;charset=utf-8\">"
+          "\n<title>403 Forbidden</title>\n</head>\n<body text=#000000 bgcolor=#ffffff>\n"
+          "<h1>Error: Forbidden</h1>\n<h2>Your client does not have permission to get URL "
+          "<code>/</code> from this server.</h2>\n<h2></h2>\n</body></html>\n", False),
+    (500, "Internal Server Error", False),
+    (404, '{"error": {"code": 404, "message": "not found"}}', False),
+    (401, '{"error": "unauthorized"}', False),
+])
+def test_only_the_callable_protocols_own_refusal_counts_as_served(status: int, body: str,
+                                                                   served: bool) -> None:
+    assert probe_of(status, body).served is served
+
+
+@pytest.mark.parametrize("probe", [Probe(status=500), Probe(status=403)])
+def test_functions_that_do_not_serve_fail_the_canary_before_it_writes(probe: Probe) -> None:
     clock = FakeClock()
-    canary = FakeCanary(clock, status=500)
+    canary = FakeCanary(clock, probe=probe)
     found = run_canary(canary, clock, ticks=True, counter="doctor-canary-x")
-    assert found.status == "fail" and "HTTP 500" in found.found and "placement.json" in found.todo
+    assert found.status == "fail" and f"HTTP {probe.status}" in found.found
+    assert "placement.json" in found.todo and "public callables" in found.todo
     assert canary.counts == {} and canary.deleted == []
 
 
@@ -309,3 +345,169 @@ def test_the_report_says_every_finding_and_fails_on_one() -> None:
     assert not ok
     assert lines == ["pass          rules   fine", "FAIL          canary  slow",
                      "                      what to do: look"]
+
+
+# --- every comparison of every check can fail ------------------------------------------------
+
+JOB = ("GET https://cloudscheduler.googleapis.com/v1/projects/my-shop/locations/us-central1/jobs/"
+       "firebase-schedule-counters-rollup-us-central1")
+RUN = ("GET https://run.googleapis.com/v2/projects/my-shop/locations/us-central1/services/{}"
+       ":getIamPolicy?options.requestedPolicyVersion=3")
+TASKS = "https://cloudtasks.googleapis.com/v2/projects/my-shop/locations/us-central1/queues"
+FIRESTORE = "https://firestore.googleapis.com/v1/projects/my-shop/databases/counters"
+PROJECT_POLICY = "POST https://cloudresourcemanager.googleapis.com/v1/projects/my-shop:getIamPolicy"
+ACCOUNT_POLICY = (f"POST https://iam.googleapis.com/v1/projects/my-shop/serviceAccounts/{ACCOUNT}"
+                  ":getIamPolicy?options.requestedPolicyVersion=3")
+
+
+def function(answers: dict[str, Any], name: str) -> Json:
+    """The function `name` in the answers' pages of functions."""
+    return next(f for key, page in answers.items() if "cloudfunctions" in key
+                for f in page["functions"] if f["name"].endswith(f"/{name}"))
+
+
+def queue(answers: dict[str, Any], name: str) -> Json:
+    return next(q for q in answers[f"GET {TASKS}"]["queues"] if q["name"].endswith(f"/{name}"))
+
+
+def drop_function(answers: dict[str, Any], name: str) -> None:
+    for key, page in answers.items():
+        if "cloudfunctions" in key:
+            page["functions"] = [f for f in page["functions"]
+                                 if not f["name"].endswith(f"/{name}")]
+
+
+def refuse(answers: dict[str, Any], key: str, code: int, status: str) -> None:
+    """Google's error body (google.rpc.Status in an `error` object) in place of an answer."""
+    answers[key] = {"error": {"code": code, "message": f"{key} refused", "status": status}}
+
+
+def without_role(role: str) -> Callable[[dict[str, Any]], None]:
+    def edit(answers: dict[str, Any]) -> None:
+        policy = answers[PROJECT_POLICY]
+        policy["bindings"] = [b for b in policy["bindings"] if b["role"] != role]
+    return edit
+
+
+# Each: the edit of the healthy project's answers, and the checks it must fail (all others
+# pass). Switch a comparison off, or invert it, and its mutation shows it.
+MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], set[str]]] = {
+    "function state": (lambda a: function(a, "counters-increment").update(state="FAILED"),
+                       {"functions"}),
+    "function cpu": (lambda a: function(a, "counters-increment")["serviceConfig"].update(
+        availableCpu="0.5"), {"functions"}),
+    "function memory": (lambda a: function(a, "counters-increment")["serviceConfig"].update(
+        availableMemory="1Gi"), {"functions"}),
+    "function concurrency": (lambda a: function(a, "counters-increment")["serviceConfig"].update(
+        maxInstanceRequestConcurrency=1), {"functions"}),
+    "function timeout": (lambda a: function(a, "counters-increment")["serviceConfig"].update(
+        timeoutSeconds=300), {"functions"}),
+    "function missing": (lambda a: drop_function(a, "counters-top_tags"),
+                         {"functions", "public callables"}),
+    "callable not public": (lambda a: a[RUN.format("counters-increment")].update(
+        bindings=[{"role": "roles/run.invoker", "members": ["allAuthenticatedUsers"]}]),
+        {"public callables"}),
+    "callable public under a condition": (lambda a: a[RUN.format("counters-increment")][
+        "bindings"][0].update(condition={"title": "t", "expression": "true"}),
+        {"public callables"}),
+    "queue state": (lambda a: queue(a, "counters-rolluptick3").update(state="PAUSED"),
+                    {"task queues"}),
+    "queue maxConcurrentDispatches": (lambda a: queue(a, "counters-rolluptick3")[
+        "rateLimits"].update(maxConcurrentDispatches=2), {"task queues"}),
+    "queue maxDispatchesPerSecond": (lambda a: queue(a, "counters-rolluptick3")[
+        "rateLimits"].update(maxDispatchesPerSecond=100), {"task queues"}),
+    "queue maxAttempts": (lambda a: queue(a, "counters-rolluptick3")["retryConfig"].update(
+        maxAttempts=queue(a, "counters-rolluptick3")["retryConfig"]["maxAttempts"] + 1),
+        {"task queues"}),
+    "queue missing": (lambda a: a[f"GET {TASKS}"].update(queues=[
+        q for q in a[f"GET {TASKS}"]["queues"] if not q["name"].endswith("/counters-rolluptick3")
+    ]), {"task queues"}),
+    "tick runs as another account": (lambda a: function(a, "counters-rolluptick2")[
+        "serviceConfig"].update(serviceAccountEmail="other@my-shop.iam.gserviceaccount.com"),
+        {"queue roles"}),
+    "no enqueuer": (lambda a: a[f"POST {TASKS}/counters-rolluptick2:getIamPolicy"].update(
+        bindings=[]), {"queue roles"}),
+    "no tick invoker": (lambda a: a[RUN.format("counters-rolluptick2")].update(bindings=[]),
+                        {"queue roles"}),
+    "no act-as": (lambda a: a[ACCOUNT_POLICY].update(bindings=[]), {"queue roles"}),
+    "no Firestore role": (without_role("roles/datastore.user"), {"project roles"}),
+    "database missing": (lambda a: refuse(a, f"GET {FIRESTORE}", 404, "NOT_FOUND"),
+                         {"database"}),
+    "database in Datastore mode": (lambda a: a[f"GET {FIRESTORE}"].update(type="DATASTORE_MODE"),
+                                   {"database"}),
+    "index broken": (lambda a: a[f"GET {FIRESTORE}/collectionGroups/-/indexes"]["indexes"][0]
+                     .update(state="NEEDS_REPAIR"), {"indexes"}),
+    "index missing": (lambda a: a[f"GET {FIRESTORE}/collectionGroups/-/indexes"].update(
+        indexes=a[f"GET {FIRESTORE}/collectionGroups/-/indexes"]["indexes"][1:]), {"indexes"}),
+    "ttl policy broken": (lambda a: a[f"GET {FIRESTORE}/collectionGroups/-/fields?filter="
+                                      "ttlConfig:*"]["fields"][0]["ttlConfig"].update(
+        state="NEEDS_REPAIR"), {"ttl policies"}),
+    "ttl policy missing": (lambda a: a[f"GET {FIRESTORE}/collectionGroups/-/fields?filter="
+                                       "ttlConfig:*"]["fields"].pop(0), {"ttl policies"}),
+    "rules without the block": (lambda a: next(
+        v for k, v in a.items() if "/rulesets/" in k)["source"]["files"][0].update(
+        content="rules_version = '2';\nservice cloud.firestore {}\n"), {"rules"}),
+    "job paused": (lambda a: a[JOB].update(state="PAUSED"), {"scheduler"}),
+    "job schedule": (lambda a: a[JOB].update(schedule="every 5 minutes"), {"scheduler"}),
+    "job stopped": (lambda a: a[JOB].update(lastAttemptTime="2026-11-20T11:50:00Z"),
+                    {"scheduler"}),
+    "job failing": (lambda a: a[JOB].update(status={"code": 7, "message": "PERMISSION_DENIED"}),
+                    {"scheduler"}),
+    "job missing": (lambda a: refuse(a, JOB, 404, "NOT_FOUND"),
+                    {"scheduler", "scheduler invoker"}),
+    "job without a token": (lambda a: a[JOB]["httpTarget"].pop("oidcToken"),
+                            {"scheduler invoker"}),
+    "job's account not an invoker": (lambda a: a[RUN.format("counters-rollup")].update(
+        bindings=[]), {"scheduler invoker"}),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_each_comparison_of_each_check_fails_its_check_alone(mutation: str) -> None:
+    """The healthy project with one thing broken fails exactly the checks that compare it."""
+    answers = json.loads((RECORDED / "healthy.json").read_text())
+    edit, failing = MUTATIONS[mutation]
+    edit(answers)
+    found, _, _ = diagnose(answers)
+    assert {c: f.status for c, f in found.items()} == {
+        c: "fail" if c in failing else "pass" for c in doctor.CHECKS}, mutation
+
+
+def test_every_check_has_a_mutation() -> None:
+    assert set(doctor.CHECKS) == {c for _, checks in MUTATIONS.values() for c in checks}
+
+
+def test_a_first_deploy_is_pending_not_failed() -> None:
+    """Right after a first deploy, TTL policies and an index still building and a scheduler job
+    that has not fired yet are pending: doctor exits 0 and says when to run again."""
+    answers = json.loads((RECORDED / "healthy.json").read_text())
+    key = f"GET {FIRESTORE}/collectionGroups/-/fields?filter=ttlConfig:*"
+    for field in answers[key]["fields"]:
+        field["ttlConfig"]["state"] = "CREATING"
+    answers[f"GET {FIRESTORE}/collectionGroups/-/indexes"]["indexes"][0]["state"] = "CREATING"
+    answers[JOB].pop("lastAttemptTime")
+    answers[JOB]["userUpdateTime"] = "2026-11-20T11:59:30Z"
+    found, _, _ = diagnose(answers)
+    assert {c for c, f in found.items() if f.status != "pass"} == {
+        "ttl policies", "indexes", "scheduler"}
+    assert {found[c].status for c in ("ttl policies", "indexes", "scheduler")} == {"pending"}
+    lines: list[str] = []
+    assert doctor.report(list(found.values()), lines.append)  # exit 0
+    assert lines[-1] == ("pending: indexes, ttl policies, scheduler (settling by themselves): "
+                         "run doctor again in 60 minutes")
+    # The same job, never run long after it was made, has stopped: a failure.
+    found, _, _ = diagnose(answers, now=NOW + dt.timedelta(minutes=10))
+    assert found["scheduler"].status == "fail" and "last attempt never" in found["scheduler"].found
+
+
+def test_doctor_without_credentials_is_one_line_with_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Application Default Credentials: one line saying how to get them, no traceback."""
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "missing.json"),
+           "FIRESTORE_EMULATOR_HOST": "", "CLOUDSDK_CONFIG": str(tmp_path)}
+    result = CliRunner().invoke(cli, ["doctor", "--project", PROJECT], env=env)
+    assert result.exit_code == 1, result.output
+    assert ("Traceback" not in result.output and result.exception is None) or isinstance(
+        result.exception, SystemExit)
+    error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "gcloud auth application-default login" in error[0]

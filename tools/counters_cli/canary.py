@@ -11,6 +11,7 @@ as the other commands make them, so the increment is one a deployed rollup has t
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -25,7 +26,9 @@ from google.cloud import firestore
 
 from .session import CLI_UID
 
-Status = Literal["pass", "fail", "cannot-check"]
+# pending: not yet what it will be without anyone's doing (an index or TTL policy being built, a
+# scheduler job before its first run): not a failure, run doctor again in `again_in_min`.
+Status = Literal["pass", "fail", "pending", "cannot-check"]
 
 # A write is published by the next tick of its second (about a second later); the scheduled
 # rollup publishes what no tick did within about 70 s (its minute, and a holder's lease).
@@ -38,9 +41,35 @@ AUDIT_STALE = dt.timedelta(minutes=5)
 AUDIT_DRIFT_WINDOW = dt.timedelta(hours=24)
 MAX_DRIFT_SHOWN = 5
 # Which callable the canary calls without credentials: every callable refuses such a call with
-# UNAUTHENTICATED (401) once its codebase has loaded; one that did not load answers otherwise.
+# UNAUTHENTICATED (401) once its codebase has loaded, in the callable protocol's error body
+# (`{"error": {"status": "UNAUTHENTICATED", ...}}`, docs/api.md). Only such a body counts as
+# served: a 403 from Cloud Run's IAM (a service that does not let allUsers invoke it) or a
+# Google front end's page is an answer the function never gave.
 PROBED = "get_count"
-SERVED = (400, 401, 403)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    """What a call without credentials got: the HTTP `status`, and the callable protocol's
+    error status when the body was one (None: a body the function did not write)."""
+
+    status: int
+    error_status: str | None = None
+
+    @property
+    def served(self) -> bool:
+        return self.error_status is not None
+
+
+def probe_of(status: int, body: str) -> Probe:
+    """A probe's answer read as the callable protocol defines a refusal."""
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return Probe(status=status)
+    error = found.get("error") if isinstance(found, dict) else None
+    code = error.get("status") if isinstance(error, dict) else None
+    return Probe(status=status, error_status=code if isinstance(code, str) and code else None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,13 +80,14 @@ class Finding:
     status: Status
     found: str
     todo: str = ""
+    again_in_min: int = 0
 
 
 class Canary(Protocol):
     """What the canary does to the deployed backend."""
 
-    def probe(self) -> int:
-        """The HTTP status of a call of a callable without credentials."""
+    def probe(self) -> Probe:
+        """What a call of a callable without credentials got."""
 
     def create(self, counter: str) -> None: ...
 
@@ -92,13 +122,16 @@ def run_canary(canary: Canary, clock: Clock, *, ticks: bool, counter: str) -> Fi
     publishes it; the counter is deleted whatever happens. `ticks`: whether this process's
     writes enqueue tick tasks (the emulators, or the functions' runtime account's credentials);
     without, the scheduled rollup is what publishes."""
-    status = canary.probe()
-    if status not in SERVED:
+    probe = canary.probe()
+    if not probe.served:
         return Finding(check="canary", status="fail",
-                       found=f"{PROBED} answered HTTP {status} to a call without credentials "
-                             "(a function that runs answers 401 UNAUTHENTICATED)",
-                       todo="the functions do not serve: read their logs (a codebase without "
-                            "its placement.json refuses to start), then deploy again")
+                       found=f"{PROBED} answered HTTP {probe.status}, not the callable "
+                             "protocol's error body, to a call without credentials (a function "
+                             "that runs answers 401 UNAUTHENTICATED)",
+                       todo="403: Cloud Run does not let the public invoke it (see the public "
+                            "callables check; an organisation policy may forbid allUsers); "
+                            "else the functions do not serve: read their logs (a codebase "
+                            "without its placement.json refuses to start), then deploy again")
     canary.create(counter)
     try:
         canary.increment(counter)
@@ -172,13 +205,14 @@ class FirestoreCanary:
     def __init__(self, ctx: Context, db: firestore.Client, callable_url: str) -> None:
         self.ctx, self.db, self.callable_url = ctx, db, callable_url
 
-    def probe(self) -> int:
+    def probe(self) -> Probe:
         if not self.callable_url:
-            return 404  # not deployed: no URL
+            return Probe(status=404)  # not deployed: no URL
         try:
-            return requests.post(self.callable_url, json={"data": {}}, timeout=30).status_code
+            answer = requests.post(self.callable_url, json={"data": {}}, timeout=30)
         except requests.RequestException:
-            return 0
+            return Probe(status=0)
+        return probe_of(answer.status_code, answer.text)
 
     def create(self, counter: str) -> None:
         counters.create_counter(self.ctx, self.db, counter, shards=1)

@@ -2,13 +2,16 @@
 is what the backend's code deploys, and whether it counts (docs/deploy.md, "Reading counters
 doctor").
 
-Eight checks read Google's APIs (`google_apis.Apis`) with the user's credentials, read-only:
-the functions against the codebase's deploy manifest (CPU, memory, concurrency, timeout), the
-task queues (one per tick function) and their rate limits, the queues' roles (enqueuer, invoker,
-act-as), the database, every composite index READY, every TTL policy ACTIVE, the released rules
-holding the backend's block, and the scheduled rollup's Cloud Scheduler job. Then the canary and
-the audit (canary.py). Each says pass, fail or cannot-check, naming every broken part and what
-to do; the command exits 1 when one fails. Against the emulators only the last two run.
+The checks of CHECKS read Google's APIs (`google_apis.Apis`) with the user's credentials,
+read-only: the functions against the codebase's deploy manifest (CPU, memory, concurrency,
+timeout), the callables open to the public (Cloud Run invoker allUsers), the task queues (one per
+tick function) and their rate limits and attempts, the queues' roles (enqueuer, invoker, act-as),
+the runtime account's Firestore role on the project, the database, every composite index READY,
+every TTL policy ACTIVE, the released rules holding the backend's block, the scheduled rollup's
+Cloud Scheduler job and its invoker. Then the canary and the audit (canary.py). Each says pass,
+fail, pending (settling by itself: run again later) or cannot-check, naming every broken part and
+what to do; the command exits 1 when one fails. Credentials that are missing or refused are one
+line with the fix. Against the emulators only the last two run.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import click
 from counting.features.context import Context
 from counting.foundation import config
 from google.auth import credentials as auth_credentials
+from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
 
 from . import install
@@ -61,8 +65,16 @@ MANIFEST_TIMEOUT_S = 120
 MANIFEST_SCRIPT = ("import json, yaml\nfrom firebase_functions.private import serving\n"
                    "print(json.dumps(yaml.safe_load(serving.functions_as_yaml("
                    "serving.get_functions()))))\n")
-CHECKS = ("functions", "task queues", "queue roles", "database", "indexes", "ttl policies",
-          "rules", "scheduler")
+PUBLIC = "allUsers"
+# The project roles the runtime account needs: the functions read and write Firestore (any one of
+# these grants it; new projects no longer give the default compute account Editor).
+FIRESTORE_ROLES = ("roles/datastore.user", "roles/datastore.owner", "roles/editor", "roles/owner")
+# How long a pending state takes to settle, as a "run again in" hint: an index builds in
+# minutes, a TTL policy in up to a day (most within the hour), a new scheduler job fires within
+# its minute.
+AGAIN_INDEX_MIN, AGAIN_TTL_MIN, AGAIN_SCHEDULER_MIN = 10, 60, 2
+CHECKS = ("functions", "public callables", "task queues", "queue roles", "project roles",
+          "database", "indexes", "ttl policies", "rules", "scheduler", "scheduler invoker")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,11 +95,18 @@ class Expected:
                 if kind in endpoint}
 
 
-def finding(check: str, problems: list[str], passed: str, todo: str) -> Finding:
-    """Pass, or fail naming every problem, one a line."""
-    if not problems:
-        return Finding(check=check, status="pass", found=passed)
-    return Finding(check=check, status="fail", found="\n".join(problems), todo=todo)
+def finding(check: str, problems: list[str], passed: str, todo: str,
+            pending: list[str] | None = None, again_in_min: int = 0) -> Finding:
+    """Pass; fail naming every problem, one a line; or, with only `pending` states (ones that
+    settle by themselves), pending, to be checked again in `again_in_min` minutes."""
+    if problems:
+        return Finding(check=check, status="fail", found="\n".join([*problems, *(pending or [])]),
+                       todo=todo)
+    if pending:
+        return Finding(check=check, status="pending", found="\n".join(pending),
+                       todo=f"nothing to do: run doctor again in {again_in_min} minutes",
+                       again_in_min=again_in_min)
+    return Finding(check=check, status="pass", found=passed)
 
 
 def no_manifest(check: str, expected: Expected) -> Finding:
@@ -232,6 +251,48 @@ def check_roles(apis: Apis, expected: Expected, deployed: dict[str, Json]) -> Fi
                    f"{ACT_AS}` (make deploy does) (docs/deploy.md, \"Task queue roles\")")
 
 
+def public(policy: Json) -> bool:
+    """Whether a Cloud Run service's IAM `policy` lets anyone invoke it, unconditionally."""
+    return any(binding.get("role") == INVOKER and "condition" not in binding
+               and PUBLIC in binding.get("members", ()) for binding in policy.get("bindings", ()))
+
+
+def check_public(apis: Apis, expected: Expected, deployed: dict[str, Json]) -> Finding:
+    """The callables answer the public: their Cloud Run services let allUsers invoke them (the
+    functions check who may do what; an organisation policy may forbid allUsers)."""
+    if expected.endpoints is None:
+        return no_manifest("public callables", expected)
+    callables = expected.where("callableTrigger")
+    problems = []
+    for name in sorted(callables):
+        function = deployed.get(name)
+        if function is None:
+            problems.append(f"{name}: not deployed")
+        elif not public(apis.service_policy(function.get("serviceConfig", {}).get("service", ""))):
+            problems.append(f"{name}: {PUBLIC} lacks {INVOKER} on its service")
+    return finding("public callables", problems,
+                   f"{len(callables)} callables' services let {PUBLIC} invoke them",
+                   f"a functions deploy grants it ({expected.deploy}); where an organisation "
+                   f"policy (iam.allowedPolicyMemberDomains) forbids {PUBLIC}, clients cannot "
+                   "call the callables: ask for an exception for these services")
+
+
+def check_project_roles(apis: Apis, expected: Expected) -> Finding:
+    """The runtime account may use Firestore: one of FIRESTORE_ROLES on the project."""
+    account = runtime_account(apis, expected)
+    policy = apis.project_policy()
+    if any(grants(policy, role, account) for role in FIRESTORE_ROLES):
+        return Finding(check="project roles", status="pass",
+                       found=f"{account} may use Firestore (one of {', '.join(FIRESTORE_ROLES)} "
+                             "on the project)")
+    return Finding(check="project roles", status="fail",
+                   found=f"{account} holds none of {', '.join(FIRESTORE_ROLES)} on the project: "
+                         "the functions cannot read or write Firestore (it shows as a rollup "
+                         "that does not run)",
+                   todo=f"gcloud projects add-iam-policy-binding {apis.project} --member "
+                        f"serviceAccount:{account} --role roles/datastore.user")
+
+
 # --- Firestore ---------------------------------------------------------------------------------
 
 
@@ -267,18 +328,21 @@ def check_indexes(apis: Apis, expected: Expected) -> Finding:
     found = {index_key(index["name"].split("/collectionGroups/")[1].split("/")[0],
                        index.get("queryScope", "COLLECTION"), index.get("fields", [])):
              index.get("state") for index in apis.indexes(expected.placement.database)}
-    problems = []
+    problems: list[str] = []
+    pending: list[str] = []
     for index in wanted:
         key = index_key(index["collectionGroup"], index.get("queryScope", "COLLECTION"),
                         index["fields"])
         state = found.get(key, "missing")
         if state != "READY":
             fields = ", ".join(f["fieldPath"] for f in index["fields"])
-            problems.append(f"{index['collectionGroup']} ({fields}): {state}")
+            (pending if state == "CREATING" else problems).append(
+                f"{index['collectionGroup']} ({fields}): {state}")
     return finding("indexes", problems, f"{len(wanted)} composite indexes READY",
                    "a missing index: deploy the rules and indexes again (firebase deploy --only "
                    "firestore); CREATING: they take minutes, run doctor again; NEEDS_REPAIR: "
-                   "delete that index in the console and deploy again")
+                   "delete that index in the console and deploy again", pending,
+                   AGAIN_INDEX_MIN)
 
 
 def check_ttl(apis: Apis, expected: Expected) -> Finding:
@@ -288,12 +352,16 @@ def check_ttl(apis: Apis, expected: Expected) -> Finding:
     found = {(field["name"].split("/collectionGroups/")[1].split("/")[0],
               field["name"].rpartition("/fields/")[2]): field.get("ttlConfig", {}).get("state")
              for field in apis.ttl_fields(expected.placement.database)}
-    problems = [f"{group}.{path}: {found.get((group, path)) or 'no policy'}"
-                for group, path in wanted if found.get((group, path)) != "ACTIVE"]
+    states = {(group, path): found.get((group, path)) or "no policy" for group, path in wanted}
+    problems = [f"{group}.{path}: {state}" for (group, path), state in states.items()
+                if state not in ("ACTIVE", "CREATING")]
+    pending = [f"{group}.{path}: CREATING" for (group, path), state in states.items()
+               if state == "CREATING"]
     return finding("ttl policies", problems,
                    f"{len(wanted)} TTL policies ACTIVE ({', '.join(g for g, _ in wanted)})",
                    "no policy: deploy the rules and indexes again (firebase deploy --only "
-                   "firestore); CREATING: it takes up to a day, run doctor again")
+                   "firestore); CREATING: it takes up to a day, run doctor again", pending,
+                   AGAIN_TTL_MIN)
 
 
 def check_rules(apis: Apis, expected: Expected) -> Finding:
@@ -331,7 +399,8 @@ def timestamp(value: Any) -> dt.datetime | None:
 def check_scheduler(apis: Apis, expected: Expected, now: dt.datetime) -> Finding:
     if expected.endpoints is None:
         return no_manifest("scheduler", expected)
-    problems = []
+    problems: list[str] = []
+    pending: list[str] = []
     for name, endpoint in sorted(expected.where("scheduleTrigger").items()):
         job_id = f"firebase-schedule-{name}-{apis.region}"
         try:
@@ -347,7 +416,11 @@ def check_scheduler(apis: Apis, expected: Expected, now: dt.datetime) -> Finding
         if job.get("schedule") != schedule:
             problems.append(f"{job_id}: schedule {job.get('schedule')!r}, manifest {schedule!r}")
         last = timestamp(job.get("lastAttemptTime"))
-        if last is None or now - last > SCHEDULER_STALE:
+        updated = timestamp(job.get("userUpdateTime"))
+        if last is None and updated is not None and now - updated <= SCHEDULER_STALE:
+            pending.append(f"{job_id}: created or updated {job.get('userUpdateTime')}, not run "
+                           "yet")
+        elif last is None or now - last > SCHEDULER_STALE:
             problems.append(f"{job_id}: last attempt {job.get('lastAttemptTime', 'never')}")
         code = job.get("status", {}).get("code", 0)
         if code:
@@ -358,7 +431,39 @@ def check_scheduler(apis: Apis, expected: Expected, now: dt.datetime) -> Finding
                    f"{SCHEDULER_STALE.total_seconds() / 60:.0f} min",
                    f"a missing or changed job: deploy the functions again ({expected.deploy}); "
                    "paused: resume it (console, Cloud Scheduler); failed attempts: the rollup "
-                   "function's logs say why")
+                   "function's logs say why", pending, AGAIN_SCHEDULER_MIN)
+
+
+def check_scheduler_invoker(apis: Apis, expected: Expected, deployed: dict[str, Json]
+                            ) -> Finding:
+    """Each scheduled function's job calls it with an OIDC token of an account that holds the
+    invoker role on its Cloud Run service (else every run is refused: 403)."""
+    if expected.endpoints is None:
+        return no_manifest("scheduler invoker", expected)
+    problems = []
+    for name in sorted(expected.where("scheduleTrigger")):
+        job_id = f"firebase-schedule-{name}-{apis.region}"
+        function = deployed.get(name)
+        try:
+            job = apis.job(job_id)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            problems.append(f"{job_id}: no job")
+            continue
+        account = job.get("httpTarget", {}).get("oidcToken", {}).get("serviceAccountEmail")
+        if function is None:
+            problems.append(f"{name}: not deployed")
+        elif not account:
+            problems.append(f"{job_id}: calls {name} without an OIDC token")
+        elif not grants(apis.service_policy(function.get("serviceConfig", {}).get("service", "")),
+                        INVOKER, account):
+            problems.append(f"{account} (the token of {job_id}) lacks {INVOKER} on the {name} "
+                            "service")
+    return finding("scheduler invoker", problems,
+                   "the scheduled rollup's job calls it as an account its service lets invoke it",
+                   f"deploy the functions again ({expected.deploy}): firebase-tools grants the "
+                   "job's account the invoker role on the scheduled function's service")
 
 
 # --- all of it ---------------------------------------------------------------------------------
@@ -374,23 +479,27 @@ def deployed_functions(apis: Apis) -> dict[str, Json] | ApiError:
 
 def diagnose(apis: Apis, expected: Expected, now: dt.datetime,
              functions: dict[str, Json] | ApiError) -> list[Finding]:
-    """The eight checks that read the project's configuration through Google's APIs; an API
+    """The checks (CHECKS) that read the project's configuration through Google's APIs; an API
     that refuses a check makes it cannot-check (a missing permission, a disabled API)."""
     deployed = functions if isinstance(functions, dict) else {}
     checks: dict[str, Callable[[], Finding]] = {
         "functions": lambda: check_functions(apis, expected, deployed),
+        "public callables": lambda: check_public(apis, expected, deployed),
         "task queues": lambda: check_queues(apis, expected),
         "queue roles": lambda: check_roles(apis, expected, deployed),
+        "project roles": lambda: check_project_roles(apis, expected),
         "database": lambda: check_database(apis, expected),
         "indexes": lambda: check_indexes(apis, expected),
         "ttl policies": lambda: check_ttl(apis, expected),
         "rules": lambda: check_rules(apis, expected),
         "scheduler": lambda: check_scheduler(apis, expected, now),
+        "scheduler invoker": lambda: check_scheduler_invoker(apis, expected, deployed),
     }
     found = []
     for check, run in checks.items():
         try:
-            if isinstance(functions, ApiError) and check in ("functions", "queue roles"):
+            if isinstance(functions, ApiError) and check in (
+                    "functions", "public callables", "queue roles", "scheduler invoker"):
                 raise functions
             found.append(run())
         except ApiError as error:
@@ -405,12 +514,16 @@ def operate(canary: Canary, audit: Callable[[], Mapping[str, Any] | None], clock
     """The canary and the audit (its document among `names`): the backend at work."""
     try:
         ran = run_canary(canary, clock, ticks=ticks, counter=canary_id())
+    except auth_exceptions.GoogleAuthError:
+        raise  # the credentials, not the backend: one line with the fix (`doctor`)
     except Exception as error:  # whatever stops the round trip is the canary's verdict
         ran = Finding(check="canary", status="fail", found=f"{type(error).__name__}: {error}",
                       todo="the backend's database or functions refused the canary: see the "
                            "checks above and `counters status`")
     try:
         audited = audit_finding(audit(), now(), names)
+    except auth_exceptions.GoogleAuthError:
+        raise
     except Exception as error:  # an audit doctor cannot read, it cannot check
         audited = Finding(check="audit", status="cannot-check",
                           found=f"{type(error).__name__}: {error}",
@@ -419,8 +532,8 @@ def operate(canary: Canary, audit: Callable[[], Mapping[str, Any] | None], clock
 
 
 def report(findings: list[Finding], echo: Callable[[str], None]) -> bool:
-    """Prints each finding (what it found a line each, then what to do); returns whether none
-    failed."""
+    """Prints each finding (what it found a line each, then what to do), and when some are
+    pending, when to run again; returns whether none failed (pending ones do not)."""
     width = max(len(f.check) for f in findings)
     for f in findings:
         status = f.status.upper() if f.status == "fail" else f.status
@@ -428,6 +541,10 @@ def report(findings: list[Finding], echo: Callable[[str], None]) -> bool:
         echo(f"{status:<12}  {f.check:<{width}}  {lines[0]}")
         for line in [*lines[1:], *([f"what to do: {f.todo}"] if f.todo else [])]:
             echo(f"{'':<12}  {'':<{width}}  {line}")
+    waiting = [f for f in findings if f.status == "pending"]
+    if waiting:
+        echo(f"pending: {', '.join(f.check for f in waiting)} (settling by themselves): run "
+             f"doctor again in {max(f.again_in_min for f in waiting)} minutes")
     return not any(f.status == "fail" for f in findings)
 
 
@@ -508,6 +625,17 @@ def deployed(project: str, placement: config.Placement, codebase: Path | None,
                               names=ctx.names)
 
 
+def credentials_problem(error: auth_exceptions.GoogleAuthError) -> str:
+    """One line: what is wrong with the credentials, and the fix."""
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    if isinstance(error, auth_exceptions.DefaultCredentialsError):
+        what = "no Application Default Credentials"
+    else:
+        what = "the Application Default Credentials were refused"
+    return (f"{what} ({first[:200]}): run `gcloud auth application-default login` (or set "
+            "GOOGLE_APPLICATION_CREDENTIALS to a service account key), then run doctor again")
+
+
 @click.command()
 @click.option("--project", metavar="ID",
               help="The deployed project (default: the command's --project, or "
@@ -524,8 +652,11 @@ def doctor(session: Session, project: str | None) -> None:
                       f"collection prefix {placement.collection_prefix!r}, function prefix "
                       f"{placement.function_prefix!r}")
     if session.production:
-        findings = deployed(session.target.project, placement, session.backend,
-                            default_credentials(), session.context(), session.db())
+        try:
+            findings = deployed(session.target.project, placement, session.backend,
+                                default_credentials(), session.context(), session.db())
+        except auth_exceptions.GoogleAuthError as error:
+            raise click.ClickException(credentials_problem(error)) from None
     else:
         db = session.db()
         findings = [Finding(check=check, status="cannot-check",

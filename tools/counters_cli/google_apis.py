@@ -112,6 +112,12 @@ class Apis:
                                   f"/serviceAccounts/{account}:getIamPolicy"
                                   "?options.requestedPolicyVersion=3")
 
+    # Resource Manager: the project's IAM policy (projects.getIamPolicy, v1: a POST whose body
+    # is a GetIamPolicyRequest).
+    def project_policy(self) -> Json:
+        return self.fetch("POST", "https://cloudresourcemanager.googleapis.com/v1/projects/"
+                                  f"{self.project}:getIamPolicy", POLICY_V3)
+
     # Resource Manager: projectNumber.
     def project_number(self) -> str:
         found = self.fetch("GET", "https://cloudresourcemanager.googleapis.com/v1/projects/"
