@@ -26,8 +26,9 @@ What it models:
 - Who sent what: every attempt records its sender, the lease owner it acted for and the client
   call under way (`virtual.Actor.call`), so that checkers attribute each committed write.
 - Queries: filters, order, limits, document-order cursors, `sum` and `count` aggregations.
-- Reads that fail: a read at a read time more than an hour back (FAILED_PRECONDITION), and a
-  collection group's queries during an outage the run draws (`outages`: UNAVAILABLE).
+- Reads that fail: a read at a read time more than an hour back (FAILED_PRECONDITION), a
+  collection group's queries during an outage the run draws (`outages`: UNAVAILABLE), and reads
+  of the documents a directed scenario makes `unreadable` (UNAVAILABLE).
 - Imports (`reimport`): the documents of a collection created again at the import's time,
   their fields unchanged (a managed import; the emulator's export/import on a restart).
 - Code that is no actor's (a directed scenario stepping the clock by hand) cannot wait: its
@@ -156,6 +157,7 @@ class Model:
         self.imports: list[int] = []  # when `reimport` re-created documents
         # (from, until, collection id): its collection group queries fail UNAVAILABLE meanwhile
         self.outages: list[tuple[int, int, str]] = []
+        self.unreadable: set[Path] = set()  # documents whose reads fail (a directed scenario's)
         self._lock = threading.RLock()
 
     # -- requests --
@@ -195,6 +197,8 @@ class Model:
                 at_us = arrived if read_time is None else self._us(read_time)
                 if arrived - at_us > READ_WINDOW_US:
                     return past_the_window()
+                if self.unreadable.intersection(paths):
+                    return unavailable()
                 self.max_read_us = max(self.max_read_us, at_us)
                 self.reads += max(1, len(paths))
                 return [self._snapshot(path, at_us) for path in paths]
@@ -223,6 +227,8 @@ class Model:
                     if version is None or version.data is None or not all(
                             _matches(version.data, f) for f in filters):
                         continue
+                    if path in self.unreadable:
+                        return unavailable()
                     found.append(self._snapshot(path, at_us))
                 self.reads += max(1, len(found))
                 self._note_change_query(group, filters, at_us)
@@ -460,6 +466,12 @@ def past_the_window() -> gexc.GoogleAPICallError:
     """Firestore's answer to a read at a read time older than it keeps."""
     error: gexc.GoogleAPICallError = failure(
         gexc.FailedPrecondition, "simulated: read_time is more than an hour in the past")
+    return error
+
+
+def unavailable() -> gexc.GoogleAPICallError:
+    error: gexc.GoogleAPICallError = failure(gexc.ServiceUnavailable,
+                                             "simulated: a document cannot be served")
     return error
 
 

@@ -17,7 +17,7 @@ from counting.features.context import Context
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Names, Protections
 from counting.foundation.errors import FailedPrecondition, PermissionDenied, ResourceExhausted
-from counting.rollup import folding, repartition
+from counting.rollup import audit, folding, repartition
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Limits, Rollup, TickStats
 from counting.writepath import partitions, shards
@@ -816,3 +816,25 @@ def test_an_import_never_hands_a_request_another_requests_number() -> None:
     assert (done.recorded, done.lost) == (1, 2)
     assert retried(scene, "t", "c") == 3
     assert [record_of(scene, "t", r).get("state") for r in "abc"] == ["lost", "lost", "issued"]
+
+
+def test_a_counter_the_audit_cannot_check_keeps_no_other_from_its_check() -> None:
+    """A counter whose check fails (here a shard Firestore cannot serve) is logged and passed
+    over: the run checks the others and records its progress, so the rotation moves on instead
+    of failing at that counter every minute."""
+    scene = Scene()
+    for name in ("a", "b", "c"):
+        counters.create_counter(scene.ctx, scene.db, name, shards=1)
+    scene.at(1)
+    holder = scene.holder("first")
+    for name in ("a", "b", "c"):
+        counters.increment(scene.ctx, scene.db, name, 1)
+    scene.at(2)
+    holder.tick()
+    scene.at(3)
+    scene.model.unreadable.add(("counters", "a", "shards", "0"))
+    scene.at(4)
+    done = audit.run(scene.holding, scene.db, per_run=3)
+    assert sorted(found.counter for found in done.checked) == ["b", "c"]
+    scene.at(5)
+    assert (audit.audit_ref(scene.db, NAMES).get().to_dict() or {})["cursor"] == "c"

@@ -140,6 +140,19 @@ def check(db: firestore.Client, names: Names, snapshot: firestore.DocumentSnapsh
     return dataclasses.replace(found, missed=missed)
 
 
+def checked_or_none(db: firestore.Client, names: Names,
+                    snapshot: firestore.DocumentSnapshot[Any],
+                    progress: tuple[int, dict[int, dt.datetime]]) -> Checked | None:
+    """`check`, in a scheduled run: a counter whose check fails is logged with its id and
+    passed over (None), so that it keeps no other from its check and the rotation moves on; a
+    suspect stays one, checked again at the next run."""
+    try:
+        return check(db, names, snapshot, progress)
+    except Exception:
+        log.exception("counters audit: could not check counter %r; passed over", snapshot.id)
+        return None
+
+
 def check_counter(db: firestore.Client, names: Names, counter: str) -> Checked | None:
     """Check one counter now (`counters audit COUNTER`); nothing is recorded."""
     progress = watermarks(db, names)
@@ -182,7 +195,7 @@ def run(writing: Writing, db: firestore.Client, per_run: int = AUDIT_PER_RUN) ->
              if c not in {s.id for s in rotation}]
     documents = [*rotation, *(s for s in db.get_all(again, field_paths=["count", "updated_at"])
                               if s.exists)]
-    checked = [found for found in (check(db, names, snapshot, progress)
+    checked = [found for found in (checked_or_none(db, names, snapshot, progress)
                                    for snapshot in documents) if found is not None]
     live = {snapshot.id for snapshot in documents}
     drift: list[Checked] = []
@@ -199,7 +212,10 @@ def run(writing: Writing, db: firestore.Client, per_run: int = AUDIT_PER_RUN) ->
             log.error("%s: counter %r published %d at %s, its shards sum to %d; its shards are "
                       "touched so that the rollup reads them again", DRIFT_LOG_PREFIX,
                       found.counter, found.published, found.as_of.isoformat(), found.shards)
-            repair(writing, db, found.counter)
+            try:
+                repair(writing, db, found.counter)
+            except Exception:  # recorded as drift all the same; found and repaired again later
+                log.exception("counters audit: could not repair counter %r", found.counter)
     suspects = {c: entry for c, entry in suspects.items() if c in live}  # deleted: none
     kept = dict(sorted(suspects.items(), key=lambda item: item[1]["found_at"])[-SUSPECTS_KEPT:])
     record(db, names, state, now, rotation, checked, kept, drift)
