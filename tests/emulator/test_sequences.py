@@ -407,3 +407,4 @@ def test_a_number_goes_into_its_record_with_the_next_commit_or_the_housekeeping(
     assert sequences.record_issued(db, NAMES, later).recorded == 2
     assert (record("d")["number"], record("e")["number"]) == (4, 5)
     assert (number("d"), number("e"), number("f")) == (4, 5, 6)
+    assert sequences.lost_records(db, NAMES) == 0  # the count `counters status` shows

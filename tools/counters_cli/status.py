@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from counting.features.sequences import lost_records
 from counting.foundation import inputs
 from counting.foundation.config import Names, Placement
 from counting.rollup import audit, repartition
@@ -64,15 +65,23 @@ def status(session: Session, as_json: bool) -> None:
                   for (part, _), one in zip(found, each, strict=True)]
     audited = audit_figures(session.db(), session.names)
     figures["audit"] = audited
+    figures["sequences"] = numbered = sequence_figures(session.db(), session.names)
     session.report(as_json, figures, *tables,
                    *([f"  {error}" for error in errors] or ["no recent errors"]),
                    table_of("exactness audit", {k: v for k, v in audited.items()
                                                 if k != "drift"}),
-                   *([f"  drift: {entry}" for entry in audited["drift"]] or ["no drift found"]))
+                   *([f"  drift: {entry}" for entry in audited["drift"]] or ["no drift found"]),
+                   table_of("sequence numbers", numbered))
     if stale:
         raise click.ClickException(f"the rollup is stale: {stale}")
     if audited["drift"]:
         raise click.ClickException(f"the audit found drift: {audited['drift'][-1]}")
+
+
+def sequence_figures(db: Any, names: Names) -> dict[str, Any]:
+    """The sequences' housekeeping: request ids whose number it could never read back into
+    their records, marked lost, of the last SEQUENCE_RETENTION_DAYS (docs/operations.md)."""
+    return {"records_lost": lost_records(db, names)}
 
 
 def audit_figures(db: Any, names: Names) -> dict[str, Any]:
