@@ -576,3 +576,27 @@ def test_what_a_clone_needs_is_kept_in_git_and_said_when_a_rule_hides_it(host: P
     warned = counters("init", str(host)).output
     assert "git ignores files a clone needs" in warned
     assert "counters/placement.json (ignored by .gitignore:1:*.json)" in warned
+
+
+def test_a_host_without_the_stack_hears_how_to_start_its_own_emulators(
+        host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a host project (no Makefile), the CLI reaches the Firestore emulator its firebase.json
+    names, and says how that project starts its emulators, not this repository's `make dev`."""
+    counters("init", str(host))
+    firebase = json.loads((host / "firebase.json").read_text())
+    firebase["emulators"]["firestore"]["port"] = 1  # nothing listens there
+    (host / "firebase.json").write_text(json.dumps(firebase))
+    monkeypatch.chdir(host)
+    for args in (["get", "likes"], ["claims", "show", "someone"]):
+        result = CliRunner().invoke(cli, args, env={"FIRESTORE_EMULATOR_HOST": None,
+                                                    "FIREBASE_AUTH_EMULATOR_HOST": "127.0.0.1:1",
+                                                    "GOOGLE_CLOUD_PROJECT": None})
+        assert result.exit_code == 1, result.output
+        assert "no Firestore emulator at 127.0.0.1:1: start the emulators with `firebase " \
+               f"emulators:start` in {host}" in result.stderr
+        assert "make dev" not in result.output
+    monkeypatch.chdir(ROOT)  # this repository's own stack starts with its Makefile
+    in_repository = CliRunner().invoke(cli, ["get", "likes"], env={
+        "FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
+    assert "no Firestore emulator at 127.0.0.1:1: start the emulators with `make dev`" \
+        in in_repository.stderr

@@ -12,7 +12,7 @@ import firebase_admin
 from counting.foundation import inputs
 from firebase_admin import auth as firebase_auth
 
-from .session import Session, check_reachable, json_option, pass_session
+from .session import Session, check_reachable, json_option, pass_session, start_command
 
 DEFAULT_AUTH_EMULATOR_HOST = "127.0.0.1:9099"
 CLI_APP = "counters-cli"  # the firebase_admin app the claims commands use
@@ -27,7 +27,7 @@ def auth_client(session: Session) -> firebase_auth.Client:
         os.environ.pop("FIREBASE_AUTH_EMULATOR_HOST", None)
     else:
         host = os.environ.get("FIREBASE_AUTH_EMULATOR_HOST") or DEFAULT_AUTH_EMULATOR_HOST
-        check_reachable(host, "Auth")
+        check_reachable(host, "Auth", start_command(session.firebase_json))
         os.environ["FIREBASE_AUTH_EMULATOR_HOST"] = host
     try:
         app = firebase_admin.get_app(CLI_APP)

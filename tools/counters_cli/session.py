@@ -3,6 +3,7 @@ errors as one-line messages, and how an answer is printed (JSON or text)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -88,6 +89,14 @@ class Session:
         self._placement, self._declared = placement, declared
         self.backend = folder.resolve()
         self.firebase_json = self.backend.parent / "firebase.json"
+        # The project's own Firestore emulator, where firebase.json gives it and nothing else
+        # named one (a host may move it off 8080).
+        if (self.target.emulator_host == DEFAULT_EMULATOR_HOST
+                and not os.environ.get("FIRESTORE_EMULATOR_HOST")):
+            entry = emulators_of(self.firebase_json).get("firestore", {})
+            if isinstance(entry, dict) and str(entry.get("port", "")).isdigit():
+                self.target = dataclasses.replace(
+                    self.target, emulator_host=f"{entry.get('host', '127.0.0.1')}:{entry['port']}")
 
     @property
     def placement(self) -> config.Placement:
@@ -185,12 +194,10 @@ def connect(target: Target, placement: config.Placement,
         os.environ["FIRESTORE_EMULATOR_HOST"] = target.emulator_host
         # The domain's writes enqueue their second's tick tasks (one per partition written to):
         # to the stack's Cloud Tasks emulator, beside the Firestore one.
-        declared = (json.loads(firebase_json.read_text())
-                    if firebase_json is not None and firebase_json.exists() else {})
-        tasks_port = declared.get("emulators", {}).get("tasks", {}).get("port", TASKS_PORT)
+        tasks_port = emulators_of(firebase_json).get("tasks", {}).get("port", TASKS_PORT)
         host = target.emulator_host.rpartition(":")[0]
         os.environ.setdefault("CLOUD_TASKS_EMULATOR_HOST", f"{host}:{tasks_port}")
-        check_reachable(target.emulator_host)
+        check_reachable(target.emulator_host, start=start_command(firebase_json))
         return firestore.Client(project=target.project, database=placement.database)
     try:
         return firestore.Client(project=target.project, database=placement.database)
@@ -201,14 +208,36 @@ def connect(target: Target, placement: config.Placement,
         ) from None
 
 
-def check_reachable(host_port: str, emulator: str = "Firestore") -> None:
+def emulators_of(firebase_json: Path | None) -> dict[str, Any]:
+    """The `emulators` entry of a project's firebase.json ({} without one)."""
+    try:
+        found = json.loads(firebase_json.read_text()) if firebase_json is not None else {}
+    except (OSError, ValueError):
+        return {}
+    emulators = found.get("emulators") if isinstance(found, dict) else None
+    return emulators if isinstance(emulators, dict) else {}
+
+
+def start_command(firebase_json: Path | None) -> str:
+    """How the project's emulators start: this repository's `make dev`, else firebase-tools'."""
+    folder = firebase_json.parent if firebase_json is not None else None
+    makefile = folder / "Makefile" if folder is not None else None
+    if makefile is not None and makefile.is_file() and re.search(
+            r"^dev:", makefile.read_text(errors="replace"), re.MULTILINE):
+        return "`make dev`"
+    where = f" in {folder}" if folder is not None else ""
+    return f"`firebase emulators:start`{where}"
+
+
+def check_reachable(host_port: str, emulator: str = "Firestore",
+                    start: str = "`firebase emulators:start`") -> None:
     """Fail at once rather than after the client's minute of retries when nothing listens."""
     host, _, port = host_port.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
     except (OSError, ValueError):
         raise click.ClickException(
-            f"no {emulator} emulator at {host_port}: start the stack with `make dev`"
+            f"no {emulator} emulator at {host_port}: start the emulators with {start}"
         ) from None
 
 
