@@ -348,14 +348,17 @@ def test_a_reset_keeps_earlier_numbers_on_record(isolated_db: firestore.Client,
 
 def issue_without_answer(db: firestore.Client, tenant: str, request_id: str) -> None:
     """What a call whose answer was lost (or that died before recording its number) leaves:
-    the record created and the number issued, in one commit, and no number in the record."""
+    the record created (with its claim's nonce) and the number issued, naming that claim, in one
+    commit, and no number in the record."""
+    nonce = f"nonce-{request_id}"
     batch = db.batch()
     batch.create(sequences.request_ref(db, NAMES, tenant, "u", request_id),
-                 {"uid": "u", "request_id": request_id, "state": "issuing",
+                 {"uid": "u", "request_id": request_id, "state": "issuing", "nonce": nonce,
                   "claimed_at": firestore.SERVER_TIMESTAMP})
     batch.update(sequences.sequence_ref(db, NAMES, tenant),
                  {"day": firestore.Increment(0), "epoch": firestore.Increment(0),
-                  "issued": firestore.Increment(1), "last_number": firestore.Increment(1)})
+                  "issued": firestore.Increment(1), "last_number": firestore.Increment(1),
+                  "last_claim": nonce})
     batch.commit()
 
 
