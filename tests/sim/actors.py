@@ -57,10 +57,11 @@ from counting.writepath.context import Writing
 from counting.writepath.partitions import Part
 from counting.writepath.policy import Policy
 from firebase_admin import exceptions as admin_exceptions
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from . import protections
-from .faults import Chaos
+from .faults import Chaos, Fate
 from .history import Answer, Call, History, Request
 from .model import Attempt, Model, Path, Snapshot, Version
 from .virtual import Actor, Sim, micros
@@ -86,6 +87,11 @@ MATE = next(f"mate-{n}" for n in itertools.count()
 # (the last like of a post), which only the change query, a touch or a sweep brings in.
 POSTS = tuple(f"post-{n}" for n in range(12))
 LIKES, VIEWS = "likes", "views"
+# The counter of the operator's late drills (`Operator.late_drill`): increments of 5 with a
+# request_id, allowed by BOUNDED_BY, refused while the drill narrows it.
+BOUNDED, BOUNDED_BY = "bounded", (1, 10)
+# Attempts refused after the drill's first attempt is lost: past the 20 s of resends.
+LATE_DRILL_REFUSALS = 12
 REGIONS = ("eu", "us")
 TAGS = ("coffee", "tea", "rain", "sun")
 STATUSES = ("new", "paid", "shipped")
@@ -329,6 +335,7 @@ class Plan:
     configures: list[float]
     resets: list[tuple[float, str]]  # (at, counter)
     drills: list[float]  # resets of RARE
+    late_drills: list[float]  # an attempt of the operator's own landing late (`late_drill`)
     sequence_resets: list[tuple[float, str]]  # (at, tenant)
     backfills: list[float]
     sequence_imports: list[float] = field(default_factory=list)  # imports of the sequences
@@ -349,9 +356,10 @@ class Plan:
             moves.append((when, counts[-1]))
         return cls(start=first, changes=moves,
                    configures=sorted(at() for _ in range(rng.randint(1, 3))),
-                   resets=sorted((at(), rng.choice([*PLAIN, VIEWS]))
+                   resets=sorted((at(), rng.choice([*PLAIN, VIEWS, LIKES]))
                                  for _ in range(rng.randint(1, 3))),
                    drills=sorted(at() for _ in range(rng.randint(1, 3))),
+                   late_drills=sorted(at() for _ in range(rng.randint(1, 2))),
                    sequence_resets=sorted((at(), rng.choice(sorted(TENANTS)))
                                           for _ in range(rng.randint(0, 2))),
                    backfills=sorted(at() for _ in range(rng.randint(0, 2))),
@@ -378,6 +386,7 @@ class Operator:
             *((when, self.configure) for when in plan.configures),
             *((when, functools.partial(self.reset, name)) for when, name in plan.resets),
             *((when, self.drill) for when in plan.drills),
+            *((when, self.late_drill) for when in plan.late_drills),
             *((when, functools.partial(self.reset_sequence, tenant))
               for when, tenant in plan.sequence_resets),
             *((when, self.backfill) for when in plan.backfills),
@@ -400,7 +409,7 @@ class Operator:
             assert stage.count() == self.plan.start, "could not set the partitions"
         made = [(name, self._rng.choice((1, 2, 4)), self.policies[name]) for name in PLAIN]
         made += [(RARE, 1, self.policies[RARE]), (MATE, 1, Policy()),
-                 (LIKES, 2, Policy(unique=True)),
+                 (LIKES, 2, Policy(unique=True)), (BOUNDED, 1, Policy(by=BOUNDED_BY)),
                  (VIEWS, 2, self.policies[VIEWS])]
         made += [(post, self._rng.randint(1, 4), Policy()) for post in POSTS]
         for name, shards, policy in made:
@@ -438,10 +447,7 @@ class Operator:
         new = Policy(min_interval_s=8 - old.min_interval_s) if name == VIEWS else \
             Policy(by=(1, 8 - old.by[1]))
         self.policies[name] = new
-        self.stage.ops["configure_counter"] += 1
-        self.stage.ask(Request(kind="configure_counter"),
-                       lambda: counters.configure_counter(self.ctx, self.stage.db, name, new),
-                       admin=True)
+        self.set_policy(name, new)
 
     def reset(self, counter: str) -> None:
         self.stage.ops["reset_counter"] += 1
@@ -468,6 +474,67 @@ class Operator:
         for _ in range(6):
             stage.sim.wait(1.0)
             count(MATE)
+
+    def late_drill(self) -> None:
+        """One of two hazards of an attempt landing late, on the operator's own attempts
+        (`Draws.scripts`), whatever else runs meanwhile:
+
+        - a client's increment of BOUNDED with a request_id answered UNKNOWN while its first
+          attempt flies on for 25 s; the operator narrows BOUNDED's `by`; the retry with the
+          same id is refused; the first attempt lands after (`FinalAnswers`);
+        - a user's like of LIKES; a reset whose forgetting's first attempt flies on for 17 s
+          while the library's resend applies; the user likes again, the first attempt lands,
+          the user likes once more (`UniqueCounters`)."""
+        stage = self.stage
+        actor = stage.sim.current()
+        assert actor is not None
+        script = stage.model.draws.scripts.setdefault(actor.name, deque())
+        client = stage.context(shard_choice.ShardPicker(random.Random(self._rng.random())))
+        if self._rng.random() < 0.5:
+            request_id = f"late{self._rng.randrange(10**9)}"
+            request = Request(kind="increment_id", request_id=request_id, amounts={BOUNDED: 5})
+
+            def increment() -> object:
+                return counters.increment(client, stage.db, BOUNDED, 5, request_id=request_id,
+                                          uid="u-late", admin=False)
+
+            script.extend([Fate(delay_us=micros(25.0), lost=gexc.ServiceUnavailable,
+                                lost_before=True),
+                           *(Fate(delay_us=1_000, refused=gexc.ServiceUnavailable)
+                             for _ in range(LATE_DRILL_REFUSALS))])
+            stage.ops["increment_id"] += 1
+            stage.history.call(request, increment, applied)
+            script.clear()
+            self.set_policy(BOUNDED, Policy(by=(1, 1)))
+            client.configs.forget(BOUNDED)
+            stage.history.call(request, increment, applied)
+            stage.sim.wait(30.0)
+            self.set_policy(BOUNDED, Policy(by=BOUNDED_BY))
+            return
+
+        def like() -> None:
+            stage.ops["like"] += 1
+            stage.history.call(Request(kind="like", amounts={LIKES: 1}), lambda: counters.increment(
+                client, stage.db, LIKES, 1, uid="u-late", admin=False), applied)
+
+        like()
+        # The reset's own commit; its forgetting's first attempt, lost in flight; the resend.
+        script.extend([Fate(delay_us=20_000),
+                       Fate(delay_us=micros(17.0), lost=gexc.ServiceUnavailable, lost_before=True),
+                       Fate(delay_us=20_000)])
+        self.reset(LIKES)
+        script.clear()
+        stage.sim.wait(1.0)
+        like()
+        stage.sim.wait(20.0)
+        like()
+
+    def set_policy(self, name: str, policy: Policy) -> None:
+        self.stage.ops["configure_counter"] += 1
+        self.stage.ask(Request(kind="configure_counter", configures=(
+                           (config.COUNTERS, name), {"policy": policy.to_document()})),
+                       lambda: counters.configure_counter(self.ctx, self.stage.db, name, policy),
+                       admin=True)
 
     def import_sequences(self) -> None:
         """An import of the sequences' documents (a restore; the emulator's on a restart):

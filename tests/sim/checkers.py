@@ -174,7 +174,6 @@ class Counters:
         for request in run.requests(COUNTING_KINDS):
             found += self._once(run, request)
         found += self._moves(run)
-        found += self._unique(run)
         return found
 
     def _once(self, run: Evidence, request: Request) -> list[Finding]:
@@ -225,22 +224,58 @@ class Counters:
                                                        f"its shards by {delta:+d}"))
         return found
 
-    def _unique(self, run: Evidence) -> list[Finding]:
-        """A unique counter that was never reset counts each of its voters once."""
+
+class UniqueCounters:
+    """A unique counter counts each user at most once: its shards never hold more than the
+    voters that count a user, and exactly as many when it was never reset. After a reset its
+    shards may hold less: an un-like that lands between the reset's read of the shards and its
+    forgetting of that user takes the count below (docs/api.md, `reset_counter`)."""
+
+    name = "unique counters"
+
+    def check(self, run: Evidence) -> list[Finding]:
         found = []
         reset = {counter for r in run.requests(["reset_counter"]) for counter in r.amounts}
         for path, data in run.final.items():
-            if len(path) != 2 or path[0] != config.COUNTERS or path[1] in reset:
+            if len(path) != 2 or path[0] != config.COUNTERS:
                 continue
             if not ((data.get("policy") or {}).get("unique")):
                 continue
             voters = sum(1 for p, d in run.final.items()
                          if p[:3] == (config.COUNTERS, path[1], config.VOTERS)
                          and d.get("counted", "uid" in d))  # a like's marker (`counts`)
-            if run.shard_sums[path[1]] != voters:
-                found.append(by_sign(self.name, run.shard_sums[path[1]] - voters,
-                                     f"{path[1]}: shards {run.shard_sums[path[1]]}, "
-                                     f"voters {voters}"))
+            shards = run.shard_sums[path[1]]
+            if shards > voters or (shards != voters and path[1] not in reset):
+                found.append(by_sign(self.name, shards - voters,
+                                     f"{path[1]}: shards {shards}, voters counted {voters}"
+                                     f"{' (reset)' if path[1] in reset else ''}"))
+        return found
+
+
+class ConfigurationsInForce:
+    """The last configuration an admin was told was done is the one in force: no attempt of an
+    earlier one (a resend, a commit landing late) replaced it."""
+
+    name = "configurations"
+
+    def check(self, run: Evidence) -> list[Finding]:
+        found = []
+        last: dict[tuple[str, ...], tuple[int, dict[str, Any]]] = {}
+        for request in run.history.requests:
+            if request.configures is None:
+                continue
+            path, fields = request.configures
+            for call in request.calls:
+                if call.answer is Answer.OK and call.answered_us is not None \
+                        and call.answered_us >= last.get(path, (-1, {}))[0]:
+                    last[path] = (call.answered_us, fields)
+        for path, (_, fields) in last.items():
+            held = run.final.get(path) or {}
+            wrong = {key: (held.get(key), value) for key, value in fields.items()
+                     if held.get(key) != value}
+            if wrong:
+                found.append(Finding(self.name, "late",
+                                     f"{'/'.join(path)}: in force, last told: {wrong}"))
         return found
 
 
@@ -581,6 +616,7 @@ class Audit:
 
 
 def every(watch: collections.Watch) -> list[Checker]:
-    return [Counters(), Answers(), FinalAnswers(), Sequences(), TrendTotals(),
+    return [Counters(), UniqueCounters(), Answers(), FinalAnswers(), ConfigurationsInForce(),
+            Sequences(), TrendTotals(),
             CollectionCounters(watch),
             Fencing(), Promptness(), Audit(), SequenceRecords()]

@@ -79,13 +79,19 @@ class Draws:
         self.rng = rng
         self.requests = requests
         self.script: deque[Fate] = deque()
+        # The fates of the next attempts of one actor (by name): a drill of the random run
+        # scripts its own attempts, whatever the other actors send meanwhile.
+        self.scripts: dict[str, deque[Fate]] = {}
 
     def legs(self) -> tuple[int, int]:
         """A round trip's two halves, in microseconds (each at least 1)."""
         half = self.rng.uniform(*self.requests.read) / 2
         return max(1, round(half * 1_000_000)), max(1, round(half * 1_000_000))
 
-    def fate(self) -> Fate:
+    def fate(self, actor: str | None = None) -> Fate:
+        own = self.scripts.get(actor or "")
+        if own:
+            return own.popleft()
         if self.script:
             return self.script.popleft()
         r = self.requests

@@ -58,6 +58,8 @@ class Request:
     request_id: str | None = None
     amounts: dict[str, int] = field(default_factory=dict)
     tenant: str | None = None
+    # What a configuration asks to be in force: (the document's path, its fields).
+    configures: tuple[tuple[str, ...], dict[str, Any]] | None = None
     calls: list[Call] = field(default_factory=list)
 
     @property

@@ -337,7 +337,7 @@ class Model:
         if actor is not None and self.sim.now_us >= deadline_us:
             # gRPC fails a call whose deadline has passed without sending it.
             raise failure(gexc.DeadlineExceeded, "simulated: the deadline passed before sending")
-        fate = self.draws.fate()
+        fate = self.draws.fate(getattr(actor, "name", None))
         up, down = self.draws.legs() if actor is not None else (0, 0)
         stamp = self.sim.now_us + up
         attempt = Attempt(writes=writes, sender=getattr(actor, "name", None),

@@ -50,7 +50,7 @@ def test_without_the_protections_straddling_writes_are_lost() -> None:
     """With no overlap, no touch and no sweep, the same kind of schedule loses counts: the
     simulation sees what the protections guard against."""
     assert any(world.run(seed, protected=protections.UNPROTECTED).of("lost")
-               for seed in range(4))
+               for seed in range(8))
 
 
 def test_four_partitions_and_a_change_of_p_hand_leases_over() -> None:

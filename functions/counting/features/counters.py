@@ -517,7 +517,8 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
     else:
         raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; "
                       "retry")
-    forget_users(db, ctx.names, counter, read_at)
+    forget_users(db, ctx.names, counter, read_at,
+                 versioned=writing.protections.versioned_overwrites)
 
 
 def taken_back(writing: Writing, db: firestore.Client, shard: firestore.DocumentReference,
@@ -530,7 +531,8 @@ def taken_back(writing: Writing, db: firestore.Client, shard: firestore.Document
                                     "stripe": writing.stripe(db, home)})
 
 
-def forget_users(db: firestore.Client, names: Names, counter: str, as_of: dt.datetime) -> None:
+def forget_users(db: firestore.Client, names: Names, counter: str, as_of: dt.datetime, *,
+                 versioned: bool = True) -> None:
     """After a reset whose shards were read at `as_of`: nobody counted, nobody paced, as of
     then. Each marker last written by `as_of` (its user's increment was taken back) is rewritten
     at the version read (a voter uncounted, a pacing marker's last visit at the epoch), so that
@@ -539,9 +541,18 @@ def forget_users(db: firestore.Client, names: Names, counter: str, as_of: dt.dat
     precondition. Rewritten, not deleted: the markers keep the nonces of their last requests, so
     that a request whose answer was lost before the reset still finds its own instead of
     applying again (a deleted marker could be created afresh). A batch that fails on a marker
-    written since is sent again without that marker."""
+    written since is sent again without that marker. (`versioned` off, as before: every
+    marker merged blindly, the commit resent by the library.)"""
     for markers, forgotten in ((names.voters, {"counted": False}),
                                (names.paced, {"at": EPOCH})):
+        if not versioned:
+            refs = list(counter_ref(db, names, counter).collection(markers).list_documents())
+            for start in range(0, len(refs), config.ROLLUP_COMMIT_WRITES):
+                batch = db.batch()
+                for ref in refs[start:start + config.ROLLUP_COMMIT_WRITES]:
+                    batch.set(ref, forgotten, merge=True)
+                batch.commit(retry=writes.IDEMPOTENT)
+            continue
         due = [marker for marker in counter_ref(db, names, counter).collection(markers).stream()
                if marker.update_time <= as_of]
         for start in range(0, len(due), config.ROLLUP_COMMIT_WRITES):

@@ -137,6 +137,7 @@ class Protections:
     request_markers: bool = True  # a request_id's marker makes its retries count once
     reset_through_rollup: bool = True  # a reset moves shards only: the holder publishes it
     final_answers: bool = True  # a refusal of a request_id fences its attempts (a tombstone)
+    versioned_overwrites: bool = True  # configurations and a reset's forgetting at a version
 
 
 # The rollup's cadence (counting.rollup.cadence; docs/architecture.md, "Rollup cadence").

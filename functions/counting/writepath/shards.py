@@ -351,6 +351,11 @@ def configure(writing: Writing, db: firestore.Client, ref: firestore.DocumentRef
     attempt that fails it reads the document again: its own nonce there means an earlier attempt
     applied; anything else, it is written again at the new version. Aborted after
     CONFIGURE_ATTEMPTS reads."""
+    if not writing.protections.versioned_overwrites:  # as before: a blind merge, resent
+        if missing is not None and not ref.get().exists:
+            raise missing
+        ref.set(fields, merge=True, retry=writes.IDEMPOTENT)
+        return
     nonce = writing.nonce()
     for _ in range(CONFIGURE_ATTEMPTS):
         found = ref.get()
