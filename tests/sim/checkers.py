@@ -5,9 +5,13 @@ change query served) and what callers were told (`history`).
 - `Counters`: every rollup equals its shards; every request counted at most once, once if its
   caller was told it was done; a counter's shards move only by the requests' own amounts, the
   collection triggers and resets (which take them back by what they held at an instant of the
-  reset's call); a unique counter counts each user once.
+  reset's call).
+- `UniqueCounters`: a unique counter never holds more than the users its voters count, and
+  exactly as many when it was never reset.
 - `Answers`: no caller was told nothing was written (a refusal, or `None`/0 from a write) by a
   call whose write counted.
+- `FinalAnswers`: no request_id that was refused ever counts, whenever its attempts landed.
+- `ConfigurationsInForce`: the last configuration an admin was told was done is in force.
 - `Sequences`: no number issued twice; a request_id's retries get the number it was first given;
   a request uses one number; `issued` on the documents equals the numbers used.
 - `SequenceRecords`: every number issued for a request_id has exactly one record, created by
