@@ -94,6 +94,36 @@ def test_init_changes_only_its_entries_is_idempotent_and_remove_gives_everything
     assert back == {k: v for k, v in before.items() if k != "firebase.json"}
 
 
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("args", [(), ("--prefix", "ctr_")], ids=["own-database", "prefix"])
+def test_a_plain_re_run_of_init_changes_nothing(host: Path, args: tuple[str, ...]) -> None:
+    """`counters init` without options, in a project holding an install, keeps that install's
+    placement (not init's default database)."""
+    counters("init", str(host), *args)
+    before = tree(host)
+    assert counters("init", str(host)).output.strip() == "nothing to change"
+    assert tree(host) == before
+
+
+def test_a_record_init_would_refuse_is_refused_in_its_own_terms(host: Path) -> None:
+    """A changed install.json is named with its field, not an option the user did not give."""
+    counters("init", str(host), "--prefix", "ctr_")
+    record = host / "counters" / install.RECORD
+    record.write_text(record.read_text().replace('"collection_prefix": "ctr_"',
+                                                 '"collection_prefix": "Ctr_"'))
+    before = tree(host)
+    for args in (["init", str(host)], ["remove", str(host)]):
+        refused = counters(*args, code=1).output
+        assert f"{record} is not an install record" in refused
+        assert "collection_prefix: 'Ctr_'" in refused and "git checkout" in refused
+        assert "--" not in refused.replace("git checkout --", "")
+    assert tree(host) == before
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--name", "Counters"), "--name"),
     (("--name", "c" * 31), "--name"),

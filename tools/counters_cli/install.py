@@ -93,7 +93,8 @@ def source(name: str) -> Path:
 
 
 # The option of init that gives each placement field.
-OPTIONS = {"database": "--database", "collection_prefix": "--prefix", "function_prefix": "--name"}
+OPTIONS = {"database": "--database", "collection_prefix": "--prefix", "function_prefix": "--name",
+           "name": "--name"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,19 +106,28 @@ class Install:
     collection_prefix: str
 
     def __post_init__(self) -> None:
+        """config.PlacementError, naming the record's field at fault (`options` names init's
+        option instead: the values come from the command line or from an install's record)."""
         if not config.FUNCTION_PREFIX_PATTERN.fullmatch(self.name):
-            raise click.UsageError(f"--name: {self.name!r} must be 1-30 of a-z 0-9 -, a letter "
-                                   "first, not ending in -")
+            raise config.PlacementError(f"name: {self.name!r} must be 1-30 of a-z 0-9 -, a "
+                                        "letter first, not ending in -", "name")
         if (self.database == config.DEFAULT_DATABASE) == (not self.collection_prefix):
-            raise click.UsageError("give the backend a database of its own (--database) or a "
-                                   "collection prefix in the default database (--prefix): one "
-                                   "or the other")
+            raise config.PlacementError("the backend needs a database of its own or a "
+                                        "collection prefix in the default database: one or the "
+                                        "other")
+        self.placement  # noqa: B018 (validates the values)
+
+    @classmethod
+    def of_options(cls, name: str, database: str, collection_prefix: str) -> Install:
+        """The install init's options describe; a UsageError naming the option at fault."""
         try:
-            self.placement  # noqa: B018 (validates the values)
+            return cls(name=name, database=database, collection_prefix=collection_prefix)
         except config.PlacementError as error:
-            option = OPTIONS.get(error.field or "", "")
-            raise click.UsageError(str(error).replace(f"{error.field}:", f"{option}:", 1)
-                                   ) from None
+            if error.field is None:
+                message = f"{error} (--database or --prefix)"
+            else:
+                message = str(error).replace(f"{error.field}:", f"{OPTIONS[error.field]}:", 1)
+            raise click.UsageError(message) from None
 
     @property
     def placement(self) -> config.Placement:
@@ -140,9 +150,14 @@ class Install:
         path = folder / RECORD
         if not path.exists():
             return None
-        data = json.loads(path.read_text())
-        return cls(name=data["name"], database=data["database"],
-                   collection_prefix=data["collection_prefix"])
+        try:
+            data = json.loads(path.read_text())
+            return cls(name=data["name"], database=data["database"],
+                       collection_prefix=data["collection_prefix"])
+        except (ValueError, KeyError, TypeError) as error:  # PlacementError is a ValueError
+            raise click.ClickException(
+                f"{path} is not an install record `counters init` writes ({error}): restore it "
+                f"from git (git checkout -- {folder.name}/{RECORD})") from None
 
 
 # --- what the backend's files become in an install -------------------------------------------
@@ -652,20 +667,24 @@ dry_run_option = click.option("--dry-run", is_flag=True, help="Show the changes;
 @click.option("--database", metavar="ID",
               help="A Firestore database of the backend's own (default: counters, unless "
                    "--prefix is given).")
-@click.option("--prefix", "collection_prefix", metavar="PREFIX", default="",
+@click.option("--prefix", "collection_prefix", metavar="PREFIX",
               help="Keep the backend's collections in the default database instead, each id "
                    "starting with PREFIX (e.g. counters_).")
 @dry_run_option
-def init(host: Path, name: str, database: str | None, collection_prefix: str,
+def init(host: Path, name: str, database: str | None, collection_prefix: str | None,
          dry_run: bool) -> None:
     """Add the counters backend to the Firebase project in HOST (default: here), beside its own
     functions, rules and site: a functions codebase NAME, and its data in a database of its own
-    or under a prefix. Run again, it changes nothing. Then: docs/adopt.md."""
-    if database is None:
-        database = config.DEFAULT_DATABASE if collection_prefix else "counters"
-    install = Install(name=name, database=database, collection_prefix=collection_prefix)
-    python = python_for_codebase()
+    or under a prefix. Run again, with or without the same options, it changes nothing. Then:
+    docs/adopt.md."""
     root = host.resolve()
+    recorded = Install.recorded(root / name) if database is collection_prefix is None else None
+    if recorded is not None:  # a re-run: the placement the install has, not init's default
+        database, collection_prefix = recorded.database, recorded.collection_prefix
+    elif database is None:
+        database = config.DEFAULT_DATABASE if collection_prefix else "counters"
+    install = Install.of_options(name, database, collection_prefix or "")
+    python = python_for_codebase()
     changes = plan_init(root, install)
     run(changes, dry_run)
     if not changes.files or dry_run:
