@@ -56,11 +56,12 @@ def test_target_is_production_only_for_a_named_project_without_emulator(
 
 
 def test_target_line_says_which_firestore() -> None:
-    """The announcement names the emulator host or says PRODUCTION."""
+    """The announcement names the emulator host or says PRODUCTION, and what gave the project."""
     assert Target(project="demo-counters", emulator_host="127.0.0.1:8080").describe() == (
-        "target: Firestore emulator 127.0.0.1:8080, project demo-counters")
-    assert Target(project="my-app", emulator_host=None).describe() == (
-        "target: PRODUCTION Firestore, project my-app")
+        "target: Firestore emulator 127.0.0.1:8080, project demo-counters (no --project, "
+        "$GOOGLE_CLOUD_PROJECT or .firebaserc names one)")
+    assert resolve_target("my-app", {}).describe() == (
+        "target: PRODUCTION Firestore, project my-app (from --project)")
 
 
 def test_percentile_at_the_bounds() -> None:

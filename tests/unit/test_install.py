@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 from click.testing import CliRunner, Result
@@ -630,3 +631,24 @@ def test_a_host_without_the_stack_hears_how_to_start_its_own_emulators(
         "FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
     assert "no Firestore emulator at 127.0.0.1:1: start the emulators with `make dev`" \
         in in_repository.stderr
+
+
+def test_the_cli_runs_as_the_project_the_hosts_firebaserc_names(
+        host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --project, the emulator is reached as the project `firebase emulators:start` runs
+    as in the host (its .firebaserc's default), and the first line says where that came from."""
+    counters("init", str(host))
+    used: list[str] = []
+
+    def connect(target: session.Target, *args: object) -> None:
+        used.append(target.project)
+        raise click.ClickException("stop here")
+
+    monkeypatch.setattr(session, "connect", connect)
+    monkeypatch.chdir(host / "public")
+    env = {"FIRESTORE_EMULATOR_HOST": None, "GOOGLE_CLOUD_PROJECT": None, "GCLOUD_PROJECT": None}
+    result = CliRunner().invoke(cli, ["get", "likes"], env=env)
+    assert used == ["demo-host"]
+    assert f"project demo-host (from {host / '.firebaserc'})" in result.stderr
+    result = CliRunner().invoke(cli, ["--project", "demo-other", "get", "likes"], env=env)
+    assert used[-1] == "demo-other" and "project demo-other (from --project)" in result.stderr

@@ -40,8 +40,9 @@ PROJECT_COMMANDS = {"init", "remove", "emulator-rules"}
 @click.option("--project", metavar="ID",
               help="A real Firebase project (default: $GOOGLE_CLOUD_PROJECT), reached with "
                    "Application Default Credentials. Without one, or with "
-                   "FIRESTORE_EMULATOR_HOST set, the emulator (default 127.0.0.1:8080, "
-                   "project demo-counters).")
+                   "FIRESTORE_EMULATOR_HOST set, the emulator (the one the project's "
+                   "firebase.json names, else 127.0.0.1:8080), as the project its .firebaserc "
+                   "names by default (else demo-counters); the first line says which.")
 @click.option("--backend", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
               help="A backend codebase's folder (an install's, from counters init): its "
                    "placement.json, declarations and project. Default: the backend codebase "

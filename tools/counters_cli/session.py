@@ -39,11 +39,17 @@ class Target:
 
     project: str
     emulator_host: str | None
+    # What gave the project ("--project", "$GOOGLE_CLOUD_PROJECT", a .firebaserc's path), said
+    # beside it; "" for DEFAULT_PROJECT, which nothing gave.
+    origin: str = dataclasses.field(default="", compare=False)
 
     def describe(self) -> str:
+        origin = (f"from {self.origin}" if self.origin
+                  else "no --project, $GOOGLE_CLOUD_PROJECT or .firebaserc names one")
         if self.emulator_host is not None:
-            return f"target: Firestore emulator {self.emulator_host}, project {self.project}"
-        return f"target: PRODUCTION Firestore, project {self.project}"
+            return (f"target: Firestore emulator {self.emulator_host}, project {self.project} "
+                    f"({origin})")
+        return f"target: PRODUCTION Firestore, project {self.project} ({origin})"
 
 
 def resolve_target(project: str | None, env: Mapping[str, str]) -> Target:
@@ -51,13 +57,26 @@ def resolve_target(project: str | None, env: Mapping[str, str]) -> Target:
     FIRESTORE_EMULATOR_HOST is set. A `demo-` project never leaves the emulator: Firebase reserves
     the prefix for emulator-only projects."""
     host = env.get("FIRESTORE_EMULATOR_HOST") or None
-    named = project or env.get("GOOGLE_CLOUD_PROJECT") or None
-    if named is not None and host is None and not named.startswith("demo-"):
-        return Target(project=named, emulator_host=None)
-    return Target(
-        project=named or env.get("GCLOUD_PROJECT") or DEFAULT_PROJECT,
-        emulator_host=host or DEFAULT_EMULATOR_HOST,
-    )
+    given = [(value, origin) for value, origin in (
+        (project, "--project"), (env.get("GOOGLE_CLOUD_PROJECT"), "$GOOGLE_CLOUD_PROJECT"),
+        (env.get("GCLOUD_PROJECT"), "$GCLOUD_PROJECT")) if value]
+    named, origin = given[0] if given else (DEFAULT_PROJECT, "")
+    if origin in ("--project", "$GOOGLE_CLOUD_PROJECT") and host is None \
+            and not named.startswith("demo-"):
+        return Target(project=named, emulator_host=None, origin=origin)
+    return Target(project=named, emulator_host=host or DEFAULT_EMULATOR_HOST, origin=origin)
+
+
+def default_project(firebaserc: Path) -> str | None:
+    """The project a Firebase project folder's .firebaserc names as its default alias (the one
+    `firebase emulators:start` runs as), None without one."""
+    try:
+        found = json.loads(firebaserc.read_text())
+    except (OSError, ValueError):
+        return None
+    projects = found.get("projects") if isinstance(found, dict) else None
+    default = projects.get("default") if isinstance(projects, dict) else None
+    return default if isinstance(default, str) and default else None
 
 
 class Session:
@@ -89,6 +108,10 @@ class Session:
         self._placement, self._declared = placement, declared
         self.backend = folder.resolve()
         self.firebase_json = self.backend.parent / "firebase.json"
+        # Nothing named a project: the one the backend's project runs its emulators as.
+        firebaserc = self.backend.parent / ".firebaserc"
+        if not self.target.origin and (project := default_project(firebaserc)) is not None:
+            self.target = dataclasses.replace(self.target, project=project, origin=str(firebaserc))
         # The project's own Firestore emulator, where firebase.json gives it and nothing else
         # named one (a host may move it off 8080).
         if (self.target.emulator_host == DEFAULT_EMULATOR_HOST
