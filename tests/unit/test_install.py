@@ -652,3 +652,11 @@ def test_the_cli_runs_as_the_project_the_hosts_firebaserc_names(
     assert f"project demo-host (from {host / '.firebaserc'})" in result.stderr
     result = CliRunner().invoke(cli, ["--project", "demo-other", "get", "likes"], env=env)
     assert used[-1] == "demo-other" and "project demo-other (from --project)" in result.stderr
+
+
+def test_the_installs_env_files_name_the_files_it_reads(host: Path) -> None:
+    """The comments of an install's .env files name its own folder, not this repository's."""
+    counters("init", str(host), "--name", "shop")
+    for name in (".env", ".env.local"):
+        text = (host / "shop" / name).read_text()
+        assert "shop/.env.<project>" in text and "functions/" not in text, name

@@ -463,7 +463,9 @@ def plan_init(root: Path, install: Install) -> Changes:
     for name in ("main.py", "requirements.txt"):
         changes.put(folder / name, source(name).read_text())
     changes.put(folder / config.PLACEMENT_FILE, placement_file(install, folder))
-    keep = {".env": source(".env").read_text(), ".env.local": source(".env.local").read_text(),
+    # The .env files' comments name the files the install reads: the codebase is in its folder.
+    keep = {**{env: source(env).read_text().replace("functions/", f"{install.name}/")
+               for env in (".env", ".env.local")},
             "declarations.json": "[]\n", ".gitignore": GITIGNORE}
     for name, text in keep.items():  # the host's to edit once written
         if not (folder / name).exists():
