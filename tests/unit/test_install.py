@@ -16,10 +16,12 @@ import click
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from counters_cli import cli, install, installed_backend, session
+from counters_cli import cli, install, installed_backend, json_text, session
 from counting.features import declarations
 from counting.foundation import config
 from counting.foundation.errors import InvalidArgument
+from hypothesis import given
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "adopt" / "host"
@@ -660,3 +662,49 @@ def test_the_installs_env_files_name_the_files_it_reads(host: Path) -> None:
     for name in (".env", ".env.local"):
         text = (host / "shop" / name).read_text()
         assert "shop/.env.<project>" in text and "functions/" not in text, name
+
+
+@pytest.mark.parametrize("args", [(), ("--prefix", "ctr_")], ids=["own-database", "prefix"])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_remove_keeps_the_formatting_the_host_gave_its_files_since(
+        host: Path, args: tuple[str, ...], newline: str) -> None:
+    """Once the host has reformatted firebase.json (and its index file) after init, remove gives
+    back their bytes minus the install's entries, not the files in init's format."""
+    def styled(data: object) -> bytes:
+        return (json.dumps(data, indent=4) + "\n").replace("\n", newline).encode()
+
+    names = ["firebase.json", *(["firestore.indexes.json"] if args else [])]
+    original = {name: json.loads((host / name).read_text()) for name in names}
+    counters("init", str(host), *args)
+    for name in names:
+        (host / name).write_bytes(styled(json.loads((host / name).read_text())))
+    counters("remove", str(host))
+    for name in names:
+        assert (host / name).read_bytes() == styled(original[name]), name
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=4), max_leaves=12)
+
+
+def pruned(value: object, draw: Callable[[object], bool]) -> object:
+    """`value` with some entries of its objects and lists left out, as remove takes out whole
+    entries (a list either loses entries or has entries changed within)."""
+    if isinstance(value, dict):
+        return {k: pruned(v, draw) for k, v in value.items() if draw(k)}
+    if isinstance(value, list):
+        kept = [v for v in value if draw(v)]
+        return kept if len(kept) < len(value) else [pruned(v, draw) for v in value]
+    return value
+
+
+@given(value=JSON_VALUES, indent=st.sampled_from([None, 0, 2, 4, "\t"]),
+       keep=st.randoms(use_true_random=False))
+def test_an_edit_cuts_entries_out_of_a_json_text_as_its_author_wrote_it(
+        value: object, indent: int | str | None, keep: Any) -> None:
+    """Entries taken out of a JSON text leave the text its own formatter writes for the rest."""
+    smaller = pruned(value, lambda entry: keep.random() < 0.7)
+    assert json_text.edit(json.dumps(value, indent=indent), smaller) == json.dumps(
+        smaller, indent=indent)

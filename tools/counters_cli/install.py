@@ -48,6 +48,8 @@ from counting.foundation import emulator_rules as emulator_rules_module
 
 import counters_cli
 
+from .json_text import dumps, edit, in_own_format
+
 # Where init finds what it writes: a wheel carries it in counters_cli/backend/ (make packages);
 # this repository's checkout keeps it at its root and in functions/.
 _PACKED = Path(counters_cli.__file__).resolve().parent / "backend"
@@ -80,7 +82,6 @@ GITIGNORE = ("venv/\n__pycache__/\n# The codebase's deploy parameters (no secret
              "says of .env files.\n!.env\n!.env.*\n")
 # The interpreter the codebase's venv needs (firebase.json's runtime python311).
 PYTHON = (3, 11)
-LINE = 100  # the longest line dumps() writes an object on
 
 
 def source(name: str) -> Path:
@@ -315,36 +316,6 @@ def text_of(path: Path) -> str | None:
         return file.read()
 
 
-def dumps(data: Any) -> str:
-    """JSON as firebase.json is usually written: two-space indents, lists of plain values and
-    small objects of them on one line."""
-    return _dumps(data, "") + "\n"
-
-
-def _dumps(data: Any, indent: str) -> str:
-    inner = indent + "  "
-    if isinstance(data, dict) and data and not _flat(data, indent):
-        items = (f"{inner}{json.dumps(k, ensure_ascii=False)}: {_dumps(v, inner)}"
-                 for k, v in data.items())
-        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
-    if isinstance(data, list) and data and not all(_plain(v) for v in data):
-        return "[\n" + ",\n".join(inner + _dumps(v, inner) for v in data) + f"\n{indent}]"
-    if isinstance(data, dict):
-        return ("{ " + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {_dumps(v, inner)}"
-                                 for k, v in data.items()) + " }") if data else "{}"
-    return json.dumps(data, ensure_ascii=False, separators=(", ", ": "))
-
-
-def _plain(value: Any) -> bool:
-    return not isinstance(value, dict | list)
-
-
-def _flat(data: dict[str, Any], indent: str) -> bool:
-    """An object of plain values that fits on one line."""
-    return (all(_plain(v) for v in data.values())
-            and len(indent) + len(json.dumps(data, ensure_ascii=False)) + 6 <= LINE)
-
-
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -569,7 +540,8 @@ def shared_database(root: Path, install: Install, stores: list[dict[str, Any]],
                              install.name)
         record["indexes"] = indexes(install.collection_prefix)
         merged = merge_indexes(merged, record["indexes"], add=True)
-    return {rules_path: rules, indexes_path: dumps(merged)}
+        return {rules_path: rules, indexes_path: dumps(merged)}
+    return {rules_path: rules, indexes_path: edit(text_of(indexes_path) or "{}", merged)}
 
 
 def plan_remove(root: Path, name: str) -> Changes:
@@ -602,16 +574,17 @@ def plan_remove(root: Path, name: str) -> Changes:
     for emulator, entry in add_emulators(None, record, []).items():
         if last and emulators.get(emulator) == entry:
             emulators.pop(emulator)
-    host_files[root / "firebase.json"] = dumps(firebase)
+    host_files[root / "firebase.json"] = edit(text_of(root / "firebase.json") or "{}", firebase)
     for path, text in host_files.items():
         key = str(path.relative_to(root))
-        # Untouched since the install: exactly the text it found; else the entries taken out.
+        # Untouched since the install: exactly the text it found; else the entries taken out,
+        # the rest as the host (or the last init) wrote it.
         current = text_of(path)
         unchanged = (key in before and key not in record.get("edited", [])
                      and current is not None and sha256(current) == written.get(key))
         if unchanged:
             changes.put(path, before[key])
-        elif same_content(origin.get(key), text):
+        elif in_own_format(current or "") and same_content(origin.get(key), text):
             changes.put(path, origin[key])
         else:
             changes.put(path, text)
