@@ -16,7 +16,7 @@ import click
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from counters_cli import cli, install, installed_backend, json_text, session
+from counters_cli import cli, doctor, install, installed_backend, json_text, session
 from counting.features import declarations
 from counting.foundation import config
 from counting.foundation.errors import InvalidArgument
@@ -708,3 +708,17 @@ def test_an_edit_cuts_entries_out_of_a_json_text_as_its_author_wrote_it(
     smaller = pruned(value, lambda entry: keep.random() < 0.7)
     assert json_text.edit(json.dumps(value, indent=indent), smaller) == json.dumps(
         smaller, indent=indent)
+
+
+def test_what_a_clone_makes_itself_is_the_same_command_in_init_the_doctor_and_the_docs(
+        host: Path) -> None:
+    """Git does not carry the codebase's venv, without which firebase-tools stops: init's next
+    step, the doctor and the docs that quote it give one command to make it."""
+    command = install.venv_command("counters")
+    for doc in ("README.md", "docs/adopt.md"):
+        assert command in (ROOT / doc).read_text(), doc
+    done = counters("init", str(host)).output
+    assert command.partition(" ")[2] + " (in every clone too" in done
+    placement = config.Placement.read(host / "counters")
+    found = doctor.expected_of(host / "counters", placement, "demo-host").no_manifest
+    assert f"in {host}, {command}" in found

@@ -555,7 +555,10 @@ def manifest(codebase: Path) -> Json:
     """The codebase's deploy manifest, built as a deploy builds it (its venv, its folder)."""
     python = codebase / "venv" / "bin" / "python"
     if not python.exists():
-        raise click.ClickException(f"{python} not found")
+        raise click.ClickException(
+            f"{python} not found: firebase-tools loads the codebase from its venv, to deploy "
+            f"and in the emulators, and git does not carry it (a clone makes its own): in "
+            f"{codebase.parent}, {install.venv_command(codebase.name)}")
     env = {k: v for k, v in os.environ.items() if k not in ("FUNCTIONS_EMULATOR",
                                                              "FUNCTION_TARGET")}
     done = subprocess.run([str(python), "-c", MANIFEST_SCRIPT], cwd=codebase, env=env,

@@ -680,9 +680,16 @@ def init(host: Path, name: str, database: str | None, collection_prefix: str | N
     create = (f"firebase firestore:databases:create {database} --location=<your default "
               "database's>; " if install.own_database else "")
     target = f"firestore:{database}" if install.own_database else "firestore"
-    click.echo(f"next (docs/adopt.md): {python} -m venv {name}/venv && {name}/venv/bin/pip "
-               f"install -r {name}/requirements.txt; {create}firebase deploy --only "
+    click.echo(f"next (docs/adopt.md): {venv_command(name, python)} (in every clone too: git "
+               f"does not carry the venv); {create}firebase deploy --only "
                f"functions:{name},{target}")
+
+
+def venv_command(folder: str, python: str = "python3.11") -> str:
+    """What makes a codebase's venv, which firebase-tools loads the codebase from (in the
+    emulators and at deploy) and git does not carry: each clone makes its own."""
+    return (f"{python} -m venv {folder}/venv && {folder}/venv/bin/pip install -r "
+            f"{folder}/requirements.txt")
 
 
 def python_for_codebase() -> str:
