@@ -362,7 +362,13 @@ def configure(writing: Writing, db: firestore.Client, ref: firestore.DocumentRef
         if not found.exists and missing is not None:
             raise missing
         batch = db.batch()
-        write_at_version(db, batch, ref, {**fields, CONFIGURED_BY: nonce}, found)
+        # The client's own writes, not `encoding`'s: a configuration holds maps (a policy),
+        # each replaced whole.
+        if found.exists:
+            batch.update(ref, {**fields, CONFIGURED_BY: nonce},
+                         option=db.write_option(last_update_time=found.update_time))
+        else:
+            batch.create(ref, {**fields, CONFIGURED_BY: nonce})
         try:
             writing.resending(functools.partial(writing.send, batch), request_id=None)
             return
