@@ -42,17 +42,16 @@ from typing import Any
 
 import click
 import google.oauth2.credentials
-from counters_cli import doctor
+from counters_cli import doctor, installed_backend
 from counters_cli.canary import Finding
 from counters_cli.doctor import ACT_AS, ENQUEUER, INVOKER
 from counters_cli.google_apis import POLICY_V3
+from counters_cli.session import Session, Target
 from counting.features.context import Context
-from counting.foundation import config
 from google.cloud import firestore
 
 ROOT = Path(__file__).resolve().parent.parent
 FIREBASE = str(ROOT / "node_modules/.bin/firebase")
-FUNCTIONS = ROOT / "functions"
 
 # The parameter the tick functions' manifests name as their invoker
 # (handlers/task_queues.py).
@@ -188,7 +187,7 @@ def grant_act_as(call: Call, project: str, account: str) -> bool:
 
 
 def plan(project: str, run: Run, call: Call, check: Callable[[], list[Finding]],
-         functions: Path = FUNCTIONS) -> list[Step]:
+         functions: Path) -> list[Step]:
     """The deploy's steps in order: each as --dry-run prints it (a firebase command, or as a
     comment what make deploy does through Google's APIs) and what running it does. `check` is
     counters doctor on the deployed project."""
@@ -241,12 +240,15 @@ def cli_credentials() -> google.oauth2.credentials.Credentials:
         token=None, refresh_handler=refresh)
 
 
-def check_deployed(project: str) -> list[Finding]:
-    """counters doctor on this repository's backend in `project`."""
+def check_deployed(project: str, here: Path = ROOT) -> list[Finding]:
+    """counters doctor on the backend in `project` that the CLI finds from `here` (the codebase
+    this repository's firebase.json lists, its placement checked as every command checks it)."""
+    session = Session(Target(project=project, emulator_host=None, origin="--project"))
+    session.use_backend(installed_backend(here))
     credentials = cli_credentials()
-    placement = config.Placement.read(FUNCTIONS)
+    placement = session.placement
     db = firestore.Client(project=project, database=placement.database, credentials=credentials)
-    return doctor.deployed(project, placement, FUNCTIONS, credentials,
+    return doctor.deployed(project, placement, session.backend, credentials,
                            Context.for_process(placement=placement), db)
 
 
@@ -277,7 +279,8 @@ def main(project: str | None, dry_run: bool) -> None:
         if subprocess.run(command, cwd=ROOT, check=False).returncode != 0:
             raise click.ClickException(f"{command[0]} failed: nothing after it was deployed")
 
-    steps = plan(project, run, google_api(access_token), lambda: check_deployed(project))
+    steps = plan(project, run, google_api(access_token), lambda: check_deployed(project),
+                 functions=installed_backend(ROOT))
     if dry_run:
         for shown, _ in steps:
             click.echo(shown)

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from counters_cli.canary import Finding
 from counters_cli.doctor import ACT_AS, ENQUEUER, INVOKER
 from counters_cli.google_apis import POLICY_V3
+from counting.foundation import config
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "my-app"
@@ -171,3 +172,23 @@ def test_hosting_revalidates_pages_and_keeps_hashed_assets_forever() -> None:
     assert cache_control == {
         "/": "no-cache", "/index.html": "no-cache", "/ops.html": "no-cache", "/sw.js": "no-cache",
         "/assets/**": "public, max-age=31536000, immutable"}
+
+
+def test_doctor_checks_the_backend_the_cli_finds(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deploy's doctor operates the backend codebase firebase.json lists, at the placement
+    its files state and check, as `counters doctor` does; none listed and it refuses."""
+    checked: list[tuple[Path | None, Any]] = []
+    monkeypatch.setattr(deploy.doctor, "deployed", lambda project, placement, codebase, *rest: (
+        checked.append((codebase, placement)) or PASSED))
+    assert deploy.check_deployed(PROJECT) == PASSED
+    assert checked == [(ROOT / "functions", config.Placement())]
+
+    (tmp_path / "firebase.json").write_text('{"functions": [{"source": "backend"}]}')
+    with pytest.raises(click.UsageError, match="lists no counters backend"):
+        deploy.check_deployed(PROJECT, tmp_path)
+    (tmp_path / "backend").mkdir()
+    placement = config.Placement(database="tallies")
+    (tmp_path / "backend" / config.PLACEMENT_FILE).write_text(placement.to_json())
+    deploy.check_deployed(PROJECT, tmp_path)
+    assert checked[-1] == (tmp_path / "backend", placement)
