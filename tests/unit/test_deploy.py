@@ -14,6 +14,7 @@ import click
 import deploy
 import pytest
 from click.testing import CliRunner
+from counters_cli import doctor
 from counters_cli.canary import Finding
 from counters_cli.doctor import ACT_AS, ENQUEUER, INVOKER
 from counters_cli.google_apis import POLICY_V3
@@ -179,8 +180,13 @@ def test_doctor_checks_the_backend_the_cli_finds(tmp_path: Path,
     """The deploy's doctor operates the backend codebase firebase.json lists, at the placement
     its files state and check, as `counters doctor` does; none listed and it refuses."""
     checked: list[tuple[Path | None, Any]] = []
-    monkeypatch.setattr(deploy.doctor, "deployed", lambda project, placement, codebase, *rest: (
-        checked.append((codebase, placement)) or PASSED))
+
+    def deployed(project: str, placement: config.Placement, codebase: Path | None,
+                 *rest: object) -> list[Finding]:
+        checked.append((codebase, placement))
+        return PASSED
+
+    monkeypatch.setattr(doctor, "deployed", deployed)
     assert deploy.check_deployed(PROJECT) == PASSED
     assert checked == [(ROOT / "functions", config.Placement())]
 
