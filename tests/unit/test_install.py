@@ -110,6 +110,12 @@ def test_a_plain_re_run_of_init_changes_nothing(host: Path, args: tuple[str, ...
     before = tree(host)
     assert counters("init", str(host)).output.strip() == "nothing to change"
     assert tree(host) == before
+    # The host reformats firebase.json: a re-run keeps its text.
+    firebase = host / "firebase.json"
+    firebase.write_text(json.dumps(json.loads(firebase.read_text()), indent="\t"))
+    before = tree(host)
+    assert counters("init", str(host)).output.strip() == "nothing to change"
+    assert tree(host) == before
 
 
 def test_a_record_init_would_refuse_is_refused_in_its_own_terms(host: Path) -> None:

@@ -424,7 +424,9 @@ def plan_init(root: Path, install: Install) -> Changes:
                       for other in other_installs(root, install.name)]
     record["emulators"] = add_emulators(firebase.get("emulators"), record, others_records)
     record.pop("tasks_emulator", None)  # an earlier version's form of the same
-    host_files[root / "firebase.json"] = dumps(firebase)
+    # A first install writes firebase.json in its format; a re-run keeps the host's since.
+    host_files[root / "firebase.json"] = (edit(text_of(root / "firebase.json") or "{}", firebase)
+                                          if recorded is not None else dumps(firebase))
 
     packages = {"counting": Path(counting.__file__).resolve().parent,
                 "handlers": source("handlers")}
@@ -453,6 +455,8 @@ def plan_init(root: Path, install: Install) -> Changes:
         # The text before any install, for the last removal: another install's, or this one.
         origin.setdefault(key, next((o["origin"][key] for o in others_records
                                      if key in o.get("origin", {})), current))
+        if text == current and key in record["written"]:
+            continue  # a re-run leaves the file, and so what the record says of it, as it is
         if key in record["written"] and record["written"][key] != sha256(current or ""):
             edited.add(key)  # changed since the install: remove takes entries out, not text
             before.pop(key, None)
