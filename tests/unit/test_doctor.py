@@ -111,6 +111,7 @@ def test_every_broken_part_of_a_broken_project_is_named() -> None:
         "public callables": ["counters-get_count: allUsers lacks roles/run.invoker",
                              "counters-track: not deployed"],
         "project roles": [f"{ACCOUNT} holds none of roles/datastore.user"],
+        "app check": ["none of the project's 1 web apps is registered with App Check"],
         "scheduler invoker": [f"{ACCOUNT} (the token of firebase-schedule-counters-rollup-"
                               "us-central1) lacks roles/run.invoker on the counters-rollup"],
         "indexes": ["shards (stripe, updated_at): missing", ": CREATING", ": NEEDS_REPAIR"],
@@ -358,6 +359,14 @@ FIRESTORE = "https://firestore.googleapis.com/v1/projects/my-shop/databases/coun
 PROJECT_POLICY = "POST https://cloudresourcemanager.googleapis.com/v1/projects/my-shop:getIamPolicy"
 ACCOUNT_POLICY = (f"POST https://iam.googleapis.com/v1/projects/my-shop/serviceAccounts/{ACCOUNT}"
                   ":getIamPolicy?options.requestedPolicyVersion=3")
+WEB_APPS = "GET https://firebase.googleapis.com/v1beta1/projects/my-shop/webApps"
+
+
+def attestation(answers: dict[str, Any], provider: str) -> Json:
+    """The one web app's App Check configuration of `provider` (its batchGet answer's)."""
+    found: Json = next(page["configs"][0] for key, page in answers.items()
+                       if f"/apps/-/{provider}:batchGet" in key)
+    return found
 
 
 def function(answers: dict[str, Any], name: str) -> Json:
@@ -410,6 +419,11 @@ MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], set[str]]] = {
     "callable public under a condition": (lambda a: a[RUN.format("counters-increment")][
         "bindings"][0].update(condition={"title": "t", "expression": "true"}),
         {"public callables"}),
+    "web app not registered with App Check": (lambda a: attestation(
+        a, "recaptchaEnterpriseConfig").pop("siteKey"), {"app check"}),
+    "no web app": (lambda a: a[WEB_APPS].update(apps=[]), {"app check"}),
+    "web app deleted": (lambda a: a[WEB_APPS]["apps"][0].update(state="DELETED"),
+                        {"app check"}),
     "queue state": (lambda a: queue(a, "counters-rolluptick3").update(state="PAUSED"),
                     {"task queues"}),
     "queue maxConcurrentDispatches": (lambda a: queue(a, "counters-rolluptick3")[
@@ -475,6 +489,41 @@ def test_each_comparison_of_each_check_fails_its_check_alone(mutation: str) -> N
 
 def test_every_check_has_a_mutation() -> None:
     assert set(doctor.CHECKS) == {c for _, checks in MUTATIONS.values() for c in checks}
+
+
+def test_app_check_passes_with_a_recaptcha_v3_app_or_when_not_enforced() -> None:
+    """A web app with reCAPTCHA v3 gets tokens as well as one with Enterprise; a backend that
+    does not enforce App Check needs neither (and the APIs are not asked)."""
+    answers = json.loads((RECORDED / "healthy.json").read_text())
+    attestation(answers, "recaptchaEnterpriseConfig").pop("siteKey")
+    attestation(answers, "recaptchaV3Config").update(siteSecretSet=True)
+    found, _, _ = diagnose(answers)
+    assert found["app check"].status == "pass" and "1 of 1 web apps" in found["app check"].found
+    found, asked, _ = diagnose("broken", expected(enforces_app_check=False))
+    assert found["app check"].status == "pass" and "not enforced" in found["app check"].found
+    assert not [key for key in asked if "firebaseappcheck" in key or "webApps" in key]
+
+
+@pytest.mark.parametrize("value", [None, "", "true", "TRUE", "1", "yes", "false", " False ", "0",
+                                   "no", "n", "off"])
+def test_doctor_reads_enforce_app_check_as_the_callables_do(
+        value: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import handlers
+
+    if value is None:
+        monkeypatch.delenv("ENFORCE_APP_CHECK", raising=False)
+    else:
+        monkeypatch.setenv("ENFORCE_APP_CHECK", value)
+    assert doctor.enforces_app_check(value) is handlers.app_check_enforced()
+
+
+def test_the_codebases_env_files_say_whether_app_check_is_enforced(tmp_path: Path) -> None:
+    codebase = tmp_path / "counters"
+    codebase.mkdir()
+    assert doctor.expected_of(codebase, INSTALL, PROJECT).enforces_app_check
+    (codebase / ".env").write_text("ENFORCE_APP_CHECK=true\n")
+    (codebase / f".env.{PROJECT}").write_text("ENFORCE_APP_CHECK=false\n")
+    assert not doctor.expected_of(codebase, INSTALL, PROJECT).enforces_app_check
 
 
 def test_a_first_deploy_is_pending_not_failed() -> None:

@@ -6,7 +6,8 @@ The checks of CHECKS read Google's APIs (`google_apis.Apis`) with the user's cre
 read-only: the functions against the codebase's deploy manifest (CPU, memory, concurrency,
 timeout), the callables open to the public (Cloud Run invoker allUsers), the task queues (one per
 tick function) and their rate limits and attempts, the queues' roles (enqueuer, invoker, act-as),
-the runtime account's Firestore role on the project, the database, every composite index READY,
+the runtime account's Firestore role on the project, a web app registered with App Check when
+the callables enforce it, the database, every composite index READY,
 every TTL policy ACTIVE, the released rules holding the backend's block, the scheduled rollup's
 Cloud Scheduler job and its invoker. Then the canary and the audit (canary.py). Each says pass,
 fail, pending (settling by itself: run again later) or cannot-check, naming every broken part and
@@ -73,8 +74,10 @@ FIRESTORE_ROLES = ("roles/datastore.user", "roles/datastore.owner", "roles/edito
 # minutes, a TTL policy in up to a day (most within the hour), a new scheduler job fires within
 # its minute.
 AGAIN_INDEX_MIN, AGAIN_TTL_MIN, AGAIN_SCHEDULER_MIN = 10, 60, 2
-CHECKS = ("functions", "public callables", "task queues", "queue roles", "project roles",
-          "database", "indexes", "ttl policies", "rules", "scheduler", "scheduler invoker")
+CHECKS = ("functions", "public callables", "app check", "task queues", "queue roles",
+          "project roles", "database", "indexes", "ttl policies", "rules", "scheduler",
+          "scheduler invoker")
+ENFORCE_APP_CHECK = "ENFORCE_APP_CHECK"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,12 +85,14 @@ class Expected:
     """What the backend deploys: its `placement`, its deploy manifest's endpoints by deployed id
     (None when the manifest could not be built: `no_manifest` says why), the account the
     functions run as (None: the project's default compute account), and `deploy`, the command
-    that deploys it again."""
+    that deploys it again; `enforces_app_check`: the callables refuse a call without an App
+    Check token (the deploy parameter ENFORCE_APP_CHECK)."""
 
     placement: config.Placement
     endpoints: dict[str, Json] | None
     no_manifest: str = ""
     runtime_account: str | None = None
+    enforces_app_check: bool = True
     deploy: str
 
     def where(self, kind: str) -> dict[str, Json]:
@@ -293,6 +298,43 @@ def check_project_roles(apis: Apis, expected: Expected) -> Finding:
                         f"serviceAccount:{account} --role roles/datastore.user")
 
 
+def enforces_app_check(value: str | None) -> bool:
+    """ENFORCE_APP_CHECK as the callables read it (handlers.app_check_enforced, which the CLI
+    does not import: it needs firebase_functions): only an explicit false turns it off."""
+    return (value or "true").strip().lower() not in ("false", "0", "no", "n")
+
+
+def attested(answer: Json) -> bool:
+    """Whether an App Check configuration lets its app get tokens: a reCAPTCHA Enterprise site
+    key, or a reCAPTCHA v3 secret (never returned; `siteSecretSet` says there is one)."""
+    return bool(answer.get("siteKey")) or answer.get("siteSecretSet") is True
+
+
+def check_app_check(apis: Apis, expected: Expected) -> Finding:
+    """With App Check enforced, some app of the project can get App Check tokens: a web app
+    registered with a provider (docs/deploy.md, step 5); else every client call is refused."""
+    if not expected.enforces_app_check:
+        return Finding(check="app check", status="pass",
+                       found=f"not enforced ({ENFORCE_APP_CHECK} false in the codebase's .env "
+                             "files): the callables take calls without App Check tokens")
+    apps = [app["appId"] for app in apis.web_apps() if app.get("state", "ACTIVE") == "ACTIVE"]
+    registered = sorted({c["name"].split("/apps/")[1].split("/")[0]
+                         for c in (apis.web_attestations(apps) if apps else []) if attested(c)})
+    if registered:
+        return Finding(check="app check", status="pass",
+                       found=f"enforced, and {len(registered)} of {len(apps)} web apps get "
+                             f"tokens ({', '.join(registered)})")
+    found = (f"{ENFORCE_APP_CHECK} is on, but none of the project's {len(apps)} web apps is "
+             "registered with App Check (reCAPTCHA Enterprise or v3)" if apps else
+             f"{ENFORCE_APP_CHECK} is on, but the project has no web app")
+    return Finding(check="app check", status="fail",
+                   found=f"{found}: the callables refuse every client call",
+                   todo="register the web app with App Check (Firebase console, App Check, "
+                        "Apps: reCAPTCHA Enterprise and its site key; docs/deploy.md, step 5), "
+                        f"or put {ENFORCE_APP_CHECK}=false in the codebase's .env.<project> and "
+                        f"deploy again ({expected.deploy})")
+
+
 # --- Firestore ---------------------------------------------------------------------------------
 
 
@@ -485,6 +527,7 @@ def diagnose(apis: Apis, expected: Expected, now: dt.datetime,
     checks: dict[str, Callable[[], Finding]] = {
         "functions": lambda: check_functions(apis, expected, deployed),
         "public callables": lambda: check_public(apis, expected, deployed),
+        "app check": lambda: check_app_check(apis, expected),
         "task queues": lambda: check_queues(apis, expected),
         "queue roles": lambda: check_roles(apis, expected, deployed),
         "project roles": lambda: check_project_roles(apis, expected),
@@ -579,18 +622,21 @@ def expected_of(codebase: Path | None, placement: config.Placement, project: str
         return Expected(placement=placement, endpoints=None, deploy=deploy,
                         no_manifest="no backend codebase here: run doctor in the host project's "
                                     "folder (or give --backend)")
+    variables: dict[str, str] = {}
+    for name in (".env", f".env.{project}"):
+        if (codebase / name).exists():
+            variables.update(dotenv((codebase / name).read_text()))
+    enforced = enforces_app_check(variables.get(ENFORCE_APP_CHECK))
     try:
         endpoints = {placement.function_id(name): endpoint
                      for name, endpoint in manifest(codebase)["endpoints"].items()}
     except click.ClickException as error:
         return Expected(placement=placement, endpoints=None, deploy=deploy,
-                        no_manifest=f"no deploy manifest: {error.message}")
-    variables: dict[str, str] = {}
-    for name in (".env", f".env.{project}"):
-        if (codebase / name).exists():
-            variables.update(dotenv((codebase / name).read_text()))
+                        no_manifest=f"no deploy manifest: {error.message}",
+                        enforces_app_check=enforced)
     return Expected(placement=placement, endpoints=endpoints, deploy=deploy,
-                    runtime_account=variables.get(RUNTIME_ACCOUNT) or None)
+                    runtime_account=variables.get(RUNTIME_ACCOUNT) or None,
+                    enforces_app_check=enforced)
 
 
 def emulated_url(session: Session, name: str) -> str:

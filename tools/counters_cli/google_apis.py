@@ -150,6 +150,24 @@ class Apis:
         return "\n".join(str(file.get("content", ""))
                          for file in ruleset.get("source", {}).get("files", []))
 
+    # Firebase Management: the project's web apps (appId, state).
+    def web_apps(self) -> list[Json]:
+        return pages(self.fetch, f"https://firebase.googleapis.com/v1beta1/projects/{self.project}"
+                                 "/webApps", "apps")
+
+    # Firebase App Check: the reCAPTCHA Enterprise (siteKey) and reCAPTCHA v3 (siteSecretSet)
+    # configurations of apps, the web's two attestation providers; one batchGet of each for
+    # every app named (at most 100 a call, more than a project's web apps).
+    def web_attestations(self, app_ids: list[str]) -> list[Json]:
+        parent = f"projects/{self.project_number()}"
+        found: list[Json] = []
+        for provider in ("recaptchaEnterpriseConfig", "recaptchaV3Config"):
+            names = "&".join(f"names={parent}/apps/{app}/{provider}" for app in app_ids)
+            found.extend(self.fetch("GET", f"https://firebaseappcheck.googleapis.com/v1/{parent}"
+                                           f"/apps/-/{provider}:batchGet?{names}")
+                         .get("configs", []))
+        return found
+
     # Cloud Scheduler: a job (state, schedule, lastAttemptTime, status, httpTarget).
     def job(self, job: str) -> Json:
         return self.fetch("GET", f"https://cloudscheduler.googleapis.com/v1/{self._location}"
