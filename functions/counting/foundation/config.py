@@ -354,8 +354,8 @@ def _placement_fix(codebase: Path) -> str:
     """What to do about a placement file that cannot be used."""
     return (f"Restore the files from git (git checkout -- {codebase.name}/{PLACEMENT_FILE} "
             f"{codebase.name}/{INSTALL_RECORD} firebase.json), or delete {PLACEMENT_FILE} and "
-            f"run `counters init` again with the install's options, which writes it anew from "
-            f"{INSTALL_RECORD} (docs/adopt.md)")
+            f"run `counters init` again, which writes it anew from {INSTALL_RECORD} "
+            f"(docs/adopt.md)")
 
 
 class PlacementError(ValueError):
@@ -417,7 +417,7 @@ class Placement:
                 "database and collections the backend uses; without it, it would write to the "
                 "default database's unprefixed collections). Restore it from git (git checkout "
                 f"-- {PLACEMENT_FILE} in {codebase}), or run `counters init` again in the host "
-                "project with the install's options (docs/adopt.md)") from None
+                "project (docs/adopt.md)") from None
         fields = [f.name for f in dataclasses.fields(cls)]
         try:
             data = json.loads(text) if len(text) <= MAX_PLACEMENT_BYTES else None
