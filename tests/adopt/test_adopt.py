@@ -13,7 +13,9 @@ The Node host (tests/adopt/node-host: a Node HTTP function and Firestore trigger
 1, an empty index file, a stock Node .gitignore that hides `.env`, no Auth emulator) is a git
 repository: it gets the backend, both are committed, and a clone of it (as a teammate or CI gets
 it) deploys, checked offline by deploy_dry_run.cjs, and runs, with the install's placement; with
-placement.json removed, the backend refuses to load.
+placement.json tampered (issue 42's placement in the host's default collections), the backend
+refuses to load and every command run in the clone refuses, writing nothing; with install.json
+hidden it runs on its placement; with placement.json removed, the backend refuses to load.
 
 `make adopt` runs this module alone: it starts emulator stacks of its own (the machine's emulator
 ports, taken as tools/stack.py takes them), so it cannot run inside `make exec`. It names in
@@ -70,12 +72,30 @@ pytestmark = pytest.mark.skipif(not COMMAND, reason="run by `make adopt` (it sta
                                                     "of its own)")
 
 
-def counters(*args: str) -> str:
-    """Run the wheel's operator command, failing the test on a non-zero exit."""
+def counters(*args: str, cwd: Path | None = None) -> str:
+    """Run the wheel's operator command (in `cwd`), failing the test on a non-zero exit."""
     done = subprocess.run([COMMAND, *args], capture_output=True, text=True, timeout=300,
-                          check=False)
+                          check=False, cwd=cwd)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def counters_refuses(*args: str, cwd: Path) -> str:
+    """Run the wheel's operator command in `cwd`, expecting a refusal: a non-zero exit whose
+    error is one line, without a traceback. Returns that line."""
+    done = subprocess.run([COMMAND, *args], capture_output=True, text=True, timeout=120,
+                          check=False, cwd=cwd)
+    assert done.returncode != 0, (args, done.stdout + done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr, (args, done.stderr)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, (args, done.stderr)
+    return errors[0]
+
+
+def commands() -> list[str]:
+    """Every command the wheel's `counters --help` lists."""
+    listed = counters("--help").split("Commands:", 1)[1]
+    return [line.split()[0] for line in listed.splitlines() if line.startswith("  ")]
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -171,6 +191,17 @@ def rest(method: str, database: str, path: str, token: str | None,
         k: {"integerValue": str(v)} if isinstance(v, int) else {"stringValue": v}
         for k, v in fields.items()}}
     return requests.request(method, url, json=body, headers=headers, timeout=30).status_code
+
+
+def documents(database: str) -> dict[str, str]:
+    """Every document of `database` in the Firestore emulator and when it was last written
+    (a query of all descendants of the root, as the emulator's owner, past the rules)."""
+    answer = requests.post(f"{FIRESTORE}/{database}/documents:runQuery", json={
+        "structuredQuery": {"from": [{"allDescendants": True}]}},
+        headers={"Authorization": "Bearer owner"}, timeout=30)
+    answer.raise_for_status()
+    return {found["document"]["name"]: found["document"]["updateTime"]
+            for found in answer.json() if "document" in found}
 
 
 def check_host_as_before(host_db: str = "(default)") -> None:
@@ -358,10 +389,14 @@ def test_a_clone_of_a_node_host_committed_after_init_deploys_and_runs_the_instal
 
     with emulators(clone, "node-clone"):
         check_node_host_as_before()
-        check_counters("counters", "")  # the install's database, its rules enforced there too
+        # the install's database, its rules enforced there too
+        published = check_counters("counters", "")
         # doctor's canary on the install: its prefixed callable, its database, its tick queues.
         checked = counters("--backend", str(clone / "counters"), "doctor")
         assert re.search(r"^pass\s+canary\s+get_count serves", checked, re.MULTILINE), checked
+        tampered_placement_is_refused(clone)
+        hidden_install_json_runs_on_the_placement(clone, published, planned,
+                                                  tmp_path / "elsewhere")
 
     (clone / "counters" / "placement.json").unlink()
     refused = deploy_dry_run(clone)
@@ -375,6 +410,56 @@ def test_a_clone_of_a_node_host_committed_after_init_deploys_and_runs_the_instal
     git(clone, "checkout", "--", "counters/placement.json")
     counters("remove", str(clone))
     assert tree(clone) == before
+
+
+# The placement of issue 42: the install's function prefix on the host's default database's
+# unprefixed collections, which install.json (database `counters`) did not write.
+HOSTS_COLLECTIONS = {"database": "(default)", "collection_prefix": "",
+                     "function_prefix": "counters", "watched_database": "(default)"}
+# Arguments that make a command write, were it to run (the rest run bare: the refusal comes
+# before a command reads its arguments).
+WRITING = {"create": ("tampered",), "inc": ("tampered",),
+           "reset": ("tampered", "--yes"), "get": ("tampered",)}
+
+
+def tampered_placement_is_refused(clone: Path) -> None:
+    """A placement.json that disagrees with install.json beside it: a deploy stops loading the
+    codebase, and every command run in the clone refuses in one line naming both files, before
+    it writes a file or a document (where the tampered placement points: the host's default
+    database)."""
+    (clone / "counters" / "placement.json").write_text(json.dumps(HOSTS_COLLECTIONS))
+    files, stored = tree(clone), documents("(default)")
+    assert any("/documents/orders/" in name for name in stored)  # the host's, seen
+    refused = deploy_dry_run(clone)
+    assert refused.returncode != 0, refused.stdout
+    assert "counters/placement.json" in refused.stderr, refused.stderr[-3000:]
+    assert "counters/install.json" in refused.stderr, refused.stderr[-3000:]
+    # `remove` and `emulator-rules` work on an install's record whatever its placement says.
+    for command in sorted(set(commands()) - {"remove", "emulator-rules"}):
+        args = (str(clone),) if command == "init" else WRITING.get(command, ())
+        line = counters_refuses(command, *args, cwd=clone)
+        assert "placement.json" in line and "install.json" in line, (command, line)
+    assert tree(clone) == files
+    assert documents("(default)") == stored
+    git(clone, "checkout", "--", "counters/placement.json")
+
+
+def hidden_install_json_runs_on_the_placement(clone: Path, counter: str,
+                                              planned: dict[str, Any], outside: Path) -> None:
+    """A clone whose host .gitignore hid install.json (docs/adopt.md): the codebase deploys on
+    its placement.json, and a command in the clone operates the install's database, never the
+    default placement; outside any host, a command refuses rather than guess. Nothing is
+    written to the clone's files."""
+    (clone / "counters" / "install.json").unlink()
+    files = tree(clone)
+    assert deploys(clone) == planned
+    shown = json.loads(counters("get", counter, "--json", cwd=clone))
+    assert shown["rollup"]["count"] == 5, shown  # the count check_counters made, in `counters`
+    outside.mkdir()
+    line = counters_refuses("get", counter, cwd=outside)
+    assert "no firebase.json" in line and "never falls back" in line, line
+    assert tree(clone) == files
+    git(clone, "checkout", "--", "counters/install.json")
 
 
 def install_indexes() -> list[Any]:
