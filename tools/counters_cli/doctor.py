@@ -22,7 +22,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -438,11 +438,10 @@ def timestamp(value: Any) -> dt.datetime | None:
         return None
 
 
-def check_scheduler(apis: Apis, expected: Expected, now: dt.datetime) -> Finding:
-    if expected.endpoints is None:
-        return no_manifest("scheduler", expected)
-    problems: list[str] = []
-    pending: list[str] = []
+def scheduled_jobs(apis: Apis, expected: Expected, problems: list[str]
+                   ) -> Iterator[tuple[str, Json, str, Json]]:
+    """Each scheduled function of the manifest with its Cloud Scheduler job: (name, endpoint,
+    job id, job); a job that is not there is a problem, and skipped."""
     for name, endpoint in sorted(expected.where("scheduleTrigger").items()):
         job_id = f"firebase-schedule-{name}-{apis.region}"
         try:
@@ -452,6 +451,15 @@ def check_scheduler(apis: Apis, expected: Expected, now: dt.datetime) -> Finding
                 raise
             problems.append(f"{job_id}: no job")
             continue
+        yield name, endpoint, job_id, job
+
+
+def check_scheduler(apis: Apis, expected: Expected, now: dt.datetime) -> Finding:
+    if expected.endpoints is None:
+        return no_manifest("scheduler", expected)
+    problems: list[str] = []
+    pending: list[str] = []
+    for _, endpoint, job_id, job in scheduled_jobs(apis, expected, problems):
         if job.get("state") != "ENABLED":
             problems.append(f"{job_id}: {job.get('state')}")
         schedule = endpoint["scheduleTrigger"].get("schedule")
@@ -482,17 +490,9 @@ def check_scheduler_invoker(apis: Apis, expected: Expected, deployed: dict[str, 
     invoker role on its Cloud Run service (else every run is refused: 403)."""
     if expected.endpoints is None:
         return no_manifest("scheduler invoker", expected)
-    problems = []
-    for name in sorted(expected.where("scheduleTrigger")):
-        job_id = f"firebase-schedule-{name}-{apis.region}"
+    problems: list[str] = []
+    for name, _, job_id, job in scheduled_jobs(apis, expected, problems):
         function = deployed.get(name)
-        try:
-            job = apis.job(job_id)
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            problems.append(f"{job_id}: no job")
-            continue
         account = job.get("httpTarget", {}).get("oidcToken", {}).get("serviceAccountEmail")
         if function is None:
             problems.append(f"{name}: not deployed")
