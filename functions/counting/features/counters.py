@@ -507,7 +507,7 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
             again = record.get()
             if nonce_of(again) == nonce:  # an earlier attempt of this reset applied
                 settle(writing, db, marker_landed(db, ctx.names, again))
-                read_at = (again.to_dict() or {}).get("read_at") or again.read_time
+                read_at = (again.to_dict() or {})["read_at"]  # our own record keeps it
                 break
             if isinstance(error, gexc.NotFound) or nonce_of(again) != nonce_of(found):
                 continue  # a shard folded away, or another reset committed: read again
@@ -564,7 +564,7 @@ def forget_users(db: firestore.Client, names: Names, counter: str, as_of: dt.dat
                 try:
                     batch.commit(retry=writes.IDEMPOTENT)
                     break
-                except gexc.FailedPrecondition:
+                except (gexc.FailedPrecondition, gexc.NotFound) as refused:
                     # Written since (after the reset: kept), or this very commit applied and
                     # its answer was lost: each marker is read again and kept out when so.
                     fresh = {snapshot.reference.path: snapshot for snapshot in
@@ -572,7 +572,9 @@ def forget_users(db: firestore.Client, names: Names, counter: str, as_of: dt.dat
                     kept = [marker for marker in chunk if fresh[marker.reference.path]
                             .update_time == marker.update_time]
                     if len(kept) == len(chunk):
-                        raise
+                        raise Aborted(f"counter: {counter!r} was reset, but forgetting who it "
+                                      "counted met a refusal it cannot explain: reset it again"
+                                      ) from refused
                     chunk = kept
 
 

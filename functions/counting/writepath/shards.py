@@ -171,11 +171,13 @@ def answer_final(writing: Writing, db: firestore.Client, uid: str, request_id: s
     """Before a request with a `request_id` is answered `refusal` (or "not applied", None): make
     that answer final. The request's marker is created as a tombstone naming the answer, so that
     every attempt of this request still in flight (a commit that lands late, a resend) fails on
-    it, and a retry with the same id is answered the same. Returns True when the marker was
-    there as the request's own: it was applied before (its first answer was lost, or the client
-    retried, and the counter's policy changed since), so it is answered as a retry, and its
-    shards are settled as any retry that finds its marker does. False: the refusal or "not
-    applied" stands, for good. `OutcomeUnknown` when the tombstone's commit could not be known
+    it, and a retry with the same id is answered the same. Returns True when the request is to
+    be answered "not applied" whatever it meant to answer: its marker was there as the request's
+    own, applied before (its first answer was lost, or the client retried, and the counter's
+    policy changed since: answered as a retry, its shards settled as any retry that finds its
+    marker does), or as a tombstone that answered "not applied"; a tombstone that answered a
+    refusal raises that refusal again. False: the caller's refusal or "not applied" stands, for
+    good. `OutcomeUnknown` when the tombstone's commit could not be known
     to apply: then the answer cannot be promised."""
     if request_id is None:
         return False
@@ -196,8 +198,9 @@ def answer_final(writing: Writing, db: firestore.Client, uid: str, request_id: s
     except gexc.AlreadyExists as error:
         with writes.finding_out(error, request_id=request_id):
             found = marker.get()
-        if answered(found) is not None:  # this request's tombstone, from any of its calls
-            return False
+        if answered(found) is not None:  # answered before, by any of its calls: the same again
+            answer_again(found)  # a refusal raised as it was given
+            return True  # "not applied", as it was given
         settle(writing, db, marker_landed(db, writing.names, found))
         return True
     return False
