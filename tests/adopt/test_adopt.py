@@ -67,7 +67,9 @@ FIRESTORE = f"http://{HOST}:{PORTS['firestore']}/v1/projects/{PROJECT}/databases
 READY_S = 240.0
 ARTIFACTS = stack.ROOT / "tests" / "artifacts"
 
-COMMAND = os.environ.get("COUNTERS_ADOPT", "")
+# Absolute: some steps run it from inside a host (`cwd`), and make passes a relative path.
+COMMAND = str(Path(os.environ["COUNTERS_ADOPT"]).resolve()) if os.environ.get("COUNTERS_ADOPT") \
+    else ""
 pytestmark = pytest.mark.skipif(not COMMAND, reason="run by `make adopt` (it starts emulators "
                                                     "of its own)")
 
