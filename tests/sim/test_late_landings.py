@@ -148,21 +148,16 @@ def test_a_refusal_is_final_for_an_attempt_still_in_flight(protected: bool) -> N
     with pytest.raises(PermissionDenied):  # and it is given again
         counters.increment(late.ctx, late.db, "bounded", 5, request_id="r1", uid="u",
                            admin=False)
-    # ... even once the policy would take it, and whatever else it would now be refused for.
-    late.at(41)
-    counters.configure_counter(late.ctx, late.db, "bounded", Policy(by=(1, 10)))
-    late.at(42)
-    late.ctx.configs.forget("bounded")
-    with pytest.raises(PermissionDenied):
-        counters.increment(late.ctx, late.db, "bounded", 5, request_id="r1", uid="u",
-                           admin=False)
-    late.at(43)
-    counters.configure_counter(late.ctx, late.db, "bounded", Policy(by=(1, 2)))
-    late.at(44)
-    late.ctx.configs.forget("bounded")
-    with pytest.raises(PermissionDenied, match="accepts 1..1"):  # the first refusal's words
-        counters.increment(late.ctx, late.db, "bounded", 5, request_id="r1", uid="u",
-                           admin=False)
+    # ... even once the policy would take it, and whatever else it would now be refused for:
+    # with the first refusal's words.
+    for t, widest in ((41, 10), (43, 2)):
+        late.at(t)
+        counters.configure_counter(late.ctx, late.db, "bounded", Policy(by=(1, widest)))
+        late.at(t + 1)
+        late.ctx.configs.forget("bounded")
+        with pytest.raises(PermissionDenied, match="accepts 1..1"):
+            counters.increment(late.ctx, late.db, "bounded", 5, request_id="r1", uid="u",
+                               admin=False)
     assert late.counted("bounded") == 0
 
 
