@@ -29,6 +29,8 @@ sends. The hazards' rates are `faults.Chaos`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime as dt
 import functools
 import itertools
 import random
@@ -184,10 +186,16 @@ class Stage:
     def alive(self, actor: Actor) -> bool:
         return not actor.done and not actor.killed
 
-    def context(self, picker: shard_choice.ShardPicker) -> Context:
-        """A process's context: the run's writing, and caches of its own on the virtual clock."""
+    def context(self, picker: shard_choice.ShardPicker,
+                skew: dt.timedelta = dt.timedelta(0)) -> Context:
+        """A process's context: the run's writing, on an instance clock `skew` off Firestore's,
+        and caches of its own on the virtual clock."""
         clock = self.sim.monotonic
-        return Context(writing=self.write_context, configs=shard_choice.ConfigCache(clock=clock),
+        writing = self.write_context
+        if skew:
+            writing = dataclasses.replace(writing, clock=dataclasses.replace(
+                writing.clock, now=lambda: self.sim.wall() + skew))
+        return Context(writing=writing, configs=shard_choice.ConfigCache(clock=clock),
                        picker=picker, sequences=sequences.SequenceCache(clock=clock),
                        returning=TtlCache(RETURNING_TTL_S, clock=clock))
 
@@ -198,6 +206,10 @@ class Process:
 
     rng: random.Random
     ctx: Context
+
+    def now(self) -> dt.datetime:
+        """Its instance's clock."""
+        return self.ctx.writing.clock.now()
 
 
 class Writers:
@@ -231,8 +243,12 @@ class Writers:
     def _run(self) -> None:
         stage = self.stage
         rng = random.Random(stage.rng.random())
-        process = Process(rng=rng,
-                          ctx=stage.context(shard_choice.ShardPicker(random.Random(rng.random()))))
+        skew = dt.timedelta(0)
+        if rng.random() < stage.chaos.skewed_p:
+            skew = dt.timedelta(seconds=rng.uniform(-stage.chaos.skew_s, stage.chaos.skew_s))
+            stage.tally["skewed_writers"] += 1
+        process = Process(rng=rng, ctx=stage.context(
+            shard_choice.ShardPicker(random.Random(rng.random())), skew))
         weights = [weight for weight, _ in self._mix]
         ops = [op for _, op in self._mix]
         while stage.writing:
@@ -299,7 +315,7 @@ class Writers:
                           amounts={f"trend:{region}:{tag}": 1 for tag in tags}),
                   lambda: trends.track(process.ctx, stage.db, region, tags,
                                        request_id=request_id, uid="tracker",
-                                       now=stage.sim.wall()), applied)
+                                       now=process.now()), applied)
 
     def _number(self, process: Process, *, with_id: bool) -> None:
         rng, stage = process.rng, self.stage
@@ -311,7 +327,7 @@ class Writers:
         stage.ask(Request(kind=kind, request_id=request_id, tenant=tenant),
                   lambda: sequences.next_number(process.ctx, stage.db, tenant,
                                                 request_id=request_id, uid=uid,
-                                                now=stage.sim.wall()))
+                                                now=process.now()))
 
     def _order(self, process: Process) -> None:
         """The app writes its own documents (the library's retry and all); the trigger counts

@@ -166,6 +166,10 @@ class Chaos:
     writer_kill_p: float = 0.15  # of a step: kill a writer (a new one takes its place)
     writer_pause_p: float = 0.35  # of a step: freeze a writer before its next request
     writer_pause_s: tuple[float, float] = (1.0, 150.0)
+    # Of a writer: its instance's clock is off Firestore's, by up to `skew_s` either way (its
+    # business days and trend minutes begin that much early or late; its pacing cannot move).
+    skewed_p: float = 0.3
+    skew_s: float = 5.0
     holder_kill_p: float = 0.35  # of a step on a rollup invocation: kill it (else pause it)
     holder_pause_s: tuple[float, float] = (5.0, 25.0)  # past the lease's 10 s, or not
     scheduled_p: float = 0.15  # of a step on the rollup: strike the scheduled instance

@@ -534,7 +534,7 @@ class Option:
 
 class Snapshot:
     def __init__(self, *, reference: DocumentReference, data: dict[str, Any] | None,
-                 read_time: dt.datetime, update_time: dt.datetime | None,
+                 read_time: dt.datetime | None, update_time: dt.datetime | None,
                  create_time: dt.datetime | None) -> None:
         self.reference = reference
         self._data = data  # a stored version's: never changed, copied when handed out
@@ -583,6 +583,12 @@ class DocumentReference:
     def get(self, field_paths: Iterable[str] | None = None,
             read_time: dt.datetime | None = None, **_: Any) -> Snapshot:
         return self._model.read([self._path], read_time)[0]
+
+    def get_document(self) -> Snapshot:
+        """The unary GetDocument RPC (`encoding.get`): its answer carries no read time."""
+        snapshot = self.get()
+        snapshot.read_time = None
+        return snapshot
 
     def create(self, fields: dict[str, Any], retry: Any = DEFAULT,
                timeout: float | None = None) -> write_pb.WriteResult:

@@ -185,10 +185,8 @@ def test_a_late_configure_never_reverts_a_newer_policy() -> None:
 def test_pacing_is_measured_on_firestores_clock_not_the_instances(skew_s: float) -> None:
     """A process whose clock is 2 s off Firestore's (ahead, behind) paces a user's visits to a
     counter of one a minute: a visit 59.5 s after the last is too soon, one 61 s after counts."""
-    # The model answers every read with Firestore's read time, the old unary read's included
-    # (it special-cased the model's references), so this passed before the fix too: it holds
-    # the behaviour, it cannot show the old error until the model answers a unary read without
-    # a read time.
+    # The model's unary read answers without a read time, as GetDocument does: the old pacing
+    # read (unary, the instance's clock less 0.1 s standing in for the read time) fails here.
     late = Late()
     skewed = Clock(monotonic=late.sim.monotonic, sleep=late.sim.wait,
                    now=lambda: late.sim.wall() + dt.timedelta(seconds=skew_s))

@@ -102,8 +102,8 @@ def get(ref: firestore.DocumentReference) -> firestore.DocumentSnapshot[Any]:
     time, so neither has the snapshot: whatever measures time against a read (pacing) reads by
     the client's batched read, whose read time is Firestore's clock, never this instance's.
     NOT_FOUND is a missing document, unless it says the database does not exist."""
-    if not isinstance(ref, firestore.DocumentReference):  # the simulation's
-        snapshot: firestore.DocumentSnapshot[Any] = ref.get()
+    if not isinstance(ref, firestore.DocumentReference):  # the simulation's: no read time either
+        snapshot: firestore.DocumentSnapshot[Any] = ref.get_document()
         return snapshot
     client = ref._client
     try:
