@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import TypeVar, cast
 
 import pytest
-from counting.features import counter_refs, counters
+from counting.features import counter_refs, counters, sequences
 from counting.features.context import Context
 from counting.features.trends import tracking
 from counting.foundation.clock import Clock
 from counting.foundation.config import Names, Protections
 from counting.foundation.errors import OutcomeUnknown, PermissionDenied, ResourceExhausted
-from counting.writepath import partitions, waking
+from counting.writepath import partitions, shards, waking
 from counting.writepath.context import Writing
 from counting.writepath.policy import Policy
 from google.api_core import exceptions as gexc
@@ -179,6 +179,88 @@ def test_a_late_configure_never_reverts_a_newer_policy() -> None:
     assert late.flying() == []
     document = counter.get().to_dict() or {}
     assert document["policy"] == b.to_document()
+
+
+def test_a_late_configure_sequence_never_reverts_a_newer_rule() -> None:
+    """Admin A's configure_sequence is lost in flight (A is answered by a resend); admin B's
+    commits; A's first attempt lands after it. The tenant's timezone and reset time are B's."""
+    late = Late()
+    late.run(lambda: sequences.configure_sequence(late.ctx, late.db, "t", timezone="UTC"))
+    late.at(1)
+    configured = late.run(lambda: sequences.configure_sequence(
+        late.ctx, late.db, "t", timezone="Europe/Paris", reset_time="06:00"),
+        lost_in_flight(40.0))
+    assert isinstance(configured, sequences.SequenceConfig), configured
+    tenant = sequences.sequence_ref(late.db, NAMES, "t")
+    assert late.flying() == [[tenant.path]]  # A's first attempt
+    late.at(late.sim.monotonic() + 0.1)
+    late.run(lambda: sequences.configure_sequence(late.ctx, late.db, "t",
+                                                  timezone="America/New_York", reset_time="04:00"))
+    late.at(60)
+    assert late.flying() == []
+    document = tenant.get().to_dict() or {}
+    assert (document["timezone"], document["reset_time"]) == ("America/New_York", "04:00")
+
+
+def test_a_resets_late_forget_never_winds_back_a_newer_visit() -> None:
+    """A counter pacing each user to one visit a minute counts a visit; an admin resets it; the
+    reset's commit forgetting the pacing marker is lost in flight, the library's resend applies,
+    and the user visits again (the reset let them in); the first attempt lands 17 s later. It
+    winds nothing back: the user's next visit, within the minute, is too soon."""
+    late = Late()
+    counters.create_counter(late.ctx, late.db, "views", shards=2,
+                            policy=Policy(min_interval_s=60))
+    late.at(1)
+    assert counters.increment(late.ctx, late.db, "views", 1, uid="u", admin=False) is not None
+    late.at(2)
+    reset = late.run(lambda: counters.reset_counter(late.ctx, late.db, "views"),
+                     CALM_FATE, lost_in_flight(17.0))
+    assert reset is None
+    paced = counter_refs.paced_ref(late.db, NAMES, "views", "u")
+    assert late.flying() == [[paced.path]]  # the forget's first attempt
+    assert counters.increment(late.ctx, late.db, "views", 1, uid="u", admin=False) is not None
+    late.at(25)
+    assert late.flying() == []  # it has landed
+    with pytest.raises(ResourceExhausted):
+        counters.increment(late.ctx, late.db, "views", 1, uid="u", admin=False)
+    late.at(26)
+    assert late.counted("views") == 1
+
+
+@pytest.mark.parametrize(("landing_s", "counted"), [(25.0, 0), (40.0, 5)])
+def test_a_refusal_whose_tombstone_is_lost_is_unknown_until_a_retry(landing_s: float,
+                                                                    counted: int) -> None:
+    """An increment with a request_id is refused (too large), but the commit of its tombstone
+    (`shards.answer_final`) is lost in flight for the whole resend window: UNKNOWN, naming the
+    request_id, never the refusal. An admin widens the counter's `by`; the retry at 30 s gets
+    the answer of whichever lands first: refused when the tombstone landed before it (26 s),
+    applied when it lands after (41 s, failing on the retry's marker). Asked again, the same."""
+    late = Late()
+    counters.create_counter(late.ctx, late.db, "bounded", shards=2, policy=Policy(by=(1, 1)))
+    late.at(1)
+
+    def bump() -> dt.datetime | None:
+        return counters.increment(late.ctx, late.db, "bounded", 5, request_id="r1", uid="u",
+                                  admin=False)
+
+    unknown = late.run(bump, lost_in_flight(landing_s), *REFUSED_ALL_WINDOW)
+    assert isinstance(unknown, OutcomeUnknown), unknown
+    assert unknown.request_id == "r1"
+    tombstone = shards.request_marker_ref(late.db, NAMES, "u", "r1")
+    assert late.flying() == [[tombstone.path]]  # the tombstone's first attempt
+    counters.configure_counter(late.ctx, late.db, "bounded", Policy(by=(1, 10)))
+    late.at(30)
+    late.ctx.configs.forget("bounded")
+    retried = late.run(bump)
+    late.at(45)
+    assert late.flying() == []
+    again = late.run(bump)
+    if counted:
+        assert isinstance(retried, dt.datetime) and again is None, (retried, again)
+    else:
+        for answer in (retried, again):  # with the first refusal's words
+            assert isinstance(answer, PermissionDenied) and "accepts 1..1" in str(answer)
+    assert late.counted("bounded") == counted
 
 
 @pytest.mark.parametrize("skew_s", [2.0, -2.0])
