@@ -741,7 +741,9 @@ class Rollup:
             actor.owner = None  # the audit writes as no holder
             try:  # then the numbers no commit carried into their records, as deployed
                 self.stage.ops["record_issued"] += 1
-                sequences.record_issued(self.stage.db, NAMES, self.stage.sim.wall())
+                began = self.stage.sim.now_us
+                kept = sequences.record_issued(self.stage.db, NAMES, self.stage.sim.wall())
+                self.stage.model.records_runs.append((began, self.stage.sim.now_us, kept.failed))
             finally:
                 self.stage.ops["audit"] += 1
                 audit.run(self.stage.write_context, self.stage.db)

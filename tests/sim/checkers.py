@@ -383,9 +383,9 @@ class Sequences:
 
 class SequenceRecords:
     name = "sequence records"
-    # A record's housekeeping first runs within this long after its commit (RECORD_AFTER_S and a
-    # minute), and reads it back until this long before Firestore's read window closes.
-    MARGIN_S = sequences.RECORD_AFTER_S + 65.0
+    # A run of the housekeeping reads a record back while Firestore's read window (an hour from
+    # its commit) is open this long after the run ends.
+    MARGIN_S = 5.0
 
     def check(self, run: Evidence) -> list[Finding]:
         found = []
@@ -424,7 +424,7 @@ class SequenceRecords:
                 return [Finding(self.name, "doubled", f"{calls}: used {number}, its record "
                                 f"holds {held}")]
         elif state == sequences.LOST:
-            if not self._unreadable(run, attempt):
+            if not self._unreadable(run, attempt, path[1]):
                 return [Finding(self.name, "lost", f"{calls}: used {number}, its record was "
                                 f"marked lost ({data.get('lost_reason')})")]
             return [] if got is None else [Finding(
@@ -437,15 +437,17 @@ class SequenceRecords:
                             "get it")]
         return []
 
-    def _unreadable(self, run: Evidence, attempt: Attempt) -> bool:
-        """Whether the record could not be read back: an import after its commit, or the
-        housekeeping's query of the records down for all the hour it could be read."""
+    def _unreadable(self, run: Evidence, attempt: Attempt, tenant: str) -> bool:
+        """Whether the record could not be read back: an import after its commit, or no run of
+        the housekeeping went through the tenant's records while it could (its query down, the
+        scheduled instance killed or paused, for all the hour from RECORD_AFTER_S after the
+        commit)."""
         commit = attempt.commit_us or 0
-        margin = micros(self.MARGIN_S)
-        return any(at >= commit for at in run.model.imports) or any(
-            group == config.NUMBER_REQUESTS and start <= commit + margin
-            and end >= commit + micros(3600.0) - margin
-            for start, end, group in run.model.outages)
+        opens = commit + micros(sequences.RECORD_AFTER_S)
+        closes = commit + micros(3600.0 - self.MARGIN_S)
+        return any(at >= commit for at in run.model.imports) or not any(
+            began >= opens and ended <= closes and tenant not in failed
+            for began, ended, failed in run.model.records_runs)
 
 
 class TrendTotals:

@@ -157,6 +157,9 @@ class Model:
         self.imports: list[int] = []  # when `reimport` re-created documents
         # (from, until, collection id): its collection group queries fail UNAVAILABLE meanwhile
         self.outages: list[tuple[int, int, str]] = []
+        # When the housekeeping's record_issued ran through (began, ended, the tenants it left
+        # for the next run): the actors note it.
+        self.records_runs: list[tuple[int, int, tuple[str, ...]]] = []
         self.unreadable: set[Path] = set()  # documents whose reads fail (a directed scenario's)
         self._lock = threading.RLock()
 
