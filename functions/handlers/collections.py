@@ -1,5 +1,7 @@
 """The collection counters' Firestore triggers: one per watched path pattern, generated from
-`counting.features.declarations` (docs/architecture.md, "Collection counters").
+`counting.features.declarations` (docs/architecture.md, "Collection counters"). An extension
+counter's shards trigger also moves their amounts into the document (`counting.features.
+extension`), after counting them.
 
 Each runs with the callables' global options (main.py: one vCPU, 80 events at once; an event is
 two Firestore round trips). Delivery is at least once, and the document's record makes a
@@ -18,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, cast
 
 from cloudevents.http import CloudEvent
-from counting.features import collections
+from counting.features import collections, extension
 from counting.features.collections import Counting, Observed, Watch
 from counting.foundation import config
 from counting.foundation.errors import Aborted, OutcomeUnknown
@@ -84,9 +86,33 @@ def exact_document(raw: CloudEvent) -> None:
         raw["document"] = path
 
 
+@functools.cache
+def movers(watch: Watch) -> extension.Movers:
+    """The instance's moves of the extension counters' shards into their documents."""
+    source = watched_db()
+    return extension.Movers(lambda path: extension.move_all(
+        context().writing, source, source.document(path), watch.declarations))
+
+
+def move_after(watch: Watch, event: Event) -> None:
+    """After a shard or partial of an extension counter changed to hold an amount: move it (and
+    its siblings) into the document, once a move of this instance reads it."""
+    after = event.data.after
+    if after is None or not after.exists:
+        return  # deleted (by a move): nothing left in it
+    params = collections.match(watch.documents, after.reference.path)
+    data = after.to_dict() or {}
+    if params is None or not any(
+            amount for d in watch.declarations for amount in d.amounts(params, data).values()):
+        return  # zeroed (by a move), or not a counted amount
+    movers(watch).after_write(after.reference.path.rsplit("/", 2)[0], after.update_time)
+
+
 def trigger(watch: Watch) -> Callable[[CloudEvent], None]:
     def handler(event: Event) -> None:
         count_event(watch, event)
+        if watch.extension_shards:
+            move_after(watch, event)
 
     handler.__name__ = handler.__qualname__ = watch.function_name
     # The SDK types its entry as the handler; what it deploys takes the raw CloudEvent.

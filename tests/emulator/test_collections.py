@@ -38,7 +38,7 @@ OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
 
 NAMES = Names()  # the collection ids of the default placement, which these run on
 
-COMMENTS, ORDERS, REVENUE = OWN.declarations
+COMMENTS, ORDERS, REVENUE, _ = OWN.declarations
 ORDERS_WATCH = OWN.watch_of("orders")
 COMMENTS_WATCH = OWN.watch_of("comments")
 # A trigger's event reaches the rollup within seconds; the first event also starts a worker.

@@ -148,3 +148,47 @@ def test_only_admins_read_and_write_orders(
     assert status("GET", f"orders/rules-{suffix}", admin_user.id_token) == 200
     assert status("DELETE", f"orders/rules-{suffix}", plain_user.id_token) == 403
     assert status("DELETE", f"orders/rules-{suffix}", admin_user.id_token) == 200
+
+
+def increment(shard: str, token: str | None, by: int | float, field: str = "visits",
+              value: dict[str, object] | None = None) -> int:
+    """An extension client's write: a merge of `{field: increment(by)}` into the shard (as the
+    SDKs send it: an update with an empty mask and a field transform), or of `value`."""
+    name = f"{BASE.split('/v1/', 1)[1]}/{shard}"
+    amount = {"integerValue": str(by)} if isinstance(by, int) else {"doubleValue": by}
+    write: dict[str, object] = {"update": {"name": name, "fields": value or {}},
+                                "updateMask": {"fieldPaths": list(value or {})}}
+    if value is None:
+        write["updateTransforms"] = [{"fieldPath": field, "increment": amount}]
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    reply = requests.post(f"{BASE.rsplit('/documents', 1)[0]}/documents:commit", headers=headers,
+                          json={"writes": [write]}, timeout=10)
+    return reply.status_code
+
+
+def test_extension_clients_write_only_their_shards_field_by_the_declared_bound(
+    plain_user: User, admin_user: User, suffix: str
+) -> None:
+    """A signed-in user increments the `visits` of a shard by -1..1, as the extension's SDKs do;
+    a larger change, another field, a float, a partial's id, a long id, a delete, a write of the
+    page itself, or any write signed out, is refused. Everyone reads the page and its shards."""
+    me = plain_user.id_token
+    shards = f"pages/rules-{suffix}/_counter_shards_"
+    mine = f"{shards}/0b8f6c2e-3a1d-4e5f-9a7b-1c2d3e4f5a6b"
+    assert increment(mine, me, 1) == 200
+    assert increment(mine, me, -1) == 200
+    assert increment(mine, me, 1) == 200
+    assert increment(mine, me, 2) == 403
+    assert increment(mine, me, -2) == 403
+    assert increment(mine, me, 0.5) == 403
+    assert increment(mine, me, 1, field="likes") == 403
+    assert increment(mine, me, 1, value={"visits": {"integerValue": "500"}}) == 403
+    assert increment(mine, None, 1) == 403
+    assert increment(f"{shards}/\tabcd", me, 1) == 403  # a partial's id starts with a tab
+    assert increment(f"{shards}/{'a' * 65}", me, 1) == 403
+    assert increment(f"{shards}/{'a' * 64}", me, 1) == 200
+    assert status("DELETE", mine, me) == 403
+    assert status("GET", mine, None) == 200
+    assert status("GET", f"pages/rules-{suffix}", None) in (200, 404)
+    assert status("PATCH", f"pages/rules-{suffix}", me, fields(visits=100)) == 403
+    assert status("PATCH", f"pages/rules-{suffix}", admin_user.id_token, fields(visits=1)) == 200

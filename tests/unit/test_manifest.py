@@ -125,8 +125,8 @@ def test_collection_triggers_watch_the_declared_documents() -> None:
         assert trigger["eventType"] == "google.cloud.firestore.document.v1.written"
         assert trigger["eventFilterPathPatterns"] == {"document": watch.documents}
         assert trigger["eventFilters"]["database"] == "(default)"
-    assert {w.function_name for w in OWN.watches} == {"count_orders",
-                                                               "count_posts_comments"}
+    assert {w.function_name for w in OWN.watches} == {
+        "count_orders", "count_posts_comments", "count_pages", "count_pages_counter_shards"}
 
 
 @pytest.mark.parametrize("name", TICKS)

@@ -99,7 +99,8 @@ def backends(root: Path) -> list[Path]:
 
 
 for command in (counters.create, counters.inc, counters.get, counters.reset, watch.watch,
-                trends.track, trends.top, sequences.seq, collections.backfill, claims.claims,
+                trends.track, trends.top, sequences.seq, collections.backfill,
+                collections.extension_rules, claims.claims,
                 status.status, status.partitions_command, status.audit_command, load.load,
                 doctor.doctor, install.init, install.remove, install.emulator_rules):
     cli.add_command(command)

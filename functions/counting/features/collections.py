@@ -105,6 +105,79 @@ def summable(value: Any) -> int | None:
     return None
 
 
+# The Distributed Counter extension's layout (docs/architecture.md, "Extension counters"): its
+# clients write `{doc}/SHARDS/{id}`; its workers left partials (ids starting with a tab) whose
+# `_updates_` list `{_id_, _data_}` entries.
+SHARDS = "_counter_shards_"
+SHARD_WILDCARD = "_shard_"
+PARTIAL_PREFIX = "\t"
+UPDATES, UPDATE_ID, UPDATE_DATA = "_updates_", "_id_", "_data_"
+# An extension field's value is counted while it is an integer this large at most (JavaScript's
+# exact integers: the extension's clients are JavaScript, Java, Swift and Dart).
+MAX_EXTENSION_AMOUNT = 2**53 - 1
+MAX_PARTIAL_UPDATES = 10_000  # of one partial's `_updates_` (a document holds at most 1 MiB)
+_FIELD_SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+MAX_FIELD_SEGMENTS = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class Extension:
+    """How an extension counter is kept: `field` (a dotted path) of the documents, of their
+    shards and of their partials' updates; `by`, the change a client's write may make to a
+    shard's field (the generated rules refuse any other)."""
+
+    field: str
+    by: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        segments = self.field.split(".")
+        if len(segments) > MAX_FIELD_SEGMENTS or not all(
+                _FIELD_SEGMENT.fullmatch(s) for s in segments) or segments[0] == UPDATES:
+            raise InvalidArgument(f"extension field {self.field!r}: at most {MAX_FIELD_SEGMENTS} "
+                                  "dot-separated names of A-Z a-z 0-9 _, not starting with a digit")
+        low, high = self.by
+        bound = config.MAX_ABS_BY
+        if not (type(low) is int and type(high) is int
+                and -bound <= low <= high <= bound and (low, high) != (0, 0)):
+            raise InvalidArgument(f"extension field {self.field!r}: by must be two integers "
+                                  f"low <= high within +-{config.MAX_ABS_BY}, not both 0")
+
+    @property
+    def path(self) -> list[str]:
+        return self.field.split(".")
+
+    def value(self, data: Any) -> int:
+        """The field's amount in one map (a document's data, a partial update's `_data_`): an
+        integer within MAX_EXTENSION_AMOUNT, else 0 (a float, a string, missing: not counted)."""
+        for segment in self.path:
+            if not isinstance(data, dict):
+                return 0
+            data = data.get(segment)
+        return data if type(data) is int and abs(data) <= MAX_EXTENSION_AMOUNT else 0
+
+    def amount(self, data: Mapping[str, Any], *, partial: bool) -> int:
+        """What one document of the layout holds: a shard's (or the counter document's) field,
+        or the sum of a partial's updates."""
+        if not partial:
+            return self.value(data)
+        updates = data.get(UPDATES)
+        if not isinstance(updates, list):
+            return 0
+        return sum(self.value(update.get(UPDATE_DATA)) for update in updates[:MAX_PARTIAL_UPDATES]
+                   if isinstance(update, dict))
+
+    def nested(self, value: Any) -> dict[str, Any]:
+        """`{a: {b: value}}` for the field `a.b`: a merge that writes only this field."""
+        nested: dict[str, Any] = {self.path[-1]: value}
+        for segment in reversed(self.path[:-1]):
+            nested = {segment: nested}
+        return nested
+
+
+def is_partial(shard_id: str) -> bool:
+    return shard_id.startswith(PARTIAL_PREFIX)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Declaration:
     """One collection counter: `counter` is the template of its ids (`name:{placeholder}`),
@@ -117,6 +190,9 @@ class Declaration:
     documents: str
     group_by: str | None = None
     sum: str | None = None
+    # An extension counter's field and bound: the counter is the field of each document plus
+    # that of its shards and partials (`counting.features.extension`).
+    extension: Extension | None = None
     # The rate (writes/s) a new counter of this declaration is sized for. A group_by counter
     # takes the writes of every document in its group (all new orders go to orders:pending), so
     # it starts larger; the rollup then sizes every counter to its measured load.
@@ -147,6 +223,19 @@ class Declaration:
         if self.group_by is not None and self.group_by != self.placeholder:
             raise InvalidArgument(f"declaration {self.counter!r}: group_by must be the "
                                   "placeholder's name")
+        if self.extension is not None and (
+                self.group_by is not None or self.sum is not None
+                or segments[-1] != f"{{{self.placeholder}}}" or SHARDS in segments[::2]):
+            raise InvalidArgument(f"declaration {self.counter!r}: an extension counter is one per "
+                                  "document: its placeholder is the documents' own id, with no "
+                                  f"group_by or sum, and no {SHARDS} in the path")
+
+    @property
+    def patterns(self) -> list[str]:
+        """The path patterns it watches: its documents, and an extension counter's shards."""
+        if self.extension is None:
+            return [self.documents]
+        return [self.documents, f"{self.documents}/{SHARDS}/{{{SHARD_WILDCARD}}}"]
 
     @property
     def name(self) -> str:
@@ -164,6 +253,10 @@ class Declaration:
         """What this declaration counts for one state of a document (`data` None: absent)."""
         if data is None:
             return {}
+        if self.extension is not None:
+            shard = params.get(SHARD_WILDCARD)
+            return {self.counter_id(params[self.placeholder]): self.extension.amount(
+                data, partial=shard is not None and is_partial(shard))}
         value = data.get(self.group_by) if self.group_by is not None else params[self.placeholder]
         if not isinstance(value, str):
             return {}
@@ -205,8 +298,15 @@ class Watch:
 
     @property
     def function_name(self) -> str:
-        """The trigger's name: `count_` and the pattern's collection ids."""
-        return "count_" + "_".join(self.documents.split("/")[::2])
+        """The trigger's name: `count_` and the pattern's collection ids, each without the
+        underscores it begins or ends with (`_counter_shards_`: a deployed service's name may not
+        end in one)."""
+        return "count_" + "_".join(part.strip("_") for part in self.documents.split("/")[::2])
+
+    @property
+    def extension_shards(self) -> bool:
+        """It watches the shards (and partials) of extension counters."""
+        return self.documents.endswith(f"/{SHARDS}/{{{SHARD_WILDCARD}}}")
 
 
 def watches(declarations: Iterable[Declaration]) -> list[Watch]:
@@ -217,7 +317,8 @@ def watches(declarations: Iterable[Declaration]) -> list[Watch]:
         if declaration.name in names:
             raise InvalidArgument(f"declaration {declaration.counter!r}: name taken twice")
         names.add(declaration.name)
-        grouped[declaration.documents].append(declaration)
+        for pattern in declaration.patterns:
+            grouped[pattern].append(declaration)
     found = [Watch(documents=d, declarations=tuple(group)) for d, group in grouped.items()]
     functions = [w.function_name for w in found]
     if len(set(functions)) != len(functions):
@@ -452,6 +553,8 @@ class Backfilled:
     removed: int = 0  # documents gone whose deletion no event had applied
     deltas: dict[str, int] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # path -> why it was not applied
+    # Of an extension counter's shards: the documents whose shards or partials it read.
+    parents: set[str] = field(default_factory=set)
 
 
 def watched_documents(
@@ -532,6 +635,8 @@ def backfill(counting: Counting, declarations: Iterable[str] | None = None,
                         continue
                     if not removal:
                         done.documents += 1
+                        if counting.watch.extension_shards:
+                            done.parents.add(path.rsplit("/", 2)[0])
                     if outcome is None or outcome.committed_at is None:
                         continue
                     if removal:

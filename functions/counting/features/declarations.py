@@ -1,10 +1,11 @@
 """The app's collection counters, declared in `declarations.json` beside main.py (docs/api.md,
-"Collection counters"): a list of `{"counter", "documents", "group_by"?, "sum"?,
-"expected_rate"?}`. Each path pattern gets one Firestore trigger, `count_` and its collection ids
-(`counting.features.collections.Watch`), which the deploy picks up from main.py: adding a
+"Collection counters" and "Extension counters"): a list of `{"counter", "documents",
+"group_by"?, "sum"?, "expected_rate"?, "extension"?}`. Each path pattern gets one Firestore
+trigger, `count_` and its collection ids (`counting.features.collections.Watch`; an extension
+counter watches its documents' shards too), which the deploy picks up from main.py: adding a
 counter is adding a declaration and deploying. This repository's file declares the demo's
-counters (comments per post, orders and revenue per status); an install starts with none
-(docs/adopt.md)."""
+counters (comments per post, orders and revenue per status, visits per page); an install starts
+with none (docs/adopt.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from counting.features.collections import Declaration, Watch, watches
+from counting.features.collections import Declaration, Extension, Watch, watches
 from counting.foundation.config import Placement
 from counting.foundation.errors import FailedPrecondition, InvalidArgument, NotFound
 
@@ -27,7 +28,7 @@ CODEBASE = Path(__file__).resolve().parents[2]
 # Each pattern is a deployed function: a bound on what one file may ask for.
 MAX_DECLARATIONS = 50
 MAX_FILE_BYTES = 64 * 1024
-_FIELDS = {"counter", "documents", "group_by", "sum", "expected_rate"}
+_FIELDS = {"counter", "documents", "group_by", "sum", "expected_rate", "extension"}
 
 
 def parse(text: str, placement: Placement,
@@ -47,17 +48,31 @@ def parse(text: str, placement: Placement,
     for number, entry in enumerate(raw, 1):
         if not isinstance(entry, dict) or not {"counter", "documents"} <= entry.keys() <= _FIELDS:
             raise InvalidArgument(f"{origin}: entry {number} must be an object with counter and "
-                                  "documents, and optionally group_by, sum, expected_rate")
-        strings = {k: v for k, v in entry.items() if k != "expected_rate"}
+                                  "documents, and optionally group_by, sum, expected_rate, "
+                                  "extension")
+        strings = {k: v for k, v in entry.items() if k not in ("expected_rate", "extension")}
         rate = entry.get("expected_rate")
         if not all(isinstance(v, str) for v in strings.values()) or not (
                 rate is None or (type(rate) in (int, float) and 0 < rate <= 1_000_000)):
             raise InvalidArgument(f"{origin}: entry {number}: counter, documents, group_by and "
                                   "sum are strings, expected_rate a number in (0, 1e6]")
-        found.append(Declaration(**entry))
+        found.append(Declaration(**{**entry, "extension": extension_of(
+            entry.get("extension"), f"{origin}: entry {number}")}))
     for watch in watches(found):  # names and trigger names unique
         check_watchable(watch, placement, origin)
     return tuple(found)
+
+
+def extension_of(raw: Any, where: str) -> Extension | None:
+    """An entry's `extension`: `{"field": "visits", "by": [-1, 1]}`, or absent."""
+    if raw is None:
+        return None
+    by = raw.get("by") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or raw.keys() != {"field", "by"} or not isinstance(
+            raw["field"], str) or not isinstance(by, list) or len(by) != 2:
+        raise InvalidArgument(f"{where}: extension must be {{\"field\": a dotted path, "
+                              "\"by\": [low, high]}")
+    return Extension(field=raw["field"], by=(by[0], by[1]))
 
 
 # A deployed function's id (firebase-tools): a letter, then letters, digits, _ and -.
@@ -111,13 +126,24 @@ class Declared:
         return next((d.name for d in self.declarations if counter.startswith(d.owns)), None)
 
     def watch_of(self, name: str) -> Watch:
-        """The watch that holds the declaration `name`, or whose trigger is named `name`."""
-        for watch in self.watches:
-            if name == watch.function_name or any(d.name == name for d in watch.declarations):
-                return watch
+        """The (first) watch that holds the declaration `name` (or its counter template), or
+        whose trigger is named `name`."""
+        return self.watches_of(name)[0]
+
+    def watches_of(self, name: str) -> list[Watch]:
+        """Every watch that holds the declaration `name` (or its counter template: an extension
+        counter's are two, its documents' and their shards'), or whose trigger is `name`."""
+        found = [watch for watch in self.watches if name == watch.function_name or any(
+            name in (d.name, d.counter) for d in watch.declarations)]
+        if found:
+            return found
         known = sorted({d.name for d in self.declarations}
                        | {w.function_name for w in self.watches})
         raise NotFound(f"no declaration {name!r}; declared: {', '.join(known) or 'none'}")
+
+    def declaration(self, name: str) -> Declaration | None:
+        """The declaration named `name` (or with that counter template), if any."""
+        return next((d for d in self.declarations if name in (d.name, d.counter)), None)
 
     def check_plain(self, counter: str) -> None:
         """A counter created by hand may not take an id a declaration keeps."""

@@ -1,0 +1,180 @@
+"""Extension counters through the real triggers of the Functions emulator: clients speaking the
+Distributed Counter extension's protocol, a layout that held amounts before the declaration, a
+backfill and moves racing them, a redelivered event; the extension's invariant checked at every
+read, and `counters/visits:{page}` at the end.
+
+Each test uses a page of its own in the stack's project, where the triggers and the rollup run.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from counting.features import collections, declarations, extension
+from counting.features.context import Context
+from google.cloud import firestore
+
+from ..waiting import eventually
+from .test_collections import deliver, rollup, strong, triggers_off
+
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+VISITS = next(d for d in OWN.declarations if d.extension is not None)
+PAGES_WATCH, SHARDS_WATCH = OWN.watches_of("visits:{page}")
+FIELD = "visits"
+SETTLED_S = 90.0
+
+
+@dataclass
+class ExtensionClient:
+    """A client as the extension's SDKs are: a shard id of its own (a UUID kept on the device),
+    increments merged into that shard, and a view of the document plus its own shard and the
+    partials named after its id's first characters."""
+
+    db: firestore.Client
+    page: firestore.DocumentReference
+    shard_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def increment_by(self, n: int) -> None:
+        self.page.collection(collections.SHARDS).document(self.shard_id).set(
+            {FIELD: firestore.Increment(n)}, merge=True)
+
+    def view(self) -> int:
+        shards = self.page.collection(collections.SHARDS)
+        ids = [self.shard_id] + ["\t" * n + self.shard_id[:5 - n] for n in range(1, 5)]
+        refs = [self.page] + [shards.document(i) for i in ids]
+        found = 0
+        for snapshot in self.db.get_all(refs):
+            value = (snapshot.to_dict() or {}).get(FIELD) if snapshot.exists else None
+            found += value if isinstance(value, int) else 0
+        return found
+
+
+def extension_total(db: firestore.Client, page: firestore.DocumentReference) -> int:
+    """The extension's sum, read at one instant (the document's read time): the document's
+    field, every shard's, every partial's updates."""
+    params = {"page": page.id}
+    counter = VISITS.counter_id(page.id)
+    document = page.get()
+    total = VISITS.amounts(params, document.to_dict() if document.exists else None).get(counter, 0)
+    for shard in page.collection(collections.SHARDS).stream(read_time=document.read_time):
+        total += VISITS.amounts({**params, collections.SHARD_WILDCARD: shard.id},
+                                shard.to_dict()).get(counter, 0)
+    return total
+
+
+def published(db: firestore.Client, counter: str, expected: int) -> None:
+    """Wait for the counter's rollup and shards to hold `expected` (a failure says what they
+    held)."""
+    seen: list[tuple[int | None, int]] = []
+
+    def settled() -> bool:
+        seen.append((rollup(db, counter), strong(db, counter)))
+        return seen[-1] == (expected, expected)
+
+    try:
+        eventually(settled, timeout_s=SETTLED_S, every_s=0.3)
+    except AssertionError:
+        raise AssertionError(f"{counter}: (rollup, shards) {seen[-1]}, expected {expected}"
+                             ) from None
+
+
+def old_layout(db: firestore.Client, suffix: str) -> firestore.DocumentReference:
+    """A page as the extension left it, written while no trigger ran: 10 in the document, 3 in a
+    shard, 2 in a partial (15)."""
+    page = db.collection("pages").document(f"ext-{suffix}")
+    with triggers_off(db, suffix):
+        page.set({FIELD: 10, "title": "home"})
+        shards = page.collection(collections.SHARDS)
+        shards.document(str(uuid.uuid4())).set({FIELD: 3})
+        shards.document("\tab12").set({collections.UPDATES: [
+            {collections.UPDATE_ID: "u1", collections.UPDATE_DATA: {FIELD: 5}},
+            {collections.UPDATE_ID: "u2", collections.UPDATE_DATA: {FIELD: -3}}]})
+    return page
+
+
+def test_clients_of_the_extension_count_through_a_backfill_and_racing_moves(
+    db: firestore.Client, suffix: str, ctx: Context,
+) -> None:
+    """A page holding 15 in the extension's layout before the declaration; clients keep writing
+    through the extension's protocol while the backfill runs and while other processes move the
+    page's shards (one abandoning its move after reading); at every read document + shards +
+    partials equals what was written, and at the end the rollup and the clients' views do too."""
+    page = old_layout(db, suffix)
+    counter = VISITS.counter_id(page.id)
+    clients = [ExtensionClient(db, page) for _ in range(4)]
+    done = threading.Event()
+    lock = threading.Lock()
+    sent = acked = 0
+    problems: list[str] = []
+
+    def write(client: ExtensionClient) -> None:
+        nonlocal sent, acked
+        while not done.is_set():
+            with lock:
+                sent += 1
+            client.increment_by(1)
+            with lock:
+                acked += 1
+
+    def check() -> None:
+        while not done.is_set():
+            with lock:
+                low = acked
+            found = extension_total(db, page) - 15
+            with lock:
+                high = sent
+            if not low <= found <= high:
+                problems.append(f"document + shards + partials {found}, written {low}..{high}")
+
+    def race_moves() -> None:
+        while not done.is_set():
+            extension.move(ctx.writing, db, page, [VISITS])
+            # A process that read the shards and died before its commit: nothing written.
+            list(page.collection(collections.SHARDS).stream())
+            done.wait(0.3)
+
+    threads = [threading.Thread(target=write, args=(c,)) for c in clients]
+    threads += [threading.Thread(target=check), threading.Thread(target=race_moves)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(2):  # the second backfill counts nothing anew
+            for watch in (PAGES_WATCH, SHARDS_WATCH):
+                collections.backfill(collections.Counting(ctx, db, watch))
+        done.wait(3.0)
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
+    assert problems == []
+    assert sent == acked and sent > 20
+    expected = sent + 15
+    assert extension_total(db, page) == expected
+    published(db, counter, expected)
+    # Every amount reaches the document: each client reads the total.
+    eventually(lambda: all(c.view() == expected for c in clients), timeout_s=SETTLED_S,
+               every_s=0.3)
+
+
+def test_a_redelivered_shard_event_counts_once_and_a_lone_write_is_moved(
+    db: firestore.Client, suffix: str,
+) -> None:
+    """A shard write is counted and moved into the document within seconds (its client reads
+    the total); the same event delivered again changes nothing."""
+    page = db.collection("pages").document(f"ext1-{suffix}")
+    counter = VISITS.counter_id(page.id)
+    writer, reader = ExtensionClient(db, page), ExtensionClient(db, page)
+    for _ in range(3):
+        writer.increment_by(1)
+    writer.increment_by(-1)
+    published(db, counter, 2)
+    eventually(lambda: reader.view() == 2, timeout_s=SETTLED_S, every_s=0.2)
+    shard = page.collection(collections.SHARDS).document(writer.shard_id)
+    phantom = f"{shard.path}-phantom"  # delivered directly: no write behind it
+    for _ in range(3):
+        deliver(f"e-{suffix}", phantom, None, ({FIELD: 5}, 10**18),
+                function=SHARDS_WATCH.function_name)
+    eventually(lambda: strong(db, counter) == 7, timeout_s=SETTLED_S, every_s=0.2)
+    assert extension_total(db, page) == 2  # a phantom has no document to move

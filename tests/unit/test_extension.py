@@ -1,0 +1,293 @@
+"""Extension counters' logic: the declaration and its bounds, what each document of the
+extension's layout holds, the generated rules, one process's moves, and a move over the
+simulation's model of Firestore (late, resent, beside a client's write)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from counting.features import declarations, extension
+from counting.features.collections import (
+    MAX_EXTENSION_AMOUNT,
+    MAX_PARTIAL_UPDATES,
+    Declaration,
+    Extension,
+)
+from counting.foundation import config
+from counting.foundation.config import Placement
+from counting.foundation.errors import InvalidArgument
+from google.cloud import firestore
+
+from tests.sim.faults import Fate
+from tests.sim.test_late_landings import Late, lost_in_flight
+
+ROOT = Path(__file__).resolve().parents[2]
+EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
+VISITS = next(d for d in OWN.declarations if d.extension is not None)
+PAGE = {"page": "p1"}
+SHARD = {"page": "p1", "_shard_": "4f1c"}
+PARTIAL = {"page": "p1", "_shard_": "\t4f1"}
+
+
+def visits(params: dict[str, str], data: dict[str, Any] | None) -> int:
+    return VISITS.amounts(params, data).get("visits:p1", 0)
+
+
+def test_the_demo_declares_visits_over_pages() -> None:
+    assert VISITS.counter == "visits:{page}"
+    assert VISITS.patterns == ["pages/{page}", "pages/{page}/_counter_shards_/{_shard_}"]
+    assert VISITS.extension == Extension(field="visits", by=(-1, 1))
+
+
+def test_a_document_a_shard_and_a_partial_each_hold_their_part_of_the_total() -> None:
+    assert visits(PAGE, {"visits": 10, "title": "home"}) == 10
+    assert visits(SHARD, {"visits": 3}) == 3
+    assert visits(PARTIAL, {"_updates_": [{"_id_": "a", "_data_": {"visits": 5}},
+                                          {"_id_": "b", "_data_": {"visits": -3, "x": 1}}]}) == 2
+    # What is not an integer the counters can hold counts nothing (the rules refuse it).
+    for odd in (1.5, "3", True, None, [1], {"n": 1}, MAX_EXTENSION_AMOUNT + 1):
+        assert visits(SHARD, {"visits": odd}) == 0, odd
+    assert visits(SHARD, {"visits": MAX_EXTENSION_AMOUNT}) == MAX_EXTENSION_AMOUNT
+    assert visits(SHARD, None) == 0
+    assert visits(PARTIAL, {"_updates_": "x"}) == 0
+    assert visits(PARTIAL, {"visits": 4}) == 0  # a partial's amounts are its updates'
+    many = [{"_id_": str(n), "_data_": {"visits": 1}} for n in range(MAX_PARTIAL_UPDATES + 5)]
+    assert visits(PARTIAL, {"_updates_": many}) == MAX_PARTIAL_UPDATES
+
+
+def test_a_dotted_field_is_read_inside_maps() -> None:
+    nested = Declaration(counter="likes:{post}", documents="posts/{post}",
+                         extension=Extension(field="stats.likes", by=(0, 1)))
+    params = {"post": "p", "_shard_": "s"}
+    assert nested.amounts(params, {"stats": {"likes": 4, "other": 1}}) == {"likes:p": 4}
+    assert nested.amounts(params, {"stats": 4}) == {"likes:p": 0}
+    assert nested.extension is not None
+    assert nested.extension.nested(7) == {"stats": {"likes": 7}}
+
+
+@pytest.mark.parametrize(("field", "by"), [
+    ("", (0, 1)), ("a..b", (0, 1)), ("1a", (0, 1)), ("_updates_", (0, 1)), ("a-b", (0, 1)),
+    (".".join("a" * 9), (0, 1)), ("a" * 65, (0, 1)),
+    ("v", (1, 0)), ("v", (0, 0)), ("v", (0, config.MAX_ABS_BY + 1)),
+    ("v", (-config.MAX_ABS_BY - 1, 0)), ("v", (0.5, 1)), ("v", (True, 1)),
+])
+def test_an_extension_out_of_bounds_is_refused(field: str, by: tuple[Any, Any]) -> None:
+    with pytest.raises(InvalidArgument):
+        Extension(field=field, by=by)
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    Extension(field=".".join("a" * 8), by=(-config.MAX_ABS_BY, config.MAX_ABS_BY))
+    Extension(field="a" * 64, by=(0, 1))
+
+
+@pytest.mark.parametrize("fields", [
+    {"counter": "visits:{page}", "documents": "pages/{page}", "sum": "n"},
+    {"counter": "visits:{status}", "documents": "pages/{page}", "group_by": "status"},
+    {"counter": "visits:{site}", "documents": "sites/{site}/pages/{page}"},
+    {"counter": "visits:{page}", "documents": "a/{x}/_counter_shards_/{page}"},
+])
+def test_an_extension_counter_is_one_per_document(fields: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument, match="extension"):
+        Declaration(**fields, extension=Extension(field="visits", by=(0, 1)))
+
+
+@pytest.mark.parametrize("raw", [
+    {"field": "visits"}, {"field": "visits", "by": [0]}, {"field": 3, "by": [0, 1]},
+    {"field": "visits", "by": [0, 1], "more": 1}, [0, 1], "visits",
+])
+def test_the_file_refuses_a_malformed_extension(raw: Any) -> None:
+    entry = {"counter": "visits:{page}", "documents": "pages/{page}", "extension": raw}
+    with pytest.raises(InvalidArgument, match="entry 1"):
+        declarations.parse(json.dumps([entry]), Placement())
+
+
+def test_the_rules_file_holds_the_generated_rules() -> None:
+    """firestore.rules holds what `counters extension-rules` prints for declarations.json."""
+    text = (ROOT / "firestore.rules").read_text()
+    block = extension.rules(OWN.declarations)
+    assert block in text
+    assert text.count(extension.RULES_BEGIN) == 1
+
+
+def test_the_rules_check_every_declared_field_and_level() -> None:
+    two = [Declaration(counter="likes:{post}", documents="posts/{post}",
+                       extension=Extension(field="stats.likes", by=(0, 1))),
+           Declaration(counter="views:{post}", documents="posts/{post}",
+                       extension=Extension(field="views", by=(1, 5)))]
+    text = extension.rules(two)
+    assert "match /posts/{post}/_counter_shards_/{extensionShard}" in text
+    assert "request.resource.data.keys().hasOnly(['stats', 'views'])" in text
+    assert "request.resource.data.get(['stats'], {}).keys().hasOnly(['likes'])" in text
+    assert "extensionField(['stats', 'likes'], 0, 1)" in text
+    assert "extensionField(['views'], 1, 5)" in text
+    assert "function extensionField" not in extension.rules([])
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self.lock:
+            self.now += seconds
+
+
+def test_a_process_moves_a_document_at_most_once_a_second() -> None:
+    time = FakeTime()
+    moves: list[tuple[str, float]] = []
+
+    def do(path: str) -> extension.Moved:
+        moves.append((path, time.now))
+        return extension.Moved(read_at=EPOCH + dt.timedelta(seconds=time.now))
+
+    movers = extension.Movers(do, monotonic=time.monotonic, sleep=time.sleep)
+    movers.after_write("pages/a")
+    movers.after_write("pages/a")  # waits for the next second
+    movers.after_write("pages/b")  # another document does not wait
+    assert moves == [("pages/a", 100.0), ("pages/a", 101.0), ("pages/b", 101.0)]
+    # A write that a move of this process read already: nothing to wait for.
+    movers.after_write("pages/a", EPOCH + dt.timedelta(seconds=100.5))
+    assert len(moves) == 3
+    movers.after_write("pages/a", EPOCH + dt.timedelta(seconds=101.5))
+    assert moves[3:] == [("pages/a", 102.0)]
+
+
+def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
+    """A caller arriving while a move reads waits for a move that begins after it; callers
+    arriving together share that one."""
+    started, release = threading.Event(), threading.Event()
+    moves: list[int] = []
+
+    def do(path: str) -> extension.Moved:
+        moves.append(len(moves))
+        if len(moves) == 1:
+            started.set()
+            release.wait(5)
+        return extension.Moved()
+
+    movers = extension.Movers(do, sleep=lambda s: None)
+    first = threading.Thread(target=movers.after_write, args=("pages/a",))
+    first.start()
+    started.wait(5)
+    later = [threading.Thread(target=movers.after_write, args=("pages/a",)) for _ in range(5)]
+    for thread in later:
+        thread.start()
+    release.set()
+    for thread in [first, *later]:
+        thread.join(5)
+    assert moves == [0, 1]
+
+
+def test_a_failed_move_is_logged_and_the_next_caller_moves_again() -> None:
+    calls: list[str] = []
+
+    def do(path: str) -> extension.Moved:
+        calls.append(path)
+        if len(calls) == 1:
+            raise RuntimeError("unavailable")
+        return extension.Moved()
+
+    movers = extension.Movers(do, sleep=lambda s: None)
+    movers.after_write("pages/a")
+    movers.after_write("pages/a")
+    assert calls == ["pages/a", "pages/a"]
+
+
+# --- A move over the simulation's model ----------------------------------------------------------
+
+
+def layout(late: Late) -> firestore.DocumentReference:
+    """A page holding 10, a quiet shard 3, a busy shard 4 and a partial 2 (19 in all), and a
+    shard of another counter."""
+    page = late.db.collection("pages").document("p1")
+    page.set({"visits": 10, "title": "home"})
+    shards = page.collection("_counter_shards_")
+    shards.document("quiet").set({"visits": 3})
+    shards.document("\tqui").set({"_updates_": [{"_id_": "u1", "_data_": {"visits": 2}}]})
+    shards.document("other").set({"visits": 0, "likes": 5})  # another counter's: untouched
+    late.at(10)
+    shards.document("busy").set({"visits": 4})
+    return page
+
+
+def total(page: firestore.DocumentReference) -> int:
+    found = visits(PAGE, page.get().to_dict())
+    for shard in page.collection("_counter_shards_").stream():
+        found += visits({"page": "p1", "_shard_": shard.id}, shard.to_dict())
+    return found
+
+
+def fields(page: firestore.DocumentReference) -> dict[str, Any]:
+    return {s.id: s.to_dict() for s in page.collection("_counter_shards_").stream()}
+
+
+def test_a_move_takes_every_amount_into_the_document_and_keeps_the_total() -> None:
+    late = Late()
+    page = layout(late)
+    late.at(10.5)
+    done = extension.move(late.ctx.writing, late.db, page, [VISITS])
+    late.at(11)
+    assert (done.shards, done.deleted, done.amounts) == (3, 2, {"visits": 9})
+    assert page.get().to_dict() == {"visits": 19, "title": "home"}
+    left = fields(page)
+    assert left["busy"] == {"visits": 0}  # written 0.5 s ago: zeroed, not deleted
+    assert left["other"] == {"visits": 0, "likes": 5}
+    assert "quiet" not in left and "\tqui" not in left
+    assert total(page) == 19
+    assert extension.move(late.ctx.writing, late.db, page, [VISITS]).shards == 0
+
+
+def test_a_client_write_between_the_read_and_the_commit_is_kept() -> None:
+    """The quiet shard is written after the move read it and before its commit lands: the
+    delete's precondition fails the commit, the move is made again zeroing instead, and the new
+    amount is moved too."""
+    late = Late()
+    page = layout(late)
+    late.at(12.5)
+    quiet = page.collection("_counter_shards_").document("quiet")
+    late.sim.spawn("client", lambda: quiet.update({"visits": firestore.Increment(1)}),
+                   after_s=0.1)
+    done = late.run(lambda: extension.move(late.ctx.writing, late.db, page, [VISITS]),
+                    Fate(delay_us=500_000))
+    late.at(14)
+    assert isinstance(done, extension.Moved)
+    assert (done.deleted, done.amounts) == (0, {"visits": 10})
+    assert fields(page)["quiet"] == {"visits": 0}
+    assert (page.get().to_dict() or {})["visits"] == 20
+    assert total(page) == 20
+
+
+@pytest.mark.parametrize("lands_s", [20.0, 200.0])
+def test_a_move_lost_in_flight_lands_late_and_the_total_still_holds(lands_s: float) -> None:
+    """A move whose answer is lost lands late (after clients wrote again and another move ran):
+    the total is every amount written, once (its guarded deletes fail, and with them all of
+    it)."""
+    late = Late()
+    page = layout(late)
+    late.at(12.5)
+    outcome = late.run(lambda: extension.move(late.ctx.writing, late.db, page, [VISITS]),
+                       lost_in_flight(lands_s))
+    assert isinstance(outcome, BaseException)  # sent once: its caller cannot tell
+    shards = page.collection("_counter_shards_")
+    shards.document("busy").set({"visits": firestore.Increment(1)}, merge=True)
+    shards.document("new").set({"visits": 1})
+    late.at(13 + 3)
+    extension.move(late.ctx.writing, late.db, page, [VISITS])
+    late.at(lands_s + 60)
+    assert late.flying() == []
+    assert total(page) == 21
+    assert (page.get().to_dict() or {})["visits"] == 21
+    extension.move(late.ctx.writing, late.db, page, [VISITS])
+    late.at(lands_s + 70)
+    assert total(page) == 21
