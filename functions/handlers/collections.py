@@ -1,7 +1,7 @@
 """The collection counters' Firestore triggers: one per watched path pattern, generated from
 `counting.features.declarations` (docs/architecture.md, "Collection counters"). An extension
-counter's shards trigger also moves their amounts into the document (`counting.features.
-extension`), after counting them.
+counter's shards get a trigger of their own, on each shard's creation, that moves the shards'
+amounts into their document and the counter (`counting.features.extension`).
 
 Each runs with the callables' global options (main.py: one vCPU, 80 events at once; an event is
 two Firestore round trips). Delivery is at least once, and the document's record makes a
@@ -33,6 +33,7 @@ from google.events.cloud.firestore import DocumentEventData
 from handlers import context, db, declared, placement, watched_db
 
 Event: TypeAlias = "firestore_fn.Event[Change[DocumentSnapshot[Any] | None]]"
+CreatedEvent: TypeAlias = "firestore_fn.Event[DocumentSnapshot[Any] | None]"
 log = logging.getLogger(__name__)
 
 
@@ -89,37 +90,37 @@ def exact_document(raw: CloudEvent) -> None:
 @functools.cache
 def movers(watch: Watch) -> extension.Movers:
     """The instance's moves of the extension counters' shards into their documents."""
-    source = watched_db()
-    return extension.Movers(lambda path: extension.move_all(
-        context().writing, source, source.document(path), watch.declarations))
+    return extension.Movers(lambda path, written: extension.move_until_clear(
+        context(), db(), db().document(path), watch.declarations, written=written))
 
 
-def move_after(watch: Watch, event: Event) -> None:
-    """After a shard or partial of an extension counter changed to hold an amount: move it (and
-    its siblings) into the document, once a move of this instance reads it."""
-    after = event.data.after
-    if after is None or not after.exists:
-        return  # deleted (by a move): nothing left in it
-    params = collections.match(watch.documents, after.reference.path)
-    data = after.to_dict() or {}
-    if params is None or not any(
-            amount for d in watch.declarations for amount in d.amounts(params, data).values()):
-        return  # zeroed (by a move), or not a counted amount
-    movers(watch).after_write(after.reference.path.rsplit("/", 2)[0], after.update_time)
+def move_created(watch: Watch, event: CreatedEvent) -> None:
+    """A shard (or partial) of an extension counter was created: move it (and its siblings)
+    into the document and the counters, once a move of this instance takes it."""
+    shard = event.data
+    if shard is None or not shard.exists or shard.reference.parent.parent is None:
+        return
+    written = extension.Written(ref=shard.reference, data=shard.to_dict() or {},
+                                update_time=shard.update_time)
+    movers(watch).after_write(shard.reference.parent.parent.path, written)
 
 
 def trigger(watch: Watch) -> Callable[[CloudEvent], None]:
-    def handler(event: Event) -> None:
-        count_event(watch, event)
-        if watch.extension_shards:
-            move_after(watch, event)
+    if watch.extension_shards:
+        def created(event: CreatedEvent) -> None:
+            move_created(watch, event)
 
-    handler.__name__ = handler.__qualname__ = watch.function_name
-    # The SDK types its entry as the handler; what it deploys takes the raw CloudEvent.
-    sdk_entry = cast(Callable[[CloudEvent], None],
-                     firestore_fn.on_document_written(
-                         document=watch.documents,
-                         database=placement().watched_database)(handler))
+        created.__name__ = created.__qualname__ = watch.function_name
+        sdk_entry = cast(Callable[[CloudEvent], None], firestore_fn.on_document_created(
+            document=watch.documents, database=placement().watched_database)(created))
+    else:
+        def handler(event: Event) -> None:
+            count_event(watch, event)
+
+        handler.__name__ = handler.__qualname__ = watch.function_name
+        # The SDK types its entry as the handler; what it deploys takes the raw CloudEvent.
+        sdk_entry = cast(Callable[[CloudEvent], None], firestore_fn.on_document_written(
+            document=watch.documents, database=placement().watched_database)(handler))
 
     @functools.wraps(sdk_entry)  # keeps the SDK's endpoint description for the deploy
     def entry(raw: CloudEvent) -> None:

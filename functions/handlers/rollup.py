@@ -8,8 +8,8 @@
   and is delivered again. A partition index beyond P costs nothing: nothing enqueues to it.
 - `rollup`, scheduled by Cloud Scheduler every minute: the backstop, and the housekeeping of a
   rollup nobody writes to, for every partition; then the sequence numbers no commit carried into
-  their records (`counting.features.sequences.record_issued`) and a run of the exactness audit
-  (`counting.rollup.audit`).
+  their records (`counting.features.sequences.record_issued`), a run of the exactness audit
+  (`counting.rollup.audit`) and the extension counters' sweep (`counting.features.extension`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import os
 from collections.abc import Callable
 from typing import cast
 
-from counting.features import sequences
+from counting.features import extension, sequences
 from counting.foundation import config
 from counting.rollup import audit, cadence
 from counting.writepath import partitions
 from counting.writepath.partitions import Part
 from firebase_functions import options, scheduler_fn, tasks_fn
 
-from handlers import Request, context, db, placement
+from handlers import Request, context, db, declared, placement
 from handlers.task_queues import RUNTIME_SERVICE_ACCOUNT, task_queue_invoker
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,10 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
         try:
             sequences.record_issued(db(), placement().names, dt.datetime.now(dt.UTC))
         finally:
-            audit.run(context().writing, db())
+            try:
+                audit.run(context().writing, db())
+            finally:
+                extension.sweep(context(), db(), declared().declarations)
 
 
 def tick_function(index: int) -> Callable[[Request], None]:

@@ -278,19 +278,21 @@ def test_backfill_counts_documents_once_and_refuses_direct_writes(
 def test_backfill_of_an_extension_counter_counts_and_moves_its_layout(
     db: firestore.Client, suffix: str,
 ) -> None:
-    """`backfill visits:{page}` reads the pages and their shards (both of its watches), counts
-    nothing twice and moves the shards it found; `extension-rules` prints what firestore.rules
-    holds."""
+    """`backfill visits:{page}` adds to the counter what a page's field holds beyond it (written
+    there directly, as before the declaration), once; `extension-rules` prints what
+    firestore.rules holds."""
     page = db.collection("pages").document(f"cli-{suffix}")
     page.collection("_counter_shards_").document("a1").set({"visits": 2})
     counter = f"visits:cli-{suffix}"
     eventually(lambda: counter_refs.counter_ref(db, NAMES, counter).get().exists
-               and counters.get_count(db, NAMES, counter, "strong").count == 2, timeout_s=60.0)
+               and counters.get_count(db, NAMES, counter, "strong").count == 2
+               and (page.get().to_dict() or {}).get("visits") == 2, timeout_s=60.0)
+    page.update({"visits": firestore.Increment(5)})
     found = run_json("backfill", "visits:{page}")
     assert found["declarations"] == ["visits"] and found["documents"] >= 1
-    assert counter not in found["deltas"] and found["moved"] >= 1
-    eventually(lambda: (page.get().to_dict() or {}).get("visits") == 2, timeout_s=30.0)
-    assert counters.get_count(db, NAMES, counter, "strong").count == 2
+    assert found["deltas"][counter] == 5 and found["failed"] == {}
+    assert counters.get_count(db, NAMES, counter, "strong").count == 7
+    assert counter not in run_json("backfill", "visits:{page}")["deltas"]
     rules = run("extension-rules").stdout
     assert rules in (ROOT / "firestore.rules").read_text()
     assert "match /pages/{page}/_counter_shards_/{extensionShard}" in rules

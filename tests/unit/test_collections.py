@@ -251,15 +251,14 @@ def test_malformed_declarations_are_refused(fields: dict[str, Any]) -> None:
         Declaration(**fields)
 
 
-def test_the_demo_declarations_make_four_triggers() -> None:
-    """One watch per pattern (an extension counter watches two: its documents and their
-    shards); names are unique and the ids they keep are recognised."""
+def test_the_demo_declarations_make_three_triggers() -> None:
+    """One watch per pattern (an extension counter's: its documents' shards); names are unique
+    and the ids they keep are recognised."""
     assert [(w.function_name, [d.name for d in w.declarations])
             for w in OWN.watches] == [("count_posts_comments", ["comments"]),
                                       ("count_orders", ["orders", "revenue"]),
-                                      ("count_pages", ["visits"]),
                                       ("count_pages_counter_shards", ["visits"])]
-    assert [w.extension_shards for w in OWN.watches] == [False, False, False, True]
+    assert [w.extension_shards for w in OWN.watches] == [False, False, True]
     with pytest.raises(InvalidArgument, match="twice"):
         collections.watches([ORDERS, ORDERS])
     assert OWN.owner("revenue:paid") == "revenue"

@@ -7,8 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, TypeVar, cast
 
 import pytest
 from counting.features import declarations, extension
@@ -19,7 +21,7 @@ from counting.features.collections import (
     Extension,
 )
 from counting.foundation import config
-from counting.foundation.config import Placement
+from counting.foundation.config import Names, Placement
 from counting.foundation.errors import InvalidArgument
 from google.cloud import firestore
 
@@ -28,21 +30,27 @@ from tests.sim.test_late_landings import Late, lost_in_flight
 
 ROOT = Path(__file__).resolve().parents[2]
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+NAMES = Names()
+T = TypeVar("T")
 OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
 VISITS = next(d for d in OWN.declarations if d.extension is not None)
-PAGE = {"page": "p1"}
-SHARD = {"page": "p1", "_shard_": "4f1c"}
-PARTIAL = {"page": "p1", "_shard_": "\t4f1"}
+assert VISITS.extension is not None
+FIELD = VISITS.extension
+PAGE, SHARD, PARTIAL = "page", "shard", "partial"
 
 
-def visits(params: dict[str, str], data: dict[str, Any] | None) -> int:
-    return VISITS.amounts(params, data).get("visits:p1", 0)
+def visits(kind: str, data: dict[str, Any] | None) -> int:
+    """What one document of the layout holds: the page's or a shard's field, a partial's
+    updates."""
+    return FIELD.amount(data or {}, partial=kind == PARTIAL)
 
 
 def test_the_demo_declares_visits_over_pages() -> None:
     assert VISITS.counter == "visits:{page}"
-    assert VISITS.patterns == ["pages/{page}", "pages/{page}/_counter_shards_/{_shard_}"]
+    assert VISITS.shards == "pages/{page}/_counter_shards_/{_shard_}"
     assert VISITS.extension == Extension(field="visits", by=(-1, 1))
+    assert [w.function_name for w in OWN.watches if w.extension_shards] == [
+        "count_pages_counter_shards"]
 
 
 def test_a_document_a_shard_and_a_partial_each_hold_their_part_of_the_total() -> None:
@@ -62,13 +70,11 @@ def test_a_document_a_shard_and_a_partial_each_hold_their_part_of_the_total() ->
 
 
 def test_a_dotted_field_is_read_inside_maps() -> None:
-    nested = Declaration(counter="likes:{post}", documents="posts/{post}",
-                         extension=Extension(field="stats.likes", by=(0, 1)))
-    params = {"post": "p", "_shard_": "s"}
-    assert nested.amounts(params, {"stats": {"likes": 4, "other": 1}}) == {"likes:p": 4}
-    assert nested.amounts(params, {"stats": 4}) == {"likes:p": 0}
-    assert nested.extension is not None
-    assert nested.extension.nested(7) == {"stats": {"likes": 7}}
+    nested = Extension(field="stats.likes", by=(0, 1))
+    assert nested.amount({"stats": {"likes": 4, "other": 1}}, partial=False) == 4
+    assert nested.amount({"stats": 4}, partial=False) == 0
+    assert nested.amount({"_updates_": [{"_data_": {"stats": {"likes": 2}}}]}, partial=True) == 2
+    assert nested.nested(7) == {"stats": {"likes": 7}}
 
 
 @pytest.mark.parametrize(("field", "by"), [
@@ -143,75 +149,89 @@ class FakeTime:
             self.now += seconds
 
 
+def told(path: str, at_s: float) -> extension.Written:
+    """A shard state an event told of, written at `at_s` (seconds past EPOCH)."""
+    ref = cast(firestore.DocumentReference, SimpleNamespace(path=path))
+    return extension.Written(ref=ref, data={"visits": 1},
+                             update_time=EPOCH + dt.timedelta(seconds=at_s))
+
+
 def test_a_process_moves_a_document_at_most_once_a_second() -> None:
     time = FakeTime()
-    moves: list[tuple[str, float]] = []
+    moves: list[tuple[str, float, list[str]]] = []
 
-    def do(path: str) -> extension.Moved:
-        moves.append((path, time.now))
+    def do(path: str, written: list[extension.Written]) -> extension.Moved:
+        moves.append((path, time.now, [w.ref.path for w in written]))
         return extension.Moved(read_at=EPOCH + dt.timedelta(seconds=time.now))
 
     movers = extension.Movers(do, monotonic=time.monotonic, sleep=time.sleep)
-    movers.after_write("pages/a")
-    movers.after_write("pages/a")  # waits for the next second
-    movers.after_write("pages/b")  # another document does not wait
-    assert moves == [("pages/a", 100.0), ("pages/a", 101.0), ("pages/b", 101.0)]
+    movers.after_write("pages/a", told("s1", 99))
+    movers.after_write("pages/a", told("s2", 100.2))  # waits for the next second
+    movers.after_write("pages/b", told("s3", 101))  # another document does not wait
+    assert moves == [("pages/a", 100.0, ["s1"]), ("pages/a", 101.0, ["s2"]),
+                     ("pages/b", 101.0, ["s3"])]
     # A write that a move of this process read already: nothing to wait for.
-    movers.after_write("pages/a", EPOCH + dt.timedelta(seconds=100.5))
+    movers.after_write("pages/a", told("s4", 100.5))
     assert len(moves) == 3
-    movers.after_write("pages/a", EPOCH + dt.timedelta(seconds=101.5))
-    assert moves[3:] == [("pages/a", 102.0)]
+    movers.after_write("pages/a", told("s5", 101.5))
+    assert moves[3:] == [("pages/a", 102.0, ["s4", "s5"])]
 
 
 def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
-    """A caller arriving while a move reads waits for a move that begins after it; callers
-    arriving together share that one."""
+    """A caller arriving while a move runs waits for a move that begins after it; callers
+    arriving together share that one, which takes every state they handed in."""
     started, release = threading.Event(), threading.Event()
-    moves: list[int] = []
+    moves: list[list[str]] = []
 
-    def do(path: str) -> extension.Moved:
-        moves.append(len(moves))
+    def do(path: str, written: list[extension.Written]) -> extension.Moved:
+        moves.append(sorted(w.ref.path for w in written))
         if len(moves) == 1:
             started.set()
             release.wait(5)
         return extension.Moved()
 
     movers = extension.Movers(do, sleep=lambda s: None)
-    first = threading.Thread(target=movers.after_write, args=("pages/a",))
+    first = threading.Thread(target=movers.after_write, args=("pages/a", told("s0", 1)))
     first.start()
     started.wait(5)
-    later = [threading.Thread(target=movers.after_write, args=("pages/a",)) for _ in range(5)]
+    later = [threading.Thread(target=movers.after_write, args=("pages/a", told(f"s{n}", 2)))
+             for n in range(1, 6)]
     for thread in later:
         thread.start()
+    time_to_queue = threading.Event()
+    time_to_queue.wait(0.2)
     release.set()
     for thread in [first, *later]:
         thread.join(5)
-    assert moves == [0, 1]
+    assert moves == [["s0"], ["s1", "s2", "s3", "s4", "s5"]]
 
 
 def test_a_failed_move_is_logged_and_the_next_caller_moves_again() -> None:
     calls: list[str] = []
 
-    def do(path: str) -> extension.Moved:
+    def do(path: str, written: list[extension.Written]) -> extension.Moved:
         calls.append(path)
         if len(calls) == 1:
             raise RuntimeError("unavailable")
         return extension.Moved()
 
     movers = extension.Movers(do, sleep=lambda s: None)
-    movers.after_write("pages/a")
-    movers.after_write("pages/a")
+    movers.after_write("pages/a", told("s1", 1))
+    movers.after_write("pages/a", told("s1", 1))
     assert calls == ["pages/a", "pages/a"]
 
 
-# --- A move over the simulation's model ----------------------------------------------------------
+# --- Moves over the simulation's model ------------------------------------------------------------
 
 
 def layout(late: Late) -> firestore.DocumentReference:
-    """A page holding 10, a quiet shard 3, a busy shard 4 and a partial 2 (19 in all), and a
-    shard of another counter."""
+    """A page holding 10 (which its counter holds, as after a backfill), a quiet shard 3, a
+    busy shard 4 and a partial 2 (19 in all), and a shard of another counter."""
     page = late.db.collection("pages").document("p1")
     page.set({"visits": 10, "title": "home"})
+    late.at(1)
+    assert act(late, lambda: extension.backfill(late.ctx, late.db, VISITS)).deltas == {
+        "visits:p1": 10}
     shards = page.collection("_counter_shards_")
     shards.document("quiet").set({"visits": 3})
     shards.document("\tqui").set({"_updates_": [{"_id_": "u1", "_data_": {"visits": 2}}]})
@@ -221,31 +241,70 @@ def layout(late: Late) -> firestore.DocumentReference:
     return page
 
 
+def act(late: Late, call: Callable[[], T]) -> T:
+    """`call` as a process does it (its commits land before its next read)."""
+    done = late.run(call)
+    assert not isinstance(done, BaseException), done
+    return done
+
+
 def total(page: firestore.DocumentReference) -> int:
+    """The extension's sum: the page's field, every shard's, every partial's updates."""
     found = visits(PAGE, page.get().to_dict())
     for shard in page.collection("_counter_shards_").stream():
-        found += visits({"page": "p1", "_shard_": shard.id}, shard.to_dict())
+        found += visits(PARTIAL if shard.id.startswith("\t") else SHARD, shard.to_dict())
     return found
+
+
+def counted(late: Late) -> int:
+    return late.counted("visits:p1")
 
 
 def fields(page: firestore.DocumentReference) -> dict[str, Any]:
     return {s.id: s.to_dict() for s in page.collection("_counter_shards_").stream()}
 
 
-def test_a_move_takes_every_amount_into_the_document_and_keeps_the_total() -> None:
+def test_a_move_takes_every_amount_into_the_document_and_the_counter() -> None:
     late = Late()
     page = layout(late)
+    assert (counted(late), total(page)) == (10, 19)
     late.at(10.5)
-    done = extension.move(late.ctx.writing, late.db, page, [VISITS])
+    done = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
     late.at(11)
-    assert (done.shards, done.deleted, done.amounts) == (3, 2, {"visits": 9})
+    assert (done.shards, done.deleted, done.left, done.amounts) == (3, 2, 2, {"visits:p1": 9})
     assert page.get().to_dict() == {"visits": 19, "title": "home"}
     left = fields(page)
     assert left["busy"] == {"visits": 0}  # written 0.5 s ago: zeroed, not deleted
     assert left["other"] == {"visits": 0, "likes": 5}
     assert "quiet" not in left and "\tqui" not in left
-    assert total(page) == 19
-    assert extension.move(late.ctx.writing, late.db, page, [VISITS]).shards == 0
+    assert (counted(late), total(page)) == (19, 19)
+    late.at(13)
+    # The zeroed shard, quiet now: deleted.
+    again = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
+    assert (again.shards, again.deleted, again.left) == (0, 1, 1)
+    assert "busy" not in fields(page)
+    assert (counted(late), total(page)) == (19, 19)
+
+
+def test_a_move_of_states_told_by_events_reads_nothing_and_a_stale_one_reads() -> None:
+    """States handed in by events are taken as told, without a read; one written since fails
+    the commit's precondition, and the move is made from a read instead."""
+    late = Late()
+    page = layout(late)
+    late.at(12.5)
+    busy = page.collection("_counter_shards_").document("busy")
+    state = busy.get()
+    done = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS], written=[
+        extension.Written(ref=busy, data=state.to_dict() or {}, update_time=state.update_time)]))
+    late.at(13)
+    # Taken as told: no query of the shards (it would have set read_at).
+    assert (done.deleted, done.amounts, done.read_at) == (1, {"visits:p1": 4}, None)
+    assert (counted(late), total(page)) == (14, 19)
+    stale = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS], written=[
+        extension.Written(ref=busy, data=state.to_dict() or {}, update_time=state.update_time)]))
+    late.at(14)
+    assert stale.read_at is not None and stale.amounts == {"visits:p1": 5}
+    assert (counted(late), total(page)) == (19, 19)
 
 
 def test_a_client_write_between_the_read_and_the_commit_is_kept() -> None:
@@ -258,36 +317,52 @@ def test_a_client_write_between_the_read_and_the_commit_is_kept() -> None:
     quiet = page.collection("_counter_shards_").document("quiet")
     late.sim.spawn("client", lambda: quiet.update({"visits": firestore.Increment(1)}),
                    after_s=0.1)
-    done = late.run(lambda: extension.move(late.ctx.writing, late.db, page, [VISITS]),
+    done = late.run(lambda: extension.move(late.ctx, late.db, page, [VISITS]),
                     Fate(delay_us=500_000))
     late.at(14)
     assert isinstance(done, extension.Moved)
-    assert (done.deleted, done.amounts) == (0, {"visits": 10})
+    assert (done.deleted, done.amounts) == (0, {"visits:p1": 10})
     assert fields(page)["quiet"] == {"visits": 0}
     assert (page.get().to_dict() or {})["visits"] == 20
-    assert total(page) == 20
+    assert (counted(late), total(page)) == (20, 20)
 
 
 @pytest.mark.parametrize("lands_s", [20.0, 200.0])
-def test_a_move_lost_in_flight_lands_late_and_the_total_still_holds(lands_s: float) -> None:
+def test_a_move_lost_in_flight_lands_late_and_the_totals_still_hold(lands_s: float) -> None:
     """A move whose answer is lost lands late (after clients wrote again and another move ran):
-    the total is every amount written, once (its guarded deletes fail, and with them all of
-    it)."""
+    the page and the counter hold every amount written, once (its guarded deletes fail, and with
+    them all of it)."""
     late = Late()
     page = layout(late)
     late.at(12.5)
-    outcome = late.run(lambda: extension.move(late.ctx.writing, late.db, page, [VISITS]),
+    outcome = late.run(lambda: extension.move(late.ctx, late.db, page, [VISITS]),
                        lost_in_flight(lands_s))
     assert isinstance(outcome, BaseException)  # sent once: its caller cannot tell
     shards = page.collection("_counter_shards_")
     shards.document("busy").set({"visits": firestore.Increment(1)}, merge=True)
     shards.document("new").set({"visits": 1})
-    late.at(13 + 3)
-    extension.move(late.ctx.writing, late.db, page, [VISITS])
+    late.at(16)
+    act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
     late.at(lands_s + 60)
     assert late.flying() == []
-    assert total(page) == 21
-    assert (page.get().to_dict() or {})["visits"] == 21
-    extension.move(late.ctx.writing, late.db, page, [VISITS])
-    late.at(lands_s + 70)
-    assert total(page) == 21
+    assert (counted(late), total(page), (page.get().to_dict() or {})["visits"]) == (21, 21, 21)
+
+
+def test_a_backfill_counts_the_layout_once_and_again_nothing() -> None:
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    page.set({"visits": 10})
+    page.collection("_counter_shards_").document("a").set({"visits": 3})
+    page.collection("_counter_shards_").document("\tab").set(
+        {"_updates_": [{"_id_": "u", "_data_": {"visits": 2}}]})
+    late.db.collection("pages").document("only-shards").collection(
+        "_counter_shards_").document("b").set({"visits": 1})
+    late.at(5)
+    first = act(late, lambda: extension.backfill(late.ctx, late.db, VISITS))
+    late.at(6)
+    assert first.deltas == {"visits:p1": 15, "visits:only-shards": 1}
+    assert (first.documents, first.moved.shards) == (2, 3)
+    assert (counted(late), total(page)) == (15, 15)
+    again = act(late, lambda: extension.backfill(late.ctx, late.db, VISITS))
+    late.at(7)
+    assert (again.deltas, again.moved.shards, counted(late)) == ({}, 0, 15)

@@ -47,7 +47,7 @@ QUERIES = [
     Shape(built_in="audit.next_counters", collection="counters",
           ordered=(("__name__", ASC),)),
     # An aggregation reads the index of the field it sums.
-    Shape(built_in="audit.shard_sum", collection="shards", ordered=(("count", ASC),)),
+    Shape(built_in="counter_refs.shard_sum", collection="shards", ordered=(("count", ASC),)),
     Shape(built_in="sequences.record_issued", collection="number_requests", group=True,
           equal=frozenset({"spread", "state"}), ordered=(("claimed_at", ASC),)),
     Shape(built_in="sequences.lost_records", collection="number_requests", group=True,

@@ -22,7 +22,6 @@ EXPECTED = {
     "top_tags",
     "count_orders",
     "count_posts_comments",
-    "count_pages",
     "count_pages_counter_shards",
 }
 

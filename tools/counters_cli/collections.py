@@ -1,5 +1,6 @@
-"""`counters backfill`: count what a collection counter's triggers have not counted;
-`counters extension-rules`: the rules of the extension counters' shards."""
+"""`counters backfill`: count what a collection counter's triggers (or an extension counter's
+moves) have not counted; `counters extension-rules`: the rules of the extension counters'
+shards."""
 
 from __future__ import annotations
 
@@ -17,58 +18,52 @@ def backfill(session: Session, declaration: str, as_json: bool) -> None:
     """Count the documents DECLARATION's counters do not count yet (those written before it was
     declared, or whose event was lost), and uncount deleted ones whose event was lost. Safe
     while documents change, and to run again: a document is never counted twice. For an
-    extension counter (`visits:{page}`), that is its documents, their shards and partials; then
-    the amounts found in shards are moved into their documents, where the extension's clients
-    read them."""
-    total = collections.Backfilled()
-    declared: list[str] = []
-    lines: list[str] = []
-    moved: int | None = None
-    for watch in session.declared.watches_of(declaration):
-        names = None if declaration == watch.function_name else [
-            d.name for d in watch.declarations if declaration in (d.name, d.counter)]
-        declared += [n for n in names or [d.name for d in watch.declarations] if n not in declared]
-        counting = collections.Counting(session.context(), session.db(), watch,
-                                        source=session.watched_db())
+    extension counter (`visits:{page}`): move every document's shards and partials into it and
+    its counter, and add to the counter what the document's field held before."""
+    found = session.declared.declaration(declaration)
+    if found is not None and found.extension is not None:
+        _backfill_extension(session, found, as_json)
+        return
+    watch = session.declared.watch_of(declaration)
+    names = None if declaration == watch.function_name else [declaration]
+    counting = collections.Counting(session.context(), session.db(), watch,
+                                    source=session.watched_db())
 
-        def progress(done: collections.Backfilled) -> None:
-            if not as_json:
-                session.err.print(f"{done.documents} documents read, {done.counted} counted")
+    def progress(done: collections.Backfilled) -> None:
+        if not as_json:
+            session.err.print(f"{done.documents} documents read, {done.counted} counted")
 
-        done = collections.backfill(counting, names, progress)
-        if watch.extension_shards:
-            moved = (moved or 0) + _move(session, watch, done)
-        total.documents += done.documents
-        total.counted += done.counted
-        total.removed += done.removed
-        total.failed.update(done.failed)
-        for counter, delta in done.deltas.items():
-            total.deltas[counter] = total.deltas.get(counter, 0) + delta
-        lines.append(f"{watch.documents}: {done.documents} documents read, {done.counted} "
-                     f"counted now (the others were counted already), {done.removed} deleted "
-                     "documents uncounted")
-    deltas = {counter: delta for counter, delta in total.deltas.items() if delta}
+    done = collections.backfill(counting, names, progress)
     session.report(
-        as_json, {"declarations": declared, "documents": total.documents,
-                  "counted": total.counted, "removed": total.removed, "deltas": deltas,
-                  "failed": total.failed, **({"moved": moved} if moved is not None else {})},
-        *lines, *(f"  {counter}: {delta:+d}" for counter, delta in sorted(deltas.items())),
-        *([f"moved the shards of {moved} documents into them"] if moved is not None else []))
-    if total.failed:
-        for path, why in sorted(total.failed.items()):
+        as_json, {"declarations": names or [d.name for d in watch.declarations],
+                  "documents": done.documents, "counted": done.counted, "removed": done.removed,
+                  "deltas": done.deltas, "failed": done.failed},
+        f"{watch.documents}: {done.documents} documents read, {done.counted} counted now (the "
+        f"others were counted already), {done.removed} deleted documents uncounted",
+        *(f"  {counter}: {delta:+d}" for counter, delta in sorted(done.deltas.items())))
+    _failed(session, done.failed)
+
+
+def _backfill_extension(session: Session, declaration: collections.Declaration,
+                        as_json: bool) -> None:
+    done = extension.backfill(session.context(), session.db(), declaration)
+    moved = done.moved
+    session.report(
+        as_json, {"declarations": [declaration.name], "documents": done.documents,
+                  "counted": done.counted, "deltas": done.deltas, "failed": done.failed,
+                  "moved": {"shards": moved.shards, "deleted": moved.deleted,
+                            "amounts": moved.amounts}},
+        f"{declaration.documents}: {done.documents} documents read, {done.counted} whose field "
+        f"the counter lacked; {moved.shards} shards and partials moved into their documents",
+        *(f"  {counter}: {delta:+d}" for counter, delta in sorted(done.deltas.items())))
+    _failed(session, done.failed)
+
+
+def _failed(session: Session, failed: dict[str, str]) -> None:
+    if failed:
+        for path, why in sorted(failed.items()):
             session.err.print(f"not applied: {path}: {why}")
-        raise click.ClickException(f"{len(total.failed)} documents were not applied")
-
-
-def _move(session: Session, watch: collections.Watch, done: collections.Backfilled) -> int:
-    """Move the shards of every document whose shards the backfill read into it (the triggers
-    move only shards they are told of)."""
-    source = session.watched_db()
-    parents = sorted(done.parents)
-    for parent in parents:
-        extension.move_all(session.context().writing, source, source.document(parent),
-                           watch.declarations)
-    return len(parents)
+        raise click.ClickException(f"{len(failed)} documents were not applied")
 
 
 @click.command("extension-rules")

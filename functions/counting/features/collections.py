@@ -49,6 +49,7 @@ from counting.writepath import shards
 
 if TYPE_CHECKING:
     from counting.features.context import Context
+    from counting.features.shard_choice import CounterConfig
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 _TEMPLATE = re.compile(r"(?P<name>[^:{}]+):\{(?P<placeholder>[A-Za-z_][A-Za-z0-9_]*)\}")
@@ -231,11 +232,9 @@ class Declaration:
                                   f"group_by or sum, and no {SHARDS} in the path")
 
     @property
-    def patterns(self) -> list[str]:
-        """The path patterns it watches: its documents, and an extension counter's shards."""
-        if self.extension is None:
-            return [self.documents]
-        return [self.documents, f"{self.documents}/{SHARDS}/{{{SHARD_WILDCARD}}}"]
+    def shards(self) -> str:
+        """The path pattern of an extension counter's shards and partials."""
+        return f"{self.documents}/{SHARDS}/{{{SHARD_WILDCARD}}}"
 
     @property
     def name(self) -> str:
@@ -253,10 +252,6 @@ class Declaration:
         """What this declaration counts for one state of a document (`data` None: absent)."""
         if data is None:
             return {}
-        if self.extension is not None:
-            shard = params.get(SHARD_WILDCARD)
-            return {self.counter_id(params[self.placeholder]): self.extension.amount(
-                data, partial=shard is not None and is_partial(shard))}
         value = data.get(self.group_by) if self.group_by is not None else params[self.placeholder]
         if not isinstance(value, str):
             return {}
@@ -310,15 +305,20 @@ class Watch:
 
 
 def watches(declarations: Iterable[Declaration]) -> list[Watch]:
-    """The declarations grouped by the documents they watch; names must be unique."""
+    """The collection counters grouped by the documents they watch, then the extension counters
+    grouped by the shards they watch (`Watch.extension_shards`); names must be unique."""
     grouped: dict[str, list[Declaration]] = defaultdict(list)
     names: set[str] = set()
-    for declaration in declarations:
+    declared = list(declarations)
+    for declaration in declared:
         if declaration.name in names:
             raise InvalidArgument(f"declaration {declaration.counter!r}: name taken twice")
         names.add(declaration.name)
-        for pattern in declaration.patterns:
-            grouped[pattern].append(declaration)
+        if declaration.extension is None:
+            grouped[declaration.documents].append(declaration)
+    for declaration in declared:
+        if declaration.extension is not None:
+            grouped[declaration.shards].append(declaration)
     found = [Watch(documents=d, declarations=tuple(group)) for d, group in grouped.items()]
     functions = [w.function_name for w in found]
     if len(set(functions)) != len(functions):
@@ -528,20 +528,27 @@ class Counting:
         return committed
 
     def _ensure_counters(self, named: Mapping[str, str]) -> None:
-        """Create the counters that do not exist yet (two events racing to create one: one
-        creates it, the other finds it); refuse to count into a counter nobody declared."""
-        rates = {d.name: d.initial_rate for d in self.watch.declarations}
+        declared = {d.name: d for d in self.watch.declarations}
         for counter, declaration in named.items():
-            try:
-                found = self.ctx.configs.get(self.db, self.ctx.names, counter)
-            except NotFound:
-                counters.create_counter(self.ctx, self.db, counter,
-                                        expected_rate=rates[declaration], collection=declaration)
-                found = self.ctx.configs.get(self.db, self.ctx.names, counter)
-            if found.collection != declaration:
-                raise FailedPrecondition(
-                    f"counter: {counter!r} exists and is not maintained by declaration "
-                    f"{declaration!r}: rename one of them")
+            ensure_counter(self.ctx, self.db, counter, declared[declaration])
+
+
+def ensure_counter(ctx: Context, db: firestore.Client, counter: str,
+                   declaration: Declaration) -> CounterConfig:
+    """The counter's configuration, the counter created if it does not exist yet (two writers
+    racing to create one: one creates it, the other finds it); refuse to count into a counter
+    the declaration does not keep."""
+    try:
+        found = ctx.configs.get(db, ctx.names, counter)
+    except NotFound:
+        counters.create_counter(ctx, db, counter, expected_rate=declaration.initial_rate,
+                                collection=declaration.name)
+        found = ctx.configs.get(db, ctx.names, counter)
+    if found.collection != declaration.name:
+        raise FailedPrecondition(
+            f"counter: {counter!r} exists and is not maintained by declaration "
+            f"{declaration.name!r}: rename one of them")
+    return found
 
 
 @dataclass(kw_only=True)
@@ -553,8 +560,6 @@ class Backfilled:
     removed: int = 0  # documents gone whose deletion no event had applied
     deltas: dict[str, int] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # path -> why it was not applied
-    # Of an extension counter's shards: the documents whose shards or partials it read.
-    parents: set[str] = field(default_factory=set)
 
 
 def watched_documents(
@@ -635,8 +640,6 @@ def backfill(counting: Counting, declarations: Iterable[str] | None = None,
                         continue
                     if not removal:
                         done.documents += 1
-                        if counting.watch.extension_shards:
-                            done.parents.add(path.rsplit("/", 2)[0])
                     if outcome is None or outcome.committed_at is None:
                         continue
                     if removal:

@@ -4,6 +4,7 @@ in the collections `names` gives (a context's `names`: its placement's)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 
 from google.cloud import firestore
@@ -48,3 +49,10 @@ def paced_ref(db: firestore.Client, names: Names, counter: str,
 def reset_ref(db: firestore.Client, names: Names, counter: str) -> firestore.DocumentReference:
     """The counter's reset record: the last reset's nonce and the shards it moved."""
     return db.collection(names.counters, counter, names.memory).document(config.RESET_DOC)
+
+
+def shard_sum(db: firestore.Client, names: Names, counter: str, read_time: dt.datetime) -> int:
+    """The sum of a counter's shards at `read_time` (one aggregation query)."""
+    shards = db.collection(names.counters, counter, names.shards)
+    [[result]] = shards.sum("count", alias="total").get(read_time=read_time)
+    return int(result.value or 0)

@@ -60,6 +60,11 @@ def parse(text: str, placement: Placement,
             entry.get("extension"), f"{origin}: entry {number}")}))
     for watch in watches(found):  # names and trigger names unique
         check_watchable(watch, placement, origin)
+    if placement.watched_database != placement.database and any(d.extension for d in found):
+        raise InvalidArgument(f"{origin}: an extension counter moves its shards into its "
+                              "documents and its counter in one commit: its documents must be in "
+                              f"the backend's database ({placement.database!r}), not "
+                              f"{placement.watched_database!r}")
     return tuple(found)
 
 

@@ -1,20 +1,19 @@
 """Extension counters: the Distributed Counter extension's layout, kept by this backend
 (docs/architecture.md, "Extension counters").
 
-The counter `visits:{page}` is a collection counter over two path patterns: the documents
-(`pages/{page}`, field `visits`) and their shards and partials (`pages/{page}/_counter_shards_/
-{id}`), each document counted at its latest state through its record (`collections.Counting`),
-so `counters/visits:{page}` holds the extension's total exactly, whatever order events come in.
+The extension's clients write `{doc}/_counter_shards_/{their id}` and show the document's field
+plus their own shard's, so the amounts in everyone's shards must reach the document. A move is
+one commit, sent once, that takes shards' amounts out of them (a delete guarded by the shard's
+update time when it holds nothing else and has been quiet, else an `Increment` of minus the
+amount; for a partial, an `_updates_` entry of minus its sum), adds their sum to the document's
+field, and adds the same sum to a shard of the counter `visits:{page}`. So every move keeps
+document + shards + partials equal, and keeps the counter equal to the document's field (once
+`backfill` has added what the field held before the declaration): the counter is the total less
+what the shards hold until their move, about a second.
 
-What this module adds is the move that the extension's clients need: they show the document's
-field plus their own shard's, so the amounts in everyone else's shards must reach the document.
-A move is one commit, sent once, that takes each shard's amount out of it (a delete guarded by
-the shard's update time when it holds nothing else and has been quiet, else an `Increment` of
-minus the amount; for a partial, an `_updates_` entry of minus its sum) and adds their sum to the
-document's field. Every commit of it keeps document + shards + partials the same, however often
-it applies: the deletes apply at most once (their precondition), the increments in pairs whose
-sum is zero. So a move can land late, twice or never and no amount is lost or doubled: the
-records count whatever states the documents pass through.
+However often a move applies it keeps both: its deletes apply at most once (their precondition),
+its increments come in pairs summing to zero with the counter's following the document's. A move
+may land late, twice or never: no amount is lost or doubled.
 """
 
 from __future__ import annotations
@@ -25,13 +24,14 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
+from counting.features import counter_refs
 from counting.features.collections import (
     SHARDS,
     UPDATE_DATA,
@@ -39,20 +39,43 @@ from counting.features.collections import (
     UPDATES,
     Declaration,
     Extension,
+    ensure_counter,
     is_partial,
+    match,
+    watched_documents,
 )
+from counting.foundation import config
 from counting.foundation.clock import instant
-from counting.writepath.context import Writing
+from counting.foundation.errors import Aborted
+from counting.writepath import shards
+
+if TYPE_CHECKING:
+    from counting.features.context import Context
 
 log = logging.getLogger(__name__)
 
-# Shards one move reads and writes (a commit holds at most 500 writes: these and the document).
+# Shards one move reads and writes (a commit holds at most 500 writes: these, the document and
+# a shard of each counter).
 MOVE_MAX_SHARDS = 400
 # A shard is deleted (rather than zeroed) once it has not been written for this long: a client
 # writing it meanwhile would fail the delete's precondition, and with it the whole move.
 QUIET_S = 2.0
 # One process moves a document's shards at most this often (its callers wait for the next move).
 MOVE_EVERY_S = 1.0
+# After a move that left shards (zeroed, busy), the trigger moves again until none is left or
+# this long has passed (shards written again meanwhile are updates: no trigger fires for them);
+# then the scheduled sweep takes what is left.
+MOVE_FOR_S = 30.0
+SWEEP_MAX_SHARDS = 1000  # shards the scheduled sweep reads per run, per declaration pattern
+
+
+@dataclass(frozen=True, kw_only=True)
+class Written:
+    """A shard's state an event told of (its creation)."""
+
+    ref: firestore.DocumentReference
+    data: dict[str, Any]
+    update_time: dt.datetime
 
 
 @dataclass(kw_only=True)
@@ -61,95 +84,145 @@ class Moved:
 
     shards: int = 0  # shards and partials whose amounts it took
     deleted: int = 0  # of them, deleted
-    amounts: dict[str, int] = field(default_factory=dict)  # field -> amount added to the document
+    left: int = 0  # shards it zeroed (a later move deletes them) or that hold other fields
+    amounts: dict[str, int] = field(default_factory=dict)  # counter -> amount moved
     full: bool = False  # it read MOVE_MAX_SHARDS: there may be more
-    read_at: dt.datetime | None = None  # when it read the shards (None: it found none)
+    read_at: dt.datetime | None = None  # when it read the shards (None: it read none)
+
+    def add(self, other: Moved) -> None:
+        self.shards += other.shards
+        self.deleted += other.deleted
+        self.left = other.left
+        self.full = other.full
+        self.read_at = other.read_at or self.read_at
+        for counter, amount in other.amounts.items():
+            self.amounts[counter] = self.amounts.get(counter, 0) + amount
 
 
-def move(writing: Writing, db: firestore.Client, document: firestore.DocumentReference,
-         declarations: Iterable[Declaration], *, guarded: bool = True) -> Moved:
-    """Move the amounts of `document`'s shards and partials into its fields (one commit, sent
-    once). `guarded`: delete quiet shards that hold nothing else (a delete guarded by the shard's
-    update time); without it (after such a delete failed), zero every shard instead."""
-    extensions = [d.extension for d in declarations if d.extension is not None]
+@dataclass(frozen=True)
+class _Take:
+    """One shard's part of a move: what it holds per field, and how it is taken."""
+
+    ref: firestore.DocumentReference
+    amounts: dict[str, int]  # field -> amount
+    delete_at: dt.datetime | None  # its update time: deleted, guarded; None: zeroed
+    partial: bool
+
+
+def move(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
+         declarations: Iterable[Declaration], *, written: Iterable[Written] = ()) -> Moved:
+    """Move the amounts of `document`'s shards and partials into its fields and the counters
+    (one commit, sent once). With `written` (states events told of), those shards are taken
+    as told, without reading them: each delete is guarded by the told update time, so a shard
+    written since fails the commit, and the move is made again from a read."""
+    declared = [d for d in declarations if d.extension is not None]
+    told = list(written)
+    if told and all(_holds_only(declared, w.data) for w in told):
+        takes = [_Take(w.ref, _amounts(declared, w.data, partial=False), w.update_time, False)
+                 for w in told]
+        try:
+            return _commit(ctx, db, document, declared, takes, Moved())
+        except gexc.FailedPrecondition:
+            pass  # written since: read them
+    return _read_and_move(ctx, db, document, declared, guarded=True)
+
+
+def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
+                   declared: list[Declaration], *, guarded: bool) -> Moved:
     found = list(document.collection(SHARDS).limit(MOVE_MAX_SHARDS).stream())
     done = Moved(full=len(found) == MOVE_MAX_SHARDS,
                  read_at=min((instant(s.read_time) for s in found), default=None))
-    batch = db.batch()
-    totals: dict[str, int] = defaultdict(int)
+    takes = []
     for shard in found:
         data = shard.to_dict() or {}
         partial = is_partial(shard.id)
-        amounts = {e.field: e.amount(data, partial=partial) for e in extensions}
-        if not any(amounts.values()):
-            continue
-        done.shards += 1
-        for name, amount in amounts.items():
-            totals[name] += amount
-        if guarded and _only(extensions, data, partial) and _quiet(shard):
-            batch.delete(shard.reference,
-                         option=db.write_option(last_update_time=shard.update_time))
-            done.deleted += 1
-        elif partial:
-            batch.set(shard.reference, {UPDATES: firestore.ArrayUnion([{
-                UPDATE_ID: str(uuid.uuid4()),
-                UPDATE_DATA: _merged(e.nested(-amounts[e.field]) for e in extensions)}])},
-                merge=True)
-        else:
-            batch.set(shard.reference, _merged(
-                e.nested(firestore.Increment(-amounts[e.field])) for e in extensions
-                if amounts[e.field]), merge=True)
-    moved = {name: amount for name, amount in totals.items() if amount}
-    if not done.shards:
-        return done
-    if moved:
-        batch.set(document, _merged(e.nested(firestore.Increment(moved[e.field]))
-                                    for e in extensions if e.field in moved), merge=True)
+        amounts = _amounts(declared, data, partial=partial)
+        only = _only(declared, data, partial)
+        deletable = guarded and only and _quiet(shard)
+        if any(amounts.values()) or deletable:
+            takes.append(_Take(shard.reference, amounts,
+                               instant(shard.update_time) if deletable else None, partial))
+        if not deletable:
+            done.left += 1
     try:
-        writing.commit_once(batch)
+        return _commit(ctx, db, document, declared, takes, done)
     except gexc.FailedPrecondition:
         if not guarded:
             raise
-        again = move(writing, db, document, declarations, guarded=False)  # a shard was written
-        again.read_at = done.read_at if again.read_at is None else again.read_at
-        return again
-    done.amounts = moved
+        return _read_and_move(ctx, db, document, declared, guarded=False)  # a shard was written
+
+
+def _commit(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
+            declared: list[Declaration], takes: list[_Take], done: Moved) -> Moved:
+    """One commit of the takes, the document's increments and the counters' shard writes."""
+    if not takes:
+        return done
+    batch = db.batch()
+    totals: dict[str, int] = defaultdict(int)
+    for take in takes:
+        for name, amount in take.amounts.items():
+            totals[name] += amount
+        if take.delete_at is not None:
+            batch.delete(take.ref, option=db.write_option(last_update_time=take.delete_at))
+            done.deleted += 1
+        elif take.partial:
+            batch.set(take.ref, {UPDATES: firestore.ArrayUnion([{
+                UPDATE_ID: str(uuid.uuid4()), UPDATE_DATA: _merged(
+                    e.nested(-take.amounts[e.field]) for e in _extensions(declared)
+                    if take.amounts.get(e.field))}])}, merge=True)
+        else:
+            batch.set(take.ref, _merged(
+                e.nested(firestore.Increment(-take.amounts[e.field]))
+                for e in _extensions(declared) if take.amounts.get(e.field)), merge=True)
+        done.shards += bool(any(take.amounts.values()))
+    moved = {d: totals[d.extension.field] for d in declared
+             if d.extension is not None and totals.get(d.extension.field)}
+    if moved:
+        batch.set(document, _merged(d.extension.nested(firestore.Increment(amount))
+                                    for d, amount in moved.items() if d.extension), merge=True)
+    written = []
+    for declaration, amount in moved.items():  # the counters' shard writes come last
+        counter = declaration.counter_id(document.id)
+        target = ensure_counter(ctx, db, counter, declaration)
+        shard = counter_refs.shard_ref(db, ctx.names, counter, ctx.picker.pick(target))
+        written.append(shards.shard_write(ctx.writing, db, shard, amount))
+        done.amounts[counter] = done.amounts.get(counter, 0) + amount
+    for write in written:
+        write.add_to(batch)
+    try:
+        results = ctx.writing.commit_once(batch)
+    except gexc.NotFound:
+        for declaration in moved:  # a counter's shard folded away since its configuration
+            ctx.configs.forget(declaration.counter_id(document.id))
+        raise
+    shards.settle(ctx.writing, db, shards.landed(written, results))
     return done
 
 
-def move_all(writing: Writing, db: firestore.Client, document: firestore.DocumentReference,
-             declarations: Iterable[Declaration], rounds: int = 5) -> Moved:
-    """Moves until one reads fewer than MOVE_MAX_SHARDS (at most `rounds`): what they did."""
-    declared = list(declarations)
-    total = Moved()
-    for _ in range(rounds):
-        done = move(writing, db, document, declared)
-        total.shards += done.shards
-        total.deleted += done.deleted
-        for name, amount in done.amounts.items():
-            total.amounts[name] = total.amounts.get(name, 0) + amount
-        total.full = done.full
-        total.read_at = total.read_at or done.read_at
-        if not done.full:
-            break
-    return total
+def _extensions(declared: list[Declaration]) -> list[Extension]:
+    return [d.extension for d in declared if d.extension is not None]
 
 
-def _only(extensions: list[Extension], data: dict[str, Any], partial: bool) -> bool:
+def _amounts(declared: list[Declaration], data: dict[str, Any], *,
+             partial: bool) -> dict[str, int]:
+    return {e.field: e.amount(data, partial=partial) for e in _extensions(declared)}
+
+
+def _only(declared: list[Declaration], data: dict[str, Any], partial: bool) -> bool:
     """The shard holds the counters' fields and nothing else (deleting it loses nothing)."""
     if partial:
         updates = data.get(UPDATES)
         return data.keys() == {UPDATES} and isinstance(updates, list) and all(
-            isinstance(u, dict) and _holds_only(extensions, u.get(UPDATE_DATA)) for u in updates)
-    return _holds_only(extensions, data)
+            isinstance(u, dict) and _holds_only(declared, u.get(UPDATE_DATA)) for u in updates)
+    return _holds_only(declared, data)
 
 
-def _holds_only(extensions: list[Extension], data: Any) -> bool:
-    """Every leaf of `data` is one of the fields, holding an amount the counters count."""
+def _holds_only(declared: list[Declaration], data: Any) -> bool:
+    """Every leaf of `data` is one of the fields, holding an integer."""
     if not isinstance(data, dict):
         return False
     stripped = dict(data)
-    for extension in extensions:
+    for extension in _extensions(declared):
         _drop(stripped, extension.path)
     return not _leaves(stripped)
 
@@ -171,7 +244,7 @@ def _leaves(data: dict[str, Any]) -> bool:
 def _quiet(shard: firestore.DocumentSnapshot[Any]) -> bool:
     read_time, update_time = shard.read_time, shard.update_time
     return (read_time is not None and update_time is not None
-            and (read_time - update_time).total_seconds() >= QUIET_S)
+            and (instant(read_time) - instant(update_time)).total_seconds() >= QUIET_S)
 
 
 def _merged(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -189,14 +262,151 @@ def _merged(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-class Movers:
-    """A process's moves, one document at a time and at most one per MOVE_EVERY_S each: a caller
-    whose shard write a move of this process read already returns at once; any other waits for a
-    move that reads the shards after it called (joining one that has not read yet). So every
-    shard written before the call is moved by the time it returns, and a burst of events makes
-    one move a second, not one each."""
+def move_until_clear(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
+                     declarations: Iterable[Declaration], *, written: Iterable[Written] = (),
+                     for_s: float = MOVE_FOR_S) -> Moved:
+    """Moves until one leaves no shard (and reads fewer than MOVE_MAX_SHARDS), or `for_s`
+    passes: what they did. Shards written again after a move zeroed them are updates, which no
+    trigger is told of: this is how they reach the document."""
+    declared = list(declarations)
+    clock = ctx.writing.clock
+    until = clock.monotonic() + for_s
+    total = Moved()
+    done = move(ctx, db, document, declared, written=written)
+    while True:
+        total.add(done)
+        if not (done.left or done.full) or clock.monotonic() >= until:
+            return total
+        clock.sleep(QUIET_S)
+        done = move(ctx, db, document, declared)
 
-    def __init__(self, do: Callable[[str], Moved], *,
+
+def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration]) -> Moved:
+    """The scheduled backstop (every minute): move the shards no trigger's moves took (an
+    instance killed, a shard kept busy past MOVE_FOR_S). One collection-group query per run,
+    at most SWEEP_MAX_SHARDS shards; a document that fails is logged and stops no other."""
+    by_documents = {d.documents: d for d in declared if d.extension is not None}
+    if not by_documents:
+        return Moved()
+    parents: dict[str, list[Declaration]] = {}
+    for shard in db.collection_group(SHARDS).limit(SWEEP_MAX_SHARDS).stream():
+        parent = shard.reference.parent.parent
+        if parent is None or parent.path in parents:
+            continue
+        owners = [d for pattern, d in by_documents.items() if match(pattern, parent.path)]
+        if owners:
+            parents[parent.path] = owners
+    total = Moved()
+    for path, owners in parents.items():
+        try:
+            total.add(move(ctx, db, db.document(path), owners))
+        except Exception:
+            log.exception("%s: the sweep could not move its shards", path)
+    return total
+
+
+@dataclass(kw_only=True)
+class Backfilled:
+    """What one backfill of an extension counter did."""
+
+    documents: int = 0  # documents read
+    counted: int = 0  # of them, those whose field it added to the counter (or took out)
+    deltas: dict[str, int] = field(default_factory=dict)  # counter -> amount it added (moves too)
+    moved: Moved = field(default_factory=Moved)
+    failed: dict[str, str] = field(default_factory=dict)  # path -> why
+
+
+def backfill(ctx: Context, db: firestore.Client, declaration: Declaration,
+             page: int = config.BACKFILL_PAGE) -> Backfilled:
+    """Count what the layout held before the declaration, once, while clients write: for each
+    document (with a field, or shards), move its shards and partials (which adds them to the
+    counter), then add to the counter what the document's field holds beyond it: read both at
+    one instant and commit the difference with the document rewritten at the version read, so a
+    move in between fails it (and it is read again). Safe to run again: a counter that equals
+    its field gets nothing."""
+    done = Backfilled()
+    for document in _documents(db, declaration, page):
+        counter = declaration.counter_id(document.id)
+        try:
+            moved = move_until_clear(ctx, db, document, [declaration], for_s=0.0)
+            added = _baseline(ctx, db, document, declaration)
+        except Exception as error:  # one document never stops the others
+            done.failed[document.path] = f"{type(error).__name__}: {error}"
+            continue
+        done.moved.add(moved)
+        done.documents += 1
+        done.counted += bool(added)
+        delta = added + moved.amounts.get(counter, 0)
+        if delta:
+            done.deltas[counter] = done.deltas.get(counter, 0) + delta
+    return done
+
+
+def _documents(db: firestore.Client, declaration: Declaration,
+               page: int) -> Iterator[firestore.DocumentReference]:
+    """The declaration's documents: those that exist, and those that only have shards."""
+    seen: set[str] = set()
+    for snapshot in watched_documents(db, declaration.documents, page):
+        seen.add(snapshot.reference.path)
+        yield snapshot.reference
+    for shard in paged_group(db, page):
+        parent = shard.reference.parent.parent
+        if parent is not None and parent.path not in seen \
+                and match(declaration.documents, parent.path) is not None:
+            seen.add(parent.path)
+            yield parent
+
+
+def paged_group(db: firestore.Client, page: int) -> Iterator[firestore.DocumentSnapshot[Any]]:
+    """Every extension shard of the database, `page` per query."""
+    last: firestore.DocumentSnapshot[Any] | None = None
+    while True:
+        query = db.collection_group(SHARDS).limit(page)
+        if last is not None:
+            query = query.start_after(last)
+        found = list(query.stream())
+        yield from found
+        if len(found) < page:
+            return
+        last = found[-1]
+
+
+def _baseline(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
+              declaration: Declaration) -> int:
+    """Add to the counter what the document's field holds beyond it (see `backfill`)."""
+    assert declaration.extension is not None
+    counter = declaration.counter_id(document.id)
+    for _ in range(config.COLLECTION_APPLY_ATTEMPTS):
+        snapshot = document.get()
+        if not snapshot.exists:
+            return 0
+        value = declaration.extension.value(snapshot.to_dict() or {})
+        target = ensure_counter(ctx, db, counter, declaration)
+        held = counter_refs.shard_sum(db, ctx.names, counter, instant(snapshot.read_time))
+        if value == held:
+            return 0
+        batch = db.batch()
+        batch.update(document, {declaration.extension.field: value},
+                     option=db.write_option(last_update_time=instant(snapshot.update_time)))
+        write = shards.shard_write(ctx.writing, db, counter_refs.shard_ref(
+            db, ctx.names, counter, ctx.picker.pick(target)), value - held)
+        write.add_to(batch)
+        try:
+            results = ctx.writing.commit_once(batch)
+        except gexc.FailedPrecondition:
+            continue  # moved (or written) since the read
+        shards.settle(ctx.writing, db, shards.landed([write], results))
+        return value - held
+    raise Aborted(f"{document.path}: kept changing while its field was counted")
+
+
+class Movers:
+    """A process's moves, one document at a time and at most one per MOVE_EVERY_S each. A caller
+    hands in the shard state its event told of and returns once a move took it: moves take every
+    state handed in before they begin (one commit for a burst of events), and a state a move of
+    this process read already needs none."""
+
+    def __init__(self, do: Callable[[str, list[Written]], Moved], *,
                  monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._do = do
@@ -205,16 +415,18 @@ class Movers:
         self._lock = threading.Condition()
         self._pages: dict[str, _Page] = {}
 
-    def after_write(self, path: str, written_at: dt.datetime | None = None) -> None:
-        """Return once a move of the document at `path` has read its shards after a shard write
-        committed at `written_at` (or after this call began) and then committed (or failed:
-        logged, the amounts stay counted where they are)."""
+    def after_write(self, path: str, written: Written | None = None) -> None:
+        """Return once a move of the document at `path` has taken `written` (or read its shards
+        after this call began) and then committed, or failed (logged: the amounts stay where
+        they are, counted once they move)."""
         with self._lock:
             page = self._pages.setdefault(path, _Page())
-            need = page.reading + 1
+            at = written.update_time if written is not None else None
+            if written is not None:
+                page.pending.append(written)
+            need = page.started_moves + 1
             while page.done < need:
-                if written_at is not None and page.read_at is not None \
-                        and written_at <= page.read_at:
+                if at is not None and page.read_at is not None and at <= page.read_at:
                     return  # a move read it (and committed, or failed and was logged)
                 if page.busy:
                     self._lock.wait()
@@ -227,12 +439,13 @@ class Movers:
                         self._sleep(wait)
                 finally:
                     self._lock.acquire()
-                page.reading += 1
-                generation, page.started = page.reading, self._monotonic()
+                page.started_moves += 1
+                generation, page.started = page.started_moves, self._monotonic()
+                taken, page.pending = page.pending, []
                 self._lock.release()
                 moved: Moved | None = None
                 try:
-                    moved = self._do(path)
+                    moved = self._do(path, taken)
                 except Exception:
                     log.exception("%s: could not move its shards into it", path)
                 finally:
@@ -241,16 +454,17 @@ class Movers:
                     if moved is not None and moved.read_at is not None:
                         page.read_at = max(page.read_at or moved.read_at, moved.read_at)
                     self._lock.notify_all()
-            if not page.busy and page.done == page.reading and len(self._pages) > 1000:
+            if not page.busy and not page.pending and len(self._pages) > 1000:
                 del self._pages[path]
 
 
 @dataclass
 class _Page:
-    reading: int = 0  # moves that began reading
+    started_moves: int = 0  # moves that began
     done: int = 0  # the last of them that ended
     busy: bool = False
     started: float = float("-inf")
+    pending: list[Written] = field(default_factory=list)  # handed in, not taken yet
     read_at: dt.datetime | None = None  # the latest read of a move that ended
 
 

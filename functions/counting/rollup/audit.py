@@ -87,13 +87,6 @@ def audit_ref(db: firestore.Client, names: Names) -> firestore.DocumentReference
     return db.collection(names.internal).document(AUDIT_DOC)
 
 
-def shard_sum(db: firestore.Client, names: Names, counter: str, read_time: dt.datetime) -> int:
-    """The sum of a counter's shards at `read_time` (one aggregation query)."""
-    shards = db.collection(names.counters, counter, names.shards)
-    [[result]] = shards.sum("count", alias="total").get(read_time=read_time)
-    return int(result.value or 0)
-
-
 def watermarks(db: firestore.Client, names: Names) -> tuple[int, dict[int, dt.datetime]]:
     """P, and the progress of each partition: before its watermark, every write it owns is
     published (`lease.Progress`)."""
@@ -124,7 +117,7 @@ def check(db: firestore.Client, names: Names, snapshot: firestore.DocumentSnapsh
     oldest = snapshot.read_time - dt.timedelta(seconds=HISTORY_S)
     at = max(as_of, watermark, oldest)
     found = Checked(counter=snapshot.id, published=published,
-                    shards=shard_sum(db, names, snapshot.id, at), as_of=at)
+                    shards=counter_refs.shard_sum(db, names, snapshot.id, at), as_of=at)
     if found.exact:
         return found
     memory = counter_refs.memory_ref(db, names, snapshot.id).get(read_time=at).to_dict() or {}
