@@ -23,6 +23,10 @@
 // - Every transport call is bounded by `timeoutMs` (App Check or Auth waiting forever for a token
 //   must not stall the queue): a timeout is a transient failure, retried with the same id.
 //
+// - A counter kept in the layout of Firebase's Distributed Counter extension is written and shown
+//   as the extension's web SDK does (`extensionCounter`, at the end): its total is a counter like
+//   any other, counters/{id} with the id `declaredCounterId` gives.
+//
 // Firestore and Functions come in through `firebaseTransport`, so the logic is tested without them.
 
 /**
@@ -530,4 +534,169 @@ export function firebaseTransport({ db, functions }, { doc, onSnapshot }, { http
     listen: (counter, onData, onError) =>
       onSnapshot(doc(db, names.counters, counter), (snap) => onData(snap.exists() ? snap.data() : null), onError),
   };
+}
+
+// Counter ids from values: the id of the counter a declaration `name:{placeholder}` (a collection
+// or extension counter, docs/api.md "Counter ids from values") keeps for one value, as the
+// backend's functions escape it (functions/counting/features/collections.py, escape): A-Z a-z
+// 0-9 _ - stay, every other UTF-8 byte is "." and two upper-case hex digits; an id past
+// MAX_COUNTER_ID characters keeps the escaped head that fits (never half an escape) and ends in
+// ".." and the first 32 hex digits of the value's SHA-256.
+const MAX_COUNTER_ID = 128;
+const KEPT = /^[A-Za-z0-9_-]$/;
+const HASH_MARK = "..";
+const HASH_HEX = 32;
+
+const hexOf = (bytes) => Array.from(bytes, (b) => b.toString(16).toUpperCase().padStart(2, "0"));
+
+/**
+ * The id of the counter the declaration `name` keeps for `value`: `counters/visits:{page}` of the
+ * page "été" is `declaredCounterId("visits", "été")`, "visits:.C3.A9t.C3.A9". Asynchronous: a
+ * long value's id ends in its SHA-256 (crypto.subtle, which a page has in a secure context).
+ * @param {string} name @param {string} value @returns {Promise<string>}
+ */
+export async function declaredCounterId(name, value) {
+  if (typeof name !== "string" || name === "" || name.includes(":") || typeof value !== "string") {
+    throw new TypeError("declaredCounterId: a declaration's name (without ':') and a string value");
+  }
+  const room = MAX_COUNTER_ID - name.length - 1;
+  const encoder = new TextEncoder();
+  let escaped = "";
+  for (const char of value) {
+    escaped += KEPT.test(char) ? char : hexOf(encoder.encode(char)).map((h) => `.${h}`).join("");
+  }
+  if (escaped.length > room) {
+    const digest = await crypto.subtle.digest("SHA-256", encoder.encode(value));
+    let head = escaped.slice(0, room - HASH_MARK.length - HASH_HEX);
+    const cut = head.lastIndexOf(".");
+    if (cut >= head.length - 2) head = head.slice(0, cut); // never half an escape
+    escaped = `${head}${HASH_MARK}${hexOf(new Uint8Array(digest)).join("").toLowerCase().slice(0, HASH_HEX)}`;
+  }
+  return `${name}:${escaped}`;
+}
+
+// The Distributed Counter extension's protocol (firestore-counter), as its web SDK speaks it, for
+// a counter the backend keeps in that layout (docs/api.md "Extension counters"):
+// - a device picks a shard id once, a UUID the SDK keeps in the cookie FIRESTORE_COUNTER_SHARD_ID
+//   (30 days, path /), shared here with any copy of the SDK on the same site;
+// - it increments by merging {field: increment(n)} into {document}/_counter_shards_/{shard id};
+// - it shows the document's field + its own shard's + the partials' named "\t" + id[0:4],
+//   "\t\t" + id[0:3], "\t\t\t" + id[0:2], "\t\t\t\t" + id[0:1]: a view that has this device's
+//   increments at once (Firestore's latency compensation), and everyone's once the backend (or
+//   the extension) moved their shards into the document.
+// The backend counts every document of the layout into counters/{declaredCounterId(...)}, the
+// total, which firebaseTransport's listener (or CountersClient.watch) follows like any counter.
+const SHARDS = "_counter_shards_";
+const SHARD_COOKIE = "FIRESTORE_COUNTER_SHARD_ID";
+const SHARD_COOKIE_DAYS = 30;
+// What the backend's generated rules accept as a shard id (a UUID's characters).
+const SHARD_ID = /^[A-Za-z0-9-]{1,64}$/;
+// A declaration's field: a dotted path of at most 8 names (docs/api.md).
+const FIELD_PATH = /^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+){0,7}$/;
+
+/** A version 4 UUID from the CSPRNG (crypto.randomUUID needs a secure context). */
+function newShardId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  bytes[6] = (bytes[6] & 0x0f) | 0x40;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** This device's shard id, as the extension's web SDK keeps it: the cookie's, or a new one written
+ * there. Without cookies (no `document`: a worker, Node), a new id each time. */
+function deviceShardId() {
+  const jar = globalThis.document;
+  if (jar === undefined) return newShardId();
+  const found = new RegExp(`(?:^|; )${SHARD_COOKIE}=([^;]*)`).exec(jar.cookie);
+  if (found && SHARD_ID.test(found[1])) return found[1];
+  const shardId = newShardId();
+  const expires = new Date(Date.now() + SHARD_COOKIE_DAYS * 24 * HOUR_MS).toUTCString();
+  jar.cookie = `${SHARD_COOKIE}=${shardId}; expires=${expires}; path=/`;
+  return shardId;
+}
+
+/**
+ * A counter kept in the Distributed Counter extension's layout, spoken to as the extension's web
+ * SDK does: `incrementBy(n)` merges `{[field]: increment(n)}` into this device's shard of
+ * `documentPath`, `onSnapshot` follows the document's field plus the shard's and its partials'.
+ * Pass the SDK's functions so that this file imports no SDK itself. A malformed argument or an
+ * unknown option is a TypeError.
+ * @param {unknown} db the Firestore instance
+ * @param {import("./index.js").ExtensionFirestoreFunctions} firestore firebase/firestore
+ * @param {string} documentPath e.g. "pages/home"
+ * @param {string} field e.g. "visits"
+ * @param {import("./index.js").ExtensionCounterOptions} [options]
+ * @returns {import("./index.js").ExtensionCounter}
+ */
+export function extensionCounter(db, { doc, increment, onSnapshot, setDoc }, documentPath, field, options = {}) {
+  const { shardId: chosen, ...unknown } = options;
+  const extra = Object.keys(unknown);
+  if (extra.length > 0) throw new TypeError(`extensionCounter: unknown option ${extra.join(", ")} (there is shardId)`);
+  const segments = typeof documentPath === "string" ? documentPath.split("/") : [];
+  if (segments.length === 0 || segments.length % 2 !== 0 || segments.includes("")) {
+    throw new TypeError(`extensionCounter: ${JSON.stringify(documentPath)} is not a document's path (collection/id/...)`);
+  }
+  if (typeof field !== "string" || !FIELD_PATH.test(field)) {
+    throw new TypeError(`extensionCounter: field ${JSON.stringify(field)} is not a dotted path of at most 8 names of A-Z a-z 0-9 _`);
+  }
+  if (chosen !== undefined && (typeof chosen !== "string" || !SHARD_ID.test(chosen))) {
+    throw new TypeError(`extensionCounter: shardId ${JSON.stringify(chosen)} is not 1 to 64 of A-Z a-z 0-9 -`);
+  }
+  const shardId = chosen ?? deviceShardId();
+  const shard = doc(db, documentPath, SHARDS, shardId);
+  const viewed = [doc(db, documentPath), shard,
+    ...[1, 2, 3, 4].map((tabs) => doc(db, documentPath, SHARDS, "\t".repeat(tabs) + shardId.slice(0, 5 - tabs)))];
+  const names = field.split(".");
+
+  return Object.freeze({
+    shardId,
+    incrementBy(n) {
+      if (!Number.isSafeInteger(n)) {
+        return Promise.reject(new TypeError(`extensionCounter: incrementBy(${n}): the amount is an integer`));
+      }
+      const update = names.reduceRight((value, name) => ({ [name]: value }), increment(n));
+      return setDoc(shard, update, { merge: true });
+    },
+    onSnapshot(onNext, onError = () => {}) {
+      // Each document's value, undefined until its first snapshot: nothing is shown before all
+      // of them reported (a partial view would show a wrong total for a moment).
+      const values = viewed.map(() => undefined);
+      const stops = [];
+      let timer = null;
+      let last = null;
+      let stopped = false;
+      const stop = () => {
+        stopped = true;
+        clearTimeout(timer);
+        stops.splice(0).forEach((unsubscribe) => unsubscribe());
+      };
+      // The snapshots one change raises come together (a move of the backend changes the
+      // document and a shard in one commit): they are summed once, after the last of them.
+      const notify = () => {
+        timer = null;
+        if (stopped) return;
+        const total = values.reduce((sum, value) => sum + value, 0);
+        if (total === last) return;
+        last = total;
+        onNext(total);
+      };
+      const fail = (error) => {
+        if (stopped) return;
+        stop();
+        onError(error);
+      };
+      for (const [i, reference] of viewed.entries()) {
+        if (stopped) break;
+        const unsubscribe = onSnapshot(reference, (snapshot) => {
+          const value = snapshot.get(field);
+          values[i] = typeof value === "number" ? value : 0;
+          if (timer === null && !stopped && values.every((seen) => seen !== undefined)) timer = setTimeout(notify, 0);
+        }, fail);
+        if (stopped) unsubscribe(); // it failed at once
+        else stops.push(unsubscribe);
+      }
+      return stop;
+    },
+  });
 }

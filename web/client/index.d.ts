@@ -209,3 +209,63 @@ export declare function firebaseTransport(
   functions: FunctionsFunctions,
   options?: FirebaseTransportOptions,
 ): Transport;
+
+/**
+ * The id of the counter the declaration `name` (a collection or extension counter,
+ * `name:{placeholder}`) keeps for `value`, escaped as the backend's functions escape it: A-Z a-z
+ * 0-9 _ - stay, every other UTF-8 byte is `.` and two upper-case hex digits; past 128
+ * characters, the head that fits, `..` and 32 hex digits of the value's SHA-256 (crypto.subtle).
+ * `declaredCounterId("visits", "été")` is "visits:.C3.A9t.C3.A9". Rejects with a TypeError when
+ * `name` is empty or holds ':'.
+ */
+export declare function declaredCounterId(name: string, value: string): Promise<string>;
+
+/** What extensionCounter uses of `firebase/firestore`: pass `{ doc, increment, onSnapshot, setDoc }`. */
+export interface ExtensionFirestoreFunctions {
+  doc(firestore: any, path: string, ...pathSegments: string[]): any;
+  increment(n: number): any;
+  setDoc(reference: any, data: any, options: { merge: boolean }): Promise<void>;
+  onSnapshot(
+    reference: any,
+    onNext: (snapshot: { get(fieldPath: string): any }) => void,
+    onError?: (error: Error) => void,
+  ): () => void;
+}
+
+export interface ExtensionCounterOptions {
+  /** This device's shard id: 1 to 64 of A-Z a-z 0-9 - (what the backend's rules accept). Default:
+   * the one the extension's web SDK keeps in the cookie FIRESTORE_COUNTER_SHARD_ID (a UUID,
+   * written there the first time, for 30 days); without `document` (a worker, Node), a new UUID. */
+  shardId?: string;
+}
+
+/** A counter kept in the Distributed Counter extension's layout, as its web SDK speaks to it. */
+export interface ExtensionCounter {
+  /** The shard this device increments: `${documentPath}/_counter_shards_/${shardId}`. */
+  readonly shardId: string;
+  /** Merges `{[field]: increment(n)}` into this device's shard (setDoc with `merge: true`); a dotted
+   * field is written as nested maps. Resolves once Firestore accepted the write; rejects with its
+   * error (`permission-denied`: the rules refused the amount or the user), or with a TypeError
+   * when `n` is not a safe integer. */
+  incrementBy(n: number): Promise<void>;
+  /** Follows the extension's view: the document's field + this device's shard's + its four
+   * partials' (a missing document or a non-number counts 0). `onNext` gets the sum once every one
+   * of the six documents reported, then whenever it changes; this device's increments show at
+   * once. A listener's failure stops them all and is passed to `onError`. Returns unsubscribe. */
+  onSnapshot(onNext: (value: number) => void, onError?: (error: Error) => void): () => void;
+}
+
+/**
+ * A counter of the Distributed Counter extension's layout: `documentPath` (e.g. "pages/home") and
+ * its `field` (e.g. "visits", or a dotted path), with `db` the Firestore instance. The backend
+ * publishes its total as `counters/${await declaredCounterId(name, documentId)}` (e.g.
+ * `visits:home`), which firebaseTransport's listener follows like any counter. Throws a TypeError
+ * on a malformed path, field or shard id, or an unknown option.
+ */
+export declare function extensionCounter(
+  db: unknown,
+  firestore: ExtensionFirestoreFunctions,
+  documentPath: string,
+  field: string,
+  options?: ExtensionCounterOptions,
+): ExtensionCounter;

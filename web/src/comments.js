@@ -3,6 +3,7 @@
 // comment or delete one's own. The page writes comment documents directly; firestore.rules lets
 // a signed-in user create and delete their own. Self-contained: it builds its card in
 // <section id="comments">.
+import { declaredCounterId } from "@counters/client";
 import { onAuthStateChanged } from "firebase/auth";
 import {
   addDoc,
@@ -16,36 +17,12 @@ import {
 } from "firebase/firestore";
 import { clearErrors, describe, showError } from "./errors.js";
 
-// functions/counting/features/collections.py's escaping: these characters stay, every other UTF-8 byte
-// becomes ".HH"; an id past 128 characters keeps its head and ends in ".." and 32 hex digits
-// of the value's SHA-256.
-const KEPT = /^[A-Za-z0-9_-]$/;
-const MAX_ID = 128;
-const HASH_HEX = 32;
 // Error banner topics.
 const COUNT = "comment-count";
 const WRITE = "comment";
 
-const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).toUpperCase().padStart(2, "0"));
-
-/** The id of the counter of `post`'s comments. */
-export async function commentsCounter(post) {
-  const name = "comments";
-  const room = MAX_ID - name.length - 1;
-  const encoder = new TextEncoder();
-  let escaped = "";
-  for (const char of post) {
-    escaped += KEPT.test(char) ? char : hex(encoder.encode(char)).map((h) => `.${h}`).join("");
-  }
-  if (escaped.length > room) {
-    const digest = await crypto.subtle.digest("SHA-256", encoder.encode(post));
-    let head = escaped.slice(0, room - 2 - HASH_HEX);
-    const cut = head.lastIndexOf(".");
-    if (cut >= head.length - 2) head = head.slice(0, cut); // never half an escape
-    escaped = `${head}..${hex(new Uint8Array(digest)).join("").toLowerCase().slice(0, HASH_HEX)}`;
-  }
-  return `${name}:${escaped}`;
-}
+/** The id of the counter of `post`'s comments, as the functions escape it. */
+export const commentsCounter = (post) => declaredCounterId("comments", post);
 
 function card(section) {
   section.innerHTML = `

@@ -1,4 +1,5 @@
-// The demo page: a post (likes, claps, views), the trending panel and a tenant's ticket screen.
+// The demo page: a post (likes, claps, views, comments, its page's visits), the trending panel and a
+// tenant's ticket screen.
 // Query parameters pick other documents: ?post=<counter>&tenant=<tenant>.
 import { CountersClient, firebaseTransport, TapStore } from "@counters/client";
 import { onAuthStateChanged, signInAnonymously } from "firebase/auth";
@@ -10,6 +11,7 @@ import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
 import { startPost } from "./post.js";
 import { startTenant } from "./tenant.js";
 import { startTrends } from "./trends.js";
+import { startVisits } from "./visits.js";
 
 // What `make dev` seeds (tools/demo.py). The demo staff account only exists in the emulator:
 // only the local build fills it in, so a deployed page never shows a password.
@@ -35,6 +37,7 @@ const callable = (app) => (name) => httpsCallable(app.functions, name);
 // The panels that need no visitor first: a form filled early is already theirs.
 startTrends(visitor);
 startComments(visitor, params.get("post") || DEMO.post);
+startVisits(visitor, params.get("post") || DEMO.post);
 startTenant({ ...staff, callable: callable(staff) }, {
   tenant: params.get("tenant") || DEMO.tenant,
   email: params.get("tenant") ? "" : DEMO.email,

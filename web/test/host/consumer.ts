@@ -4,6 +4,9 @@
 import {
   CountersClient,
   type CounterState,
+  declaredCounterId,
+  type ExtensionCounter,
+  extensionCounter,
   firebaseTransport,
   type IncrementAnswer,
   newRequestId,
@@ -18,7 +21,7 @@ import {
 } from "@counters/client";
 import { initializeApp } from "firebase/app";
 import { getAuth } from "firebase/auth";
-import { doc, getFirestore, onSnapshot, Timestamp } from "firebase/firestore";
+import { doc, getFirestore, increment, onSnapshot, setDoc, Timestamp } from "firebase/firestore";
 import { getFunctions, httpsCallable } from "firebase/functions";
 
 const app = initializeApp({ projectId: "demo-counters", apiKey: "demo" });
@@ -61,6 +64,17 @@ const answer: IncrementAnswer = await withRetries(
 const asOf: bigint = timestampMicros(Timestamp.now());
 console.log(answer.applied, asOf, TRANSIENT.has("functions/internal"));
 
+// A counter of the Distributed Counter extension's layout, spoken to as its web SDK does, and its
+// total followed as a counter.
+const visits: ExtensionCounter = extensionCounter(db, { doc, increment, onSnapshot, setDoc }, "pages/home", "visits");
+const stopVisits = visits.onSnapshot((value: number) => console.log(visits.shardId, value), (error) => console.error(error));
+await visits.incrementBy(1);
+stopVisits();
+const mine: ExtensionCounter = extensionCounter(db, { doc, increment, onSnapshot, setDoc }, "pages/home", "visits",
+  { shardId: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9" });
+const total: string = await declaredCounterId("visits", "home");
+client.watch(total, (state) => console.log(state.shown, mine.shardId));
+
 // What the types must refuse.
 // @ts-expect-error: a prefix is a string
 firebaseTransport({ db, functions }, { doc, onSnapshot }, { httpsCallable }, { functionPrefix: 1 });
@@ -68,5 +82,11 @@ firebaseTransport({ db, functions }, { doc, onSnapshot }, { httpsCallable }, { f
 firebaseTransport({ db, functions }, { doc, onSnapshot }, { httpsCallable }, { functionsPrefix: "counters" });
 // @ts-expect-error: request ids are per user: user() is required
 new CountersClient({ transport, store: await TapStore.open() });
+// @ts-expect-error: an extension counter needs setDoc and increment
+extensionCounter(db, { doc, onSnapshot }, "pages/home", "visits");
+// @ts-expect-error: there is no such option
+extensionCounter(db, { doc, increment, onSnapshot, setDoc }, "pages/home", "visits", { shard: "a" });
+// @ts-expect-error: the view is a number, not a snapshot
+visits.onSnapshot((snapshot: { data(): number }) => snapshot.data());
 // @ts-expect-error: TRANSIENT is shared by every client: not to be changed
 TRANSIENT.add("functions/not-found");
