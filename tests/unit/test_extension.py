@@ -271,7 +271,8 @@ def test_a_move_takes_every_amount_into_the_document_and_the_counter() -> None:
     late.at(10.5)
     done = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
     late.at(11)
-    assert (done.shards, done.deleted, done.left, done.amounts) == (3, 2, 2, {"visits:p1": 9})
+    # Left: the busy shard, zeroed ("other" holds only another counter's field).
+    assert (done.shards, done.deleted, done.left, done.amounts) == (3, 2, 1, {"visits:p1": 9})
     assert page.get().to_dict() == {"visits": 19, "title": "home"}
     left = fields(page)
     assert left["busy"] == {"visits": 0}  # written 0.5 s ago: zeroed, not deleted
@@ -281,7 +282,7 @@ def test_a_move_takes_every_amount_into_the_document_and_the_counter() -> None:
     late.at(13)
     # The zeroed shard, quiet now: deleted.
     again = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
-    assert (again.shards, again.deleted, again.left) == (0, 1, 1)
+    assert (again.shards, again.deleted, again.left) == (0, 1, 0)
     assert "busy" not in fields(page)
     assert (counted(late), total(page)) == (19, 19)
 
@@ -366,3 +367,24 @@ def test_a_backfill_counts_the_layout_once_and_again_nothing() -> None:
     again = act(late, lambda: extension.backfill(late.ctx, late.db, VISITS))
     late.at(7)
     assert (again.deltas, again.moved.shards, counted(late)) == ({}, 0, 15)
+
+
+def test_a_state_told_twice_is_taken_once_and_a_foreign_shard_is_not_waited_for() -> None:
+    """The same creation handed in twice (a redelivered event) moves its amount once; a shard
+    holding only another counter's field is nothing to wait for."""
+    late = Late()
+    page = layout(late)
+    late.at(12.5)
+    busy = page.collection("_counter_shards_").document("busy")
+    state = busy.get()
+    told = extension.Written(ref=busy, data=state.to_dict() or {}, update_time=state.update_time)
+    done = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS],
+                                            written=[told, told]))
+    late.at(13)
+    assert (done.deleted, done.amounts) == (1, {"visits:p1": 4})
+    assert (counted(late), total(page)) == (14, 19)
+    late.at(20)
+    rest = act(late, lambda: extension.move_until_clear(late.ctx, late.db, page, [VISITS]))
+    late.at(21)
+    assert (rest.left, rest.amounts) == (0, {"visits:p1": 5})  # "other" holds only likes
+    assert (counted(late), total(page)) == (19, 19)

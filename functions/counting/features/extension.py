@@ -116,7 +116,11 @@ def move(ctx: Context, db: firestore.Client, document: firestore.DocumentReferen
     as told, without reading them: each delete is guarded by the told update time, so a shard
     written since fails the commit, and the move is made again from a read."""
     declared = [d for d in declarations if d.extension is not None]
-    told = list(written)
+    latest: dict[str, Written] = {}  # one state per shard (an event told twice), the newest
+    for state in written:
+        if state.ref.path not in latest or state.update_time > latest[state.ref.path].update_time:
+            latest[state.ref.path] = state
+    told = list(latest.values())
     if told and all(_holds_only(declared, w.data) for w in told):
         takes = [_Take(w.ref, _amounts(declared, w.data, partial=False), w.update_time, False)
                  for w in told]
@@ -142,8 +146,9 @@ def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.Docum
         if any(amounts.values()) or deletable:
             takes.append(_Take(shard.reference, amounts,
                                instant(shard.update_time) if deletable else None, partial))
-        if not deletable:
-            done.left += 1
+        # Left for a later move: zeroed now (its client's next writes fire no trigger), or to
+        # be deleted once quiet. A shard holding only other fields is none of this one's.
+        done.left += not deletable and (any(amounts.values()) or only)
     try:
         return _commit(ctx, db, document, declared, takes, done)
     except gexc.FailedPrecondition:
