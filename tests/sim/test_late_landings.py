@@ -93,26 +93,36 @@ REFUSED_ALL_WINDOW = tuple(Fate(delay_us=20_000, refused=gexc.ServiceUnavailable
                            for _ in range(60))
 
 
+def reset_with_a_late_forget(
+    late: Late, counter: str, policy: Policy,
+    marker: Callable[[firestore.Client, Names, str, str], firestore.DocumentReference],
+) -> None:
+    """User u writes `counter` at 1 s; an admin resets it at 2 s, the forgetting of u's marker
+    lost in flight (the library's resend applies); u writes again (the reset let them), and the
+    first attempt of the forget lands 17 s later, by 25 s."""
+    counters.create_counter(late.ctx, late.db, counter, shards=2, policy=policy)
+    late.at(1)
+    assert counters.increment(late.ctx, late.db, counter, 1, uid="u", admin=False) is not None
+    late.at(2)
+    reset = late.run(lambda: counters.reset_counter(late.ctx, late.db, counter),
+                     CALM_FATE, lost_in_flight(17.0))
+    assert reset is None
+    assert late.flying() == [[marker(late.db, NAMES, counter, "u").path]]  # the forget's attempt
+    assert counters.increment(late.ctx, late.db, counter, 1, uid="u", admin=False) is not None
+    late.at(25)
+    assert late.flying() == []  # it has landed
+
+
 def test_a_resets_late_forget_never_uncounts_a_newer_like() -> None:
     """A unique counter's user likes; an admin resets; the reset's commit forgetting its voters
     is lost in flight, the library's resend applies, and the first attempt lands 17 s later,
     after the user liked again. The user's next like changes nothing: one count, as promised."""
     late = Late()
-    counters.create_counter(late.ctx, late.db, "likes", shards=2, policy=Policy(unique=True))
-    late.at(1)
-    assert counters.increment(late.ctx, late.db, "likes", 1, uid="u", admin=False) is not None
-    late.at(2)
-    reset = late.run(lambda: counters.reset_counter(late.ctx, late.db, "likes"),
-                     CALM_FATE, lost_in_flight(17.0))
-    assert reset is None
-    voter = counter_refs.voter_ref(late.db, NAMES, "likes", "u")
-    assert late.flying() == [[voter.path]]  # the forget's first attempt
-    assert counters.increment(late.ctx, late.db, "likes", 1, uid="u", admin=False) is not None
-    late.at(25)
-    assert late.flying() == []  # it has landed
+    reset_with_a_late_forget(late, "likes", Policy(unique=True), counter_refs.voter_ref)
     assert counters.increment(late.ctx, late.db, "likes", 1, uid="u", admin=False) is None
     late.at(26)
     assert late.counted("likes") == 1
+    voter = counter_refs.voter_ref(late.db, NAMES, "likes", "u")
     assert (voter.get().to_dict() or {}).get("counted") is True
 
 
@@ -208,19 +218,7 @@ def test_a_resets_late_forget_never_winds_back_a_newer_visit() -> None:
     and the user visits again (the reset let them in); the first attempt lands 17 s later. It
     winds nothing back: the user's next visit, within the minute, is too soon."""
     late = Late()
-    counters.create_counter(late.ctx, late.db, "views", shards=2,
-                            policy=Policy(min_interval_s=60))
-    late.at(1)
-    assert counters.increment(late.ctx, late.db, "views", 1, uid="u", admin=False) is not None
-    late.at(2)
-    reset = late.run(lambda: counters.reset_counter(late.ctx, late.db, "views"),
-                     CALM_FATE, lost_in_flight(17.0))
-    assert reset is None
-    paced = counter_refs.paced_ref(late.db, NAMES, "views", "u")
-    assert late.flying() == [[paced.path]]  # the forget's first attempt
-    assert counters.increment(late.ctx, late.db, "views", 1, uid="u", admin=False) is not None
-    late.at(25)
-    assert late.flying() == []  # it has landed
+    reset_with_a_late_forget(late, "views", Policy(min_interval_s=60), counter_refs.paced_ref)
     with pytest.raises(ResourceExhausted):
         counters.increment(late.ctx, late.db, "views", 1, uid="u", admin=False)
     late.at(26)

@@ -664,9 +664,10 @@ def records(db: firestore.Client, names: Names,
     return paged(db.collection(names.counted_docs), page)
 
 
-def paged(collection: firestore.CollectionReference,
+def paged(collection: firestore.CollectionReference | firestore.CollectionGroup,
           page: int) -> Iterator[firestore.DocumentSnapshot[Any]]:
-    """Every document of `collection`, in id order, `page` per query."""
+    """Every document of `collection` (or of a collection group), in id order, `page` per
+    query."""
     last: firestore.DocumentSnapshot[Any] | None = None
     while True:
         query = collection.limit(page)

@@ -42,6 +42,7 @@ from counting.features.collections import (
     ensure_counter,
     is_partial,
     match,
+    paged,
     watched_documents,
 )
 from counting.foundation import config
@@ -354,26 +355,12 @@ def _documents(db: firestore.Client, declaration: Declaration,
     for snapshot in watched_documents(db, declaration.documents, page):
         seen.add(snapshot.reference.path)
         yield snapshot.reference
-    for shard in paged_group(db, page):
+    for shard in paged(db.collection_group(SHARDS), page):
         parent = shard.reference.parent.parent
         if parent is not None and parent.path not in seen \
                 and match(declaration.documents, parent.path) is not None:
             seen.add(parent.path)
             yield parent
-
-
-def paged_group(db: firestore.Client, page: int) -> Iterator[firestore.DocumentSnapshot[Any]]:
-    """Every extension shard of the database, `page` per query."""
-    last: firestore.DocumentSnapshot[Any] | None = None
-    while True:
-        query = db.collection_group(SHARDS).limit(page)
-        if last is not None:
-            query = query.start_after(last)
-        found = list(query.stream())
-        yield from found
-        if len(found) < page:
-            return
-        last = found[-1]
 
 
 def _baseline(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
