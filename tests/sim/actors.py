@@ -4,23 +4,31 @@
   sequences, P as it knows it), making requests in a random mix: increments with and without
   `request_id` (a client with an id retries with it when unsure; one without does not), batches,
   a unique counter's likes and unlikes, a paced counter's views, tracks with and without id,
-  ticket numbers with and without id, and the app's own orders (written and deleted).
+  ticket numbers with and without id, the app's own orders (written and deleted), and the
+  Distributed Counter extension's clients: a device's merge of `visits: Increment(+-1)` into
+  its own shard of a page (`pages/{page}/_counter_shards_/{device}`, the same id each time).
 - `Operator`: sets P and creates the counters and tenants, then, while writers write, changes
   P, resets counters and sequences, changes write policies, runs a backfill of the orders'
   counters, now and then imports the sequences' documents (their create times rewritten), and
   in some runs takes the housekeeping's query of the sequences' records down for over an hour.
+- `ExtensionOperator`: the pages' extension counters before and after their declaration: the
+  extension's own writes first (pages' fields, partials), then the declaration deployed (the
+  trigger and the sweep start), then `counters backfill visits:{page}` (again while it fails).
 - `Trigger`: every committed change of an order becomes an event delivered after a delay
   (minutes now and then), sometimes twice; its handler applies it as `count_event` does,
-  trying again after transient failures; an event given up on is left to a backfill.
+  trying again after transient failures; an event given up on is left to a backfill. Every
+  creation of a page's shard after the declaration is deployed is an event too, delivered with
+  the same hazards to one of the trigger's instances, whose `extension.Movers` moves it.
 - `Rollup`: the rollup's invocations as deployed: Cloud Tasks queues (one per partition index,
   one dispatch at a time, tasks named per slot and partition, retried after a failure,
   sometimes minutes late or also delivered to a second instance, their creation sometimes
   refused), the instances that keep a holder per partition between tasks, and Cloud Scheduler's
   housekeeping of every partition each minute (never two at once), followed by the sequence
-  numbers no commit carried into their records (`sequences.record_issued`) and a run of the
-  exactness audit.
+  numbers no commit carried into their records (`sequences.record_issued`), a run of the
+  exactness audit and, once deployed, the extension counters' sweep.
 - `Chaos`: writers killed or frozen before their next request; rollup invocations killed or
-  paused a moment after they start.
+  paused a moment after they start; an instance of the extension shards' trigger killed (its
+  calls with it) or frozen.
 
 Every client call goes through `history.History.call`, so that the model stamps it on what it
 sends. The hazards' rates are `faults.Chaos`.
@@ -34,6 +42,7 @@ import datetime as dt
 import functools
 import itertools
 import random
+import threading
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +53,7 @@ from counting.features import (
     counter_refs,
     counters,
     declarations,
+    extension,
     sequences,
     shard_choice,
     trends,
@@ -66,7 +76,7 @@ from . import protections
 from .faults import Chaos, Fate
 from .history import Answer, Call, History, Request
 from .model import Attempt, Model, Path, Snapshot, Version
-from .virtual import Actor, Sim, micros
+from .virtual import Actor, Condition, Sim, micros
 
 # This repository's collection counters (functions/declarations.json).
 OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
@@ -104,6 +114,20 @@ CLIENT_CALLS = 3  # a client's calls of one request with a request_id, or an adm
 # past it: `world.run`), so that records unread by then are past Firestore's read window.
 OUTAGE_P = 0.1
 ORDERS = next(w for w in OWN.watches if w.documents == "orders/{order}")
+# The extension counters' shards (`visits:{page}`), and the pages their devices visit.
+EXTENSION = next(w for w in OWN.watches if w.extension_shards)
+VISITS = next(d for d in EXTENSION.declarations if d.extension is not None)
+assert VISITS.extension is not None
+VISITED = VISITS.extension
+PAGES_COLLECTION = VISITS.documents.split("/")[0]
+PAGES = ("home", "pricing", "blog")
+OTHER_FIELD = "shares"  # another field the extension counted on pages (no declaration of ours)
+DEVICES_KEPT = 3  # a writer process's devices (each visits with its own shard id, reused)
+TRIGGER_INSTANCES = 2  # the extension trigger's instances events are delivered to
+# How long the extension operator waits, at most, for the extension's own commits in flight to
+# land before it backfills (a write of a page's field landing after the backfill read it is
+# counted by the next backfill only: docs/architecture.md, "Extension counters").
+LEGACY_SETTLE_S = config.MAX_REQUEST_S + 60.0
 PARTITIONS_PATH = (config.INTERNAL, partitions.PARTITIONS_DOC)
 # Every partition's lease document -> the partition.
 LEASES: dict[Path, Part] = {
@@ -155,6 +179,8 @@ class Stage:
     clock: Clock
     write_context: Writing  # the run's: its protections, P as processes know it, its waker
     writing: bool = True
+    deployed_us: int | None = None  # when the extension counters' declaration was deployed
+    extension_unfinished: bool = False  # the extension operator's last backfill failed a page
     ops: Counter[str] = field(default_factory=Counter)  # operations done, by kind
     tally: Counter[str] = field(default_factory=Counter)  # hazards and events, by kind
     partitions: list[int] = field(default_factory=list)  # P at the start, then each change's
@@ -206,6 +232,7 @@ class Process:
 
     rng: random.Random
     ctx: Context
+    devices: list[str] = field(default_factory=list)  # its devices' shard ids, latest last
 
     def now(self) -> dt.datetime:
         """Its instance's clock."""
@@ -229,6 +256,7 @@ class Writers:
             (0.8, functools.partial(self._number, with_id=False)),
             (0.8, functools.partial(self._number, with_id=True)),
             (2.0, self._order),
+            (1.5, self._visit),
         ]
 
     def spawn(self, after_s: float) -> Actor:
@@ -341,6 +369,21 @@ class Writers:
             else:
                 ref.set({"status": rng.choice(STATUSES), "amount": rng.randint(1, 100)})
 
+    def _visit(self, process: Process) -> None:
+        """A device of the extension's clients counts a visit (or takes one back) in its own
+        shard of a page: a merge of `Increment`, its shard id the same for every page and
+        visit; now and then a new device (a new id) takes the place of the oldest."""
+        rng, stage = process.rng, self.stage
+        if not process.devices or rng.random() < 0.15:
+            process.devices.append(f"{rng.getrandbits(64):016x}-{len(process.devices)}")
+            del process.devices[:-DEVICES_KEPT]
+        device, page = rng.choice(process.devices), rng.choice(PAGES)
+        by = rng.choice((1, 1, 1, -1))
+        ref = stage.db.collection(PAGES_COLLECTION, page, collections.SHARDS).document(device)
+        stage.ops["visit"] += 1
+        stage.ask(Request(kind="visit", amounts={page: by}),
+                  lambda: ref.set(VISITED.nested(firestore.Increment(by)), merge=True))
+
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
@@ -354,6 +397,8 @@ class Plan:
     late_drills: list[float]  # an attempt of the operator's own landing late (`late_drill`)
     sequence_resets: list[tuple[float, str]]  # (at, tenant)
     backfills: list[float]
+    deploy: float  # the extension counters' declaration deployed
+    extension_backfills: list[float]
     sequence_imports: list[float] = field(default_factory=list)  # imports of the sequences
     # (from, until): the housekeeping's query of the sequences' records fails, over an hour
     records_outage: tuple[float, float] | None = None
@@ -370,6 +415,7 @@ class Plan:
                                                if changes is None else changes)):
             counts.append(rng.choice([c for c in partitions.CHOICES if c != counts[-1]]))
             moves.append((when, counts[-1]))
+        deploy = rng.uniform(3.0, active_s / 2)
         return cls(start=first, changes=moves,
                    configures=sorted(at() for _ in range(rng.randint(1, 3))),
                    resets=sorted((at(), rng.choice([*PLAIN, VIEWS, LIKES]))
@@ -379,6 +425,9 @@ class Plan:
                    sequence_resets=sorted((at(), rng.choice(sorted(TENANTS)))
                                           for _ in range(rng.randint(0, 2))),
                    backfills=sorted(at() for _ in range(rng.randint(0, 2))),
+                   deploy=deploy,
+                   extension_backfills=sorted(rng.uniform(deploy + 1.0, active_s - 8.0)
+                                              for _ in range(rng.randint(1, 2))),
                    sequence_imports=sorted(at() for _ in range(rng.choice((0, 0, 1)))),
                    records_outage=(lambda start: (start, start + rng.uniform(3700.0, 3900.0)))(
                        at()) if rng.random() < OUTAGE_P else None)
@@ -579,32 +628,167 @@ def backfill(stage: Stage) -> None:
     stage.ask(Request(kind="backfill"), lambda: collections.backfill(counting), calls=1)
 
 
+class ExtensionOperator:
+    """The pages' extension counters from before their declaration: the extension's own writes
+    (each page's field, partials as its workers leave them) until the declaration is deployed,
+    from when on the created-shard trigger and the scheduled sweep move shards; then, once the
+    extension's last commits have landed, `counters backfill visits:{page}` while clients write,
+    run again while a page fails (as an operator reruns it), at most BACKFILL_RUNS times a go."""
+
+    BACKFILL_RUNS = 3
+
+    def __init__(self, stage: Stage, plan: Plan) -> None:
+        self.stage = stage
+        self.plan = plan
+        self._rng = random.Random(stage.rng.random())
+        self.ctx = stage.context(shard_choice.ShardPicker(random.Random(self._rng.random())))
+        self.legacy: list[Request] = []  # the extension's own writes
+        self._partials: dict[str, list[str]] = {}  # page -> its partials' ids
+
+    def run(self) -> None:
+        stage, sim, rng = self.stage, self.stage.sim, self._rng
+        for page in PAGES:  # what the extension left, then its writes until the deploy
+            if rng.random() < 0.8:
+                self._legacy_field(page)
+            for _ in range(rng.randint(0, 2)):
+                self._legacy_partial(page)
+        while True:
+            sim.wait(rng.expovariate(1 / 3.0))
+            if sim.monotonic() >= self.plan.deploy:
+                break
+            page = rng.choice(PAGES)
+            (self._legacy_field if rng.random() < 0.5 else self._legacy_partial)(page)
+        stage.deployed_us = sim.now_us
+        for when in self.plan.extension_backfills:
+            sim.wait(max(0.0, when - sim.monotonic()))
+            self._settled()
+            self.backfill()
+
+    def _legacy_field(self, page: str) -> None:
+        """The extension's worker adds what it took from shards to the page's field."""
+        by = self._rng.randint(1, 20)
+        ref = self.stage.db.collection(PAGES_COLLECTION).document(page)
+        self._legacy(page, by, lambda: ref.set(VISITED.nested(firestore.Increment(by)),
+                                               merge=True))
+
+    def _legacy_partial(self, page: str) -> None:
+        """The extension's worker appends updates to a partial of the page (a new one, or one
+        of its own): sent once, as an `ArrayUnion` resent after it applied adds nothing. Some
+        updates also carry another field the extension counts on the page (which moves must
+        keep: such a partial is zeroed by a negative update, not deleted)."""
+        rng = self._rng
+        ids = self._partials.setdefault(page, [])
+        if not ids or rng.random() < 0.5:
+            ids.append(f"{collections.PARTIAL_PREFIX}{rng.getrandbits(64):016x}")
+        updates = [{collections.UPDATE_ID: f"{rng.getrandbits(64):016x}",
+                    collections.UPDATE_DATA: {**VISITED.nested(rng.randint(-1, 5)),
+                                              **({OTHER_FIELD: 1} if rng.random() < 0.2
+                                                 else {})}}
+                   for _ in range(rng.randint(1, 3))]
+        by = sum(VISITED.value(u[collections.UPDATE_DATA]) for u in updates)
+        ref = self.stage.db.collection(PAGES_COLLECTION, page, collections.SHARDS).document(
+            rng.choice(ids))
+        self._legacy(page, by, lambda: ref.set(
+            {collections.UPDATES: firestore.ArrayUnion(updates)}, merge=True, retry=None))
+
+    def _legacy(self, page: str, by: int, do: Callable[[], object]) -> None:
+        request = Request(kind="extension_legacy", amounts={page: by})
+        self.legacy.append(request)
+        self.stage.ops["extension_legacy"] += 1
+        self.stage.ask(request, do)
+
+    def _settled(self) -> None:
+        """Wait (at most LEGACY_SETTLE_S) until none of the extension's commits is in flight:
+        the extension is uninstalled, its last writes landed."""
+        stage = self.stage
+        calls = {id(call) for request in self.legacy for call in request.calls}
+        mine = [a for a in stage.model.attempts if id(a.call) in calls]
+        until = stage.sim.monotonic() + LEGACY_SETTLE_S
+        while any(a.commit_us is None and a.error is None and a.fate.refused is None
+                  for a in mine) and stage.sim.monotonic() < until:
+            stage.sim.wait(1.0)
+
+    def backfill(self) -> None:
+        """`counters backfill visits:{page}`, run again after a failure."""
+        stage = self.stage
+        for run in range(self.BACKFILL_RUNS):
+            if run:
+                stage.tally["extension_backfill_reruns"] += 1
+                stage.sim.wait(self._rng.uniform(1.0, 5.0))
+            stage.ops["extension_backfill"] += 1
+            made = stage.ask(Request(kind="extension_backfill"),
+                             lambda: extension.backfill(self.ctx, stage.db, VISITS), calls=1)
+            done = made.value if made.answer is Answer.OK else None
+            stage.extension_unfinished = not isinstance(done, extension.Backfilled) \
+                or bool(done.failed)
+            if not stage.extension_unfinished:
+                return
+
+
+class SimMovers(extension.Movers):
+    """One trigger instance's `extension.Movers`, on the run's clock, shared by the calls the
+    instance serves (actors of the run: `virtual.Condition`)."""
+
+    def __init__(self, sim: Sim, do: Callable[[str, list[extension.Written]], extension.Moved]
+                 ) -> None:
+        super().__init__(do, monotonic=sim.monotonic, sleep=sim.sleep)
+        self._lock = cast(threading.Condition, Condition(sim))
+
+
+@dataclass
+class MoverInstance:
+    """An instance of the extension shards' trigger: its moves, and the calls it served."""
+
+    name: str
+    movers: SimMovers
+    actors: list[Actor] = field(default_factory=list)
+
+
 class Trigger:
-    """The orders' document trigger: an event per committed change of an order."""
+    """The orders' document trigger: an event per committed change of an order. And the
+    extension shards' created-shard trigger, once deployed: an event per creation of a page's
+    shard or partial, delivered with the same hazards to one of its TRIGGER_INSTANCES instances
+    (a new one after chaos killed it), whose Movers takes the state the event tells of."""
 
     def __init__(self, stage: Stage) -> None:
         self.stage = stage
         self.given_up = 0  # events whose handler gave up: a backfill must count them
+        self.instances: dict[str, MoverInstance] = {}  # slot -> its live instance
+        self.started = 0  # instances started
 
     def on_commit(self, attempt: Attempt) -> None:
-        stage, chaos = self.stage, self.stage.chaos
         assert attempt.commit_us is not None
         for path, before, after in attempt.changes:
-            if len(path) != 2 or path[0] != "orders":
-                continue
-            states = (self._state(path, before), self._state(path, after))
-            if states == (None, None):
-                continue  # a delete of a missing document changes nothing: no event
-            event = f"e{attempt.commit_us}-{path[1]}"
-            delay = stage.rng.uniform(0.05, 5.0)
-            if stage.rng.random() < chaos.late_event_p:
-                delay += stage.rng.uniform(*chaos.late_event_s)
-                stage.tally["late_events"] += 1
-            deliver = functools.partial(self._deliver, path, *states, event)
-            stage.sim.spawn(event, deliver, after_s=delay)
-            if stage.rng.random() < chaos.duplicate_event_p:
-                stage.sim.spawn(event + "-again", deliver,
-                                after_s=delay + stage.rng.uniform(0, 20))
+            if len(path) == 2 and path[0] == "orders":
+                states = (self._state(path, before), self._state(path, after))
+                if states == (None, None):
+                    continue  # a delete of a missing document changes nothing: no event
+                event = f"e{attempt.commit_us}-{path[1]}"
+                self._send(event, functools.partial(self._deliver, path, *states, event))
+            elif self._created(attempt.commit_us, path, before, after):
+                event = f"x{attempt.commit_us}-{path[1]}-{path[-1].strip()}"
+                created = self._state(path, after)
+                assert created is not None
+                self._send(event, functools.partial(self._deliver_created, path, created))
+
+    def _send(self, event: str, deliver: Callable[[], None]) -> None:
+        """An event delivered after a delay (minutes now and then), sometimes twice."""
+        stage, chaos = self.stage, self.stage.chaos
+        delay = stage.rng.uniform(0.05, 5.0)
+        if stage.rng.random() < chaos.late_event_p:
+            delay += stage.rng.uniform(*chaos.late_event_s)
+            stage.tally["late_events"] += 1
+        stage.sim.spawn(event, deliver, after_s=delay)
+        if stage.rng.random() < chaos.duplicate_event_p:
+            stage.sim.spawn(event + "-again", deliver, after_s=delay + stage.rng.uniform(0, 20))
+
+    def _created(self, commit_us: int, path: Path, before: Version | None,
+                 after: Version) -> bool:
+        """A shard or partial of a page created once the declaration was deployed."""
+        deployed = self.stage.deployed_us
+        return (deployed is not None and commit_us >= deployed and after.data is not None
+                and (before is None or before.data is None)
+                and collections.match(EXTENSION.documents, "/".join(path)) is not None)
 
     def _state(self, path: Path, version: Version | None) -> Snapshot | None:
         """The document as an event carries it: None when it did not exist."""
@@ -633,6 +817,60 @@ class Trigger:
                 return
             stage.sim.wait(pause)
 
+    def _deliver_created(self, path: Path, created: Snapshot) -> None:
+        """`move_created` on the instance the event reaches: its Movers moves the state the
+        event tells of (with its page's other shards), and the call returns once a move took
+        it."""
+        stage = self.stage
+        actor = stage.sim.current()
+        assert actor is not None
+        instance = self._instance()
+        instance.actors.append(actor)
+        written = extension.Written(ref=cast(Any, created.reference),
+                                    data=created.to_dict() or {},
+                                    update_time=cast(dt.datetime, created.update_time))
+        stage.ops["extension_delivery"] += 1
+        stage.history.call(Request(kind="extension_move"), lambda: instance.movers.after_write(
+            "/".join(path[:-2]), written))
+
+    def _instance(self) -> MoverInstance:
+        stage = self.stage
+        slot = f"movers-{stage.rng.randrange(TRIGGER_INSTANCES)}"
+        instance = self.instances.get(slot)
+        if instance is None:
+            self.started += 1
+            db = stage.db
+            ctx = stage.context(shard_choice.ShardPicker(random.Random(stage.rng.random())))
+
+            def move(path: str, written: list[extension.Written]) -> extension.Moved:
+                return extension.move_until_clear(ctx, db, db.document(path),
+                                                  EXTENSION.declarations, written=written)
+
+            instance = self.instances[slot] = MoverInstance(
+                name=f"{slot}-{self.started}", movers=SimMovers(stage.sim, move))
+        return instance
+
+    def strike(self, kill: bool) -> None:
+        """Chaos kills one instance of the extension shards' trigger (every call it serves
+        dies with it; the next event starts another) or freezes its calls."""
+        stage = self.stage
+        if not self.instances:
+            return
+        slot = stage.rng.choice(sorted(self.instances))
+        instance = self.instances[slot]
+        live = [a for a in instance.actors if stage.alive(a)]
+        instance.actors = live
+        if kill:
+            for actor in live:
+                actor.killed = True
+            del self.instances[slot]
+            stage.tally["trigger_kills"] += 1
+        else:
+            for actor in live:
+                actor.pause_s = stage.rng.uniform(*stage.chaos.holder_pause_s)
+            stage.tally["trigger_pauses"] += 1
+        stage.struck[instance.name] += 1
+
 
 class Rollup:
     """Cloud Tasks, Cloud Scheduler and the rollup's instances."""
@@ -651,6 +889,7 @@ class Rollup:
         self.wide: dict[Part, bool] = {}  # whether each partition's last tick read wide
         self.swept: dict[Part, list[int]] = {}  # when each partition's sweeps ended
         self.writers: Writers | None = None  # whose P counts for `narrowed`
+        self._sweeper: Context | None = None  # the scheduled function's context
 
     # -- invocations --
 
@@ -746,7 +985,24 @@ class Rollup:
                 self.stage.model.records_runs.append((began, self.stage.sim.now_us, kept.failed))
             finally:
                 self.stage.ops["audit"] += 1
-                audit.run(self.stage.write_context, self.stage.db)
+                try:
+                    audit.run(self.stage.write_context, self.stage.db)
+                finally:
+                    self._sweep()
+
+    def _sweep(self) -> None:
+        """The extension counters' sweep (`extension.sweep`), once their declaration is
+        deployed."""
+        stage = self.stage
+        if stage.deployed_us is None:
+            return
+        if self._sweeper is None:
+            self._sweeper = stage.context(
+                shard_choice.ShardPicker(random.Random(stage.rng.random())))
+        sweeper = self._sweeper
+        stage.ops["extension_sweep"] += 1
+        stage.history.call(Request(kind="extension_sweep"),
+                           lambda: extension.sweep(sweeper, stage.db, OWN.declarations))
 
     def _ticked(self, holder: cadence.Holder, stats: Any) -> None:
         """Note each partition's sweeps, and count a narrowing: a partition's ticks went from
@@ -868,14 +1124,17 @@ class Rollup:
 
 class Chaotic:
     """Now and then a writer dies (a new one takes its place) or freezes before its next
-    request (between choosing its shard and sending, or between a commit and its touch), or the
-    next rollup invocation of a partition index of the current P (or of the scheduled instance)
-    is killed or paused a moment after it starts (mid-tick)."""
+    request (between choosing its shard and sending, or between a commit and its touch), an
+    instance of the extension shards' trigger dies (its calls with it) or freezes, or the next
+    rollup invocation of a partition index of the current P (or of the scheduled instance) is
+    killed or paused a moment after it starts (mid-tick)."""
 
-    def __init__(self, stage: Stage, writers: Writers, rollup: Rollup) -> None:
+    def __init__(self, stage: Stage, writers: Writers, rollup: Rollup,
+                 trigger: Trigger) -> None:
         self.stage = stage
         self.writers = writers
         self.rollup = rollup
+        self.trigger = trigger
 
     def run(self) -> None:
         stage, chaos = self.stage, self.stage.chaos
@@ -892,6 +1151,9 @@ class Chaotic:
             elif draw < chaos.writer_kill_p + chaos.writer_pause_p and live:
                 rng.choice(live).pause_s = rng.uniform(*chaos.writer_pause_s)
                 stage.tally["writer_pauses"] += 1
+            elif draw < chaos.writer_kill_p + chaos.writer_pause_p + chaos.trigger_p \
+                    and self.trigger.instances:
+                self.trigger.strike(kill=rng.random() < chaos.holder_kill_p)
             else:
                 doom = "kill" if rng.random() < chaos.holder_kill_p else "pause"
                 target = SCHEDULED if rng.random() < chaos.scheduled_p \

@@ -21,6 +21,11 @@ change query served) and what callers were told (`history`).
 - `TrendTotals`: every window total equals its buckets; every track counted once at most, once
   if acknowledged.
 - `CollectionCounters`: the collection counters equal what the final documents count.
+- `ExtensionCounters`: at every committed state, each extension counter document's field plus
+  its shards' and partials' amounts equals what clients (and the extension, before the
+  declaration) wrote by then; every commit moves the document's field and its counter alike
+  (but the extension's own writes of the field, and a backfill's commit that makes them equal);
+  at the end the shards hold nothing and the counter equals the field and the clients' total.
 - `Fencing`: no holder committed rollup documents without holding its partition's lease.
 - `Promptness`: the first change query that can see a shard's state returns it when the design
   says it must: a state committed within CHANGE_OVERLAP_S of its timestamp (the overlap), and a
@@ -56,6 +61,11 @@ COUNTING_KINDS = ("increment", "increment_id", "increment_many", "increment_many
 TRACK_KINDS = ("track", "track_id")
 NUMBER_KINDS = ("next_number", "next_number_id")
 COLLECTION_KINDS = ("delivery", "backfill")
+# What adds to an extension counter's layout: devices' writes of their shards, the extension's
+# own writes (fields, partials) before the declaration.
+EXTENSION_CLIENT_KINDS = ("visit", "extension_legacy")
+EXTENSION_LEGACY_KINDS = ("extension_legacy",)
+EXTENSION_BACKFILL_KINDS = ("extension_backfill",)
 
 
 @dataclass(frozen=True)
@@ -167,6 +177,9 @@ def by_sign(checker: str, delta: int, text: str) -> Finding:
 class Counters:
     name = "counters"
 
+    def __init__(self, elsewhere: tuple[str, ...] = ()) -> None:
+        self.elsewhere = elsewhere  # prefixes of counters whose moves another checker judges
+
     def check(self, run: Evidence) -> list[Finding]:
         found: list[Finding] = []
         for path, data in run.final.items():
@@ -213,7 +226,7 @@ class Counters:
                 continue
             assert attempt.commit_us is not None
             for counter, delta in run.effect(attempt).counters.items():
-                if not delta:
+                if not delta or counter.startswith(self.elsewhere):
                     continue
                 if isinstance(call, Call) and kind == "reset_counter":
                     held = run.sums_between(counter, call.sent_us, attempt.commit_us - 1)
@@ -507,6 +520,109 @@ class CollectionCounters:
                 for c in sorted(names | set(expected)) if run.shard_sums[c] != expected[c]]
 
 
+class ExtensionCounters:
+    """An extension counter's equalities (docs/architecture.md, "Extension counters"), judged
+    at every commit, in commit order, from the documents' versions: its documents' field plus
+    their shards' and partials' amounts equals the amounts of the client writes that landed by
+    then (each attempt that landed adds its own); the counter's shards move as the field does
+    (the extension's writes of the field before the declaration move the field alone, and a
+    backfill's commit may move the counter so that it equals the field); and, at the end, the
+    field and the counter equal the clients' total (nothing left in shards)."""
+
+    name = "extension counters"
+
+    def __init__(self, watch: collections.Watch) -> None:
+        self.declarations = [d for d in watch.declarations if d.extension is not None]
+
+    def check(self, run: Evidence) -> list[Finding]:
+        return [f for d in self.declarations for f in self._declared(run, d)]
+
+    def _declared(self, run: Evidence, declaration: collections.Declaration) -> list[Finding]:
+        extension = declaration.extension
+        assert extension is not None
+        depth = len(declaration.documents.split("/"))
+
+        def page_of(path: Path) -> str | None:
+            joined = "/".join(path)
+            params = collections.match(declaration.documents, joined) \
+                or collections.match(declaration.shards, joined)
+            return params[declaration.placeholder] if params else None
+
+        def amount(path: Path, data: dict[str, Any] | None) -> int:
+            if data is None:
+                return 0
+            if len(path) == depth:
+                return extension.value(data)
+            return extension.amount(data, partial=collections.is_partial(path[-1]))
+
+        pages = {page for path in run.model.docs if (page := page_of(path)) is not None}
+        pages |= {page for r in run.requests(EXTENSION_CLIENT_KINDS) for page in r.amounts}
+        of_counter = {declaration.counter_id(page): page for page in pages}
+        held: dict[Path, int] = {}
+        layout: dict[str, int] = defaultdict(int)  # field + shards + partials
+        added: dict[str, int] = defaultdict(int)  # what clients' landed writes added
+        gaps: dict[str, int] = defaultdict(int)  # layout - added, as last reported
+        fields: dict[str, int] = defaultdict(int)
+        counters: dict[str, int] = defaultdict(int)
+        found: list[Finding] = []
+        for attempt in sorted(run.model.landed, key=lambda a: a.commit_us or 0):
+            call = attempt.call
+            kind = call.request.kind if isinstance(call, Call) else None
+            who = repr(call) if call is not None else attempt.owner or attempt.sender
+            at = (attempt.commit_us or 0) / 1e6
+            touched: set[str] = set()
+            moved: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # page -> field, counter
+            for path, _, after in attempt.changes:
+                page = page_of(path)
+                if page is None:
+                    continue
+                now = amount(path, after.data)
+                delta, held[path] = now - held.get(path, 0), now
+                layout[page] += delta
+                touched.add(page)
+                if len(path) == depth and delta:
+                    moved[page][0] += delta
+            for counter, delta in run.effect(attempt).counters.items():
+                if delta and counter in of_counter:
+                    moved[of_counter[counter]][1] += delta
+            if isinstance(call, Call) and kind in EXTENSION_CLIENT_KINDS:
+                for page, by in call.request.amounts.items():
+                    added[page] += by
+                    touched.add(page)
+            for page in sorted(touched):
+                gap = layout[page] - added[page]
+                if gap and gap != gaps[page]:  # each new difference once
+                    found.append(by_sign(self.name, gap, (
+                        f"{page}: after a commit of {who} at {at:.3f} s, its field, shards "
+                        f"and partials hold {layout[page]}, clients added {added[page]}")))
+                gaps[page] = gap
+            for page, (by_field, by_counter) in sorted(moved.items()):
+                fields[page] += by_field
+                counters[page] += by_counter
+                if by_field == by_counter or (kind in EXTENSION_LEGACY_KINDS and not by_counter) \
+                        or (kind in EXTENSION_BACKFILL_KINDS and fields[page] == counters[page]):
+                    continue
+                found.append(by_sign(self.name, by_counter - by_field, (
+                    f"{declaration.counter_id(page)}: a commit of {who} at {at:.3f} s moved "
+                    f"the counter by {by_counter:+d} and the field by {by_field:+d}")))
+        for page in sorted(pages):
+            counter = declaration.counter_id(page)
+            field = extension.value(run.final.get(
+                tuple(declaration.documents.replace(f"{{{declaration.placeholder}}}", page)
+                      .split("/"))) or {})
+            shards, total = run.shard_sums.get(counter, 0), added[page]
+            left = layout[page] - field
+            if field != total:
+                found.append(by_sign(self.name, field - total, (
+                    f"{page}: its field ends at {field}, clients added {total} ({left} left in "
+                    "its shards and partials)")))
+            if shards != total:
+                found.append(by_sign(self.name, shards - total, (
+                    f"{counter}: its shards end at {shards}, clients added {total}, the field "
+                    f"holds {field}")))
+        return found
+
+
 class Fencing:
     name = "fencing"
 
@@ -621,8 +737,11 @@ class Audit:
                 for d in state.get("drift") or []]
 
 
-def every(watch: collections.Watch) -> list[Checker]:
-    return [Counters(), UniqueCounters(), Answers(), FinalAnswers(), ConfigurationsInForce(),
-            Sequences(), TrendTotals(),
-            CollectionCounters(watch),
+def every(watch: collections.Watch, extension: collections.Watch) -> list[Checker]:
+    """Every checker: `watch`'s collection counters and `extension`'s extension counters (whose
+    counters' moves `Counters` leaves to `ExtensionCounters`)."""
+    judged = tuple(d.owns for d in extension.declarations if d.extension is not None)
+    return [Counters(elsewhere=judged), UniqueCounters(), Answers(), FinalAnswers(),
+            ConfigurationsInForce(), Sequences(), TrendTotals(),
+            CollectionCounters(watch), ExtensionCounters(extension),
             Fencing(), Promptness(), Audit(), SequenceRecords()]

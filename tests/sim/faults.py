@@ -12,7 +12,8 @@
   Commit on UNAVAILABLE and RESOURCE_EXHAUSTED unless the caller passes `retry=None`.
 - The run's chaos (`Chaos`): writers killed or frozen (between choosing a shard and sending,
   between a commit and its touch: seconds to minutes), rollup invocations killed or paused
-  mid-tick, Cloud Tasks refusing an enqueue, tasks and trigger events delivered minutes late.
+  mid-tick, an extension trigger's instance killed or frozen, Cloud Tasks refusing an
+  enqueue, tasks and trigger events delivered minutes late.
 """
 
 from __future__ import annotations
@@ -173,6 +174,9 @@ class Chaos:
     holder_kill_p: float = 0.35  # of a step on a rollup invocation: kill it (else pause it)
     holder_pause_s: tuple[float, float] = (5.0, 25.0)  # past the lease's 10 s, or not
     scheduled_p: float = 0.15  # of a step on the rollup: strike the scheduled instance
+    # of a step: kill an instance of the extension shards' trigger (its calls with it; as often
+    # as a rollup invocation, `holder_kill_p`), else freeze its calls (`holder_pause_s`)
+    trigger_p: float = 0.1
     enqueue_fail_p: float = 0.03  # Cloud Tasks refuses a task's creation
     late_task_p: float = 0.02  # a task dispatched minutes after its slot
     late_task_s: tuple[float, float] = (60.0, 300.0)

@@ -20,14 +20,15 @@ SEEDS = sorted({*range(24), *REGRESSIONS})
 KINDS = {"increment", "increment_id", "increment_many", "increment_many_id", "like", "unlike",
          "view", "track", "track_id", "next_number", "next_number_id", "reset_sequence",
          "reset_counter", "configure_counter", "order", "delivery", "backfill", "fold", "grow",
-         "change_partitions"}
+         "change_partitions", "visit", "extension_legacy", "extension_delivery",
+         "extension_sweep", "extension_backfill"}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_invariant_holds(seed: int) -> None:
     """Every checker passes: counters, answers, sequences, trend totals, collection counters,
-    fencing and promptness, through library resends, late commits, lost answers, kills, pauses,
-    changes of P and late deliveries."""
+    extension counters, fencing and promptness, through library resends, late commits, lost
+    answers, kills, pauses, changes of P and late deliveries."""
     outcome = world.run(seed)
     assert outcome.ok, describe(outcome, findings=20)
 
@@ -43,7 +44,8 @@ def test_a_run_meets_every_hazard_and_operation() -> None:
     assert sum(o.library_retries for o in outcomes) > 0
     assert max(o.max_commit_delay_s for o in outcomes) > 40.0
     assert all(tally[hazard] for hazard in ("kills", "pauses", "writer_kills", "writer_pauses",
-                                            "enqueue_failures", "late_tasks", "narrowed"))
+                                            "enqueue_failures", "late_tasks", "narrowed",
+                                            "trigger_kills", "trigger_pauses"))
 
 
 def test_without_the_protections_straddling_writes_are_lost() -> None:

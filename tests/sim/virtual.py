@@ -60,6 +60,47 @@ class Actor:
             self.done = True
 
 
+class Condition:
+    """`threading.Condition` for the actors of one run, as the domain's objects shared by the
+    calls of one instance use it (`extension.Movers`): actors switch only when they wait, so
+    whoever runs holds the lock, and `wait` lets the others run until one notifies."""
+
+    POLL_S = 0.05  # how often a waiter looks for a notification
+
+    def __init__(self, sim: Sim) -> None:
+        self._sim = sim
+        self._notified = 0
+
+    def __enter__(self) -> bool:
+        return True
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        seen, until = self._notified, None if timeout is None else self._sim.now_us + micros(
+            timeout)
+        while self._notified == seen:
+            if self._sim.current() is None:
+                return False  # code that is no actor's cannot wait
+            if until is not None and self._sim.now_us >= until:
+                return False
+            self._sim.wait(self.POLL_S)
+        return True
+
+    def notify(self, n: int = 1) -> None:
+        self._notified += 1
+
+    def notify_all(self) -> None:
+        self._notified += 1
+
+
 class _Greenlet(greenlet.greenlet):  # type: ignore[misc]
     actor: Actor
 

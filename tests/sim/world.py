@@ -7,7 +7,9 @@ replays exactly. A run has writers write and the operator act for `active_s`; th
 until nothing is in flight (writers frozen for minutes, commits landing late, events and tasks
 delivered late), runs a backfill if an event's handler gave up, and lets every partition sweep
 twice more; past a drawn outage of the sequences' housekeeping, if any; then every request id
-given a number is asked once more (`retry_numbers`), and it checks.
+given a number is asked once more (`retry_numbers`), and it checks. Before the partitions'
+sweeps, the extension counters' shards are left to drain (`drain`: the trigger's moves end, the
+scheduled sweep takes what they left), after a final backfill of them if the operator's failed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import cast
 
-from counting.features import sequences, shard_choice
+from counting.features import collections, sequences, shard_choice
 from counting.foundation import config
 from counting.foundation.clock import Clock
 from counting.foundation.config import Names, Protections
@@ -28,8 +30,11 @@ from google.cloud import firestore
 
 from . import checkers, protections
 from .actors import (
+    EXTENSION,
     ORDERS,
+    VISITED,
     Chaotic,
+    ExtensionOperator,
     Operator,
     Plan,
     ProcessesKnow,
@@ -42,7 +47,7 @@ from .actors import (
 from .checkers import Evidence, Finding
 from .faults import Chaos, Requests
 from .history import History
-from .model import Client, Model
+from .model import Client, Model, Path
 from .virtual import Sim
 
 
@@ -113,13 +118,15 @@ def run(seed: int, *, protected: Protections = protections.ALL,
     writers, rollup, trigger = Writers(stage), Rollup(stage), Trigger(stage)
     rollup.writers = writers
     operator = Operator(stage, plan)
+    extension_operator = ExtensionOperator(stage, plan)
     model.on_commit += [rollup.on_commit, trigger.on_commit]
     try:
         sim.spawn("operator", operator.run)
+        sim.spawn("operator-extension", extension_operator.run)
         rollup.schedule(1.0)
         for n in range(settings.writers):
             writers.spawn(after_s=0.5 + n * 0.1)
-        sim.spawn("chaos", Chaotic(stage, writers, rollup).run, after_s=5.0)
+        sim.spawn("chaos", Chaotic(stage, writers, rollup, trigger).run, after_s=5.0)
         sim.run_until(settings.active_s)
         stage.writing = False
         quiesce(sim, model, settings)
@@ -129,13 +136,19 @@ def run(seed: int, *, protected: Protections = protections.ALL,
             while not last.done:
                 sim.run_until(sim.monotonic() + 10.0)
             quiesce(sim, model, settings)
+        if stage.extension_unfinished:
+            stage.tally["final_extension_backfills"] += 1
+            last = sim.spawn("final-extension-backfill", extension_operator.backfill)
+            while not last.done:
+                sim.run_until(sim.monotonic() + 10.0)
+        drain(sim, model, settings)
         settle(sim, model, stage, rollup, settings)
         # The sequences' checkers judge the run after every request id given a number is asked
         # once more (and, past an outage of their housekeeping, after its next runs); the
         # others now: an hour later, trend windows have moved on from what they count.
         later = (checkers.Sequences, checkers.SequenceRecords)
         evidence = Evidence(model, stage.history)
-        for checker in checkers.every(ORDERS):
+        for checker in checkers.every(ORDERS, EXTENSION):
             if not isinstance(checker, later):
                 outcome.findings += checker.check(evidence)
         if plan.records_outage is not None:
@@ -145,7 +158,7 @@ def run(seed: int, *, protected: Protections = protections.ALL,
             sim.run_until(sim.monotonic() + 10.0)
         sim.run_until(sim.monotonic() + config.MAX_REQUEST_S)  # their commits land
         evidence = Evidence(model, stage.history)
-        for checker in checkers.every(ORDERS):
+        for checker in checkers.every(ORDERS, EXTENSION):
             if isinstance(checker, later):
                 outcome.findings += checker.check(evidence)
     finally:
@@ -188,6 +201,29 @@ def quiesce(sim: Sim, model: Model, settings: Settings) -> None:
         busy = [a for a in sim.alive() if not a.name.startswith("scheduled-")]
         if not busy and not model.in_flight():
             return
+
+
+def drain(sim: Sim, model: Model, settings: Settings) -> None:
+    """Run until no extension counter's shard or partial holds an amount (the scheduled sweep
+    moves what the trigger's moves left, every minute) and nothing is in flight, or the cap."""
+    cap = sim.monotonic() + settings.settle_max_s
+    while sim.monotonic() < cap:
+        if not unmoved(model):
+            quiesce(sim, model, settings)
+            if not unmoved(model):
+                return
+        sim.run_until(sim.monotonic() + 10.0)
+
+
+def unmoved(model: Model) -> list[Path]:
+    """The extension counters' shards and partials that hold an amount."""
+    found = []
+    for path in model.groups.get(collections.SHARDS, set()):
+        data = model.docs[path][-1].data
+        if collections.match(EXTENSION.documents, "/".join(path)) is not None and data \
+                and VISITED.amount(data, partial=collections.is_partial(path[-1])):
+            found.append(path)
+    return found
 
 
 def settle(sim: Sim, model: Model, stage: Stage, rollup: Rollup, settings: Settings) -> None:
