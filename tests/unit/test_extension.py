@@ -174,7 +174,30 @@ def test_a_process_moves_a_document_at_most_once_a_second() -> None:
     movers.after_write("pages/a", told("s4", 100.5))
     assert len(moves) == 3
     movers.after_write("pages/a", told("s5", 101.5))
-    assert moves[3:] == [("pages/a", 102.0, ["s4", "s5"])]
+    assert moves[3:] == [("pages/a", 102.0, ["s5"])]
+
+
+def test_without_a_wait_a_move_soon_after_another_reads_the_shards() -> None:
+    """`every_s` 0 (the emulator's one-at-a-time events): no caller waits, and a move within
+    MOVE_EVERY_S of the last reads the shards (it is handed no states); the next state a read
+    covered returns at once."""
+    time = FakeTime()
+    moves: list[list[str]] = []
+
+    def do(path: str, written: list[extension.Written]) -> extension.Moved:
+        moves.append([w.ref.path for w in written])
+        time.now += 0.05
+        return extension.Moved(read_at=None if written else EPOCH + dt.timedelta(
+            seconds=time.now))
+
+    movers = extension.Movers(do, every_s=0.0, monotonic=time.monotonic, sleep=time.sleep)
+    movers.after_write("pages/a", told("s1", 99))
+    movers.after_write("pages/a", told("s2", 100.06))
+    movers.after_write("pages/a", told("s3", 100.07))  # the read at 100.1 took it
+    assert (moves, time.now) == ([["s1"], []], 100.1)
+    time.now = 105.0
+    movers.after_write("pages/a", told("s4", 104.9))
+    assert moves[2:] == [["s4"]]
 
 
 def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
@@ -190,7 +213,8 @@ def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
             release.wait(5)
         return extension.Moved()
 
-    movers = extension.Movers(do, sleep=lambda s: None)
+    time = FakeTime()
+    movers = extension.Movers(do, monotonic=time.monotonic, sleep=time.sleep)
     first = threading.Thread(target=movers.after_write, args=("pages/a", told("s0", 1)))
     first.start()
     started.wait(5)

@@ -393,15 +393,20 @@ def _baseline(ctx: Context, db: firestore.Client, document: firestore.DocumentRe
 
 
 class Movers:
-    """A process's moves, one document at a time and at most one per MOVE_EVERY_S each. A caller
+    """A process's moves, one document at a time and at most one per `every_s` each. A caller
     hands in the shard state its event told of and returns once a move took it: moves take every
     state handed in before they begin (one commit for a burst of events), and a state a move of
-    this process read already needs none."""
+    this process read already needs none. A move within MOVE_EVERY_S of the last reads the
+    shards rather than taking the states handed in: it takes, in one commit, the shards whose
+    events are still on their way (the Functions emulator delivers a function's events one at a
+    time, so it runs with `every_s` 0: a wait would hold every later event behind it)."""
 
     def __init__(self, do: Callable[[str, list[Written]], Moved], *,
+                 every_s: float = MOVE_EVERY_S,
                  monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._do = do
+        self._every_s = every_s
         self._monotonic = monotonic
         self._sleep = sleep
         self._lock = threading.Condition()
@@ -419,12 +424,14 @@ class Movers:
             need = page.started_moves + 1
             while page.done < need:
                 if at is not None and page.read_at is not None and at <= page.read_at:
+                    if written in page.pending:
+                        page.pending.remove(written)
                     return  # a move read it (and committed, or failed and was logged)
                 if page.busy:
                     self._lock.wait()
                     continue
                 page.busy = True
-                wait = page.started + MOVE_EVERY_S - self._monotonic()
+                wait = page.started + self._every_s - self._monotonic()
                 self._lock.release()
                 try:
                     if wait > 0:
@@ -432,12 +439,13 @@ class Movers:
                 finally:
                     self._lock.acquire()
                 page.started_moves += 1
+                recent = self._monotonic() - page.started < MOVE_EVERY_S
                 generation, page.started = page.started_moves, self._monotonic()
                 taken, page.pending = page.pending, []
                 self._lock.release()
                 moved: Moved | None = None
                 try:
-                    moved = self._do(path, taken)
+                    moved = self._do(path, [] if recent else taken)
                 except Exception:
                     log.exception("%s: could not move its shards into it", path)
                 finally:
