@@ -23,6 +23,7 @@ import chaos_bench  # noqa: E402
 import collection_bench  # noqa: E402
 import cost_bench  # noqa: E402
 import counter_bench  # noqa: E402
+import extension_bench  # noqa: E402
 import matplotlib  # noqa: E402
 import policy_bench  # noqa: E402
 import scale_bench  # noqa: E402
@@ -336,12 +337,56 @@ def scale() -> None:
     run_flat("scale", scale_bench.run, plot_scale, "series")
 
 
+def plot_extension(results: dict[str, Any]) -> None:
+    names = list(results["series"])
+    fig, axes = plt.subplots(1, len(names) + 2, figsize=(6 * len(names) + 9, 4.5),
+                             width_ratios=[3] * len(names) + [2, 1])
+    *lags, cost, idle = axes
+    for lag, name in zip(lags, names, strict=True):
+        level = results["levels"][name]
+        for series, key, marker in (("counter", "lag_p99_s", "o"), ("page", "page_lag_p99_s", "x")):
+            points = results["series"][name][series]
+            target = "counters/visits:{page}" if series == "counter" else "the page's visits"
+            lag.scatter([t for t, _ in points], [v for _, v in points], s=4, marker=marker,
+                        label=f"-> {target}: p99 {level[key] or math.nan:.2f} s")
+        lag.axhline(extension_bench.LAG_TARGET_S, color="red", linestyle="--",
+                    label=f"target p99 ({extension_bench.LAG_TARGET_S} s)")
+        lag.set(title=f"{name}: {level['achieved_rate']:.1f} shard writes/s, lag (ack -> listener)",
+                xlabel="seconds into the level (after its warm-up)", ylabel="lag (s)")
+        lag.legend(loc="upper right", fontsize=8)
+    x = range(len(names))
+    ours = [results[name]["usd_per_million_increments"] for name in names]
+    theirs = [results["extension"][name]["usd_per_million_increments"] for name in names]
+    for offset, values, label in ((-0.2, ours, "this backend (measured)"),
+                                  (0.2, theirs, "the extension (its design, list prices)")):
+        bars = cost.bar([i + offset for i in x], values, width=0.4, label=label)
+        cost.bar_label(bars, fmt="$%.2f")
+    cost.set_xticks(list(x), [f"{name}\n{results['levels'][name]['achieved_rate']:.1f} writes/s"
+                              for name in names])
+    cost.set_yscale("log")
+    cost.set(title="$ per million shard writes", ylabel="$ (log)")
+    cost.legend(fontsize=8)
+    bars = idle.bar(["this backend", "extension"], [results["usd_per_month_idle"],
+                                                    results["extension"]["usd_per_month_idle"]],
+                    color=["tab:blue", "tab:orange"])
+    idle.bar_label(bars, fmt="$%.2f")
+    idle.set(title="Idle, $ a month")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "extension.png", dpi=100)
+
+
+def extension() -> None:
+    run_flat("extension", extension_bench.run, plot_extension, "series")
+
+
 # `make bench` runs them in this order, in one stack: the cost group first, since its idle
-# minutes would otherwise bill the housekeeping of the other groups' counters.
+# minutes would otherwise bill the housekeeping of the other groups' counters. The extension
+# group's idle minutes come after all the others' there: its quoted idle figure is from a stack
+# of its own (`bench/run.py extension`).
 GROUPS: dict[str, Callable[[], None]] = {
     "cost": cost, "chaos": chaos, "collections": collections, "counters": counters,
     "autoscale": autoscale, "sequences": sequences, "trends": trends, "policies": policies,
-    "scale": scale}
+    "scale": scale, "extension": extension}
 
 
 def main(argv: list[str]) -> int:
