@@ -3,6 +3,7 @@
 import { IDBFactory } from "fake-indexeddb";
 import { beforeEach, describe, expect, test } from "vitest";
 import { CountersClient, firebaseTransport, rfc3339Micros, TapStore, timestampMicros } from "../client/counters-client.js";
+import { refusal } from "./refusal.js";
 
 /** A server with the contract's semantics: request ids applied once per user (`uid`, the
  * signed-in user), a retry answered with the first commit time, commit times in microseconds,
@@ -431,15 +432,6 @@ function fakeSdk() {
   return { called, connect };
 }
 
-/** What `call` throws, as "Name: message". */
-function refusal(call) {
-  try {
-    call();
-  } catch (error) {
-    return `${error.name}: ${error.message}`;
-  }
-  return "nothing thrown";
-}
 
 describe("firebaseTransport", () => {
   test("calls increment and get_count and listens to counters/{id} by default", async () => {

@@ -12,6 +12,7 @@ import {
   firebaseTransport,
   TapStore,
 } from "../client/counters-client.js";
+import { refusal } from "./refusal.js";
 
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 const SHARD = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
@@ -73,15 +74,6 @@ function fakeFirestore() {
   };
 }
 
-/** What `call` throws, as "Name: message". */
-function refusal(call) {
-  try {
-    call();
-  } catch (error) {
-    return `${error.name}: ${error.message}`;
-  }
-  return "nothing thrown";
-}
 
 /** A document.cookie as a browser keeps it: each write sets one cookie, reads list them all. */
 function cookieJar(initial = {}) {
