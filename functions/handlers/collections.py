@@ -96,7 +96,7 @@ def movers(watch: Watch) -> extension.Movers:
             context(), db(), db().document(path), watch.declarations, written=written),
         # The emulator runs a function's events one after the other (counting/features/
         # extension.py, Movers).
-        every_s=0.0 if os.environ.get("FUNCTIONS_EMULATOR") == "true" else extension.MOVE_EVERY_S)
+        background=os.environ.get("FUNCTIONS_EMULATOR") == "true")
 
 
 def move_created(watch: Watch, event: CreatedEvent) -> None:

@@ -52,13 +52,16 @@ class ExtensionClient:
 
 
 def extension_total(db: firestore.Client, page: firestore.DocumentReference) -> int:
-    """The extension's sum, read at one instant (the document's read time): the document's
-    field, every shard's, every partial's updates."""
+    """The extension's sum, read at one instant: the document's field, every shard's, every
+    partial's updates. Both reads are at a read time taken first: the emulator stamps a read's
+    read time after it read the data, so a commit may fall between a document's state and its
+    read time (docs/operations.md)."""
     assert VISITS.extension is not None
     field = VISITS.extension
-    document = page.get()
+    at = page.get().read_time
+    document = page.get(read_time=at)
     total = field.amount(document.to_dict() or {}, partial=False)
-    for shard in page.collection(collections.SHARDS).stream(read_time=document.read_time):
+    for shard in page.collection(collections.SHARDS).stream(read_time=at):
         total += field.amount(shard.to_dict() or {}, partial=collections.is_partial(shard.id))
     return total
 

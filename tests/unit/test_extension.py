@@ -27,6 +27,7 @@ from google.cloud import firestore
 
 from tests.sim.faults import Fate
 from tests.sim.test_late_landings import Late, lost_in_flight
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -177,27 +178,26 @@ def test_a_process_moves_a_document_at_most_once_a_second() -> None:
     assert moves[3:] == [("pages/a", 102.0, ["s5"])]
 
 
-def test_without_a_wait_a_move_soon_after_another_reads_the_shards() -> None:
-    """`every_s` 0 (the emulator's one-at-a-time events): no caller waits, and a move within
-    MOVE_EVERY_S of the last reads the shards (it is handed no states); the next state a read
-    covered returns at once."""
-    time = FakeTime()
+def test_in_the_background_each_caller_returns_at_once_and_a_burst_shares_moves() -> None:
+    """`background` (the emulator, which delivers a function's events one at a time): each
+    caller returns at once, and threads wait in their place for moves that take the burst's
+    states in at most two commits, as concurrent requests would."""
+    release = threading.Event()
     moves: list[list[str]] = []
 
     def do(path: str, written: list[extension.Written]) -> extension.Moved:
-        moves.append([w.ref.path for w in written])
-        time.now += 0.05
-        return extension.Moved(read_at=None if written else EPOCH + dt.timedelta(
-            seconds=time.now))
+        release.wait(5)
+        moves.append(sorted(w.ref.path for w in written))
+        return extension.Moved()
 
-    movers = extension.Movers(do, every_s=0.0, monotonic=time.monotonic, sleep=time.sleep)
-    movers.after_write("pages/a", told("s1", 99))
-    movers.after_write("pages/a", told("s2", 100.06))
-    movers.after_write("pages/a", told("s3", 100.07))  # the read at 100.1 took it
-    assert (moves, time.now) == ([["s1"], []], 100.1)
-    time.now = 105.0
-    movers.after_write("pages/a", told("s4", 104.9))
-    assert moves[2:] == [["s4"]]
+    movers = extension.Movers(do, every_s=0.05, background=True)
+    for n in range(5):
+        movers.after_write("pages/a", told(f"s{n}", n))
+    assert moves == []  # no caller waited for a move
+    release.set()
+    eventually(lambda: sorted(s for m in moves for s in m) == [f"s{n}" for n in range(5)],
+               timeout_s=5)
+    assert len(moves) <= 2
 
 
 def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
@@ -260,8 +260,10 @@ def layout(late: Late) -> firestore.DocumentReference:
     shards.document("quiet").set({"visits": 3})
     shards.document("\tqui").set({"_updates_": [{"_id_": "u1", "_data_": {"visits": 2}}]})
     shards.document("other").set({"visits": 0, "likes": 5})  # another counter's: untouched
+    late.at(9.5)
+    shards.document("busy").set({"visits": 3})
     late.at(10)
-    shards.document("busy").set({"visits": 4})
+    shards.document("busy").update({"visits": firestore.Increment(1)})  # written twice
     return page
 
 
@@ -309,6 +311,23 @@ def test_a_move_takes_every_amount_into_the_document_and_the_counter() -> None:
     assert (again.shards, again.deleted, again.left) == (0, 1, 0)
     assert "busy" not in fields(page)
     assert (counted(late), total(page)) == (19, 19)
+
+
+def test_a_shard_written_once_is_deleted_however_fresh() -> None:
+    """A device's first write since its shard was deleted: the move deletes it (the device's next
+    write creates it again, which fires a trigger); zeroing it would leave an update no trigger
+    sees."""
+    late = Late()
+    page = layout(late)
+    late.at(12.5)
+    fresh = page.collection("_counter_shards_").document("fresh")
+    fresh.set({"visits": firestore.Increment(1)}, merge=True)
+    late.at(12.7)
+    done = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
+    late.at(13)
+    assert (done.deleted, done.left, done.amounts) == (4, 0, {"visits:p1": 10})
+    assert "fresh" not in fields(page) and "busy" not in fields(page)
+    assert (counted(late), total(page)) == (20, 20)
 
 
 def test_a_move_of_states_told_by_events_reads_nothing_and_a_stale_one_reads() -> None:

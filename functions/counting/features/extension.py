@@ -58,8 +58,10 @@ log = logging.getLogger(__name__)
 # Shards one move reads and writes (a commit holds at most 500 writes: these, the document and
 # a shard of each counter).
 MOVE_MAX_SHARDS = 400
-# A shard is deleted (rather than zeroed) once it has not been written for this long: a client
-# writing it meanwhile would fail the delete's precondition, and with it the whole move.
+# A shard is deleted (rather than zeroed) when it was written once (a device's first write since
+# its shard was last deleted: its next write creates it again, and fires a trigger), or once it
+# has not been written for this long. A client writing a shard a move deletes fails the delete's
+# precondition, and with it the whole move; a zeroed shard's next writes fire no trigger.
 QUIET_S = 2.0
 # One process moves a document's shards at most this often (its callers wait for the next move).
 MOVE_EVERY_S = 1.0
@@ -143,7 +145,7 @@ def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.Docum
         partial = is_partial(shard.id)
         amounts = _amounts(declared, data, partial=partial)
         only = _only(declared, data, partial)
-        deletable = guarded and only and _quiet(shard)
+        deletable = guarded and only and (_once(shard) or _quiet(shard))
         if any(amounts.values()) or deletable:
             takes.append(_Take(shard.reference, amounts,
                                instant(shard.update_time) if deletable else None, partial))
@@ -245,6 +247,11 @@ def _drop(data: dict[str, Any], path: list[str]) -> None:
 
 def _leaves(data: dict[str, Any]) -> bool:
     return any(not isinstance(v, dict) or _leaves(v) for v in data.values())
+
+
+def _once(shard: firestore.DocumentSnapshot[Any]) -> bool:
+    """Written once: created and not written since."""
+    return shard.create_time is not None and shard.create_time == shard.update_time
 
 
 def _quiet(shard: firestore.DocumentSnapshot[Any]) -> bool:
@@ -395,18 +402,21 @@ def _baseline(ctx: Context, db: firestore.Client, document: firestore.DocumentRe
 class Movers:
     """A process's moves, one document at a time and at most one per `every_s` each. A caller
     hands in the shard state its event told of and returns once a move took it: moves take every
-    state handed in before they begin (one commit for a burst of events), and a state a move of
-    this process read already needs none. A move within MOVE_EVERY_S of the last reads the
-    shards rather than taking the states handed in: it takes, in one commit, the shards whose
-    events are still on their way (the Functions emulator delivers a function's events one at a
-    time, so it runs with `every_s` 0: a wait would hold every later event behind it)."""
+    state handed in before they begin (one commit for a burst of events, which production
+    delivers concurrently), and a state a move of this process read already needs none.
+
+    `background`: the caller returns at once and a thread of the process waits in its place. The
+    Functions emulator delivers a function's events one at a time, so a waiting caller would
+    hold every later event behind it (production delivers them to concurrent requests, which
+    wait together)."""
 
     def __init__(self, do: Callable[[str, list[Written]], Moved], *,
-                 every_s: float = MOVE_EVERY_S,
+                 every_s: float = MOVE_EVERY_S, background: bool = False,
                  monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._do = do
         self._every_s = every_s
+        self._background = background
         self._monotonic = monotonic
         self._sleep = sleep
         self._lock = threading.Condition()
@@ -415,7 +425,14 @@ class Movers:
     def after_write(self, path: str, written: Written | None = None) -> None:
         """Return once a move of the document at `path` has taken `written` (or read its shards
         after this call began) and then committed, or failed (logged: the amounts stay where
-        they are, counted once they move)."""
+        they are, counted once they move). In the background: at once."""
+        if self._background:
+            threading.Thread(target=self._wait_for_move, args=(path, written),
+                             daemon=True).start()
+        else:
+            self._wait_for_move(path, written)
+
+    def _wait_for_move(self, path: str, written: Written | None) -> None:
         with self._lock:
             page = self._pages.setdefault(path, _Page())
             at = written.update_time if written is not None else None
@@ -439,13 +456,12 @@ class Movers:
                 finally:
                     self._lock.acquire()
                 page.started_moves += 1
-                recent = self._monotonic() - page.started < MOVE_EVERY_S
                 generation, page.started = page.started_moves, self._monotonic()
                 taken, page.pending = page.pending, []
                 self._lock.release()
                 moved: Moved | None = None
                 try:
-                    moved = self._do(path, [] if recent else taken)
+                    moved = self._do(path, taken)
                 except Exception:
                     log.exception("%s: could not move its shards into it", path)
                 finally:
