@@ -20,16 +20,21 @@ until everything is moved, the shards are gone and the rollup has recorded its u
 - trigger invocations: "Beginning execution" lines of the trigger in the Functions emulator's log
   (.emulators/firebase.log) during the window; their compute from the "Finished ... in N ms"
   lines (start = when the line was read - N), billed as `cost_model.instance_seconds` at the
-  triggers' deployment (the callables' global options: 1 vCPU, 512 MiB, 80 at once);
+  triggers' deployment (the callables' global options: 1 vCPU, 512 MiB, 80 at once), each
+  event's wait for its move added as its own request (the emulator's trigger waits in a thread
+  and logs the wait; a deployed request waits itself);
 - moves: committed moves that carried an amount are the `writes` of the counter's shards (each
   such move increments one: the page and a counter shard, two writes); zeroed and deleted shards
   from a poll of the page's shards every SHARD_POLL_S (a listener on them fell minutes behind and
   slowed the emulator's writes down, to lock timeouts): a shard version whose update time is no
   client write's is a move's zeroing (one overwritten by a client write before the next poll
   shows as a value below the client writes' sum, and so does a delete followed by the device's
-  next write: counted as a zeroing), a shard gone is a move's delete;
+  next write: counted as a zeroing), a shard gone is a move's delete (at least one
+  a trigger invocation: each is a shard's creation, and no shard is left at the end);
 - the moves' reads, which leave no effect, bounded from above: a move zeroes only after reading
-  the page's shards (moves of the states events told of delete only), so each distinct commit
+  the page's shards (moves of the states events told of delete only; a move reads when a state
+  it was told of was written since, and that shard it then zeroes, or deletes as quiet, beside
+  the shards written once that it deletes unseen), so each distinct commit
   time of zeroings is a read of every shard the page then held; twice when a zeroed shard had
   been quiet (its guarded attempt failed first), plus one for the empty read that may end its
   loop; a poll showing shards quiet for QUIET_S gone with no zeroing since the last poll is a
@@ -69,7 +74,7 @@ from counter_bench import shard_writes
 from counters_cli.load import percentile
 from counting.features import declarations
 from counting.features.collections import SHARDS
-from counting.features.extension import QUIET_S
+from counting.features.extension import QUIET_S, WAITED_IN_BACKGROUND
 from counting.foundation import config
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -216,12 +221,16 @@ class LogTail:
 
     BEGIN = re.compile(r'Beginning execution of "[\w-]*-' + re.escape(TRIGGER) + '"')
     FINISH = re.compile(r'Finished "[\w-]*-' + re.escape(TRIGGER) + r'" in ([\d.]+)ms')
-    # extension.py logs a move that failed (the trigger's, or the sweep's) with the page's path.
+    # extension.py logs a move that failed (the trigger's, or the sweep's) with the page's path,
+    # and, in the emulator, how long each event's wait for its move took (in a thread of its
+    # own: the emulator delivers events one at a time), which a deployed request waits itself.
     FAILED = re.compile(r"could not move its shards")
+    WAITED = re.compile(re.escape(WAITED_IN_BACKGROUND) + r" ([\d.]+) ms")
 
     def __init__(self, path: Path = FUNCTIONS_LOG) -> None:
         self.begun: list[float] = []
         self.finished: list[tuple[float, float]] = []  # (read at, duration s)
+        self.waited: list[tuple[float, float]] = []  # (read at, an event's wait for its move)
         self.failed: list[dt.datetime] = []  # when a failed move's line was read
         self.in_flight = self.max_in_flight = 0
         self._path = path
@@ -250,6 +259,8 @@ class LogTail:
             elif found := self.FINISH.search(line):
                 self.finished.append((now, float(found.group(1)) / 1000))
                 self.in_flight = max(0, self.in_flight - 1)
+            elif found := self.WAITED.search(line):
+                self.waited.append((now, float(found.group(1)) / 1000))
             elif self.FAILED.search(line):
                 self.failed.append(wall)
 
@@ -257,7 +268,8 @@ class LogTail:
         """Seconds since the trigger's last line, when every run that began has finished."""
         if len(self.finished) < len(self.begun):
             return 0.0
-        last = max([*self.begun, *(t for t, _ in self.finished)], default=-math.inf)
+        last = max([*self.begun, *(t for t, _ in self.finished + self.waited)],
+                   default=-math.inf)
         return time.monotonic() - last
 
     def close(self) -> None:
@@ -266,7 +278,8 @@ class LogTail:
         self._poll()
 
     def requests(self) -> list[cost_model.Request]:
-        return [(read - duration, duration) for read, duration in self.finished]
+        """The trigger's requests as deployed: each event's run, then its wait for its move."""
+        return [(read - duration, duration) for read, duration in self.finished + self.waited]
 
 
 def scheduled_runs(since: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
@@ -537,7 +550,9 @@ def ours_usd(*, writes: int, invocations: int, requests: list[cost_model.Request
                               + cost_model.CALLABLE_GIB * cost_model.GIB_S),
         "move_page_and_counter_writes": (2 * commits, cost_model.WRITE),
         "move_zeroings": (moves.zeroed, cost_model.WRITE),
-        "move_deletes": (moves.deleted, cost_model.DELETE),
+        # Each invocation is a shard's creation, and every shard is gone at the end; a shard
+        # created and deleted between two polls is missed by them.
+        "move_deletes": (max(moves.deleted, invocations), cost_model.DELETE),
         "move_reads": (moves.reads, cost_model.READ),
         "config_reads": (config_reads, cost_model.READ),
         "task_creations": (cost_model.slot_tasks(rollup, scheduled) * instances,
@@ -697,7 +712,8 @@ def load(db: firestore.Client, level: Level) -> dict[str, Any]:
             bill["usd"], len(acks)),
         "usd_month": bill["usd"] * cost_model.MONTH_S / window_s,
         "counted": {
-            "trigger_invocations": len(tail.begun), "trigger_finished": len(requests),
+            "trigger_invocations": len(tail.begun), "trigger_finished": len(tail.finished),
+            "background_waits": len(tail.waited),
             "trigger_p50_s": durations[len(durations) // 2] if durations else None,
             "trigger_max_in_flight": tail.max_in_flight, "failed_moves": len(tail.failed),
             "trigger_max_s": durations[-1] if durations else None,

@@ -69,6 +69,7 @@ MOVE_EVERY_S = 1.0
 # this long has passed (shards written again meanwhile are updates: no trigger fires for them);
 # then the scheduled sweep takes what is left.
 MOVE_FOR_S = 30.0
+WAITED_IN_BACKGROUND = "waited in the background for a move"
 SWEEP_MAX_SHARDS = 1000  # shards the scheduled sweep reads per run, per declaration pattern
 
 
@@ -427,10 +428,16 @@ class Movers:
         after this call began) and then committed, or failed (logged: the amounts stay where
         they are, counted once they move). In the background: at once."""
         if self._background:
-            threading.Thread(target=self._wait_for_move, args=(path, written),
+            threading.Thread(target=self._wait_in_background, args=(path, written),
                              daemon=True).start()
         else:
             self._wait_for_move(path, written)
+
+    def _wait_in_background(self, path: str, written: Written | None) -> None:
+        began = self._monotonic()
+        self._wait_for_move(path, written)
+        # The request's time in production (the extension benchmark bills it).
+        log.info("%s: %s %.1f ms", path, WAITED_IN_BACKGROUND, (self._monotonic() - began) * 1000)
 
     def _wait_for_move(self, path: str, written: Written | None) -> None:
         with self._lock:
