@@ -92,8 +92,9 @@ def exact_document(raw: CloudEvent) -> None:
 def movers(watch: Watch) -> extension.Movers:
     """The instance's moves of the extension counters' shards into their documents."""
     return extension.Movers(
-        lambda path, written: extension.move_until_clear(
-            context(), db(), db().document(path), watch.declarations, written=written),
+        lambda path, written, on_move: extension.move_until_clear(
+            context(), db(), db().document(path), watch.declarations, written=written,
+            on_move=on_move),
         # The emulator runs a function's events one after the other (counting/features/
         # extension.py, Movers).
         background=os.environ.get("FUNCTIONS_EMULATOR") == "true")

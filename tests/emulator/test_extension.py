@@ -12,6 +12,8 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
+import pytest
+from callables import Callables, CallError
 from counting.features import collections, declarations, extension
 from counting.features.context import Context
 from google.cloud import firestore
@@ -183,3 +185,21 @@ def test_a_lone_writer_is_moved_and_a_redelivered_creation_moves_nothing_again(
                     function=SHARDS_WATCH.function_name)
     assert extension_total(db, page) == 2 == (page.get().to_dict() or {})[FIELD]
     published(db, counter, 2)
+
+
+def test_an_extension_counter_refuses_the_callables_writes(
+    db: firestore.Client, admin: Callables, suffix: str,
+) -> None:
+    """Its amounts come from the page's shards only: increment (alone and in a batch) and
+    reset_counter answer FAILED_PRECONDITION, and the counter keeps what was written."""
+    page = db.collection("pages").document(f"ext2-{suffix}")
+    counter = VISITS.counter_id(page.id)
+    ExtensionClient(db, page).increment_by(1)
+    published(db, counter, 1)
+    for call in ({"name": "increment", "counter": counter},
+                 {"name": "increment", "increments": [{"counter": counter, "by": 1}]},
+                 {"name": "reset_counter", "counter": counter}):
+        with pytest.raises(CallError) as caught:
+            admin.call(**call)
+        assert caught.value.status == "FAILED_PRECONDITION", call
+    published(db, counter, 1)

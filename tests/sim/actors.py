@@ -729,7 +729,8 @@ class SimMovers(extension.Movers):
     """One trigger instance's `extension.Movers`, on the run's clock, shared by the calls the
     instance serves (actors of the run: `virtual.Condition`)."""
 
-    def __init__(self, sim: Sim, do: Callable[[str, list[extension.Written]], extension.Moved]
+    def __init__(self, sim: Sim, do: Callable[[str, list[extension.Written],
+                                              Callable[[extension.Moved], None]], extension.Moved]
                  ) -> None:
         super().__init__(do, monotonic=sim.monotonic, sleep=sim.sleep)
         self._lock = cast(threading.Condition, Condition(sim))
@@ -842,9 +843,11 @@ class Trigger:
             db = stage.db
             ctx = stage.context(shard_choice.ShardPicker(random.Random(stage.rng.random())))
 
-            def move(path: str, written: list[extension.Written]) -> extension.Moved:
+            def move(path: str, written: list[extension.Written],
+                     on_move: Callable[[extension.Moved], None]) -> extension.Moved:
                 return extension.move_until_clear(ctx, db, db.document(path),
-                                                  EXTENSION.declarations, written=written)
+                                                  EXTENSION.declarations, written=written,
+                                                  on_move=on_move)
 
             instance = self.instances[slot] = MoverInstance(
                 name=f"{slot}-{self.started}", movers=SimMovers(stage.sim, move))

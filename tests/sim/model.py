@@ -449,8 +449,21 @@ class Model:
             results.append(write_pb.WriteResult(
                 update_time=self.sim.instant(commit_us) if w.op != "delete" else None,
                 transform_results=transformed))
+        # A write that leaves a document as it was keeps its version, as Firestore does ("if the
+        # write did not actually change the document", WriteResult.update_time is the previous
+        # one): no new version, no event, and a precondition on the old version still holds.
+        unchanged = {path: last.commit_us for path, data in states.items()
+                     if (last := self.latest(path)) is not None and last.data is not None
+                     and data == last.data}
+        for i, w in enumerate(writes):
+            if w.path in unchanged and w.op != "delete":
+                results[i] = write_pb.WriteResult(
+                    update_time=self.sim.instant(unchanged[w.path]),
+                    transform_results=results[i].transform_results)
         changes = []
         for path, data in states.items():
+            if path in unchanged:
+                continue
             before = self.latest(path)
             after = Version(commit_us=commit_us, create_us=created.get(path, commit_us),
                             data=data)

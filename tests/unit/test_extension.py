@@ -16,9 +16,9 @@ import pytest
 from counting.features import declarations, extension
 from counting.features.collections import (
     MAX_EXTENSION_AMOUNT,
-    MAX_PARTIAL_UPDATES,
     Declaration,
     Extension,
+    ensure_counter,
 )
 from counting.foundation import config
 from counting.foundation.config import Names, Placement
@@ -66,8 +66,9 @@ def test_a_document_a_shard_and_a_partial_each_hold_their_part_of_the_total() ->
     assert visits(SHARD, None) == 0
     assert visits(PARTIAL, {"_updates_": "x"}) == 0
     assert visits(PARTIAL, {"visits": 4}) == 0  # a partial's amounts are its updates'
-    many = [{"_id_": str(n), "_data_": {"visits": 1}} for n in range(MAX_PARTIAL_UPDATES + 5)]
-    assert visits(PARTIAL, {"_updates_": many}) == MAX_PARTIAL_UPDATES
+    # Every entry, however many (a move that took fewer would take the rest again).
+    many = [{"_id_": str(n), "_data_": {"visits": 1}} for n in range(40_000)]
+    assert visits(PARTIAL, {"_updates_": many}) == 40_000
 
 
 def test_a_dotted_field_is_read_inside_maps() -> None:
@@ -135,6 +136,15 @@ def test_the_rules_check_every_declared_field_and_level() -> None:
     assert "extensionField(['stats', 'likes'], 0, 1)" in text
     assert "extensionField(['views'], 1, 5)" in text
     assert "function extensionField" not in extension.rules([])
+    # Two fields in one map: its check lists both.
+    siblings = extension.rules([
+        Declaration(counter="likes:{post}", documents="posts/{post}",
+                    extension=Extension(field="stats.likes", by=(0, 1))),
+        Declaration(counter="shares:{post}", documents="posts/{post}",
+                    extension=Extension(field="stats.shares", by=(0, 1)))])
+    assert "request.resource.data.get(['stats'], {}).keys().hasOnly(['likes', 'shares'])" \
+        in siblings
+    assert "hasOnly(['likes'])" not in siblings
 
 
 class FakeTime:
@@ -161,7 +171,7 @@ def test_a_process_moves_a_document_at_most_once_a_second() -> None:
     time = FakeTime()
     moves: list[tuple[str, float, list[str]]] = []
 
-    def do(path: str, written: list[extension.Written]) -> extension.Moved:
+    def do(path: str, written: list[extension.Written], _: Any) -> extension.Moved:
         moves.append((path, time.now, [w.ref.path for w in written]))
         return extension.Moved(read_at=EPOCH + dt.timedelta(seconds=time.now))
 
@@ -185,7 +195,7 @@ def test_in_the_background_each_caller_returns_at_once_and_a_burst_shares_moves(
     release = threading.Event()
     moves: list[list[str]] = []
 
-    def do(path: str, written: list[extension.Written]) -> extension.Moved:
+    def do(path: str, written: list[extension.Written], _: Any) -> extension.Moved:
         release.wait(5)
         moves.append(sorted(w.ref.path for w in written))
         return extension.Moved()
@@ -206,7 +216,7 @@ def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
     started, release = threading.Event(), threading.Event()
     moves: list[list[str]] = []
 
-    def do(path: str, written: list[extension.Written]) -> extension.Moved:
+    def do(path: str, written: list[extension.Written], _: Any) -> extension.Moved:
         moves.append(sorted(w.ref.path for w in written))
         if len(moves) == 1:
             started.set()
@@ -230,10 +240,37 @@ def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
     assert moves == [["s0"], ["s1", "s2", "s3", "s4", "s5"]]
 
 
+def test_a_caller_returns_once_a_move_of_a_running_loop_read_its_state() -> None:
+    """A caller arriving while another's moves loop (up to MOVE_FOR_S) returns as soon as one
+    of those moves read its state, not after the loop: a request never waits out two loops."""
+    started, read, finish = threading.Event(), threading.Event(), threading.Event()
+
+    def do(path: str, written: list[extension.Written],
+           on_move: Callable[[extension.Moved], None]) -> extension.Moved:
+        started.set()
+        read.wait(5)
+        on_move(extension.Moved(read_at=EPOCH + dt.timedelta(seconds=3)))
+        finish.wait(5)
+        return extension.Moved()
+
+    time = FakeTime()
+    movers = extension.Movers(do, monotonic=time.monotonic, sleep=time.sleep)
+    first = threading.Thread(target=movers.after_write, args=("pages/a", told("s0", 1)))
+    first.start()
+    started.wait(5)
+    later = threading.Thread(target=movers.after_write, args=("pages/a", told("s1", 2)))
+    later.start()
+    read.set()
+    later.join(5)
+    assert not later.is_alive() and first.is_alive()  # the loop goes on; its caller waits
+    finish.set()
+    first.join(5)
+
+
 def test_a_failed_move_is_logged_and_the_next_caller_moves_again() -> None:
     calls: list[str] = []
 
-    def do(path: str, written: list[extension.Written]) -> extension.Moved:
+    def do(path: str, written: list[extension.Written], _: Any) -> extension.Moved:
         calls.append(path)
         if len(calls) == 1:
             raise RuntimeError("unavailable")
@@ -330,6 +367,104 @@ def test_a_shard_written_once_is_deleted_however_fresh() -> None:
     assert (counted(late), total(page)) == (20, 20)
 
 
+def test_the_sweep_past_its_bound_takes_the_rest_in_later_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """More shards than one run reads (SWEEP_MAX_SHARDS, 3 here): each run moves the pages of
+    the shards it read (all of each page's), and the runs after it take the rest."""
+    monkeypatch.setattr(extension, "SWEEP_MAX_SHARDS", 3)
+    late = Late()
+    pages = [late.db.collection("pages").document(f"p{n}") for n in range(4)]
+    for page in pages:
+        for shard in ("a", "b"):
+            page.collection("_counter_shards_").document(shard).set({"visits": 1})
+    late.at(5)
+    runs = []
+    while any(fields(page) for page in pages):
+        runs.append(act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS])).shards)
+        late.at(5 + len(runs))
+        assert len(runs) <= 4
+    assert sum(runs) == 8 and len(runs) > 1
+    assert [(page.get().to_dict() or {}).get("visits") for page in pages] == [2, 2, 2, 2]
+    assert [late.counted(f"visits:p{n}") for n in range(4)] == [2, 2, 2, 2]
+
+
+def test_an_amount_it_cannot_count_is_left_in_its_shard() -> None:
+    """An integer beyond MAX_EXTENSION_AMOUNT (an admin's write; the rules refuse it) counts
+    nothing, so its shard is never deleted: the amount stays where it was written."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    shards = page.collection("_counter_shards_")
+    shards.document("huge").set({"visits": MAX_EXTENSION_AMOUNT + 1})
+    shards.document("a").set({"visits": 2})
+    late.at(5)
+    done = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
+    assert (done.deleted, done.amounts) == (1, {"visits:p1": 2})
+    assert fields(page) == {"huge": {"visits": MAX_EXTENSION_AMOUNT + 1}}
+
+
+def test_shards_that_stay_do_not_hide_the_ones_after_them_from_the_sweep(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards the sweep never removes (another app's, first in path order) fill a run's query:
+    the next run reads on from where it stopped, and reaches the page after them."""
+    monkeypatch.setattr(extension, "SWEEP_MAX_SHARDS", 3)
+    late = Late()
+    for n in range(3):
+        late.db.collection("apps").document("x").collection("_counter_shards_").document(
+            f"s{n}").set({"visits": 1})
+    page = late.db.collection("pages").document("p1")
+    page.collection("_counter_shards_").document("a").set({"visits": 2})
+    late.at(5)
+    for run in range(3):
+        act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS]))
+        late.at(6 + run)
+    assert fields(page) == {} and late.counted("visits:p1") == 2
+    assert len(fields(late.db.collection("apps").document("x"))) == 3  # not ours: left
+
+
+def test_one_move_takes_two_counters_of_the_same_shards() -> None:
+    """Two declarations over the same documents (a dotted field and a plain one): one move takes
+    each field of each shard into its own field of the document and its own counter."""
+    two = [Declaration(counter="likes:{post}", documents="posts/{post}",
+                       extension=Extension(field="stats.likes", by=(0, 1))),
+           Declaration(counter="views:{post}", documents="posts/{post}",
+                       extension=Extension(field="views", by=(1, 5)))]
+    late = Late()
+    post = late.db.collection("posts").document("p1")
+    post.set({"stats": {"likes": 1, "shares": 4}, "title": "hi"})
+    shards = post.collection("_counter_shards_")
+    shards.document("a").set({"stats": {"likes": 2}, "views": 3})
+    shards.document("b").set({"views": 4})
+    late.at(1)
+    done = act(late, lambda: extension.move(late.ctx, late.db, post, two))
+    late.at(2)
+    assert (done.deleted, done.amounts) == (2, {"likes:p1": 2, "views:p1": 7})
+    assert post.get().to_dict() == {"stats": {"likes": 3, "shares": 4}, "views": 7,
+                                    "title": "hi"}
+    assert fields(post) == {}
+    assert (late.counted("likes:p1"), late.counted("views:p1")) == (2, 7)
+
+
+def test_more_states_told_than_a_commit_holds_are_read_instead(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of more states than one move takes (MOVE_MAX_SHARDS, 3 here): the move reads
+    the shards instead, MOVE_MAX_SHARDS at a time, each read after the last."""
+    monkeypatch.setattr(extension, "MOVE_MAX_SHARDS", 3)
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    states = []
+    for n in range(4):
+        shard = page.collection("_counter_shards_").document(f"s{n}")
+        shard.set({"visits": 1})
+        state = shard.get()
+        states.append(extension.Written(ref=shard, data={"visits": 1},
+                                        update_time=state.update_time))
+    late.at(5)
+    done = act(late, lambda: extension.move_until_clear(late.ctx, late.db, page, [VISITS],
+                                                        written=states, for_s=10.0))
+    assert (done.read, done.amounts) == (4, {"visits:p1": 4})  # two reads: 3, then 1 after
+    assert fields(page) == {}
+
+
 def test_a_move_of_states_told_by_events_reads_nothing_and_a_stale_one_reads() -> None:
     """States handed in by events are taken as told, without a read; one written since fails
     the commit's precondition, and the move is made from a read instead."""
@@ -410,6 +545,52 @@ def test_a_backfill_counts_the_layout_once_and_again_nothing() -> None:
     again = act(late, lambda: extension.backfill(late.ctx, late.db, VISITS))
     late.at(7)
     assert (again.deltas, again.moved.shards, counted(late)) == ({}, 0, 15)
+
+
+@pytest.mark.parametrize("rerun_s", [10.0, 40.0])
+def test_a_baseline_lost_in_flight_lands_late_and_counts_nothing(rerun_s: float) -> None:
+    """The backfill's commit of a page's baseline (10) is lost in flight and lands at 25 s,
+    after a client's write was moved into the page, and before or after the backfill is run
+    again: it lands on a newer page, its precondition fails, and with it its counter's write;
+    the counter ends at the total, once."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    page.set({"visits": 10})
+    act(late, lambda: ensure_counter(late.ctx, late.db, "visits:p1", VISITS))
+    late.at(1)
+    lost = late.run(lambda: extension._baseline(late.ctx, late.db, page, VISITS),
+                    lost_in_flight(24.0))
+    assert isinstance(lost, BaseException)  # sent once: its caller cannot tell
+    page.collection("_counter_shards_").document("a").set({"visits": 1})
+    late.at(5)
+    act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
+    late.at(rerun_s)
+    assert act(late, lambda: extension.backfill(late.ctx, late.db, VISITS)).deltas == {
+        "visits:p1": 10}
+    late.at(60)
+    assert late.flying() == []
+    assert (counted(late), total(page)) == (11, 11)
+
+
+def test_a_baseline_lost_in_flight_and_run_again_counts_once() -> None:
+    """Nothing moves in between: the backfill run again reads the page at the same version (its
+    rewrite of the page changes nothing, so Firestore keeps the version) and counts the baseline;
+    the first commit, landing after it, must not count it again (each version's baseline is a
+    marker, created once)."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    page.set({"visits": 10})
+    act(late, lambda: ensure_counter(late.ctx, late.db, "visits:p1", VISITS))
+    late.at(1)
+    lost = late.run(lambda: extension._baseline(late.ctx, late.db, page, VISITS),
+                    lost_in_flight(24.0))
+    assert isinstance(lost, BaseException)
+    late.at(5)
+    assert act(late, lambda: extension.backfill(late.ctx, late.db, VISITS)).deltas == {
+        "visits:p1": 10}
+    late.at(60)
+    assert late.flying() == []
+    assert (counted(late), total(page)) == (10, 10)
 
 
 def test_a_state_told_twice_is_taken_once_and_a_foreign_shard_is_not_waited_for() -> None:

@@ -116,7 +116,6 @@ UPDATES, UPDATE_ID, UPDATE_DATA = "_updates_", "_id_", "_data_"
 # An extension field's value is counted while it is an integer this large at most (JavaScript's
 # exact integers: the extension's clients are JavaScript, Java, Swift and Dart).
 MAX_EXTENSION_AMOUNT = 2**53 - 1
-MAX_PARTIAL_UPDATES = 10_000  # of one partial's `_updates_` (a document holds at most 1 MiB)
 _FIELD_SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 MAX_FIELD_SEGMENTS = 8
 
@@ -164,7 +163,9 @@ class Extension:
         updates = data.get(UPDATES)
         if not isinstance(updates, list):
             return 0
-        return sum(self.value(update.get(UPDATE_DATA)) for update in updates[:MAX_PARTIAL_UPDATES]
+        # Every entry: a move that took fewer would take the rest again. The document's 1 MiB
+        # bounds the list (a few tens of thousands of entries).
+        return sum(self.value(update.get(UPDATE_DATA)) for update in updates
                    if isinstance(update, dict))
 
     def nested(self, value: Any) -> dict[str, Any]:

@@ -4,9 +4,10 @@
 The extension's clients write `{doc}/_counter_shards_/{their id}` and show the document's field
 plus their own shard's, so the amounts in everyone's shards must reach the document. A move is
 one commit, sent once, that takes shards' amounts out of them (a delete guarded by the shard's
-update time when it holds nothing else and has been quiet, else an `Increment` of minus the
-amount; for a partial, an `_updates_` entry of minus its sum), adds their sum to the document's
-field, and adds the same sum to a shard of the counter `visits:{page}`. So every move keeps
+update time when it holds nothing else and was written once or has been quiet, else an
+`Increment` of minus the amount; for a partial, an `_updates_` entry of minus its sum), adds
+their sum to the document's field, and adds the same sum to a shard of the counter
+`visits:{page}`. So every move keeps
 document + shards + partials equal, and keeps the counter equal to the document's field (once
 `backfill` has added what the field held before the declaration): the counter is the total less
 what the shards hold until their move, about a second.
@@ -30,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
+from google.cloud.firestore_v1.field_path import FieldPath
 
 from counting.features import counter_refs
 from counting.features.collections import (
+    MAX_EXTENSION_AMOUNT,
     SHARDS,
     UPDATE_DATA,
     UPDATE_ID,
@@ -42,6 +45,7 @@ from counting.features.collections import (
     ensure_counter,
     is_partial,
     match,
+    nanos,
     paged,
     watched_documents,
 )
@@ -70,7 +74,8 @@ MOVE_EVERY_S = 1.0
 # then the scheduled sweep takes what is left.
 MOVE_FOR_S = 30.0
 WAITED_IN_BACKGROUND = "waited in the background for a move"
-SWEEP_MAX_SHARDS = 1000  # shards the scheduled sweep reads per run, per declaration pattern
+SWEEP_MAX_SHARDS = 1000  # shards the scheduled sweep's query reads per run (and per document)
+SWEEP_CURSOR = "extension_sweep"  # in `internal`: the path after which the next sweep reads
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,14 +95,19 @@ class Moved:
     deleted: int = 0  # of them, deleted
     left: int = 0  # shards it zeroed (a later move deletes them) or that hold other fields
     amounts: dict[str, int] = field(default_factory=dict)  # counter -> amount moved
-    full: bool = False  # it read MOVE_MAX_SHARDS: there may be more
-    read_at: dt.datetime | None = None  # when it read the shards (None: it read none)
+    read: int = 0  # shards and partials it read
+    # It read MOVE_MAX_SHARDS: there may be more, after `last` (the id of the last it read).
+    full: bool = False
+    last: str | None = None
+    # When it read every shard of the document (None: it read none, or not all of them).
+    read_at: dt.datetime | None = None
 
     def add(self, other: Moved) -> None:
         self.shards += other.shards
         self.deleted += other.deleted
+        self.read += other.read
         self.left = other.left
-        self.full = other.full
+        self.full, self.last = other.full, other.last
         self.read_at = other.read_at or self.read_at
         for counter, amount in other.amounts.items():
             self.amounts[counter] = self.amounts.get(counter, 0) + amount
@@ -114,32 +124,40 @@ class _Take:
 
 
 def move(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
-         declarations: Iterable[Declaration], *, written: Iterable[Written] = ()) -> Moved:
+         declarations: Iterable[Declaration], *, written: Iterable[Written] = (),
+         after: str | None = None) -> Moved:
     """Move the amounts of `document`'s shards and partials into its fields and the counters
     (one commit, sent once). With `written` (states events told of), those shards are taken
     as told, without reading them: each delete is guarded by the told update time, so a shard
-    written since fails the commit, and the move is made again from a read."""
+    written since fails the commit, and the move is made again from a read. A read takes the
+    first MOVE_MAX_SHARDS shards in id order, or those after the id `after`."""
     declared = [d for d in declarations if d.extension is not None]
     latest: dict[str, Written] = {}  # one state per shard (an event told twice), the newest
     for state in written:
         if state.ref.path not in latest or state.update_time > latest[state.ref.path].update_time:
             latest[state.ref.path] = state
     told = list(latest.values())
-    if told and all(_holds_only(declared, w.data) for w in told):
+    if told and len(told) <= MOVE_MAX_SHARDS and all(_holds_only(declared, w.data) for w in told):
         takes = [_Take(w.ref, _amounts(declared, w.data, partial=False), w.update_time, False)
                  for w in told]
         try:
             return _commit(ctx, db, document, declared, takes, Moved())
         except gexc.FailedPrecondition:
             pass  # written since: read them
-    return _read_and_move(ctx, db, document, declared, guarded=True)
+    return _read_and_move(ctx, db, document, declared, guarded=True, after=after)
 
 
 def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
-                   declared: list[Declaration], *, guarded: bool) -> Moved:
-    found = list(document.collection(SHARDS).limit(MOVE_MAX_SHARDS).stream())
-    done = Moved(full=len(found) == MOVE_MAX_SHARDS,
-                 read_at=min((instant(s.read_time) for s in found), default=None))
+                   declared: list[Declaration], *, guarded: bool, after: str | None) -> Moved:
+    shards_of = document.collection(SHARDS)
+    query = shards_of.order_by(FieldPath.document_id()).limit(MOVE_MAX_SHARDS)
+    if after is not None:
+        query = query.start_after({FieldPath.document_id(): shards_of.document(after)})
+    found = list(query.stream())
+    full = len(found) == MOVE_MAX_SHARDS
+    done = Moved(read=len(found), full=full, last=found[-1].id if full else None,
+                 read_at=None if full or after is not None else min(
+                     (instant(s.read_time) for s in found), default=None))
     takes = []
     for shard in found:
         data = shard.to_dict() or {}
@@ -158,7 +176,8 @@ def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.Docum
     except gexc.FailedPrecondition:
         if not guarded:
             raise
-        return _read_and_move(ctx, db, document, declared, guarded=False)  # a shard was written
+        # A shard was written since the read: zero them all.
+        return _read_and_move(ctx, db, document, declared, guarded=False, after=after)
 
 
 def _commit(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
@@ -237,12 +256,13 @@ def _holds_only(declared: list[Declaration], data: Any) -> bool:
 
 
 def _drop(data: dict[str, Any], path: list[str]) -> None:
-    """Remove the integer at `path` (a copy of each map on the way)."""
+    """Remove the integer at `path` that the field counts (a copy of each map on the way): one it
+    cannot count (beyond MAX_EXTENSION_AMOUNT) stays, and keeps its shard from being deleted."""
     head, *rest = path
     if rest and isinstance(data.get(head), dict):
         data[head] = dict(data[head])
         _drop(data[head], rest)
-    elif not rest and type(data.get(head)) is int:
+    elif not rest and type(data.get(head)) is int and abs(data[head]) <= MAX_EXTENSION_AMOUNT:
         del data[head]
 
 
@@ -278,32 +298,48 @@ def _merged(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 def move_until_clear(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
                      declarations: Iterable[Declaration], *, written: Iterable[Written] = (),
-                     for_s: float = MOVE_FOR_S) -> Moved:
+                     for_s: float = MOVE_FOR_S,
+                     on_move: Callable[[Moved], None] = lambda moved: None) -> Moved:
     """Moves until one leaves no shard (and reads fewer than MOVE_MAX_SHARDS), or `for_s`
-    passes: what they did. Shards written again after a move zeroed them are updates, which no
-    trigger is told of: this is how they reach the document."""
+    passes: what they did (`on_move` is told of each). Shards written again after a move zeroed
+    them are updates, which no trigger is told of: this is how they reach the document. A full
+    read is followed at once by a read of the shards after it."""
     declared = list(declarations)
     clock = ctx.writing.clock
     until = clock.monotonic() + for_s
     total = Moved()
     done = move(ctx, db, document, declared, written=written)
     while True:
+        on_move(done)
         total.add(done)
         if not (done.left or done.full) or clock.monotonic() >= until:
             return total
-        clock.sleep(QUIET_S)
-        done = move(ctx, db, document, declared)
+        if not done.full:
+            clock.sleep(QUIET_S)
+        done = move(ctx, db, document, declared, after=done.last)
 
 
 def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration]) -> Moved:
     """The scheduled backstop (every minute): move the shards no trigger's moves took (an
-    instance killed, a shard kept busy past MOVE_FOR_S). One collection-group query per run,
-    at most SWEEP_MAX_SHARDS shards; a document that fails is logged and stops no other."""
+    instance killed, a shard kept busy past MOVE_FOR_S). One collection-group query per run, of
+    at most SWEEP_MAX_SHARDS shards in path order from where the last full one stopped (shards
+    that stay, busy or holding other fields, never hide those after them); the documents they
+    belong to are moved, each reading at most SWEEP_MAX_SHARDS of its shards. A document that
+    fails is logged and stops no other."""
     by_documents = {d.documents: d for d in declared if d.extension is not None}
     if not by_documents:
         return Moved()
+    cursor_ref = db.collection(ctx.names.internal).document(SWEEP_CURSOR)
+    after = (cursor_ref.get().to_dict() or {}).get("after")
+    query = db.collection_group(SHARDS).order_by(FieldPath.document_id()).limit(SWEEP_MAX_SHARDS)
+    if isinstance(after, str):
+        query = query.start_after({FieldPath.document_id(): db.document(after)})
+    found = list(query.stream())
+    following = found[-1].reference.path if len(found) == SWEEP_MAX_SHARDS else None
+    if following != after:
+        cursor_ref.set({"after": following})  # a late landing only moves where one starts
     parents: dict[str, list[Declaration]] = {}
-    for shard in db.collection_group(SHARDS).limit(SWEEP_MAX_SHARDS).stream():
+    for shard in found:
         parent = shard.reference.parent.parent
         if parent is None or parent.path in parents:
             continue
@@ -313,7 +349,13 @@ def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration]) -
     total = Moved()
     for path, owners in parents.items():
         try:
-            total.add(move(ctx, db, db.document(path), owners))
+            read, last = 0, None
+            while read < SWEEP_MAX_SHARDS:
+                done = move(ctx, db, db.document(path), owners, after=last)
+                total.add(done)
+                read, last = read + done.read, done.last
+                if not done.full:
+                    break
         except Exception:
             log.exception("%s: the sweep could not move its shards", path)
     return total
@@ -388,13 +430,18 @@ def _baseline(ctx: Context, db: firestore.Client, document: firestore.DocumentRe
         batch = db.batch()
         batch.update(document, {declaration.extension.field: value},
                      option=db.write_option(last_update_time=instant(snapshot.update_time)))
+        # The rewrite changes nothing, so Firestore keeps the version: a baseline run again at
+        # the same version would pass the precondition too. One marker per version, created.
+        marker = f"baseline {counter} {nanos(instant(snapshot.update_time))}"
+        batch.create(shards.request_marker_ref(db, ctx.names, "", marker),
+                     shards.request_marker_fields("", marker, [counter], {}))
         write = shards.shard_write(ctx.writing, db, counter_refs.shard_ref(
             db, ctx.names, counter, ctx.picker.pick(target)), value - held)
         write.add_to(batch)
         try:
             results = ctx.writing.commit_once(batch)
-        except gexc.FailedPrecondition:
-            continue  # moved (or written) since the read
+        except (gexc.FailedPrecondition, gexc.AlreadyExists):
+            continue  # moved (or written) since the read, or this version's baseline counted
         shards.settle(ctx.writing, db, shards.landed([write], results))
         return value - held
     raise Aborted(f"{document.path}: kept changing while its field was counted")
@@ -411,7 +458,7 @@ class Movers:
     hold every later event behind it (production delivers them to concurrent requests, which
     wait together)."""
 
-    def __init__(self, do: Callable[[str, list[Written]], Moved], *,
+    def __init__(self, do: Callable[[str, list[Written], Callable[[Moved], None]], Moved], *,
                  every_s: float = MOVE_EVERY_S, background: bool = False,
                  monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -468,17 +515,26 @@ class Movers:
                 self._lock.release()
                 moved: Moved | None = None
                 try:
-                    moved = self._do(path, taken)
+                    moved = self._do(path, taken, lambda each: self._read(page, each))
                 except Exception:
                     log.exception("%s: could not move its shards into it", path)
                 finally:
                     self._lock.acquire()
                     page.done, page.busy = generation, False
-                    if moved is not None and moved.read_at is not None:
-                        page.read_at = max(page.read_at or moved.read_at, moved.read_at)
+                    if moved is not None:
+                        self._read(page, moved)
                     self._lock.notify_all()
             if not page.busy and not page.pending and len(self._pages) > 1000:
                 del self._pages[path]
+
+    def _read(self, page: _Page, moved: Moved) -> None:
+        """A move (of a loop still running, or the last) committed: callers whose states it
+        read need wait no longer."""
+        if moved.read_at is None:
+            return
+        with self._lock:
+            page.read_at = max(page.read_at or moved.read_at, moved.read_at)
+            self._lock.notify_all()
 
 
 @dataclass
@@ -524,13 +580,17 @@ def rules(declarations: Iterable[Declaration]) -> str:
         ]
     for documents, extensions in grouped.items():
         path = documents
-        roots = sorted({e.path[0] for e in extensions})
-        checks = [f"request.resource.data.keys().hasOnly({_list(roots)})"]
+        # Each map on the way to a field holds only the declared keys below it (siblings such
+        # as `stats.likes` and `stats.views` share their map's check).
+        below: dict[tuple[str, ...], set[str]] = defaultdict(set)
         for e in extensions:
-            for depth in range(1, len(e.path)):
-                checks.append(f"request.resource.data.get({_list(e.path[:depth])}, {{}})"
-                              f".keys().hasOnly({_list([e.path[depth]])})")
-            checks.append(f"extensionField({_list(e.path)}, {e.by[0]}, {e.by[1]})")
+            for depth in range(len(e.path)):
+                below[tuple(e.path[:depth])].add(e.path[depth])
+        checks = [f"request.resource.data.keys().hasOnly({_list(sorted(below.pop(())))})"]
+        checks += [f"request.resource.data.get({_list(list(prefix))}, {{}})"
+                   f".keys().hasOnly({_list(sorted(keys))})"
+                   for prefix, keys in sorted(below.items())]
+        checks += [f"extensionField({_list(e.path)}, {e.by[0]}, {e.by[1]})" for e in extensions]
         fields = ", ".join(f"{e.field} ({e.by[0]}..{e.by[1]})" for e in extensions)
         lines += [
             f"    // {path}: the Distributed Counter extension's shards of {fields}.",
