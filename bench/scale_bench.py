@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any
 
+import capacity_model
 from counter_bench import own_db
 from counters_cli.load import percentile
 from counting.features import counters, shard_choice
@@ -618,7 +619,7 @@ def run() -> dict[str, Any]:
     distinct = distinct_run()
     lags = lag.pop("lags_s")
     published, committed = distinct.pop("published"), distinct.pop("committed")
-    return {
+    figures: dict[str, Any] = {
         "capacity_per_holder": per_holder,
         "capacity_by_partitions": by_partitions,
         "balance_max_over_mean": balance(lag["changed_per_partition"]),
@@ -636,4 +637,8 @@ def run() -> dict[str, Any]:
         "run_s": time.monotonic() - began,
         "series": {"lags_s": lags, "published": published, "committed": committed},
     }
+    # The capacity model's predictions beside the measured points (bench/capacity_model.py).
+    figures["model"] = {"capacity": capacity_model.compare(figures),
+                        "lag": capacity_model.compare_lag(figures)}
+    return figures
 

@@ -1,0 +1,492 @@
+"""The rollup's capacity, predicted: for a load (distinct counters changed a second, increments a
+second, counters in all), the partitions P it needs, its instances, its lag, Firestore's reads,
+writes and deletes, Cloud Tasks' creations and dispatches, the month's bill, and the platform
+limit that binds first (issue 44, deliverable 2). Pure: what a tick costs is `OpCosts`, filled
+from what `bench/run.py scale` measured (`bench/results/scale.json`); prices are `cost_model`'s.
+
+One holder's tick of n changed counters takes `a + b n` of wall time alone (`tick_fixed_s`,
+`tick_per_counter_s`). Where the holders share `cores` with Firestore (here: the emulator on
+this machine), P ticks side by side also need `P f + k v` CPU seconds for k counters in all
+(`cpu_fixed_s`, `cpu_per_counter_s`: the holders' and the emulator's), so a round of ticks takes
+
+    round_s(k, P) = max(a + b k / P, (P f + k v) / cores)
+
+and P holders absorb, with every tick under the budget B (1 s: the next second's tick),
+
+    capacity(P) = min(P (B - a) / b, (cores B - P f) / v)          (the holder's, the machine's)
+
+Deployed, each holder has an instance of its own and Firestore its own machines: no machine term,
+and the holder's own CPU runs at the instance's share of a vCPU (`deployed`). P is the smallest
+power of two whose busiest partition's tick ends within TICK_BUDGET_S, and whose `(stripe,
+updated_at)` index ranges take the shard writes; the lag p99 is the wait for the second's end,
+the task's dispatch and the busiest tick.
+
+Checked against the machine (`compare`), with every cost taken from the P = 1 run alone (one
+holder, beside the emulator): P = 1 and P = 4 are predicted within 20%, P = 2 is not. The P = 2
+run spent about 0.36 ms of CPU (holders and emulator) per changed counter, the P = 1 run 0.51 ms;
+at 0.51 ms two holders would fill the 2 cores at about 2,480 counters a second, yet they
+absorbed 3,822 with 1.8 cores busy. With each run's own CPU in the same equations (`explained`)
+every point is within 20%: the equations hold, the CPU per changed counter does not carry from
+one run to the next on this machine. The P = 4 prediction is the small difference of the cores
+and four empty ticks' CPU (2 - 4 x 0.37): 10% more CPU per empty tick would move it by 28%.
+
+Estimates, not measurements: no tick has been timed on Cloud Run, so the deployed round trip
+(ROUND_TRIP_S), the dispatch (DISPATCH_S) and the CPU per changed counter at more than one
+changed shard (measured with one shard per counter) are assumptions, said where they are used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import cost_model
+from cost_examples import CALLABLE_S
+from counting.foundation import config
+from counting.rollup.ledger import IDLE_TICKS_KEPT
+from counting.writepath import autoscale
+
+# Mirrors of limits defined beside Firestore clients (counting.writepath.partitions,
+# counting.rollup.cadence), which this pure module does not import; tests check they agree.
+HOMES = 16  # partitions.HOMES: today's design has at most 16 partitions
+IN_VALUES = 30  # partitions.IN_VALUES: values an `in` filter takes
+USAGE_WRITERS = 8  # cadence.USAGE_WRITERS: partitions that flush the usage every usage_flush_s
+
+# The platform's limits (docs/architecture.md, "Capacity").
+INDEX_RANGE_WRITES = 500.0  # writes/s an index range of increasing values takes
+QUEUE_DISPATCHES = 500.0  # tasks/s a Cloud Tasks queue dispatches
+SCHEDULE_S = cost_model.SCHEDULE_S  # the scheduled run housekeeps every partition within it
+DOCUMENT_WRITES = 1.0  # sustained writes/s to one document
+
+TICK_PERIOD_S = 1.0  # a partition ticks once a second: a longer tick delays the next second's
+# P is chosen so that the busiest partition's tick ends within this: a fifth of the period is
+# left for a slow Firestore moment, as autoscaling leaves room for bursts.
+TICK_BUDGET_S = 0.8
+SLOT_WAIT_P99_S = 0.99  # a write waits for the end of its second: its p99, uniform in the second
+# Assumptions of the deployed tick (not measured): a Firestore round trip in the region; an empty
+# tick's round trips (the lease's read, the change query, the commit with the fence); a task's
+# dispatch after its second.
+ROUND_TRIP_S = 0.05
+TICK_ROUND_TRIPS = 3
+DISPATCH_S = 0.1
+# A tick commits a counter's document and, on a sweep, its memory: half the commit's writes.
+COUNTERS_PER_COMMIT = config.ROLLUP_COMMIT_WRITES // 2
+CONFIG_READS_PER_COUNTER = 1  # a writer instance reads a counter's configuration per cache TTL
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpCosts:
+    """What a holder's tick costs. Wall time alone: `tick_fixed_s` + n x `tick_per_counter_s` for
+    n changed counters. CPU where the holders share `cores` with Firestore: `cpu_fixed_s` + n x
+    `cpu_per_counter_s` (None: each holder has its own instance and Firestore its own machines).
+    `holder_cpu_*`: the holder's own share of that CPU, which moves to a deployed instance."""
+
+    tick_fixed_s: float
+    tick_per_counter_s: float
+    cpu_fixed_s: float
+    cpu_per_counter_s: float
+    holder_cpu_fixed_s: float
+    holder_cpu_per_counter_s: float
+    cores: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load:
+    changed_per_s: float  # distinct counters changed a second
+    increments_per_s: float
+    counters: int  # counters in all, the idle ones included
+
+    def __post_init__(self) -> None:
+        if not 0 < self.changed_per_s <= self.increments_per_s:
+            raise ValueError("a changed counter had at least one increment: "
+                             f"0 < {self.changed_per_s} <= {self.increments_per_s}")
+        if self.counters < self.changed_per_s:
+            raise ValueError(f"{self.changed_per_s} changed a second of {self.counters} counters")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Design:
+    """What the rollup is built with: `homes` bounds P (today 16), `tick_mb` sizes the tick
+    functions (gen-1: 512 MB is a third of a vCPU), `queues` is None with a queue per partition."""
+
+    homes: int = HOMES
+    tick_mb: int = cost_model.ROLLUP_MB
+    queues: int | None = None
+
+    @property
+    def vcpu(self) -> float:
+        return cost_model.GEN1_VCPU_BY_MB[self.tick_mb]
+
+    @property
+    def gib(self) -> float:
+        return self.tick_mb / 1024
+
+    @property
+    def choices(self) -> tuple[int, ...]:
+        """P: powers of two up to the homes, so that every partition gets as many homes."""
+        return tuple(2 ** i for i in range(self.homes.bit_length()) if 2 ** i <= self.homes)
+
+    def queries_per_tick(self) -> int:
+        """A partition's change query reads one stripe per home (its homes times P spreads), in
+        `in` filters of at most IN_VALUES values."""
+        return math.ceil(self.homes / IN_VALUES)
+
+    def queries_per_sweep(self, partitions: int) -> int:
+        """A sweep reads the stripes of every P up to the homes (a writer may still know any)."""
+        return math.ceil(self.homes // partitions * self.homes / IN_VALUES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limit:
+    """A platform limit in the rollup's path: its rule, and where it binds under a design (None:
+    it does not bound that figure)."""
+
+    name: str
+    rule: str
+    max_partitions: int | None = None
+    max_changed_per_s: float | None = None
+    max_increments_per_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    partitions: int
+    keeps_up: bool  # the busiest tick ends within TICK_BUDGET_S, the index takes the writes
+    limit: str | None  # the limit that stops the design from carrying the load (None: none)
+    peak_per_partition: float  # changed counters in the busiest partition's tick
+    tick_s: float
+    lag_p99_s: float | None  # None: ticks fall behind, the lag grows without bound
+    tick_instances: int
+    writer_instances: int
+    reads_per_s: float
+    writes_per_s: float
+    deletes_per_s: float
+    task_creations_per_s: float
+    task_dispatches_per_s: float
+    bill: dict[str, float]  # $ a month, term by term
+    month_usd: float
+
+
+# -- from the measurements --
+
+
+def anchored_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope): the intercept is the first point's y (x = 0: measured, not
+    extrapolated), the slope the least-squares one through it."""
+    (x0, y0), rest = points[0], points[1:]
+    if x0 != 0 or not rest:
+        raise ValueError("an anchored line needs its x = 0 point first and another")
+    return y0, sum(x * (y - y0) for x, y in rest) / sum(x * x for x, _ in rest)
+
+
+def step_cpu(step: dict[str, Any]) -> tuple[float, float]:
+    """A step's CPU seconds, (the holders' and the emulator's, the holders'), from the cores
+    the two kept busy during its ticks (the holders' alone is not recorded for an empty tick)."""
+    both = step["cores_ours"] * step["tick_s"]
+    per_counter = step["cpu_s_per_changed_counter"]
+    holders = both - step["emulator_cpu_s"] if per_counter is None \
+        else per_counter * step["changed_counters"]
+    return both, holders
+
+
+def measured_costs(scale: dict[str, Any], partitions: int = 1) -> OpCosts | None:
+    """What a tick cost in the scale benchmark's run of `partitions` holders: its steps' ticks
+    (k changed counters in all, k / P each) and CPU, per holder. None when the run cannot be
+    fitted (fewer than two steps, an empty tick missing, the emulator's CPU not read)."""
+    figures = scale["capacity_by_partitions"]
+    run = figures["runs"].get(str(partitions))
+    steps = run["steps"] if run else []
+    if len(steps) < 2 or steps[0]["k"] != 0 or any(
+            step["cores_ours"] is None or step["emulator_cpu_s"] is None for step in steps):
+        return None
+    per_holder = [step["changed_counters"] / partitions for step in steps]
+    cpu = [step_cpu(step) for step in steps]
+    a, b = anchored_line([(n, step["tick_s"]) for n, step in zip(per_holder, steps, strict=True)])
+    f, v = anchored_line([(n, both / partitions) for n, (both, _) in zip(per_holder, cpu,
+                                                                          strict=True)])
+    hf, hv = anchored_line([(n, holders / partitions) for n, (_, holders) in zip(per_holder, cpu,
+                                                                                 strict=True)])
+    return OpCosts(tick_fixed_s=a, tick_per_counter_s=b, cpu_fixed_s=f, cpu_per_counter_s=v,
+                   holder_cpu_fixed_s=hf, holder_cpu_per_counter_s=hv,
+                   cores=float(figures["cores"]))
+
+
+def deployed(measured: OpCosts, design: Design) -> OpCosts:
+    """The tick on Cloud Run: the holder's CPU at the instance's share of a vCPU, plus Firestore's
+    round trips (TICK_ROUND_TRIPS a tick, one per commit of COUNTERS_PER_COMMIT counters); no
+    machine shared with Firestore. The CPU of a Python tick is its client's encoding and decoding,
+    which an instance runs as this machine did, slower by its share."""
+    return replace(
+        measured,
+        tick_fixed_s=measured.holder_cpu_fixed_s / design.vcpu + TICK_ROUND_TRIPS * ROUND_TRIP_S,
+        tick_per_counter_s=measured.holder_cpu_per_counter_s / design.vcpu
+        + ROUND_TRIP_S / COUNTERS_PER_COMMIT,
+        cpu_fixed_s=measured.holder_cpu_fixed_s,
+        cpu_per_counter_s=measured.holder_cpu_per_counter_s, cores=None)
+
+
+# -- capacity --
+
+
+def tick_s(changed: float, costs: OpCosts) -> float:
+    """One holder's tick of `changed` counters, alone."""
+    return costs.tick_fixed_s + changed * costs.tick_per_counter_s
+
+
+def round_s(changed: float, partitions: int, costs: OpCosts) -> float:
+    """P ticks side by side taking in `changed` counters in all, evenly: the slowest holder's
+    own tick, or the cores' share of all their CPU, whichever is longer."""
+    alone = tick_s(changed / partitions, costs)
+    if costs.cores is None:
+        return alone
+    return max(alone, (partitions * costs.cpu_fixed_s + changed * costs.cpu_per_counter_s)
+               / costs.cores)
+
+
+def holder_capacity(costs: OpCosts, budget_s: float = TICK_BUDGET_S) -> float:
+    """Changed counters one holder takes in with its tick within `budget_s`."""
+    return max(0.0, (budget_s - costs.tick_fixed_s) / costs.tick_per_counter_s)
+
+
+def machine_capacity(partitions: int, costs: OpCosts, budget_s: float) -> float:
+    """Changed counters P ticks side by side take in within `budget_s` on the cores they share
+    (infinite: none shared)."""
+    if costs.cores is None:
+        return math.inf
+    return max(0.0, (costs.cores * budget_s - partitions * costs.cpu_fixed_s)
+               / costs.cpu_per_counter_s)
+
+
+def capacity(partitions: int, costs: OpCosts, budget_s: float = TICK_PERIOD_S) -> tuple[float, str]:
+    """Changed counters a second P holders absorb, and what bounds it: `holder` (P x one
+    holder's) or `machine` (the cores they share)."""
+    holders = partitions * holder_capacity(costs, budget_s)
+    machine = machine_capacity(partitions, costs, budget_s)
+    return (holders, "holder") if holders <= machine else (machine, "machine")
+
+
+def balance(partitions: int, per_partition: float) -> float:
+    """The busiest partition's changed counters over the mean: counters fall on partitions by
+    their hash, so each partition's count in a second is about Poisson, and the largest of P is
+    about sqrt(2 ln P) standard deviations above the mean."""
+    if partitions == 1:
+        return 1.0
+    return 1.0 + math.sqrt(2 * math.log(partitions) / max(per_partition, 1.0))
+
+
+def distinct_within(load: Load, seconds: float) -> float:
+    """Distinct counters changed within `seconds`, each counter changed at random at its share
+    of the load."""
+    return load.counters * -math.expm1(-load.changed_per_s * seconds / load.counters)
+
+
+def shards_touched(load: Load) -> float:
+    """Distinct shards a changed counter's increments of a second land on, each increment on a
+    shard picked at random. Its shards are those autoscaling gives its rate, as if it took its
+    share of the increments every second (a feed's active posts); a counter changed in bursts
+    has fewer (the rate's 2 s rise), for `cool_down_s` after each."""
+    rate = load.increments_per_s / load.changed_per_s
+    shards = autoscale.shards_for_rate(rate)
+    return shards * -math.expm1(-rate / shards)
+
+
+def partitions_for(load: Load, costs: OpCosts, design: Design) -> int | None:
+    """The smallest P whose busiest tick ends within TICK_BUDGET_S and whose index ranges take
+    the shard writes (None: no P of the design does)."""
+    room = holder_capacity(costs)
+    for p in design.choices:
+        per_partition = load.changed_per_s / p
+        if per_partition * balance(p, per_partition) <= room and \
+                load.increments_per_s <= INDEX_RANGE_WRITES * design.homes * p:
+            return p
+    return None
+
+
+# -- limits --
+
+
+def limits(costs: OpCosts, design: Design) -> list[Limit]:
+    """Every platform limit in the rollup's path, with where it binds under `design` for a
+    deployed tick of `costs` (docs/architecture.md, "Capacity")."""
+    room = holder_capacity(costs)
+    largest = max(design.choices)
+    housekeeping = math.floor(SCHEDULE_S / costs.tick_fixed_s)
+    return [
+        Limit(name="holder", rule=f"a partition's tick ends within {TICK_BUDGET_S} s (its queue "
+              "dispatches the next second's task after it); one holder a partition",
+              max_changed_per_s=room),
+        Limit(name="homes", rule=f"P divides the {design.homes} homes: at most one partition "
+              "per home", max_partitions=design.homes,
+              max_changed_per_s=largest * room / balance(largest, room)),
+        Limit(name="index_ranges", rule=f"an index range of increasing values takes about "
+              f"{INDEX_RANGE_WRITES:.0f} writes/s; (stripe, updated_at) has homes x P ranges",
+              max_increments_per_s=INDEX_RANGE_WRITES * design.homes * largest),
+        Limit(name="in_values", rule=f"`in` takes at most {IN_VALUES} values: a tick's change "
+              f"query reads {design.homes} stripes in {design.queries_per_tick()} queries"),
+        Limit(name="queue_dispatch", rule=f"a queue dispatches at most {QUEUE_DISPATCHES:.0f} "
+              "tasks/s; each partition's queue carries one task a second",
+              max_partitions=None if design.queues is None
+              else math.floor(QUEUE_DISPATCHES * design.queues)),
+        Limit(name="schedule_60s", rule=f"the scheduled run housekeeps the partitions one after "
+              f"the other within {SCHEDULE_S:.0f} s, an idle tick each",
+              max_partitions=housekeeping),
+        Limit(name="document_writes", rule=f"about {DOCUMENT_WRITES:.0f} write/s per document: a "
+              f"counter is published once a second, a lease by its partition, the usage record "
+              f"at most {USAGE_WRITERS / config.ROLLUP.usage_flush_s:.1f}/s at any P"),
+    ]
+
+
+def largest_partitions(costs: OpCosts, design: Design) -> tuple[int, Limit]:
+    """The largest P the design allows, and the limit that caps it: the first of the homes, the
+    queues' dispatches and the scheduled run's minute."""
+    cap = min((limit for limit in limits(costs, design) if limit.max_partitions is not None),
+              key=lambda limit: limit.max_partitions or 0)
+    return max(p for p in design.choices if p <= (cap.max_partitions or 0)), cap
+
+
+def binding_limit(load: Load, costs: OpCosts, design: Design) -> str | None:
+    """The limit that stops `design` from carrying `load` (None: it carries it): at the largest
+    P, the index ranges take too many shard writes, or the busiest tick is over its budget and
+    what caps P binds."""
+    largest, cap = largest_partitions(costs, design)
+    if load.increments_per_s > INDEX_RANGE_WRITES * design.homes * largest:
+        return "index_ranges"
+    per_partition = load.changed_per_s / largest
+    if per_partition * balance(largest, per_partition) > holder_capacity(costs):
+        return cap.name
+    return None
+
+
+# -- a load's figures --
+
+
+def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Prediction:
+    """What the deployed rollup needs and costs for `load`, with a tick of `costs` (`deployed`).
+    Where no P of the design carries the load, the figures are those of its largest P, and the
+    lag is None."""
+    design = design or Design()
+    limit = binding_limit(load, costs, design)
+    keeps_up = limit is None
+    p = partitions_for(load, costs, design) if keeps_up else None
+    if p is None:
+        p = largest_partitions(costs, design)[0]
+    per_partition = load.changed_per_s / p
+    peak = per_partition * balance(p, per_partition)
+    tick = tick_s(peak, costs)
+    # Each partition ticks in the seconds in which one of its counters changed.
+    slots = p * -math.expm1(-per_partition)
+    writers = max(1, math.ceil(load.increments_per_s * CALLABLE_S
+                                / cost_model.CALLABLE_CONCURRENCY))
+    # Each writer instance creates (or is refused, billed alike) the task of each partition it
+    # wrote in, once a second.
+    creations = writers * p * -math.expm1(-load.increments_per_s / (writers * p))
+    window = config.CONFIG_CACHE_TTL_S
+    per_writer = min(distinct_within(load, window), load.increments_per_s * window / writers)
+    config_reads = min(load.increments_per_s,
+                       writers * (per_writer * CONFIG_READS_PER_COUNTER + 1) / window)
+    shards = shards_touched(load)
+    sweep_s = config.ROLLUP_SWEEP_EVERY_S
+    reads = (config_reads
+             + slots * (1 + design.queries_per_tick())  # the lease, the change query
+             + load.changed_per_s * shards * (1 + config.CHANGE_OVERLAP_S)
+             # A sweep reaches MAX_REQUEST_S before the last one: it reads again every shard
+             # changed since.
+             + (distinct_within(load, sweep_s + config.MAX_REQUEST_S) * shards
+                + p * design.queries_per_sweep(p)) / sweep_s
+             # A counter idle for IDLE_TICKS_KEPT ticks is dropped: met again, its document and
+             # memory are read.
+             + 2 * load.changed_per_s * math.exp(
+                 -IDLE_TICKS_KEPT * load.changed_per_s / load.counters))
+    usage_writes = min(p, USAGE_WRITERS) / config.ROLLUP.usage_flush_s + 1 / SCHEDULE_S
+    writes = (2 * load.increments_per_s  # the shard, the request's marker
+              + load.changed_per_s + slots  # the publishes, the lease with them
+              + distinct_within(load, sweep_s) / sweep_s  # memories, at each sweep
+              + usage_writes)
+    deletes = load.increments_per_s  # the markers' TTL
+    tick_usd_s = design.vcpu * cost_model.VCPU_S + design.gib * cost_model.GIB_S
+    writer_usd_s = (cost_model.CALLABLE_VCPU * cost_model.VCPU_S
+                    + cost_model.CALLABLE_GIB * cost_model.GIB_S)
+    month = cost_model.MONTH_S
+    bill = {
+        "write_invocations": load.increments_per_s * cost_model.INVOCATION * month,
+        # Each request bills its 100 ms alone until they overlap on the instances.
+        "write_compute": min(writers, load.increments_per_s * cost_model.billed_s(CALLABLE_S))
+        * writer_usd_s * month,
+        "firestore_reads": reads * cost_model.READ * month,
+        "firestore_writes": writes * cost_model.WRITE * month,
+        "firestore_deletes": deletes * cost_model.DELETE * month,
+        "task_operations": (creations + slots) * cost_model.TASK_OPERATION * month,
+        "rollup_invocations": (slots + 1 / SCHEDULE_S) * cost_model.INVOCATION * month,
+        "rollup_compute": (slots * cost_model.billed_s(tick)
+                           + cost_model.billed_s(costs.tick_fixed_s) / SCHEDULE_S)
+        * tick_usd_s * month,
+        "scheduler": cost_model.SCHEDULER_JOB_MONTH,
+    }
+    return Prediction(
+        partitions=p, keeps_up=keeps_up, limit=limit,
+        peak_per_partition=peak, tick_s=tick,
+        lag_p99_s=SLOT_WAIT_P99_S + DISPATCH_S + tick if keeps_up else None,
+        tick_instances=p, writer_instances=writers, reads_per_s=reads, writes_per_s=writes,
+        deletes_per_s=deletes, task_creations_per_s=creations, task_dispatches_per_s=slots,
+        bill=bill, month_usd=sum(bill.values()))
+
+
+def first_meeting_reads(counters: int, shards_per_counter: int = 1) -> int:
+    """Reads of a holder meeting `counters` for the first time, at least: each changed shard from
+    the change query, the counter's document and its memory. A change query that returns a
+    shard again (the 0.5 s overlap, a deferred counter's reach) reads it again."""
+    return counters * (shards_per_counter + 2)
+
+
+# -- checked against this machine --
+
+
+def within(ratio: float | None, tolerance: float = 0.2) -> bool | None:
+    return None if ratio is None else abs(ratio - 1) <= tolerance
+
+
+def compare(scale: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per P of the scale benchmark: the aggregate it measured, the model's prediction from the
+    P = 1 run alone (one holder's tick and CPU, the machine's cores), and the same equations with
+    the run's own CPU (`explained`; the holder's tick stays P = 1's: under contention a holder's
+    own ticks measure the machine, which the CPU term already counts). A point saved as 0 or
+    None was not measured."""
+    one = measured_costs(scale)
+    rows = []
+    for key, measured in scale["capacity_by_partitions"]["aggregate_counters_per_s"].items():
+        p = int(key)
+        own = measured_costs(scale, p)
+        seen = float(measured) if measured else None
+        predicted = capacity(p, one) if one else None
+        explained = capacity(p, replace(one, cpu_fixed_s=own.cpu_fixed_s,
+                                        cpu_per_counter_s=own.cpu_per_counter_s)) \
+            if one and own else None
+        ratio = predicted[0] / seen if predicted and seen else None
+        explained_ratio = explained[0] / seen if explained and seen else None
+        rows.append({
+            "partitions": p, "measured": seen,
+            "predicted": predicted[0] if predicted else None,
+            "bound": predicted[1] if predicted else None,
+            "ratio": ratio, "within_20pct": within(ratio),
+            "explained": explained[0] if explained else None,
+            "explained_bound": explained[1] if explained else None,
+            "explained_ratio": explained_ratio, "explained_within_20pct": within(explained_ratio),
+        })
+    return rows
+
+
+def compare_lag(scale: dict[str, Any]) -> dict[str, Any]:
+    """The lag run's p99 (P holders each looping a tick a second at a rate of distinct counters)
+    against the model's: a write waits for the next tick (its p99 within a second), then the
+    round of P ticks of a second's counters on this machine (ticking in step: an upper
+    estimate)."""
+    lag = scale["lag"]
+    one = measured_costs(scale)
+    predicted = SLOT_WAIT_P99_S + round_s(lag["offered_rate"], lag["partitions"], one) \
+        if one else None
+    ratio = predicted / lag["lag_p99_s"] if predicted and lag["lag_p99_s"] else None
+    return {"partitions": lag["partitions"], "rate": lag["offered_rate"],
+            "measured_p99_s": lag["lag_p99_s"], "predicted_p99_s": predicted, "ratio": ratio,
+            "within_20pct": within(ratio)}

@@ -1,0 +1,237 @@
+"""The capacity model: P grows with the load in powers of two up to the design's homes, every
+figure grows with the load, a limit is named when it binds, the bill's terms make its total, and
+the committed scale benchmark's points are predicted from its one-holder run."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import capacity_model as model
+import cost_model
+import pytest
+from capacity_model import Design, Load, OpCosts
+from counting.rollup import cadence
+from counting.writepath import partitions
+from hypothesis import given
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[2]
+SCALE: dict[str, Any] = json.loads((ROOT / "bench/results/scale.json").read_text())
+
+
+def one_holder() -> OpCosts:
+    costs = model.measured_costs(SCALE)
+    assert costs is not None, "scale.json's P = 1 run has its steps"
+    return costs
+
+
+MEASURED = one_holder()
+TODAY = Design()
+WIDE = Design(homes=128, tick_mb=2048)
+DEPLOYED = model.deployed(MEASURED, TODAY)
+
+changed_st = st.floats(1, 300_000)
+ratio_st = st.floats(1, 20)  # increments per changed counter
+spread_st = st.floats(1, 1000)  # counters per changed counter a second
+
+
+def load(changed: float, ratio: float = 10, spread: float = 100) -> Load:
+    return Load(changed_per_s=changed, increments_per_s=changed * ratio,
+                counters=math.ceil(changed * spread))
+
+
+def test_the_mirrored_limits_are_the_codes() -> None:
+    """HOMES, IN_VALUES and USAGE_WRITERS are those of partitions.py and cadence.py."""
+    assert model.HOMES == partitions.HOMES
+    assert model.IN_VALUES == partitions.IN_VALUES
+    assert model.USAGE_WRITERS == cadence.USAGE_WRITERS
+    assert TODAY.choices == partitions.CHOICES
+
+
+@given(changed_st, ratio_st, spread_st, st.sampled_from([TODAY, WIDE]))
+def test_p_is_a_power_of_two_up_to_the_homes(changed: float, ratio: float, spread: float,
+                                             design: Design) -> None:
+    """Whatever the load, P divides the homes; a load the design carries gets a P whose busiest
+    tick ends within the budget."""
+    predicted = model.predict(load(changed, ratio, spread), model.deployed(MEASURED, design),
+                              design)
+    assert predicted.partitions in design.choices
+    assert design.homes % predicted.partitions == 0
+    assert predicted.partitions & (predicted.partitions - 1) == 0
+    if predicted.keeps_up:
+        assert predicted.tick_s <= model.TICK_BUDGET_S + 1e-9
+        assert predicted.lag_p99_s is not None
+
+
+@given(changed_st, ratio_st, spread_st, st.floats(1, 10))
+def test_every_figure_grows_with_the_load(changed: float, ratio: float, spread: float,
+                                          factor: float) -> None:
+    """A load `factor` times larger (in changed counters, increments and counters alike) needs
+    as many partitions and instances or more, and as many operations and dollars or more."""
+    small = model.predict(load(changed, ratio, spread), DEPLOYED)
+    large = model.predict(load(changed * factor, ratio, spread), DEPLOYED)
+    assert large.partitions >= small.partitions
+    assert large.writer_instances >= small.writer_instances
+    for figure in ("reads_per_s", "writes_per_s", "deletes_per_s", "task_creations_per_s",
+                   "task_dispatches_per_s", "month_usd"):
+        assert getattr(large, figure) >= getattr(small, figure) * (1 - 1e-9), figure
+
+
+def test_a_light_load_binds_no_limit() -> None:
+    """10 changed counters a second: one partition, a lag under 1.5 s, no limit."""
+    predicted = model.predict(load(10), DEPLOYED)
+    assert (predicted.partitions, predicted.keeps_up, predicted.limit) == (1, True, None)
+    assert predicted.lag_p99_s is not None and predicted.lag_p99_s < 1.5
+
+
+def test_the_homes_bind_past_16_partitions_of_holders() -> None:
+    """100,000 changed counters a second, one increment each: 16 homes cannot carry it (each
+    partition's tick over its second), 128 homes at 1 vCPU can."""
+    heavy = load(100_000, ratio=1)
+    today = model.predict(heavy, DEPLOYED)
+    assert (today.partitions, today.keeps_up, today.limit, today.lag_p99_s) == \
+        (16, False, "homes", None)
+    wide = model.predict(heavy, model.deployed(MEASURED, WIDE), WIDE)
+    assert (wide.partitions, wide.keeps_up, wide.limit) == (128, True, None)
+
+
+def test_the_index_ranges_bind_on_shard_writes() -> None:
+    """Few changed counters but more shard writes than 16 x 16 ranges take: the index binds."""
+    assert model.binding_limit(load(10, ratio=20_000), DEPLOYED, TODAY) == "index_ranges"
+    assert model.binding_limit(load(10, ratio=10_000), DEPLOYED, TODAY) is None
+
+
+def test_the_scheduled_minute_and_the_queues_cap_p() -> None:
+    """With 1,024 homes the scheduled run's 60 s of idle ticks caps P below them; with one queue
+    for all partitions (and a quicker housekeeping tick), its 500 dispatches a second do."""
+    huge = load(1_000_000, ratio=1)
+    many = Design(homes=1024, tick_mb=2048)
+    assert model.binding_limit(huge, model.deployed(MEASURED, many), many) == "schedule_60s"
+    quick = replace(model.deployed(MEASURED, many), tick_fixed_s=0.02)
+    one_queue = Design(homes=1024, tick_mb=2048, queues=1)
+    assert model.binding_limit(huge, quick, one_queue) == "queue_dispatch"
+    assert model.predict(huge, quick, one_queue).partitions == 256
+
+
+def test_each_limit_says_where_it_binds() -> None:
+    """Today: 16 partitions, 128,000 shard writes a second (500 x 16 ranges x 16), one query a
+    tick; 128 homes read their stripes in 5 queries."""
+    found = {limit.name: limit for limit in model.limits(DEPLOYED, TODAY)}
+    assert set(found) == {"holder", "homes", "index_ranges", "in_values", "queue_dispatch",
+                          "schedule_60s", "document_writes"}
+    assert found["homes"].max_partitions == 16
+    assert found["index_ranges"].max_increments_per_s == 128_000
+    assert found["queue_dispatch"].max_partitions is None  # a queue per partition
+    holder = found["holder"].max_changed_per_s
+    assert holder is not None and found["homes"].max_changed_per_s is not None
+    assert holder < found["homes"].max_changed_per_s < 16 * holder
+    assert TODAY.queries_per_tick() == 1 and WIDE.queries_per_tick() == 5
+    assert TODAY.queries_per_sweep(1) == 9  # 256 stripes of every P (docs: "9 queries")
+
+
+@given(changed_st, ratio_st, spread_st, st.sampled_from([TODAY, WIDE]))
+def test_the_bills_terms_sum_to_its_total(changed: float, ratio: float, spread: float,
+                                         design: Design) -> None:
+    """Each term is a cost (>= 0) and the month is their sum, the Scheduler job among them."""
+    predicted = model.predict(load(changed, ratio, spread), model.deployed(MEASURED, design),
+                              design)
+    assert all(usd >= 0 for usd in predicted.bill.values())
+    assert predicted.bill["scheduler"] == cost_model.SCHEDULER_JOB_MONTH
+    assert predicted.month_usd == pytest.approx(sum(predicted.bill.values()))
+
+
+@given(st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from([MEASURED, DEPLOYED]))
+def test_at_its_capacity_a_round_of_ticks_takes_the_budget(p: int, costs: OpCosts) -> None:
+    """The capacity is where P ticks side by side take the whole second: on the shared cores or
+    in the slowest holder's own tick, whichever bounds it. It is 0 where empty ticks alone take
+    longer (8 holders beside the emulator on this machine's 2 cores)."""
+    absorbed, bound = model.capacity(p, costs)
+    if absorbed > 0:
+        assert model.round_s(absorbed, p, costs) == pytest.approx(model.TICK_PERIOD_S)
+    else:
+        assert model.round_s(0, p, costs) > model.TICK_PERIOD_S
+    if costs.cores is None:
+        assert bound == "holder"
+
+
+
+def test_a_deployed_tick_runs_the_holders_cpu_at_its_share_of_a_vcpu() -> None:
+    """A third of a vCPU: three times the CPU per changed counter measured here, plus a share
+    of a commit's round trip; no machine shared with Firestore."""
+    assert DEPLOYED.cores is None
+    assert DEPLOYED.tick_per_counter_s == pytest.approx(
+        MEASURED.holder_cpu_per_counter_s / TODAY.vcpu
+        + model.ROUND_TRIP_S / model.COUNTERS_PER_COMMIT)
+
+
+def test_a_first_meeting_reads_each_changed_shard_the_document_and_the_memory() -> None:
+    """50,000 counters of one shard met for the first time: at least 150,000 reads."""
+    assert model.first_meeting_reads(50_000) == 150_000
+    assert model.first_meeting_reads(10, shards_per_counter=4) == 60
+
+
+def test_a_load_is_consistent() -> None:
+    """A changed counter had an increment, and is one of the counters."""
+    with pytest.raises(ValueError):
+        Load(changed_per_s=10, increments_per_s=5, counters=100)
+    with pytest.raises(ValueError):
+        Load(changed_per_s=10, increments_per_s=10, counters=5)
+
+
+def test_an_anchored_line_passes_through_the_empty_tick() -> None:
+    """The intercept is the x = 0 point as measured; the slope fits the others through it."""
+    assert model.anchored_line([(0, 1.0), (1, 3.0), (2, 5.0)]) == (1.0, 2.0)
+    assert model.anchored_line([(0, 1.0), (2, 3.0), (2, 5.0)]) == (1.0, 1.5)
+
+
+# -- the committed scale benchmark --
+
+
+ROWS = {row["partitions"]: row for row in model.compare(SCALE)}
+
+
+@pytest.mark.parametrize("p", [
+    1,
+    # The model's one clear miss, kept rather than fitted (bench/capacity_model.py's docstring):
+    # from the P = 1 run's CPU per changed counter (0.51 ms, emulator and holder) two holders
+    # fill the 2 cores at about 2,480 a second; the P = 2 run spent 0.36 ms and absorbed 3,822.
+    pytest.param(2, marks=pytest.mark.xfail(
+        strict=True, reason="the P = 1 run's CPU per changed counter does not carry to P = 2")),
+    4,
+])
+def test_the_measured_points_are_predicted_from_one_holder(p: int) -> None:
+    """The aggregate of P holders on this machine, predicted from the P = 1 run alone, is within
+    20% of what the benchmark measured."""
+    assert ROWS[p]["within_20pct"], ROWS[p]
+
+
+@pytest.mark.parametrize("p", [1, 2, 4])
+def test_the_equations_explain_each_measured_point(p: int) -> None:
+    """With each run's own CPU (emulator and holders) the same equations give its aggregate
+    within 20%: one holder's tick bounds P = 1 and 2, the cores P = 4."""
+    assert ROWS[p]["explained_within_20pct"], ROWS[p]
+    assert ROWS[p]["explained_bound"] == ("machine" if p == 4 else "holder")
+
+
+def test_the_lag_runs_p99_is_predicted() -> None:
+    """1,000 distinct counters a second on 4 holders: the wait for the next tick and a round of
+    ticks on the shared cores, within 20% of the p99 measured."""
+    assert model.compare_lag(SCALE)["within_20pct"]
+
+
+def test_a_point_not_measured_is_said_so() -> None:
+    """A capacity saved as 0 (a machine too slow for an empty tick) has no ratio; a run with
+    no step to fit predicts nothing."""
+    scale = copy.deepcopy(SCALE)
+    scale["capacity_by_partitions"]["aggregate_counters_per_s"]["2"] = 0.0
+    row = {row["partitions"]: row for row in model.compare(scale)}[2]
+    assert (row["measured"], row["ratio"], row["within_20pct"]) == (None, None, None)
+    scale["capacity_by_partitions"]["runs"]["1"]["steps"] = \
+        scale["capacity_by_partitions"]["runs"]["1"]["steps"][:1]
+    assert model.measured_costs(scale) is None
+    assert all(row["predicted"] is None for row in model.compare(scale))
