@@ -210,6 +210,18 @@ def test_in_the_background_each_caller_returns_at_once_and_a_burst_shares_moves(
     assert len(moves) <= 2
 
 
+def moving(do: Callable[..., extension.Moved],
+           started: threading.Event) -> tuple[extension.Movers, threading.Thread]:
+    """Movers over `do`, and a first caller (state s0) whose move has begun (`do` sets
+    `started`)."""
+    time = FakeTime()
+    movers = extension.Movers(do, monotonic=time.monotonic, sleep=time.sleep)
+    first = threading.Thread(target=movers.after_write, args=("pages/a", told("s0", 1)))
+    first.start()
+    started.wait(5)
+    return movers, first
+
+
 def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
     """A caller arriving while a move runs waits for a move that begins after it; callers
     arriving together share that one, which takes every state they handed in."""
@@ -223,11 +235,7 @@ def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
             release.wait(5)
         return extension.Moved()
 
-    time = FakeTime()
-    movers = extension.Movers(do, monotonic=time.monotonic, sleep=time.sleep)
-    first = threading.Thread(target=movers.after_write, args=("pages/a", told("s0", 1)))
-    first.start()
-    started.wait(5)
+    movers, first = moving(do, started)
     later = [threading.Thread(target=movers.after_write, args=("pages/a", told(f"s{n}", 2)))
              for n in range(1, 6)]
     for thread in later:
@@ -253,11 +261,7 @@ def test_a_caller_returns_once_a_move_of_a_running_loop_read_its_state() -> None
         finish.wait(5)
         return extension.Moved()
 
-    time = FakeTime()
-    movers = extension.Movers(do, monotonic=time.monotonic, sleep=time.sleep)
-    first = threading.Thread(target=movers.after_write, args=("pages/a", told("s0", 1)))
-    first.start()
-    started.wait(5)
+    movers, first = moving(do, started)
     later = threading.Thread(target=movers.after_write, args=("pages/a", told("s1", 2)))
     later.start()
     read.set()
@@ -547,13 +551,9 @@ def test_a_backfill_counts_the_layout_once_and_again_nothing() -> None:
     assert (again.deltas, again.moved.shards, counted(late)) == ({}, 0, 15)
 
 
-@pytest.mark.parametrize("rerun_s", [10.0, 40.0])
-def test_a_baseline_lost_in_flight_lands_late_and_counts_nothing(rerun_s: float) -> None:
-    """The backfill's commit of a page's baseline (10) is lost in flight and lands at 25 s,
-    after a client's write was moved into the page, and before or after the backfill is run
-    again: it lands on a newer page, its precondition fails, and with it its counter's write;
-    the counter ends at the total, once."""
-    late = Late()
+def a_baseline_lost_in_flight(late: Late) -> firestore.DocumentReference:
+    """A page holding 10, its counter nothing: the backfill's commit of the baseline is sent at
+    1 s, its answer lost, and it lands at 25 s."""
     page = late.db.collection("pages").document("p1")
     page.set({"visits": 10})
     act(late, lambda: ensure_counter(late.ctx, late.db, "visits:p1", VISITS))
@@ -561,6 +561,17 @@ def test_a_baseline_lost_in_flight_lands_late_and_counts_nothing(rerun_s: float)
     lost = late.run(lambda: extension._baseline(late.ctx, late.db, page, VISITS),
                     lost_in_flight(24.0))
     assert isinstance(lost, BaseException)  # sent once: its caller cannot tell
+    return page
+
+
+@pytest.mark.parametrize("rerun_s", [10.0, 40.0])
+def test_a_baseline_lost_in_flight_lands_late_and_counts_nothing(rerun_s: float) -> None:
+    """The backfill's commit of a page's baseline (10) is lost in flight and lands at 25 s,
+    after a client's write was moved into the page, and before or after the backfill is run
+    again: it lands on a newer page, its precondition fails, and with it its counter's write;
+    the counter ends at the total, once."""
+    late = Late()
+    page = a_baseline_lost_in_flight(late)
     page.collection("_counter_shards_").document("a").set({"visits": 1})
     late.at(5)
     act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
@@ -578,13 +589,7 @@ def test_a_baseline_lost_in_flight_and_run_again_counts_once() -> None:
     the first commit, landing after it, must not count it again (each version's baseline is a
     marker, created once)."""
     late = Late()
-    page = late.db.collection("pages").document("p1")
-    page.set({"visits": 10})
-    act(late, lambda: ensure_counter(late.ctx, late.db, "visits:p1", VISITS))
-    late.at(1)
-    lost = late.run(lambda: extension._baseline(late.ctx, late.db, page, VISITS),
-                    lost_in_flight(24.0))
-    assert isinstance(lost, BaseException)
+    page = a_baseline_lost_in_flight(late)
     late.at(5)
     assert act(late, lambda: extension.backfill(late.ctx, late.db, VISITS)).deltas == {
         "visits:p1": 10}
