@@ -1,16 +1,19 @@
 """Extension counters through the real trigger of the Functions emulator: clients speaking the
 Distributed Counter extension's protocol, a layout that held amounts before the declaration, a
-backfill and moves racing them, a redelivered event; the extension's invariant checked at every
-read, and `counters/visits:{page}` at the end.
+backfill and moves racing them, the trigger's worker killed, a redelivered event; the
+extension's invariant checked at every read, and `counters/visits:{page}` at the end.
 
 Each test uses a page of its own in the stack's project, where the triggers and the rollup run.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from callables import Callables, CallError
@@ -68,6 +71,22 @@ def extension_total(db: firestore.Client, page: firestore.DocumentReference) -> 
     return total
 
 
+def kill_workers(function: str) -> int:
+    """SIGKILL the Functions emulator's worker processes of `function` (a deployed instance
+    killed): how many."""
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            found = f"FUNCTION_TARGET={function}".encode() in (
+                entry / "environ").read_bytes().split(b"\0")
+            if entry.name.isdigit() and found:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except OSError:
+            continue  # not a process, or gone, or not ours
+    return killed
+
+
 def published(db: firestore.Client, counter: str, expected: int) -> None:
     """Wait for the counter's rollup and shards to hold `expected` (a failure says what they
     held)."""
@@ -102,9 +121,11 @@ def test_clients_of_the_extension_count_through_a_backfill_and_racing_moves(
     db: firestore.Client, suffix: str, ctx: Context,
 ) -> None:
     """A page holding 15 in the extension's layout before the declaration; clients keep writing
-    through the extension's protocol while the backfill runs and while other processes move the
-    page's shards (one abandoning its move after reading); at every read document + shards +
-    partials equals what was written, and at the end the rollup and the clients' views do too."""
+    through the extension's protocol while the backfill runs, while other processes move the
+    page's shards (one abandoning its move after reading) and after the trigger's worker is
+    killed (its pending moves with it: the sweep takes their shards); at every read document +
+    shards + partials equals what was written, and at the end the rollup and the clients' views
+    do too."""
     page = old_layout(db, suffix)
     counter = VISITS.counter_id(page.id)
     clients = [ExtensionClient(db, page) for _ in range(4)]
@@ -147,6 +168,8 @@ def test_clients_of_the_extension_count_through_a_backfill_and_racing_moves(
         first = extension.backfill(ctx, db, VISITS)
         assert first.failed == {}
         assert first.deltas.get(counter, 0) >= 15  # the old layout, and what it moved since
+        # The trigger's instance killed while clients write: its pending moves die with it.
+        assert kill_workers(SHARDS_WATCH.function_name) > 0
         done.wait(3.0)
     finally:
         done.set()
