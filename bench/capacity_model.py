@@ -50,14 +50,17 @@ from counting.writepath import autoscale
 
 # Mirrors of limits defined beside Firestore clients (counting.writepath.partitions,
 # counting.rollup.cadence), which this pure module does not import; tests check they agree.
-HOMES = 16  # partitions.HOMES: today's design has at most 16 partitions
+HOMES = 128  # partitions.HOMES: the design has at most 128 partitions
+BASE_HOMES = 16  # partitions.BASE_HOMES: stripes per partition; tags live in the first 16
+DEFAULT_MAX = 16  # partitions.DEFAULT_MAX: the tick functions a deploy makes as shipped
+HOUSEKEPT_HERE = 16  # cadence.HOUSEKEPT_HERE: the scheduled run ticks these; tasks the rest
 IN_VALUES = 30  # partitions.IN_VALUES: values an `in` filter takes
 USAGE_WRITERS = 8  # cadence.USAGE_WRITERS: partitions that flush the usage every usage_flush_s
 
 # The platform's limits (docs/architecture.md, "Capacity").
 INDEX_RANGE_WRITES = 500.0  # writes/s an index range of increasing values takes
 QUEUE_DISPATCHES = 500.0  # tasks/s a Cloud Tasks queue dispatches
-SCHEDULE_S = cost_model.SCHEDULE_S  # the scheduled run housekeeps every partition within it
+SCHEDULE_S = cost_model.SCHEDULE_S  # the scheduled run housekeeps partitions within it
 DOCUMENT_WRITES = 1.0  # sustained writes/s to one document
 
 TICK_PERIOD_S = 1.0  # a partition ticks once a second: a longer tick delays the next second's
@@ -108,12 +111,17 @@ class Load:
 
 @dataclass(frozen=True, kw_only=True)
 class Design:
-    """What the rollup is built with: `homes` bounds P (today 16), `tick_mb` sizes the tick
-    functions (gen-1: 512 MB is a third of a vCPU), `queues` is None with a queue per partition."""
+    """How the rollup is deployed: `max_partitions` tick functions (ROLLUP_PARTITIONS_MAX: 16 as
+    shipped, up to HOMES), `tick_mb` sizes them (gen-1: 512 MB is a third of a vCPU). Each
+    partition has its own queue."""
 
-    homes: int = HOMES
+    max_partitions: int = DEFAULT_MAX
     tick_mb: int = cost_model.ROLLUP_MB
-    queues: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_partitions not in (2 ** i for i in range(HOMES.bit_length())) \
+                or self.max_partitions > HOMES:
+            raise ValueError(f"max_partitions: a power of two up to {HOMES}")
 
     @property
     def vcpu(self) -> float:
@@ -125,17 +133,32 @@ class Design:
 
     @property
     def choices(self) -> tuple[int, ...]:
-        """P: powers of two up to the homes, so that every partition gets as many homes."""
-        return tuple(2 ** i for i in range(self.homes.bit_length()) if 2 ** i <= self.homes)
+        """P: powers of two up to the tick functions, so that every partition gets as many
+        homes."""
+        return tuple(2 ** i for i in range(self.max_partitions.bit_length())
+                     if 2 ** i <= self.max_partitions)
 
-    def queries_per_tick(self) -> int:
-        """A partition's change query reads one stripe per home (its homes times P spreads), in
-        `in` filters of at most IN_VALUES values."""
-        return math.ceil(self.homes / IN_VALUES)
+    @staticmethod
+    def queries_per_tick(partitions: int) -> int:
+        """A partition's change query reads 16 stripes (17 past P = 16: a writer's that took
+        P = 1), one `in` filter."""
+        return math.ceil((BASE_HOMES + (partitions > BASE_HOMES)) / IN_VALUES)
 
-    def queries_per_sweep(self, partitions: int) -> int:
-        """A sweep reads the stripes of every P up to the homes (a writer may still know any)."""
-        return math.ceil(self.homes // partitions * self.homes / IN_VALUES)
+    @staticmethod
+    def queries_per_sweep(partitions: int) -> int:
+        """A sweep reads the stripes of every P up to 16 and up to its own: 256 / P values up to
+        16, then 8 more at each resolution past 16 (`Part.reads`)."""
+        if partitions <= BASE_HOMES:
+            values = BASE_HOMES * BASE_HOMES // partitions
+        else:
+            values = BASE_HOMES + 8 * int(math.log2(partitions // BASE_HOMES))
+        return math.ceil(values / IN_VALUES)
+
+    @staticmethod
+    def index_ranges(partitions: int) -> int:
+        """Ranges of the (stripe, updated_at) index writers that know P write: resolution
+        max(16, P) times spread min(P, 16)."""
+        return max(BASE_HOMES, partitions) * min(partitions, BASE_HOMES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -299,7 +322,7 @@ def partitions_for(load: Load, costs: OpCosts, design: Design) -> int | None:
     for p in design.choices:
         per_partition = load.changed_per_s / p
         if per_partition * balance(p, per_partition) <= room and \
-                load.increments_per_s <= INDEX_RANGE_WRITES * design.homes * p:
+                load.increments_per_s <= INDEX_RANGE_WRITES * design.index_ranges(p):
             return p
     return None
 
@@ -312,26 +335,26 @@ def limits(costs: OpCosts, design: Design) -> list[Limit]:
     deployed tick of `costs` (docs/architecture.md, "Capacity")."""
     room = holder_capacity(costs)
     largest = max(design.choices)
-    housekeeping = math.floor(SCHEDULE_S / costs.tick_fixed_s)
     return [
         Limit(name="holder", rule=f"a partition's tick ends within {TICK_BUDGET_S} s (its queue "
               "dispatches the next second's task after it); one holder a partition",
               max_changed_per_s=room),
-        Limit(name="homes", rule=f"P divides the {design.homes} homes: at most one partition "
-              "per home", max_partitions=design.homes,
+        Limit(name="tick_functions", rule=f"a deploy makes {design.max_partitions} tick "
+              f"functions (ROLLUP_PARTITIONS_MAX, a power of two up to the {HOMES} homes): one "
+              "partition each", max_partitions=design.max_partitions,
               max_changed_per_s=largest * room / balance(largest, room)),
         Limit(name="index_ranges", rule=f"an index range of increasing values takes about "
-              f"{INDEX_RANGE_WRITES:.0f} writes/s; (stripe, updated_at) has homes x P ranges",
-              max_increments_per_s=INDEX_RANGE_WRITES * design.homes * largest),
+              f"{INDEX_RANGE_WRITES:.0f} writes/s; (stripe, updated_at) has 16 x P ranges",
+              max_increments_per_s=INDEX_RANGE_WRITES * design.index_ranges(largest)),
         Limit(name="in_values", rule=f"`in` takes at most {IN_VALUES} values: a tick's change "
-              f"query reads {design.homes} stripes in {design.queries_per_tick()} queries"),
+              f"query reads 16 stripes (17 past P = 16) in one query, a sweep "
+              f"{design.queries_per_sweep(1)} queries at P = 1 and "
+              f"{design.queries_per_sweep(HOMES)} at P = {HOMES}"),
         Limit(name="queue_dispatch", rule=f"a queue dispatches at most {QUEUE_DISPATCHES:.0f} "
-              "tasks/s; each partition's queue carries one task a second",
-              max_partitions=None if design.queues is None
-              else math.floor(QUEUE_DISPATCHES * design.queues)),
-        Limit(name="schedule_60s", rule=f"the scheduled run housekeeps the partitions one after "
-              f"the other within {SCHEDULE_S:.0f} s, an idle tick each",
-              max_partitions=housekeeping),
+              "tasks/s; each partition's queue carries one task a second"),
+        Limit(name="schedule_60s", rule=f"the scheduled run housekeeps {HOUSEKEPT_HERE} "
+              f"partitions one after the other within {SCHEDULE_S:.0f} s, an idle tick each, "
+              "and enqueues a housekeeping task for each further one"),
         Limit(name="document_writes", rule=f"about {DOCUMENT_WRITES:.0f} write/s per document: a "
               f"counter is published once a second, a lease by its partition, the usage record "
               f"at most {USAGE_WRITERS / config.ROLLUP.usage_flush_s:.1f}/s at any P"),
@@ -339,8 +362,7 @@ def limits(costs: OpCosts, design: Design) -> list[Limit]:
 
 
 def largest_partitions(costs: OpCosts, design: Design) -> tuple[int, Limit]:
-    """The largest P the design allows, and the limit that caps it: the first of the homes, the
-    queues' dispatches and the scheduled run's minute."""
+    """The largest P the design allows, and the limit that caps it: its tick functions."""
     cap = min((limit for limit in limits(costs, design) if limit.max_partitions is not None),
               key=lambda limit: limit.max_partitions or 0)
     return max(p for p in design.choices if p <= (cap.max_partitions or 0)), cap
@@ -351,7 +373,7 @@ def binding_limit(load: Load, costs: OpCosts, design: Design) -> str | None:
     P, the index ranges take too many shard writes, or the busiest tick is over its budget and
     what caps P binds."""
     largest, cap = largest_partitions(costs, design)
-    if load.increments_per_s > INDEX_RANGE_WRITES * design.homes * largest:
+    if load.increments_per_s > INDEX_RANGE_WRITES * design.index_ranges(largest):
         return "index_ranges"
     per_partition = load.changed_per_s / largest
     if per_partition * balance(largest, per_partition) > holder_capacity(costs):
@@ -389,7 +411,7 @@ def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Predict
     shards = shards_touched(load)
     sweep_s = config.ROLLUP_SWEEP_EVERY_S
     reads = (config_reads
-             + slots * (1 + design.queries_per_tick())  # the lease, the change query
+             + slots * (1 + design.queries_per_tick(p))  # the lease, the change query
              + load.changed_per_s * shards * (1 + config.CHANGE_OVERLAP_S)
              # A sweep reaches MAX_REQUEST_S before the last one: it reads again every shard
              # changed since.
@@ -405,6 +427,9 @@ def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Predict
               + distinct_within(load, sweep_s) / sweep_s  # memories, at each sweep
               + usage_writes)
     deletes = load.increments_per_s  # the markers' TTL
+    # Past HOUSEKEPT_HERE partitions, the scheduled run enqueues a task a minute to each further
+    # one (created and dispatched; its tick is counted in `slots` while it is written).
+    housekept_by_task = max(0, p - HOUSEKEPT_HERE) / SCHEDULE_S
     tick_usd_s = design.vcpu * cost_model.VCPU_S + design.gib * cost_model.GIB_S
     writer_usd_s = (cost_model.CALLABLE_VCPU * cost_model.VCPU_S
                     + cost_model.CALLABLE_GIB * cost_model.GIB_S)
@@ -417,8 +442,10 @@ def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Predict
         "firestore_reads": reads * cost_model.READ * month,
         "firestore_writes": writes * cost_model.WRITE * month,
         "firestore_deletes": deletes * cost_model.DELETE * month,
-        "task_operations": (creations + slots) * cost_model.TASK_OPERATION * month,
-        "rollup_invocations": (slots + 1 / SCHEDULE_S) * cost_model.INVOCATION * month,
+        "task_operations": (creations + slots + 2 * housekept_by_task)
+        * cost_model.TASK_OPERATION * month,
+        "rollup_invocations": (slots + 1 / SCHEDULE_S + housekept_by_task)
+        * cost_model.INVOCATION * month,
         "rollup_compute": (slots * cost_model.billed_s(tick)
                            + cost_model.billed_s(costs.tick_fixed_s) / SCHEDULE_S)
         * tick_usd_s * month,

@@ -1,7 +1,8 @@
 """The rollup's two entry points (`counting.rollup.cadence` explains the design):
 
-- `rolluptick` (partition 1 of P), `rolluptick1` ... `rolluptick15`, Cloud Tasks queue functions,
-  one per partition index (`counting.writepath.partitions`): one tick per task, for the slot
+- `rolluptick` (partition 1 of P), `rolluptick1` ... `rolluptick15` (up to 127 with
+  ROLLUP_PARTITIONS_MAX), Cloud Tasks queue functions, one per partition index
+  (`counting.writepath.partitions`): one tick per task, for the slot
   (second) of the writes that enqueued it (`counting.writepath.waking`). One instance at a time, one
   request at a time: each queue dispatches one task at once, and a warm instance keeps its
   partition's ledger between ticks. A task that finds another holder, or whose tick fails, fails
@@ -111,10 +112,12 @@ def tick_function(index: int) -> Callable[[Request], None]:
 
 
 # What a tick task says it is for (`waking.enqueue_tick`); anything else counts as "task".
-TASK_REASONS = ("write", "deferred", "partitions")
-# Function name -> function, one per partition index (`rolluptick`, `rolluptick1`, ...); main.py
-# exports each under its name.
+TASK_REASONS = ("write", "deferred", "partitions", "housekeeping")
+# Function name -> function, one per partition index up to the largest P the deploy serves
+# (`rolluptick`, `rolluptick1`, ...; ROLLUP_PARTITIONS_MAX in functions/.env, 16 by default: a
+# value that is not a power of two up to 128 fails the load, and so the deploy); main.py exports
+# each under its name.
 TICKS: dict[str, Callable[[Request], None]] = {
     Part(partitions.HOMES, index).function: tick_function(index)
-    for index in range(partitions.HOMES)
+    for index in range(partitions.deployed_max(os.environ))
 }

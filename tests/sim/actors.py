@@ -134,6 +134,9 @@ LEASES: dict[Path, Part] = {
     (config.INTERNAL, part.lease_id): part
     for count in partitions.CHOICES for part in partitions.parts(count)}
 SCHEDULED = "scheduled"  # the scheduled function's instance
+# The P a seed starts with and changes to: up to 32, past the first design's 16 homes (stripes at
+# resolution 32, partitions without tags) without 128 holders a seed.
+DRAWN_P = tuple(count for count in partitions.CHOICES if count <= 32)
 
 
 def applied(value: Any) -> Answer:
@@ -409,11 +412,11 @@ class Plan:
         def at() -> float:
             return rng.uniform(8.0, active_s - 8.0)
 
-        first = start or rng.choice(partitions.CHOICES)
+        first = start or rng.choice(DRAWN_P)
         counts, moves = [first], []
         for when in sorted(at() for _ in range(rng.choice((0, 1, 2, 2, 3))
                                                if changes is None else changes)):
-            counts.append(rng.choice([c for c in partitions.CHOICES if c != counts[-1]]))
+            counts.append(rng.choice([c for c in DRAWN_P if c != counts[-1]]))
             moves.append((when, counts[-1]))
         deploy = rng.uniform(3.0, active_s / 2)
         return cls(start=first, changes=moves,
@@ -965,13 +968,17 @@ class Rollup:
 
     def _housekeeping(self) -> None:
         """The scheduled invocation: every partition of the current P, one after the other,
-        as `cadence.Holders.housekeeping` runs them (a failure stops none of the others); then a
-        run of the exactness audit, whatever the housekeeping did (the deployed `rollup`
-        function)."""
+        as `cadence.Holders.housekeeping` runs them (a failure stops none of the others), those
+        past HOUSEKEPT_HERE by a task on their queue (here named for the current slot; deployed,
+        unnamed and at once); then a run of the exactness audit, whatever the housekeeping did
+        (the deployed `rollup` function)."""
         failure: Exception | None = None
         try:
             for part in partitions.parts(partitions.read_count(self.stage.db, NAMES)):
                 try:  # one that fails keeps no other from its turn; the run fails after them
+                    if part.index >= cadence.HOUSEKEPT_HERE:
+                        self.enqueue(part, waking.slot_of(self.stage.sim.wall()))
+                        continue
                     self._ran(SCHEDULED, part, self._holder(SCHEDULED, part).housekeeping())
                 except Exception as error:
                     failure = failure or error

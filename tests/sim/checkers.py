@@ -684,10 +684,12 @@ class Promptness:
                     continue
                 read, since = reads[at]
                 superseded = n + 1 < len(versions) and versions[n + 1].commit_us <= read
-                # A stripe that P fell below in between is an older P's: once narrowed, the
-                # sweep's (by design).
-                older = int(data["stripe"]) // partitions.HOMES >= min(
-                    self._counts(run, version.commit_us, read))
+                # A stripe that a P in between does not read in its ticks is another P's: once
+                # narrowed, the sweep's (by design).
+                home = partitions.tag_home_of_hex(path[1]) if path[0] == config.TREND_MINUTES \
+                    else partitions.home_of(path[1])
+                older = any(int(data["stripe"]) not in partitions.Part(count, home % count).ticks()
+                            for count in self._counts(run, version.commit_us, read))
                 if not superseded and not older and stamp <= since:
                     late.append(Finding(self.name, "late", (
                         f"{'/'.join(path)}: committed at {version.commit_us / 1e6:.3f} s, "

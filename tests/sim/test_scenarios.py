@@ -188,7 +188,7 @@ def test_a_new_holders_sweep_reads_whole_only_what_no_tick_took_in() -> None:
     sweep = scene.hand_over_until_a_sweep(first, t)
     assert scene.published("c0") == 2
     # The query returns each of the 20 shards written; only c0 is read whole (1 + 10).
-    empty = len(partitions.chunks(WHOLE.stripes(partitions.HOMES))) - 1
+    empty = len(partitions.chunks(WHOLE.reads(partitions.BASE_HOMES))) - 1
     assert sweep.reads <= 20 + 1 + 10 + 2 + empty, sweep.reads
 
 
@@ -229,7 +229,7 @@ def test_a_fold_is_not_read_whole_by_the_next_holders_sweep() -> None:
     # The 4 survivors the query returns, and the lease; reading the counter whole would add
     # 1 + 4. A sweep reads the stripes of every P: the queries beyond the first that return
     # nothing bill one read each.
-    empty = len(partitions.chunks(WHOLE.stripes(partitions.HOMES))) - 1
+    empty = len(partitions.chunks(WHOLE.reads(partitions.BASE_HOMES))) - 1
     assert sweep.reads <= 4 + 1 + empty, sweep.reads
 
 
@@ -464,40 +464,48 @@ def test_a_successor_after_a_reset_beside_a_warm_holder_is_exact() -> None:
     assert scene.published("reset") == 12
 
 
+@pytest.mark.parametrize(("first", "then"), [(4, 2), (128, 1)])
 @pytest.mark.parametrize("protected", [True, False])
-def test_a_write_with_an_old_stripe_is_published_after_narrowing(protected: bool) -> None:
-    """P goes 4 -> 2; a writer that still knows P = 4 writes its shard with stripe home + 48,
-    which partition 2 of 2 reads only until `narrow_at`. That partition first ticks after
-    `narrow_at` (not a sweep: the old partitions swept a moment ago), and then every second:
-    the write is published by a sweep, which reads every stripe of every P; with
-    `every_stripe_sweep` off, never."""
+def test_a_write_with_an_old_stripe_is_published_after_narrowing(protected: bool, first: int,
+                                                                  then: int) -> None:
+    """P goes 4 -> 2 (or 128 -> 1); a writer that still knows the first P writes its shard with
+    that P's last spread (home mod 16 + 48; home + 128 x 15), which the counter's partition of the
+    new P reads only until `narrow_at`. That partition first ticks after `narrow_at` (not a
+    sweep: the old partitions swept a moment ago), and then every second: the write is published
+    by a sweep, which reads every stripe of every P up to 16 and of the wider P for
+    `WIDE_SWEEP_S`; with `every_stripe_sweep` off, never."""
     published = old_stripe_after_narrowing(
-        protections.ALL if protected else protections.alone_off("every_stripe_sweep"))
+        protections.ALL if protected else protections.alone_off("every_stripe_sweep"),
+        first, then)
     assert published == (1 if protected else 0)
 
 
-def old_stripe_after_narrowing(protected: Protections) -> int:
+def old_stripe_after_narrowing(protected: Protections, first: int = 4, then: int = 2) -> int:
     """The scenario above: what the rollup publishes of the one write (the shard holds 1)."""
     scene = Scene(protected=protected)
+    owner_part = partitions.Part(then, then - 1)
     name = next(f"old-{n}" for n in range(100)
-                if partitions.Part(2, 1).owns(partitions.home_of(f"old-{n}")))
+                if owner_part.owns(partitions.home_of(f"old-{n}")))
     counters.create_counter(scene.ctx, scene.db, name, shards=1)
     scene.at(1)
-    repartition.change(scene.db, NAMES, 4, known=scene.ctx.writing.known)
+    repartition.change(scene.db, NAMES, first, known=scene.ctx.writing.known)
     scene.at(2)
-    fours = [scene.holder_of(part) for part in partitions.parts(4)]
+    olds = [scene.holder_of(part) for part in partitions.parts(first)]
     for t in range(3, 10):
         scene.at(t)
-        for holder in fours:
+        for holder in olds:
             holder.tick()
     scene.at(10)
-    changed = repartition.change(scene.db, NAMES, 2, known=scene.ctx.writing.known)
+    changed = repartition.change(scene.db, NAMES, then, known=scene.ctx.writing.known)
     scene.at(12)
     ref = counter_refs.shard_ref(scene.db, NAMES, name, 0)
+    size = partitions.resolution(first)
+    stripe = partitions.home_of(name) % size + size * (partitions.spread_of(first) - 1)
+    assert stripe not in owner_part.ticks()
     ref.update({**shards.shard_write(scene.ctx.writing, scene.db, ref, 1).fields,
-                "stripe": partitions.home_of(name) + 3 * partitions.HOMES})
+                "stripe": stripe})
     narrow_at = (changed.narrow_at - scene.sim.instant(0)).total_seconds()
-    owner = scene.holder_of(partitions.Part(2, 1), at=narrow_at + 5)
+    owner = scene.holder_of(owner_part, at=narrow_at + 5)
     for t in range(int(narrow_at) + 6, int(narrow_at) + 130):
         scene.at(t)
         owner.tick()

@@ -59,7 +59,7 @@ class Settings:
     writers: int = 4
     requests: Requests = field(default_factory=Requests)
     chaos: Chaos = field(default_factory=Chaos)
-    partitions: int | None = None  # P at the start (None: one of partitions.CHOICES, drawn)
+    partitions: int | None = None  # P at the start (None: one of actors.DRAWN_P, drawn)
     changes: int | None = None  # changes of P while writers write (None: 0 to 3, drawn)
 
 

@@ -1,13 +1,12 @@
-"""The capacity model: P grows with the load in powers of two up to the design's homes, every
-figure grows with the load, a limit is named when it binds, the bill's terms make its total, and
-the committed scale benchmark's points are predicted from its one-holder run."""
+"""The capacity model: P grows with the load in powers of two up to the deploy's tick functions,
+every figure grows with the load, a limit is named when it binds, the bill's terms make its total,
+and the committed scale benchmark's points are predicted from its one-holder run."""
 
 from __future__ import annotations
 
 import copy
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ def one_holder() -> OpCosts:
 
 MEASURED = one_holder()
 TODAY = Design()
-WIDE = Design(homes=128, tick_mb=2048)
+WIDE = Design(max_partitions=128, tick_mb=2048)
 DEPLOYED = model.deployed(MEASURED, TODAY)
 
 changed_st = st.floats(1, 300_000)
@@ -46,22 +45,34 @@ def load(changed: float, ratio: float = 10, spread: float = 100) -> Load:
 
 
 def test_the_mirrored_limits_are_the_codes() -> None:
-    """HOMES, IN_VALUES and USAGE_WRITERS are those of partitions.py and cadence.py."""
+    """HOMES, IN_VALUES and USAGE_WRITERS are those of partitions.py and cadence.py; the model's
+    queries and index ranges are what the partitions read and write."""
     assert model.HOMES == partitions.HOMES
+    assert (model.BASE_HOMES, model.DEFAULT_MAX) == (partitions.BASE_HOMES, partitions.DEFAULT_MAX)
+    assert model.HOUSEKEPT_HERE == cadence.HOUSEKEPT_HERE
+    assert WIDE.choices == partitions.CHOICES
+    for p in partitions.CHOICES:
+        part = partitions.Part(p, p - 1)
+        assert Design.queries_per_tick(p) == len(partitions.chunks(part.ticks()))
+        assert Design.queries_per_sweep(p) == len(partitions.chunks(
+            part.reads(max(p, partitions.BASE_HOMES))))
+        assert Design.index_ranges(p) == len({s for q in partitions.parts(p)
+                                             for s in q.stripes_of(p)})
     assert model.IN_VALUES == partitions.IN_VALUES
     assert model.USAGE_WRITERS == cadence.USAGE_WRITERS
-    assert TODAY.choices == partitions.CHOICES
+    assert TODAY.choices == tuple(p for p in partitions.CHOICES if p <= 16)
 
 
 @given(changed_st, ratio_st, spread_st, st.sampled_from([TODAY, WIDE]))
 def test_p_is_a_power_of_two_up_to_the_homes(changed: float, ratio: float, spread: float,
                                              design: Design) -> None:
-    """Whatever the load, P divides the homes; a load the design carries gets a P whose busiest
-    tick ends within the budget."""
+    """Whatever the load, P divides the homes and the deploy has its tick function; a load the
+    design carries gets a P whose busiest tick ends within the budget."""
     predicted = model.predict(load(changed, ratio, spread), model.deployed(MEASURED, design),
                               design)
     assert predicted.partitions in design.choices
-    assert design.homes % predicted.partitions == 0
+    assert model.HOMES % predicted.partitions == 0
+    assert predicted.partitions <= design.max_partitions
     assert predicted.partitions & (predicted.partitions - 1) == 0
     if predicted.keeps_up:
         assert predicted.tick_s <= model.TICK_BUDGET_S + 1e-9
@@ -89,13 +100,13 @@ def test_a_light_load_binds_no_limit() -> None:
     assert predicted.lag_p99_s is not None and predicted.lag_p99_s < 1.5
 
 
-def test_the_homes_bind_past_16_partitions_of_holders() -> None:
-    """100,000 changed counters a second, one increment each: 16 homes cannot carry it (each
-    partition's tick over its second), 128 homes at 1 vCPU can."""
+def test_the_tick_functions_bind_past_16_partitions_of_holders() -> None:
+    """100,000 changed counters a second, one increment each: the shipped 16 tick functions
+    cannot carry it (each partition's tick over its second), 128 at 1 vCPU can."""
     heavy = load(100_000, ratio=1)
     today = model.predict(heavy, DEPLOYED)
     assert (today.partitions, today.keeps_up, today.limit, today.lag_p99_s) == \
-        (16, False, "homes", None)
+        (16, False, "tick_functions", None)
     wide = model.predict(heavy, model.deployed(MEASURED, WIDE), WIDE)
     assert (wide.partitions, wide.keeps_up, wide.limit) == (128, True, None)
 
@@ -106,32 +117,30 @@ def test_the_index_ranges_bind_on_shard_writes() -> None:
     assert model.binding_limit(load(10, ratio=10_000), DEPLOYED, TODAY) is None
 
 
-def test_the_scheduled_minute_and_the_queues_cap_p() -> None:
-    """With 1,024 homes the scheduled run's 60 s of idle ticks caps P below them; with one queue
-    for all partitions (and a quicker housekeeping tick), its 500 dispatches a second do."""
-    huge = load(1_000_000, ratio=1)
-    many = Design(homes=1024, tick_mb=2048)
-    assert model.binding_limit(huge, model.deployed(MEASURED, many), many) == "schedule_60s"
-    quick = replace(model.deployed(MEASURED, many), tick_fixed_s=0.02)
-    one_queue = Design(homes=1024, tick_mb=2048, queues=1)
-    assert model.binding_limit(huge, quick, one_queue) == "queue_dispatch"
-    assert model.predict(huge, quick, one_queue).partitions == 256
+def test_a_million_increments_a_second_fit_the_index_at_128() -> None:
+    """1,000,000 increments a second over 100,000 changed counters: 16 x 128 ranges of 500
+    writes/s take them; 16 x 16 do not."""
+    huge = load(100_000, ratio=10)
+    assert model.binding_limit(huge, model.deployed(MEASURED, WIDE), WIDE) is None
+    assert model.binding_limit(huge, DEPLOYED, TODAY) == "index_ranges"
 
 
 def test_each_limit_says_where_it_binds() -> None:
-    """Today: 16 partitions, 128,000 shard writes a second (500 x 16 ranges x 16), one query a
-    tick; 128 homes read their stripes in 5 queries."""
+    """As shipped: 16 partitions, 128,000 shard writes a second (500 x 16 ranges x 16), one query a
+    tick; at 128, 1,024,000, still one query a tick."""
     found = {limit.name: limit for limit in model.limits(DEPLOYED, TODAY)}
-    assert set(found) == {"holder", "homes", "index_ranges", "in_values", "queue_dispatch",
-                          "schedule_60s", "document_writes"}
-    assert found["homes"].max_partitions == 16
+    assert set(found) == {"holder", "tick_functions", "index_ranges", "in_values",
+                          "queue_dispatch", "schedule_60s", "document_writes"}
+    assert found["tick_functions"].max_partitions == 16
     assert found["index_ranges"].max_increments_per_s == 128_000
     assert found["queue_dispatch"].max_partitions is None  # a queue per partition
     holder = found["holder"].max_changed_per_s
-    assert holder is not None and found["homes"].max_changed_per_s is not None
-    assert holder < found["homes"].max_changed_per_s < 16 * holder
-    assert TODAY.queries_per_tick() == 1 and WIDE.queries_per_tick() == 5
-    assert TODAY.queries_per_sweep(1) == 9  # 256 stripes of every P (docs: "9 queries")
+    assert holder is not None and found["tick_functions"].max_changed_per_s is not None
+    assert holder < found["tick_functions"].max_changed_per_s < 16 * holder
+    wide = {limit.name: limit for limit in model.limits(model.deployed(MEASURED, WIDE), WIDE)}
+    assert wide["index_ranges"].max_increments_per_s == 1_024_000
+    assert Design.queries_per_tick(128) == 1
+    assert Design.queries_per_sweep(1) == 9  # 256 stripes of every P (docs: "9 queries")
 
 
 @given(changed_st, ratio_st, spread_st, st.sampled_from([TODAY, WIDE]))

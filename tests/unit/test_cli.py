@@ -347,7 +347,8 @@ def test_status_of_partitions_names_the_stale_one(
 def test_partitions_shows_and_changes_the_count(
     domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`partitions` prints P; `partitions N` changes it and wakes each new partition."""
+    """`partitions` prints P; `partitions N` changes it and wakes each new partition; a P the
+    deploy has no tick functions for is refused before anything is written."""
     monkeypatch.setattr(partitions, "read_count", lambda db, names: 1)
     assert invoke("partitions").stdout == "partitions: 1\n"
     changes: list[int] = []
@@ -368,6 +369,10 @@ def test_partitions_shows_and_changes_the_count(
     assert json.loads(result.stdout)["woken"] == 4
     assert changes == [4] and woken == partitions.parts(4)
     invoke("partitions", "3", code=2)  # not a power of two
+    # The deploy makes 16 tick functions (functions/.env): 32 partitions would have none.
+    refused = invoke("partitions", "32", code=1)
+    assert "ROLLUP_PARTITIONS_MAX=32" in refused.output and "deploy first" in refused.output
+    assert changes == [4]
 
 
 def test_the_cli_finds_the_backend_of_the_project_it_runs_in(tmp_path: Path) -> None:

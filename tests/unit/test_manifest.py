@@ -27,7 +27,7 @@ CALLABLE = {"cpu": 1, "availableMemoryMb": 512, "concurrency": 80, "timeoutSecon
 ROLLUP = {"cpu": "gcf_gen1", "availableMemoryMb": 512, "timeoutSeconds": config.ROLLUP_TIMEOUT_S,
           "minInstances": 0, "concurrency": 1, "maxInstances": 1}
 # The rollup's task queue functions, one per partition index (counting/writepath/partitions.py).
-TICKS = ["rolluptick", *(f"rolluptick{index}" for index in range(1, partitions.HOMES))]
+TICKS = ["rolluptick", *(f"rolluptick{index}" for index in range(1, partitions.DEFAULT_MAX))]
 ROLLUPS = {"rollup", *TICKS}
 EXPECTED = dict.fromkeys(ROLLUPS, ROLLUP)
 

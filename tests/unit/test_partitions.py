@@ -19,9 +19,9 @@ from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import cadence, repartition
 from counting.rollup.lease import Lease, LeaseLost, state_ref
 from counting.rollup.tick import Rollup
-from counting.writepath import partitions
+from counting.writepath import partitions, waking
 from counting.writepath.context import Writing
-from counting.writepath.partitions import CHOICES, HOMES, WHOLE, Part
+from counting.writepath.partitions import BASE_HOMES, CHOICES, HOMES, WHOLE, Part
 from google.cloud import firestore
 
 from tests.sim.faults import CALM
@@ -39,43 +39,90 @@ def quiet() -> Iterator[None]:
 
 
 def test_a_tag_has_one_home_whatever_names_it() -> None:
-    """A trend bucket's id begins with its tag's digest: its home is the tag's, and the buckets'
-    `spread` field (the expiry index) is that home too."""
+    """A trend bucket's id begins with its tag's digest: its home is the tag's (one of the first
+    16), and the buckets' `spread` field (the expiry index) is that home too."""
     for tag in ("coffee", "rain/now", "x" * 100):
-        home = partitions.home_of(tag)
-        assert partitions.home_of_hex(trends.minute_id("eu", 1, tag)) == home
+        home = partitions.tag_home(tag)
+        assert home == partitions.home_of(tag) % BASE_HOMES
+        assert partitions.tag_home_of_hex(trends.minute_id("eu", 1, tag)) == home
         assert trends.spread_of(tag) == home
 
 
 @pytest.mark.parametrize("count", CHOICES)
 def test_the_partitions_of_p_split_the_stripes_into_one_query_each(count: int) -> None:
-    """Each partition reads HOMES / P homes in P spreads: 16 stripes, one `in` filter; together
-    they read every stripe a writer that knows P picks, once."""
+    """Each partition reads 16 stripes, one `in` filter; together they read every stripe a
+    writer that knows P picks, once; the index has 16 P ranges."""
     seen: list[int] = []
     for part in partitions.parts(count):
-        stripes = part.stripes(count)
-        assert len(stripes) == HOMES and len(partitions.chunks(stripes)) == 1
+        stripes = part.stripes_of(count)
+        assert len(stripes) == BASE_HOMES and len(partitions.chunks(stripes)) == 1
         seen += stripes
     rng = random.Random(1)
-    picked = {partitions.stripe(home, count, rng) for home in range(HOMES) for _ in range(200)}
-    assert sorted(seen) == sorted(picked) == list(range(HOMES * count))
+    picked = {partitions.stripe(home, count, rng) for home in range(HOMES) for _ in range(400)}
+    assert sorted(seen) == sorted(picked) == list(range(BASE_HOMES * count))
+
+
+@pytest.mark.parametrize("count", CHOICES)
+@pytest.mark.parametrize("writers", CHOICES)
+def test_a_partition_reads_what_writers_of_any_p_give_it(count: int, writers: int) -> None:
+    """Whatever P a writer knows, the stripe it picks for a counter is among those the counter's
+    partition reads for that P, and among no other partition's."""
+    rng = random.Random(count * writers)
+    owned = {part: set(part.stripes_of(writers)) for part in partitions.parts(count)}
+    for home in range(HOMES):
+        owner = Part(count, home % count)
+        for _ in range(20):
+            stripe = partitions.stripe(home, writers, rng)
+            assert stripe in owned[owner]
+            assert stripe % partitions.resolution(writers) == home % partitions.resolution(
+                writers)
+
+
+def test_up_to_16_partitions_the_stripes_are_the_first_designs() -> None:
+    """P <= 16: stripe = home mod 16 + 16 r, r below P; a partition reads its homes of 16 in P
+    spreads, as before HOMES was 128: data written then reads the same."""
+    for count in (1, 2, 4, 8, 16):
+        for part in partitions.parts(count):
+            first = [home + 16 * r for r in range(count) for home in range(16)
+                     if home % count == part.index]
+            assert part.stripes_of(count) == first
 
 
 def test_after_a_change_a_partition_also_reads_the_old_spread() -> None:
-    """Until `narrow_at`, partition 1 of 2 reads what writers that still know P = 4 pick for
+    """Until `narrow_at`, partition 2 of 2 reads what writers that still know P = 16 pick for
     its homes: more stripes than one `in` takes, in several queries."""
     part = Part(2, 1)
-    wide = part.stripes(16)
-    assert set(part.stripes(4)) <= set(wide) and len(wide) == 128
+    wide = part.reads(16)
+    assert set(part.stripes_of(2)) <= set(wide) and len(wide) == 128
     assert [len(chunk) for chunk in partitions.chunks(wide)] == [30, 30, 30, 30, 8]
     rng = random.Random(2)
-    for home in part.homes():
-        assert all(partitions.stripe(home, 16, rng) in wide for _ in range(100))
+    for home in range(1, HOMES, 2):
+        assert all(partitions.stripe(home, 16, rng) in wide for _ in range(20))
+
+
+def test_past_16_a_partition_reads_one_residue() -> None:
+    """P = 128: partition p reads home p's 16 spreads; a sweep that reads every P up to 128 reads
+    its residue at each resolution."""
+    part = Part(128, 37)
+    assert part.stripes_of(128) == [37 + 128 * r for r in range(16)]
+    assert part.stripes_of(16) == [5 + 16 * r for r in range(16)]
+    assert part.ticks() == sorted([5, *part.stripes_of(128)])  # and a writer's that took P = 1
+    # Its residue at each resolution (16 at 16, 8 more at each of 32, 64 and 128): two queries.
+    assert len(part.reads(128)) == 40 and len(partitions.chunks(part.reads(128))) == 2
+    assert part.tag_homes() == [] and Part(128, 5).tag_homes() == [5]
+
+
+def test_the_deploys_tick_functions_bound_p() -> None:
+    assert partitions.deployed_max({}) == 16
+    assert partitions.deployed_max({partitions.MAX_ENV: "128"}) == 128
+    for wrong in ("12", "256", "", "x"):
+        with pytest.raises(ValueError, match=partitions.MAX_ENV):
+            partitions.deployed_max({partitions.MAX_ENV: wrong})
 
 
 def test_counters_spread_evenly_over_homes() -> None:
-    found = collections.Counter(partitions.home_of(f"post-{n}:likes") for n in range(16_000))
-    assert max(found.values()) / (16_000 / HOMES) < 1.1
+    found = collections.Counter(partitions.home_of(f"post-{n}:likes") for n in range(64_000))
+    assert max(found.values()) / (64_000 / HOMES) < 1.2
 
 
 class World:
@@ -197,8 +244,9 @@ def test_a_task_of_a_retired_partition_wakes_the_current_ones(ctx: Context) -> N
 
 
 def test_a_writer_that_cannot_read_p_takes_one() -> None:
-    """Stripe = home (read by every partition of every P) and partition 1 of 1's task (which,
-    retired, wakes the current ones): the write goes on, and nothing it writes is missed."""
+    """Stripe = home mod 16 (read by its owner's ticks in every P) and partition 1 of 1's task
+    (which, retired, wakes the current ones): the write goes on, and nothing it writes is
+    missed."""
 
     class Unreadable:
         project = "p"
@@ -209,5 +257,33 @@ def test_a_writer_that_cannot_read_p_takes_one() -> None:
     known = partitions.Known()
     assert known.count(cast(firestore.Client, Unreadable()), NAMES) == 1
     for count in CHOICES:
-        for part in partitions.parts(count):
-            assert set(part.homes()) <= set(part.stripes(1 if count == 1 else count))
+        for home in range(HOMES):
+            fallback = partitions.stripe(home, 1, random.Random(home))
+            assert fallback in Part(count, home % count).ticks()
+
+
+def test_past_16_partitions_the_scheduled_run_hands_housekeeping_to_their_queues(
+        ctx: Context, monkeypatch: pytest.MonkeyPatch) -> None:
+    """P = 32: the scheduled run housekeeps partitions 1 to 16 itself, one after the other, and
+    enqueues one task to each of partitions 17 to 32, so that its minute holds whatever P is."""
+    world = World()
+    repartition.change(world.db, NAMES, 32, known=ctx.writing.known)
+    world.step()
+    enqueued: list[tuple[str, Part]] = []
+    housekept: list[Part] = []
+
+    def enqueue(db: object, placement: object, reason: str, part: Part,
+                slot: int | None = None) -> bool:
+        enqueued.append((reason, part))
+        return True
+
+    def housekeeping(holder: cadence.Holder) -> cadence.Invocation:
+        housekept.append(holder.part)
+        return cadence.Invocation(trigger="schedule")
+
+    monkeypatch.setattr(waking, "enqueue_tick", enqueue)
+    monkeypatch.setattr(cadence.Holder, "housekeeping", housekeeping)
+    runs = cadence.Holders(world.writing).housekeeping(world.db)
+    assert len(runs) == cadence.HOUSEKEPT_HERE == 16
+    assert housekept == [Part(32, index) for index in range(16)]
+    assert enqueued == [("housekeeping", Part(32, index)) for index in range(16, 32)]

@@ -206,7 +206,7 @@ def test_commits_carry_their_entries_and_the_totals_after_them() -> None:
         assert len(commit.buckets) + len(commit.totals) + 1 <= config.ROLLUP_COMMIT_WRITES
     first = key("eu", "1h", tags[0])
     assert commits[0].totals[total_id(first)] == {
-        "scope": "eu", "window": "1h", "tag": tags[0], "home": partitions.home_of(tags[0]),
+        "scope": "eu", "window": "1h", "tag": tags[0], "home": partitions.tag_home(tags[0]),
         "count": 1}
     (gone,) = book.commits([Entry(write=BucketWrite("1h", "b", None), deltas={first: -1})])
     assert gone.totals == {total_id(first): None} and first not in book.totals

@@ -48,7 +48,7 @@ from .canary import (
     run_canary,
 )
 from .google_apis import ApiError, Apis, Json, authorized_fetch, default_credentials
-from .session import Session, dotenv, pass_session, resolve_target
+from .session import Session, deploy_variables, pass_session, resolve_target
 
 ENQUEUER = "roles/cloudtasks.enqueuer"
 INVOKER = "roles/run.invoker"
@@ -622,10 +622,7 @@ def expected_of(codebase: Path | None, placement: config.Placement, project: str
         return Expected(placement=placement, endpoints=None, deploy=deploy,
                         no_manifest="no backend codebase here: run doctor in the host project's "
                                     "folder (or give --backend)")
-    variables: dict[str, str] = {}
-    for name in (".env", f".env.{project}"):
-        if (codebase / name).exists():
-            variables.update(dotenv((codebase / name).read_text()))
+    variables = deploy_variables(codebase, project)
     enforced = enforces_app_check(variables.get(ENFORCE_APP_CHECK))
     try:
         endpoints = {placement.function_id(name): endpoint

@@ -209,6 +209,15 @@ def dotenv(text: str) -> dict[str, str]:
     return found
 
 
+def deploy_variables(codebase: Path, project: str) -> dict[str, str]:
+    """The variables a deploy of `codebase` to `project` reads: its .env, then .env.<project>."""
+    variables: dict[str, str] = {}
+    for name in (".env", f".env.{project}"):
+        if (codebase / name).exists():
+            variables.update(dotenv((codebase / name).read_text()))
+    return variables
+
+
 def connect(target: Target, placement: config.Placement,
             firebase_json: Path | None) -> firestore.Client:
     """A client of `placement`'s database in the target."""

@@ -15,7 +15,7 @@ from counting.writepath import partitions, waking
 from counting.writepath.partitions import Part
 from rich.table import Table
 
-from .session import Session, iso, json_option, pass_session
+from .session import Session, deploy_variables, iso, json_option, pass_session
 
 
 def figures_of(found: RollupStatus) -> dict[str, Any]:
@@ -130,6 +130,15 @@ def audit_command(session: Session, counter: str | None, as_json: bool) -> None:
         raise click.ClickException(f"drift: {figures['drift']}")
 
 
+def deployed_max(session: Session) -> int:
+    """The largest P the operated backend's deploy serves (its .env's ROLLUP_PARTITIONS_MAX)."""
+    assert session.backend is not None  # `placement` refused before
+    try:
+        return partitions.deployed_max(deploy_variables(session.backend, session.target.project))
+    except ValueError as error:
+        raise click.ClickException(f"{session.backend}/.env: {error}") from None
+
+
 @click.command(name="partitions")
 @click.argument("count", type=click.Choice([str(n) for n in partitions.CHOICES]), required=False)
 @json_option
@@ -143,6 +152,11 @@ def partitions_command(session: Session, count: str | None, as_json: bool) -> No
         current = partitions.read_count(db, session.names)
         session.report(as_json, {"partitions": current}, f"partitions: {current}")
         return
+    most = deployed_max(session)
+    if int(count) > most:
+        raise click.ClickException(
+            f"partitions: {count} is more than the {most} tick functions the deploy makes: set "
+            f"{partitions.MAX_ENV}={count} in {session.backend}/.env and deploy first")
     changed = repartition.change(db, session.names, int(count),
                                  known=session.context().writing.known)
     woken = 0

@@ -76,6 +76,9 @@ class Invocation:
     usage: Usage = field(default_factory=Usage)
 
 
+# The scheduled run housekeeps this many partitions itself (about 16 short ticks in its minute);
+# each further one gets a task on its own queue (`Holders.housekeeping`).
+HOUSEKEPT_HERE = 16
 USAGE_WRITERS = 8  # partitions that flush every `usage_flush_s`; more flush less often
 
 
@@ -401,14 +404,19 @@ class Holders:
         return self.invoke(db, part, lambda holder: holder.tick_slot(slot, trigger))
 
     def housekeeping(self, db: firestore.Client) -> list[Invocation]:
-        """The scheduled run: housekeeping of every partition of the current P, one after the
-        other (an idle partition's takes a few Firestore round trips). One that fails does not
-        keep the others from theirs; the run then fails, after them, with its error."""
+        """The scheduled run: housekeeping of the first HOUSEKEPT_HERE partitions of the current
+        P, one after the other (an idle partition's takes a few Firestore round trips), and a
+        task to each further partition's own function, whose tick housekeeps it there: the
+        minute's run stays within its minute whatever P is. One that fails does not keep the
+        others from theirs; the run then fails, after them, with its error."""
         done: list[Invocation] = []
         failure: Exception | None = None
         for part in partitions.parts(partitions.read_count(db, self._writing.names)):
             try:
-                done.append(self.invoke(db, part, Holder.housekeeping))
+                if part.index < HOUSEKEPT_HERE:
+                    done.append(self.invoke(db, part, Holder.housekeeping))
+                else:
+                    waking.enqueue_tick(db, self._writing.placement, "housekeeping", part)
             except Exception as error:
                 log.exception("housekeeping of partition %s failed", part)
                 failure = failure or error

@@ -101,7 +101,7 @@ def _change_once(db: firestore.Client, names: Names, new: int) -> Changed:
     for part in parts(new):
         lease.start(db, names, batch, part, progress, lease.Partitioning(
             spread=spread, narrow_at=changed.narrow_at, since=instant))
-        if part.index > 0:
+        if part.index > 0 and part.tag_homes():
             batch.delete(trend_parts_ref(db, names, part))
     batch.commit(retry=None)  # a compare-and-set: `change` reads again after any failure
     return changed

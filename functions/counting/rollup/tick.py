@@ -216,17 +216,23 @@ class Rollup:
             problems=tuple(self._problems),
         )
 
-    def stripes(self, as_of: dt.datetime, *, sweep: bool) -> list[int]:
-        """The stripes this partition reads. A sweep reads those of every P, so that a write
-        whose writer still knew another P whenever it landed (a paused instance, a commit
-        minutes late) is found by the next sweep: narrowing is then safe at any time. A tick
-        reads, for a while after a change of P (`narrow_at`), those a writer that still knows
-        the old P picks, so that such writes are found within a tick rather than a sweep."""
+    def stripes(self, reach: dt.datetime, as_of: dt.datetime, *, sweep: bool) -> list[int]:
+        """The stripes this partition reads for writes in (reach, as_of]. A sweep reads those of
+        every P up to 16 (or this P), so that a write whose writer still knew another P whenever
+        it landed (a paused instance, a commit minutes late) is found by the next sweep:
+        narrowing is then safe at any time; and those of a wider P that writers knew for
+        WIDE_SWEEP_S after `narrow_at` (a sweep whose reach starts before then, however late it
+        runs). A tick reads, for a while after a change of P (`narrow_at`), those a writer that
+        still knows the old P picks, so that such writes are found within a tick rather than a
+        sweep."""
         partitioning = self.store.lease.record.partitioning
         if sweep and self.writing.protections.every_stripe_sweep:
-            return self.part.stripes(partitions.HOMES)
-        return self.part.stripes(partitioning.spread if as_of < partitioning.narrow_at
-                                 else self.part.count)
+            wide = reach < partitioning.narrow_at + dt.timedelta(seconds=partitions.WIDE_SWEEP_S)
+            return self.part.reads(max(partitions.BASE_HOMES, self.part.count,
+                                       partitioning.spread if wide else 1))
+        if as_of < partitioning.narrow_at:
+            return self.part.reads(partitioning.spread)
+        return self.part.ticks()
 
     def _changed_shards(
         self, reach: dt.datetime, as_of: dt.datetime, swept_from: dt.datetime | None
@@ -246,12 +252,12 @@ class Rollup:
         changes: Changes = defaultdict(dict)
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         overlap = dt.timedelta(seconds=self.overlap_s)
-        stripes = self.stripes(as_of, sweep=swept_from is not None)
+        stripes = self.stripes(reach, as_of, sweep=swept_from is not None)
         # Only a write in a stripe every tick reads, committed since this partitioning began, can
         # have been taken in by a past tick: one in another P's stripe (a writer that knew
         # another P), or committed while ticks of another P read other stripes, is the sweep's
         # to find.
-        every_tick = set(self.part.stripes(self.part.count))
+        every_tick = set(self.part.ticks())
         partitioned_at = self.store.lease.record.partitioning.since
         for snapshot in self.store.changed_shards(stripes, reach, as_of):
             if swept_from is not None and snapshot.get("stripe") in every_tick:
@@ -262,13 +268,13 @@ class Rollup:
             parent = snapshot.reference.parent.parent
             if parent is None:
                 continue
-            # Its key's home from its id, not from `stripe % HOMES`: shards written before
-            # stripes carried the home hold a random stripe.
+            # Its key's home from its id, not from its stripe: shards written before stripes
+            # carried the home hold a random stripe.
             kind = parent.parent.id
             if kind == self.store.names.counters and self.part.owns(partitions.home_of(parent.id)):
                 changes[parent.id][snapshot.id] = ShardValue.of(snapshot.to_dict())
             elif kind == self.store.names.trend_minutes and self.part.owns(
-                    partitions.home_of_hex(parent.id)):
+                    partitions.tag_home_of_hex(parent.id)):
                 trend_changes[parent.id][snapshot.id] = snapshot
         return changes, trend_changes
 

@@ -318,7 +318,7 @@ class TrendLedger:
             count = self.totals[key]
             if count > 0:
                 totals[total_id(key)] = {"scope": key.scope, "window": key.window,
-                                         "tag": key.tag, "home": partitions.home_of(key.tag),
+                                         "tag": key.tag, "home": partitions.tag_home(key.tag),
                                          "count": count}
             else:
                 totals[total_id(key)] = None

@@ -58,10 +58,11 @@ class TrendRollup:
     `clock` (for tests) replaces the tick instant as "now" when deciding which buckets are still
     in their window.
 
-    With P = 1 it publishes `trends/{scope}` itself. With P > 1, partitions 1..P-1 publish their
+    With P = 1 it publishes `trends/{scope}` itself. With P > 1, partitions 1..P-1 (up to 15:
+    the partitions with tags) publish their
     lists of a scope to `trends/{scope}/parts/{P}-{index}`, and in the same commit the scope and
     the tick's instant (the part's version) to their index `internal/trend_parts-{P}-{index}`;
-    partition 0 merges: every tick it reads the P - 1 indexes at the tick's instant, the parts
+    partition 0 merges: every tick it reads their indexes at the tick's instant, the parts
     whose version changed (same instant: each index and its parts are consistent), and rewrites
     `trends/{scope}` from its own lists and the others' (`merge.merge_lists`). It merges nothing
     while an index is missing: a partition that has not yet published since P changed would be
@@ -91,7 +92,11 @@ class TrendRollup:
              republish: bool) -> TrendStats:
         """Apply the changed minute-bucket shards (bucket id -> shard id -> snapshot, read at
         `as_of`), expire what left its window, and publish the lists that changed; with
-        `republish`, every known scope's too (`TrendStats.republished`)."""
+        `republish`, every known scope's too (`TrendStats.republished`). A partition beyond the
+        first 16 has no tags (`partitions.tag_home`): nothing to do."""
+        if not self._part.tag_homes():
+            return TrendStats(changed_buckets=0, expired_buckets=0, changed_totals=0,
+                              rebuilt_lists=0, published=0, reads=0, writes=0, deletes=0)
         store, ledger = self._store, self._ledger
         usage = store.usage
         before = Usage(reads=usage.reads, writes=usage.writes, deletes=usage.deletes)
@@ -137,14 +142,14 @@ class TrendRollup:
         """The buckets of this partition's tags (their `spread` is the tag's home) that left
         their window, per window, when the ledger has expiry due."""
         return {window: [ExpiredBucket.of(bucket, data) for bucket, data in
-                         self._store.expired_trend_buckets(window, last, self._part.homes(),
+                         self._store.expired_trend_buckets(window, last, self._part.tag_homes(),
                                                            config.TREND_EXPIRE_CHUNK)]
                 for window, last in self._ledger.expiry_due(now_minute).items()}
 
     def _read_boards(self, boards: Iterable[tuple[str, Window]]) -> None:
         """Read boards from the totals: the top K of this partition's tags (of all of them with
         P = 1)."""
-        homes = self._part.homes() if self._part.count > 1 else None
+        homes = self._part.tag_homes() if self._part.count > 1 else None
         for scope, window in boards:
             self._ledger.hold_board(scope, window, self._store.top_trend_totals(
                 scope, window, homes, self._ledger.top_k))
@@ -197,7 +202,7 @@ class TrendRollup:
     def _merge(self, scopes: set[str], as_of: dt.datetime) -> int:
         """P > 1, partition 0: read the other partitions' indexes and the parts whose version
         changed, at `as_of`, and publish the scopes that changed here or there."""
-        others = partitions.parts(self._part.count)[1:]
+        others = [part for part in partitions.parts(self._part.count)[1:] if part.tag_homes()]
         stale = self._parts.stale(others, self._store.trend_part_indexes(others, as_of))
         if stale is None:
             return 0

@@ -2,17 +2,22 @@
 watermark and tick tasks, so the rollup's capacity grows with P (docs/architecture.md,
 "Partitions").
 
-Every key the rollup sums (a counter's id, a trending tag) has a home, a hash in 0..HOMES-1;
-partition p of P owns the keys whose home is p mod P. A shard write carries
-`stripe = home + HOMES * r` with r random below the writer's P, so that a partition's change
-query is `stripe in [its stripes]` on the existing index: HOMES / P homes times P spreads, 16
-values whatever P is, one query; and the index takes P times as many shard writes as with one
-partition (about 500 writes/s per stripe, for values that increase in time).
+Every counter has a home, a hash in 0..HOMES-1 (128); partition p of P owns the counters whose
+home is p mod P. A shard write carries a stripe that names its home at the writer's resolution
+R = max(16, P), spread over min(P, 16) index ranges: `stripe = home mod R + R * r`, r random below
+the spread. A partition's change query is `stripe in [its stripes]` on the `(stripe, updated_at)`
+index: R / P residues times the spread, 16 values whatever P is, one query; the index has 16 P
+ranges, each taking about 500 writes/s for values that increase in time. Up to P = 16 the
+stripes are those of the first design (16 homes, P spreads), so its data reads the same.
+
+Trending tags live at the first 16 homes only (`tag_home`): their buckets' `spread` and their
+totals' `home` keep the first design's values, and partitions 17 and beyond carry counters only.
 
 P is configuration: `internal/rollup_partitions` (absent: 1), changed by the rollup's
-`counting.rollup.repartition` (the operator CLI's `counters partitions N`). A writer learns the
-new P within CONFIG_CACHE_TTL_S; until then its stripes may be the old P's, so the new leases
-read the old spread too until `narrow_at`.
+`counting.rollup.repartition` (the operator CLI's `counters partitions N`), up to the tick
+functions the deploy made (`ROLLUP_PARTITIONS_MAX` in functions/.env). A writer learns the new P
+within CONFIG_CACHE_TTL_S; until then its stripes may be the old P's, so the new leases read the
+old stripes too until `narrow_at`, and their sweeps for WIDE_SWEEP_S after it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from google.cloud import firestore
@@ -32,8 +37,14 @@ from counting.writepath.caching import TtlCache
 
 log = logging.getLogger(__name__)
 
-HOMES = 16
-CHOICES = (1, 2, 4, 8, 16)  # powers of two up to HOMES: every partition gets HOMES / P homes
+HOMES = 128
+CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)  # powers of two up to HOMES: each gets HOMES / P homes
+# The first design's homes: the stripes' resolution up to P = 16, and every trending tag's home.
+BASE_HOMES = 16
+# The tick functions a deploy makes, one per partition index: P can be set up to this
+# (functions/.env; each function costs nothing while P leaves it unused).
+MAX_ENV = "ROLLUP_PARTITIONS_MAX"
+DEFAULT_MAX = 16
 PARTITIONS_DOC = "rollup_partitions"  # internal/rollup_partitions: {count, changed_at}
 # Firestore's `in` takes at most 30 values: a wider set of stripes is read in several queries.
 IN_VALUES = 30
@@ -43,17 +54,44 @@ IN_VALUES = 30
 # sending, a commit that lands late) is found by the next sweep, which reads every stripe of
 # every P (`rollup.Rollup.stripes`): narrowing only ever costs such a write a sweep's lag.
 NARROW_AFTER_S = 2 * config.CONFIG_CACHE_TTL_S
+# A sweep reads the stripes of every P up to the widest one writers may still know for this long
+# after `narrow_at`; then those of every P up to 16 (or P) only. A write that lands later than this
+# with a wider P's stripe (beyond MAX_REQUEST_S, the longest a request's commit is modelled late)
+# is read at its shard's next write, which carries a current stripe and the shard's whole value.
+WIDE_SWEEP_S = 3600.0
+
+
+def resolution(count: int) -> int:
+    """R: the residue of the home a writer that knows P = count puts in its stripes."""
+    return max(BASE_HOMES, count)
+
+
+def spread_of(count: int) -> int:
+    """The index ranges per residue a writer that knows P = count spreads its writes over."""
+    return min(count, BASE_HOMES)
+
+
+def deployed_max(env: Mapping[str, str]) -> int:
+    """The largest P the deployed tick functions serve (`env`: functions/.env's variables)."""
+    raw = str(env.get(MAX_ENV, DEFAULT_MAX)).strip()
+    if not raw.isdigit() or int(raw) not in CHOICES:
+        raise ValueError(f"{MAX_ENV}={raw!r}: one of {', '.join(map(str, CHOICES))}")
+    return int(raw)
 
 
 def home_of(key: str) -> int:
-    """A counter's or a tag's home: the first 32 bits of its SHA-256, modulo HOMES (a trend
-    bucket's id begins with the same digest of its tag: `trends.tag_key`)."""
+    """A counter's home: the first 32 bits of its SHA-256, modulo HOMES."""
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % HOMES
 
 
-def home_of_hex(digest: str) -> int:
-    """The home of a key from the hex SHA-256 digest a document id begins with."""
-    return int(digest[:8], 16) % HOMES
+def tag_home(tag: str) -> int:
+    """A trending tag's home: its counter home's residue among the first 16 (`BASE_HOMES`)."""
+    return home_of(tag) % BASE_HOMES
+
+
+def tag_home_of_hex(digest: str) -> int:
+    """A tag's home from the hex SHA-256 digest its bucket's id begins with (`trends.tag_key`)."""
+    return int(digest[:8], 16) % BASE_HOMES
 
 
 def home_of_shard(shard: firestore.DocumentReference, names: Names) -> int:
@@ -61,7 +99,7 @@ def home_of_shard(shard: firestore.DocumentReference, names: Names) -> int:
     parent = shard.parent.parent
     assert parent is not None
     if parent.parent.id == names.trend_minutes:
-        return home_of_hex(parent.id)
+        return tag_home_of_hex(parent.id)
     return home_of(parent.id)
 
 
@@ -94,12 +132,27 @@ class Part:
     def owns(self, home: int) -> bool:
         return home % self.count == self.index
 
-    def homes(self) -> list[int]:
-        return [home for home in range(HOMES) if self.owns(home)]
+    def tag_homes(self) -> list[int]:
+        """The homes of its trending tags (none beyond the first 16 partitions)."""
+        return [home for home in range(BASE_HOMES) if self.owns(home)]
 
-    def stripes(self, spread: int) -> list[int]:
-        """The stripes its change query reads: its homes, in each of `spread` spreads."""
-        return [home + HOMES * r for r in range(spread) for home in self.homes()]
+    def stripes_of(self, writers: int) -> list[int]:
+        """The stripes writers that know P = `writers` give what it owns: the residues of its
+        homes at their resolution, in each of their spreads."""
+        size = resolution(writers)
+        step = min(self.count, size)
+        residues = range(self.index % step, size, step)
+        return [residue + size * r for r in range(spread_of(writers)) for residue in residues]
+
+    def ticks(self) -> list[int]:
+        """The stripes its ticks read once writers know its P: theirs, and those of a writer that
+        could not read P and took 1 (`Known`; already among them up to P = 16)."""
+        return sorted({*self.stripes_of(self.count), *self.stripes_of(1)})
+
+    def reads(self, widest: int) -> list[int]:
+        """The stripes of what it owns from writers that know any P up to `widest`."""
+        return sorted({stripe for writers in CHOICES if writers <= widest
+                       for stripe in self.stripes_of(writers)})
 
     def __str__(self) -> str:
         return f"{self.index + 1} of {self.count}"
@@ -114,7 +167,8 @@ def parts(count: int) -> list[Part]:
 
 def stripe(home: int, count: int, rng: random.Random) -> int:
     """The stripe of a shard write whose key lives at `home`, by a writer that knows P = count."""
-    return home + HOMES * rng.randrange(count)
+    size = resolution(count)
+    return home % size + size * rng.randrange(spread_of(count))
 
 
 def chunks(values: list[int]) -> list[list[int]]:
@@ -146,8 +200,9 @@ def read_count(db: firestore.Client, names: Names) -> int:
 class Known:
     """P as a process's writers know it (`counting.writepath.context.Writing`): read at most every
     CONFIG_CACHE_TTL_S per database and placement (`names`). A writer that
-    cannot read it takes P = 1 until the next read: stripe = home, which every partition of
-    every P reads, and the task of partition 1 of 1, which, retired, wakes the current ones. A
+    cannot read it takes P = 1 until the next read: stripe = home mod 16, which every tick of
+    every P reads (`Part.ticks`), and the task of partition 1 of 1, which, retired, wakes the
+    current ones. A
     write never fails for this, nor goes on with a P it can no longer check."""
 
     def __init__(self, ttl_s: float = config.CONFIG_CACHE_TTL_S,

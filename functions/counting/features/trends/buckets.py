@@ -80,5 +80,5 @@ def total_id(key: TotalKey) -> str:
 def spread_of(tag: str) -> int:
     """The bucket documents' `spread`: the tag's home (`counting.writepath.partitions`). The index
     that finds expired buckets by `minute` (or `hour`) leads with it, so their writes, whose minutes
-    increase, spread over HOMES ranges of the index instead of one."""
-    return partitions.home_of(tag)
+    increase, spread over BASE_HOMES ranges of the index instead of one."""
+    return partitions.tag_home(tag)
