@@ -517,3 +517,49 @@ def compare_lag(scale: dict[str, Any]) -> dict[str, Any]:
     return {"partitions": lag["partitions"], "rate": lag["offered_rate"],
             "measured_p99_s": lag["lag_p99_s"], "predicted_p99_s": predicted, "ratio": ratio,
             "within_20pct": within(ratio)}
+
+
+# -- the table of docs/architecture.md ("Capacity") --
+
+TABLE_LOADS = (10, 100, 1_000, 10_000, 100_000)  # changed counters a second
+INCREMENTS_PER_CHANGED = 10  # each changed counter written 10 times in its second
+COUNTERS_PER_CHANGED = 100  # of 100 times as many counters in all
+TABLE_SIZINGS = (cost_model.ROLLUP_MB, 2048)  # the tick functions as shipped, and at one vCPU
+
+
+def capacity_rows(scale: dict[str, Any]) -> list[str]:
+    """The Capacity table's rows (markdown), predicted for the deployed rollup from the scale
+    benchmark's one-holder run, for loads of TABLE_LOADS changed counters a second, with up to
+    128 tick functions at each of TABLE_SIZINGS: P and lag p99 at each, then the writers'
+    instances and the month's bill at the first sizing that carries the load."""
+    measured = measured_costs(scale)
+    if measured is None:
+        raise ValueError("scale.json has no P = 1 run to take the tick's costs from")
+    rows = []
+    for changed in TABLE_LOADS:
+        load = Load(changed_per_s=changed, increments_per_s=changed * INCREMENTS_PER_CHANGED,
+                    counters=changed * COUNTERS_PER_CHANGED)
+        cells = [f"{changed:,}", f"{load.increments_per_s:,.0f}"]
+        carried: Prediction | None = None
+        for mb in TABLE_SIZINGS:
+            design = Design(max_partitions=HOMES, tick_mb=mb)
+            found = predict(load, deployed(measured, design), design)
+            if found.lag_p99_s is None:
+                cells += [str(found.partitions), f"falls behind ({found.limit})"]
+                continue
+            cells += [str(found.partitions), f"{found.lag_p99_s:.1f} s"]
+            carried = carried or found
+        if carried is None:
+            cells += ["", "not carried"]
+        else:
+            cells += [f"{carried.writer_instances:,}", f"${carried.month_usd:,.0f}"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+if __name__ == "__main__":
+    import json
+    from pathlib import Path
+
+    print("\n".join(capacity_rows(json.loads(
+        (Path(__file__).parent / "results" / "scale.json").read_text()))))

@@ -19,7 +19,7 @@ import datetime as dt
 import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import cast
 
 from counting.features import extension, sequences
@@ -47,6 +47,18 @@ ROLLUP_RUNTIME = {
     "max_instances": 1,
     "concurrency": 1,
 }
+# The tick functions' memory, and so their gen-1 share of a vCPU (ROLLUP_TICK_MB in functions/.env:
+# 512 as shipped; 1024 gives 0.58 vCPU, 2048 one vCPU): a holder's changed counters a second grow
+# with it (docs/architecture.md, "Capacity"). A value not among these fails the load.
+TICK_MEMORY = {512: options.MemoryOption.MB_512, 1024: options.MemoryOption.GB_1,
+               2048: options.MemoryOption.GB_2}
+
+
+def tick_runtime(env: Mapping[str, str]) -> dict[str, object]:
+    raw = env.get("ROLLUP_TICK_MB", "512").strip()
+    if not raw.isdigit() or int(raw) not in TICK_MEMORY:
+        raise ValueError(f"ROLLUP_TICK_MB={raw!r}: one of {', '.join(map(str, TICK_MEMORY))}")
+    return {**ROLLUP_RUNTIME, "memory": TICK_MEMORY[int(raw)]}
 
 
 @functools.cache
@@ -103,7 +115,7 @@ def tick_function(index: int) -> Callable[[Request], None]:
     # slot's tick, or the scheduler's, catches up anyway. The functions may enqueue it
     # (task_queues.py).
     deployed = cast(Callable[[Request], None], tasks_fn.on_task_dispatched(
-        **ROLLUP_RUNTIME,  # type: ignore[arg-type]
+        **tick_runtime(os.environ),  # type: ignore[arg-type]
         rate_limits=options.RateLimits(max_concurrent_dispatches=1),
         retry_config=options.RetryConfig(max_attempts=5, min_backoff_seconds=1,
                                          max_backoff_seconds=10),

@@ -244,3 +244,13 @@ def test_a_point_not_measured_is_said_so() -> None:
         scale["capacity_by_partitions"]["runs"]["1"]["steps"][:1]
     assert model.measured_costs(scale) is None
     assert all(row["predicted"] is None for row in model.compare(scale))
+
+
+def test_the_capacity_table_of_the_docs_is_the_models() -> None:
+    """docs/architecture.md's table of loads is what the model predicts from the committed
+    scale.json (`python bench/capacity_model.py` prints it): run again after a new benchmark."""
+    doc = (ROOT / "docs/architecture.md").read_text()
+    rows = model.capacity_rows(SCALE)
+    assert len(rows) == len(model.TABLE_LOADS)
+    for row in rows:
+        assert row in doc, f"docs/architecture.md lacks the model's row {row}"

@@ -151,3 +151,18 @@ def test_the_cost_model_prices_the_deployed_sizes() -> None:
     assert (callable_["cpu"], callable_["availableMemoryMb"] / 1024) == (
         cost_model.CALLABLE_VCPU, cost_model.CALLABLE_GIB)
     assert callable_["concurrency"] == cost_model.CALLABLE_CONCURRENCY
+
+
+def test_the_deploy_settings_size_the_tick_functions() -> None:
+    """functions/.env ships 16 tick functions at 512 MB; ROLLUP_PARTITIONS_MAX and ROLLUP_TICK_MB
+    take other sizes, and a value the design has no answer for fails the load (and the deploy)."""
+    from handlers import rollup
+
+    shipped = dotenv(".env")
+    assert (shipped["ROLLUP_PARTITIONS_MAX"], shipped["ROLLUP_TICK_MB"]) == ("16", "512")
+    assert partitions.deployed_max(shipped) == len(TICKS)
+    assert rollup.tick_runtime(shipped)["memory"] == 512
+    assert rollup.tick_runtime({"ROLLUP_TICK_MB": "2048"})["memory"] == 2048
+    for wrong in ("768", "4096", "x"):
+        with pytest.raises(ValueError, match="ROLLUP_TICK_MB"):
+            rollup.tick_runtime({"ROLLUP_TICK_MB": wrong})
