@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
 import logging
 import random
+from types import SimpleNamespace
 from collections.abc import Iterator
 from typing import cast
 
@@ -15,9 +17,9 @@ import pytest
 from counting.features import counter_refs, counters, trends
 from counting.features.context import Context
 from counting.foundation.clock import Clock
-from counting.foundation.config import AutoscaleParams, Names
+from counting.foundation.config import AutoscaleParams, Names, Protections
 from counting.rollup import cadence, repartition
-from counting.rollup.lease import Lease, LeaseLost, state_ref
+from counting.rollup.lease import Lease, LeaseLost, Partitioning, state_ref
 from counting.rollup.tick import Rollup
 from counting.writepath import partitions, waking
 from counting.writepath.context import Writing
@@ -287,3 +289,22 @@ def test_past_16_partitions_the_scheduled_run_hands_housekeeping_to_their_queues
     assert len(runs) == cadence.HOUSEKEPT_HERE == 16
     assert housekept == [Part(32, index) for index in range(16)]
     assert enqueued == [("housekeeping", Part(32, index)) for index in range(16, 32)]
+
+
+def test_a_sweep_reads_a_wider_ps_stripes_for_an_hour_after_the_change() -> None:
+    """After 128 -> 1: a sweep whose reach starts within WIDE_SWEEP_S of `narrow_at` reads every
+    stripe of every P up to 128 (69 queries), however late it runs; a later one those up to 16
+    (9 queries); a tick, once narrowed, its own 16."""
+    narrow_at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    fake = SimpleNamespace(
+        part=WHOLE, writing=SimpleNamespace(protections=Protections()),
+        store=SimpleNamespace(lease=SimpleNamespace(record=SimpleNamespace(
+            partitioning=Partitioning(spread=128, narrow_at=narrow_at, since=narrow_at)))))
+    hour = dt.timedelta(seconds=partitions.WIDE_SWEEP_S)
+    late = narrow_at + 3 * hour
+    wide = Rollup.stripes(fake, narrow_at + hour / 2, late, sweep=True)  # type: ignore[arg-type]
+    assert wide == list(range(2048)) and len(partitions.chunks(wide)) == 69
+    later = Rollup.stripes(fake, narrow_at + 2 * hour, late, sweep=True)  # type: ignore[arg-type]
+    assert later == list(range(256)) and len(partitions.chunks(later)) == 9
+    tick = Rollup.stripes(fake, narrow_at + 2 * hour, late, sweep=False)  # type: ignore[arg-type]
+    assert tick == list(range(16))
