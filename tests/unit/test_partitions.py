@@ -9,8 +9,8 @@ import dataclasses
 import datetime as dt
 import logging
 import random
-from types import SimpleNamespace
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
