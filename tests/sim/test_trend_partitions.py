@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar, cast
 
+import pytest
 from counting.features import trends
 from counting.features.context import Context
 from counting.foundation import config, kinds
@@ -111,20 +112,24 @@ def both(tally: Tally) -> dict[Window, Tally]:
     return {window: tally for window in kinds.WINDOWS}
 
 
-def test_four_partitions_publish_the_exact_top_of_all_tags() -> None:
-    """Tracks of 300 tags in two regions, rolled up by 4 partitions: trends/{scope} is the exact
-    top 100 of all of them, though each partition lists only its own tags."""
+@pytest.mark.parametrize("count", [4, 32])
+def test_the_partitions_publish_the_exact_top_of_all_tags(count: int) -> None:
+    """Tracks of 300 tags in two regions, rolled up by 4 (or 32) partitions: trends/{scope} is
+    the exact top 100 of all of them, though each partition lists only its own tags. Tags live
+    in the first 16 partitions: past them a partition writes no part."""
     scene = Scene()
-    held = scene.holders(4, "a")
+    held = scene.holders(count, "a")
     tally: Tally = Counter()
     for _ in range(4):
         scene.track(100, tally)
         scene.tick(held)
     scene.assert_exact(both(tally))
-    part = scene.db.collection(config.TRENDS).document(config.GLOBAL_SCOPE).collection(
-        config.TREND_PARTS).document("4-1").get().to_dict() or {}
-    listed = trend_merge.lists_of(part)["24h"]
-    assert listed and all(Part(4, 1).owns(partitions.home_of(tag)) for tag, _ in listed)
+    parts = scene.db.collection(config.TRENDS).document(config.GLOBAL_SCOPE).collection(
+        config.TREND_PARTS)
+    listed = trend_merge.lists_of(parts.document(f"{count}-1").get().to_dict() or {})["24h"]
+    assert listed and all(Part(count, 1).owns(partitions.tag_home(tag)) for tag, _ in listed)
+    written = {doc.id for doc in parts.list_documents()}
+    assert written == {f"{count}-{index}" for index in range(1, min(count, 16))}
 
 
 def test_expiry_subtracts_each_bucket_once() -> None:
@@ -173,7 +178,7 @@ def test_a_partition_that_wrote_parts_wakes_the_merger() -> None:
     of their commit."""
     scene = Scene()
     scene.act(lambda: repartition.change(scene.db, NAMES, 4, known=scene.ctx.writing.known))
-    tag = next(tag for tag in TAGS if Part(4, 1).owns(partitions.home_of(tag)))
+    tag = next(tag for tag in TAGS if Part(4, 1).owns(partitions.tag_home(tag)))
     scene.act(lambda: trends.track(scene.ctx, scene.db, "eu", [tag], now=scene.sim.wall()))
     scene.later()
     enqueued: list[tuple[Part, int]] = []
@@ -200,7 +205,7 @@ def test_a_part_the_merger_never_took_in_is_published_after_a_change_to_one() ->
     tally: Tally = Counter()
     scene.track(50, tally)
     scene.tick(held)
-    tag = next(f"solo{n}" for n in range(1000) if Part(4, 1).owns(partitions.home_of(f"solo{n}")))
+    tag = next(f"solo{n}" for n in range(1000) if Part(4, 1).owns(partitions.tag_home(f"solo{n}")))
     for _ in range(500):
         scene.act(lambda: trends.track(scene.ctx, scene.db, "eu", [tag], now=scene.sim.wall()))
     tally[("eu", tag)] += 500
