@@ -31,7 +31,7 @@ WHEEL_VENV := .emulators/wheel-venv
 # The browser test drives Debian's Chromium (never a Playwright browser download).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup web web-deps packages adopt chromium fresh-test dev exec test no-dev-stack lint unit sim webunit runtime-check emulator browser bench deploy clean clean-data
+.PHONY: help setup web web-deps packages adopt chromium fresh-test dev exec test no-dev-stack lint unit sim sim-scale webunit runtime-check emulator browser bench deploy clean clean-data
 help:
 	@echo "make dev            run the stack and the web client with demo data (kept between runs); Ctrl-C stops"
 	@echo "make test           everything CI runs: lint, unit, webunit, runtime-check, emulator, browser, adopt"
@@ -41,6 +41,7 @@ help:
 	@echo "make lint           ruff and mypy (strict)"
 	@echo "make unit           unit tests and a bounded simulation: no emulator, no network"
 	@echo "make sim SEEDS=n    simulate production Firestore over n seeds, each protection alone off on NEEDED of them (SEED=n [OFF=name] replays one)"
+	@echo "make sim-scale      the rollup's partitions at scale (P = 1 ... 128, up to 1,000,000 increments/s) in virtual time: bench/results/sim_scale.json"
 	@echo "make webunit        the web client's unit tests (vitest): the counters client and its package as a host app installs it, the rollup health, the production bundle"
 	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
 	@echo "make emulator       tests against the stack, through the real callables"
@@ -148,6 +149,12 @@ unit: setup
 # protection off).
 sim: setup
 	$(PY) tests/sim/run.py $(if $(SEED),--seed $(SEED) $(if $(OFF),--off $(OFF)),--seeds $(or $(SEEDS),200) $(if $(NEEDED),--needed-seeds $(NEEDED)))
+
+# The rollup's partitions at scale (bench/sim_scale.py): capacity by P, linearity, lag p99 and
+# exactness in a discrete-event model of the index ranges, queues and holders, in virtual time
+# (a few minutes on 2 cores): bench/results/sim_scale.json and sim_scale.png.
+sim-scale: setup
+	$(PY) bench/sim_scale.py
 
 # The client package is tested as a host app gets it: installed from its tarball, a host's code
 # type-checked against its index.d.ts (web/test/host), its exports compared with the declared ones.
