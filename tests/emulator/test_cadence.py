@@ -287,3 +287,38 @@ def test_each_partition_is_ticked_by_its_own_function(
     ticked_by_a_write(
         db, lambda: [admin.call("increment", counter=name, by=2) for name in names.values()],
         lambda: all(rollup_count(db, name) == 5 for name in names.values()))
+
+
+def test_past_16_partitions_each_is_ticked_by_its_own_function(
+    admin: Callables, db: firestore.Client, suffix: str, ctx: Context
+) -> None:
+    """With P = 32 (the emulator serves 32 tick functions: functions/.env.local), counters of
+    partitions 1, 17 and 32 are published by their own task functions (`rolluptick`,
+    `rolluptick16`, `rolluptick31`), from stripes at resolution 32; back at P = 1 the one
+    partition reads what those writes left and publishes on."""
+    names: dict[int, str] = {}
+    for n in range(2000):
+        name = f"wide-{suffix}-{n}"
+        if partitions.home_of(name) % 32 in (0, 16, 31):
+            names.setdefault(partitions.home_of(name) % 32, name)
+    assert sorted(names) == [0, 16, 31]
+    for name in names.values():
+        admin.call("create_counter", counter=name, shards=1)
+    try:
+        repartition.change(db, NAMES, 32, known=ctx.writing.known)
+        time.sleep(config.CONFIG_CACHE_TTL_S + 1)  # the callables' instances know P = 32
+        ticked_by_a_write(
+            db, lambda: [admin.call("increment", counter=name, by=3) for name in names.values()],
+            lambda: all(rollup_count(db, name) == 3 for name in names.values()),
+            within_s=25.0)  # two more function workers start
+        found = dict(status.read_statuses(db, NAMES))
+        assert len(found) == 32
+        assert all(found[Part(32, index)].last_tick_at is not None for index in names)
+        for home, name in names.items():  # each shard's stripe names its home at resolution 32
+            shard = counter_refs.shard_ref(db, NAMES, name, 0).get()
+            assert int(shard.get("stripe")) % 32 == home
+    finally:
+        repartition.change(db, NAMES, 1, known=ctx.writing.known)
+    ticked_by_a_write(
+        db, lambda: [admin.call("increment", counter=name, by=2) for name in names.values()],
+        lambda: all(rollup_count(db, name) == 5 for name in names.values()))

@@ -369,10 +369,12 @@ def test_partitions_shows_and_changes_the_count(
     assert json.loads(result.stdout)["woken"] == 4
     assert changes == [4] and woken == partitions.parts(4)
     invoke("partitions", "3", code=2)  # not a power of two
-    # The deploy makes 16 tick functions (functions/.env): 32 partitions would have none.
-    refused = invoke("partitions", "32", code=1)
-    assert "ROLLUP_PARTITIONS_MAX=32" in refused.output and "deploy first" in refused.output
-    assert changes == [4]
+    # The emulator serves 32 tick functions (functions/.env.local over .env's 16): 64 partitions
+    # would have none.
+    refused = invoke("partitions", "64", code=1)
+    assert "ROLLUP_PARTITIONS_MAX=64" in refused.output and "deploy first" in refused.output
+    invoke("partitions", "32")
+    assert changes == [4, 32]
 
 
 def test_the_cli_finds_the_backend_of_the_project_it_runs_in(tmp_path: Path) -> None:

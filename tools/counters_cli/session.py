@@ -209,10 +209,11 @@ def dotenv(text: str) -> dict[str, str]:
     return found
 
 
-def deploy_variables(codebase: Path, project: str) -> dict[str, str]:
-    """The variables a deploy of `codebase` to `project` reads: its .env, then .env.<project>."""
+def deploy_variables(codebase: Path, project: str, *, emulated: bool = False) -> dict[str, str]:
+    """The variables a deploy of `codebase` to `project` reads: its .env, then .env.<project>;
+    the Functions emulator's (`emulated`) then .env.local."""
     variables: dict[str, str] = {}
-    for name in (".env", f".env.{project}"):
+    for name in (".env", f".env.{project}", *([".env.local"] if emulated else [])):
         if (codebase / name).exists():
             variables.update(dotenv((codebase / name).read_text()))
     return variables

@@ -131,10 +131,12 @@ def audit_command(session: Session, counter: str | None, as_json: bool) -> None:
 
 
 def deployed_max(session: Session) -> int:
-    """The largest P the operated backend's deploy serves (its .env's ROLLUP_PARTITIONS_MAX)."""
+    """The largest P the operated backend's deploy serves (ROLLUP_PARTITIONS_MAX of its .env
+    files, as its deploy or its emulator reads them)."""
     assert session.backend is not None  # `placement` refused before
     try:
-        return partitions.deployed_max(deploy_variables(session.backend, session.target.project))
+        return partitions.deployed_max(deploy_variables(
+            session.backend, session.target.project, emulated=not session.production))
     except ValueError as error:
         raise click.ClickException(f"{session.backend}/.env: {error}") from None
 
