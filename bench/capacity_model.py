@@ -52,6 +52,7 @@ from counting.writepath import autoscale
 # counting.rollup.cadence), which this pure module does not import; tests check they agree.
 HOMES = 128  # partitions.HOMES: the design has at most 128 partitions
 BASE_HOMES = 16  # partitions.BASE_HOMES: stripes per partition; tags live in the first 16
+WIDE_SPREAD = 29  # partitions.WIDE_SPREAD: index ranges per partition past P = 16
 DEFAULT_MAX = 16  # partitions.DEFAULT_MAX: the tick functions a deploy makes as shipped
 HOUSEKEPT_HERE = 16  # cadence.HOUSEKEPT_HERE: the scheduled run ticks these; tasks the rest
 IN_VALUES = 30  # partitions.IN_VALUES: values an `in` filter takes
@@ -139,26 +140,34 @@ class Design:
                      if 2 ** i <= self.max_partitions)
 
     @staticmethod
-    def queries_per_tick(partitions: int) -> int:
-        """A partition's change query reads 16 stripes (17 past P = 16: a writer's that took
-        P = 1), one `in` filter."""
-        return math.ceil((BASE_HOMES + (partitions > BASE_HOMES)) / IN_VALUES)
+    def spread(partitions: int) -> int:
+        return partitions if partitions <= BASE_HOMES else WIDE_SPREAD
 
-    @staticmethod
-    def queries_per_sweep(partitions: int) -> int:
-        """A sweep reads the stripes of every P up to 16 and up to its own: 256 / P values up to
-        16, then 8 more at each resolution past 16 (`Part.reads`)."""
-        if partitions <= BASE_HOMES:
-            values = BASE_HOMES * BASE_HOMES // partitions
-        else:
-            values = BASE_HOMES + 8 * int(math.log2(partitions // BASE_HOMES))
+    @classmethod
+    def queries_per_tick(cls, partitions: int) -> int:
+        """A partition's change query reads 16 stripes (30 past P = 16: 29 spreads and a
+        writer's that took P = 1), one `in` filter."""
+        values = BASE_HOMES if partitions <= BASE_HOMES else cls.spread(partitions) + 1
         return math.ceil(values / IN_VALUES)
 
     @staticmethod
-    def index_ranges(partitions: int) -> int:
+    def queries_per_sweep(partitions: int) -> int:
+        """A sweep reads the stripes of every P up to 16 and up to its own (`Part.reads`): 256 / P
+        values up to 16; past 16, the last partition's residue at each resolution R from 32,
+        those of its WIDE_SPREAD values above the range of the resolution before."""
+        if partitions <= BASE_HOMES:
+            return math.ceil(BASE_HOMES * BASE_HOMES // partitions / IN_VALUES)
+        values, top, resolution = BASE_HOMES, BASE_HOMES * BASE_HOMES, 2 * BASE_HOMES
+        while resolution <= partitions:
+            values += WIDE_SPREAD - math.ceil((top - resolution + 1) / resolution)
+            top, resolution = resolution * WIDE_SPREAD, 2 * resolution
+        return math.ceil(values / IN_VALUES)
+
+    @classmethod
+    def index_ranges(cls, partitions: int) -> int:
         """Ranges of the (stripe, updated_at) index writers that know P write: resolution
-        max(16, P) times spread min(P, 16)."""
-        return max(BASE_HOMES, partitions) * min(partitions, BASE_HOMES)
+        max(16, P) times the spread."""
+        return max(BASE_HOMES, partitions) * cls.spread(partitions)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -344,10 +353,11 @@ def limits(costs: OpCosts, design: Design) -> list[Limit]:
               "partition each", max_partitions=design.max_partitions,
               max_changed_per_s=largest * room / balance(largest, room)),
         Limit(name="index_ranges", rule=f"an index range of increasing values takes about "
-              f"{INDEX_RANGE_WRITES:.0f} writes/s; (stripe, updated_at) has 16 x P ranges",
+              f"{INDEX_RANGE_WRITES:.0f} writes/s; (stripe, updated_at) has 16 P ranges up to "
+              f"P = 16, {WIDE_SPREAD} P past it",
               max_increments_per_s=INDEX_RANGE_WRITES * design.index_ranges(largest)),
         Limit(name="in_values", rule=f"`in` takes at most {IN_VALUES} values: a tick's change "
-              f"query reads 16 stripes (17 past P = 16) in one query, a sweep "
+              f"query reads 16 stripes (30 past P = 16) in one query, a sweep "
               f"{design.queries_per_sweep(1)} queries at P = 1 and "
               f"{design.queries_per_sweep(HOMES)} at P = {HOMES}"),
         Limit(name="queue_dispatch", rule=f"a queue dispatches at most {QUEUE_DISPATCHES:.0f} "

@@ -48,7 +48,8 @@ def test_the_mirrored_limits_are_the_codes() -> None:
     """HOMES, IN_VALUES and USAGE_WRITERS are those of partitions.py and cadence.py; the model's
     queries and index ranges are what the partitions read and write."""
     assert model.HOMES == partitions.HOMES
-    assert (model.BASE_HOMES, model.DEFAULT_MAX) == (partitions.BASE_HOMES, partitions.DEFAULT_MAX)
+    assert (model.BASE_HOMES, model.DEFAULT_MAX, model.WIDE_SPREAD) == (
+        partitions.BASE_HOMES, partitions.DEFAULT_MAX, partitions.WIDE_SPREAD)
     assert model.HOUSEKEPT_HERE == cadence.HOUSEKEPT_HERE
     assert WIDE.choices == partitions.CHOICES
     for p in partitions.CHOICES:
@@ -127,7 +128,7 @@ def test_a_million_increments_a_second_fit_the_index_at_128() -> None:
 
 def test_each_limit_says_where_it_binds() -> None:
     """As shipped: 16 partitions, 128,000 shard writes a second (500 x 16 ranges x 16), one query a
-    tick; at 128, 1,024,000, still one query a tick."""
+    tick; at 128, 1,856,000 (500 x 29 ranges x 128), still one query a tick."""
     found = {limit.name: limit for limit in model.limits(DEPLOYED, TODAY)}
     assert set(found) == {"holder", "tick_functions", "index_ranges", "in_values",
                           "queue_dispatch", "schedule_60s", "document_writes"}
@@ -138,7 +139,7 @@ def test_each_limit_says_where_it_binds() -> None:
     assert holder is not None and found["tick_functions"].max_changed_per_s is not None
     assert holder < found["tick_functions"].max_changed_per_s < 16 * holder
     wide = {limit.name: limit for limit in model.limits(model.deployed(MEASURED, WIDE), WIDE)}
-    assert wide["index_ranges"].max_increments_per_s == 1_024_000
+    assert wide["index_ranges"].max_increments_per_s == 1_856_000
     assert Design.queries_per_tick(128) == 1
     assert Design.queries_per_sweep(1) == 9  # 256 stripes of every P (docs: "9 queries")
 

@@ -52,16 +52,18 @@ def test_a_tag_has_one_home_whatever_names_it() -> None:
 
 @pytest.mark.parametrize("count", CHOICES)
 def test_the_partitions_of_p_split_the_stripes_into_one_query_each(count: int) -> None:
-    """Each partition reads 16 stripes, one `in` filter; together they read every stripe a
-    writer that knows P picks, once; the index has 16 P ranges."""
+    """Each partition reads 16 stripes (29 past P = 16, 30 with a P = 1 writer's), one `in`
+    filter; together they read every stripe a writer that knows P picks, once; the index has
+    16 P ranges (29 P past 16)."""
     seen: list[int] = []
+    spread = BASE_HOMES if count <= BASE_HOMES else partitions.WIDE_SPREAD
     for part in partitions.parts(count):
         stripes = part.stripes_of(count)
-        assert len(stripes) == BASE_HOMES and len(partitions.chunks(stripes)) == 1
+        assert len(stripes) == spread and len(partitions.chunks(part.ticks())) == 1
         seen += stripes
     rng = random.Random(1)
-    picked = {partitions.stripe(home, count, rng) for home in range(HOMES) for _ in range(400)}
-    assert sorted(seen) == sorted(picked) == list(range(BASE_HOMES * count))
+    picked = {partitions.stripe(home, count, rng) for home in range(HOMES) for _ in range(600)}
+    assert sorted(seen) == sorted(picked) == list(range(spread * count))
 
 
 @pytest.mark.parametrize("count", CHOICES)
@@ -103,14 +105,14 @@ def test_after_a_change_a_partition_also_reads_the_old_spread() -> None:
 
 
 def test_past_16_a_partition_reads_one_residue() -> None:
-    """P = 128: partition p reads home p's 16 spreads; a sweep that reads every P up to 128 reads
+    """P = 128: partition p reads home p's 29 spreads; a sweep that reads every P up to 128 reads
     its residue at each resolution."""
     part = Part(128, 37)
-    assert part.stripes_of(128) == [37 + 128 * r for r in range(16)]
+    assert part.stripes_of(128) == [37 + 128 * r for r in range(29)]
     assert part.stripes_of(16) == [5 + 16 * r for r in range(16)]
     assert part.ticks() == sorted([5, *part.stripes_of(128)])  # and a writer's that took P = 1
-    # Its residue at each resolution (16 at 16, 8 more at each of 32, 64 and 128): two queries.
-    assert len(part.reads(128)) == 40 and len(partitions.chunks(part.reads(128))) == 2
+    # Its residue at each resolution (16 at 16; 21, 15 and 14 more at 32, 64 and 128).
+    assert len(part.reads(128)) == 66 and len(partitions.chunks(part.reads(128))) == 3
     assert part.tag_homes() == [] and Part(128, 5).tag_homes() == [5]
 
 
@@ -293,7 +295,7 @@ def test_past_16_partitions_the_scheduled_run_hands_housekeeping_to_their_queues
 
 def test_a_sweep_reads_a_wider_ps_stripes_for_an_hour_after_the_change() -> None:
     """After 128 -> 1: a sweep whose reach starts within WIDE_SWEEP_S of `narrow_at` reads every
-    stripe of every P up to 128 (69 queries), however late it runs; a later one those up to 16
+    stripe of every P up to 128 (124 queries), however late it runs; a later one those up to 16
     (9 queries); a tick, once narrowed, its own 16."""
     narrow_at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     fake = SimpleNamespace(
@@ -303,7 +305,7 @@ def test_a_sweep_reads_a_wider_ps_stripes_for_an_hour_after_the_change() -> None
     hour = dt.timedelta(seconds=partitions.WIDE_SWEEP_S)
     late = narrow_at + 3 * hour
     wide = Rollup.stripes(fake, narrow_at + hour / 2, late, sweep=True)  # type: ignore[arg-type]
-    assert wide == list(range(2048)) and len(partitions.chunks(wide)) == 69
+    assert wide == list(range(128 * 29)) and len(partitions.chunks(wide)) == 124
     later = Rollup.stripes(fake, narrow_at + 2 * hour, late, sweep=True)  # type: ignore[arg-type]
     assert later == list(range(256)) and len(partitions.chunks(later)) == 9
     tick = Rollup.stripes(fake, narrow_at + 2 * hour, late, sweep=False)  # type: ignore[arg-type]

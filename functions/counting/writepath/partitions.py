@@ -4,10 +4,11 @@ watermark and tick tasks, so the rollup's capacity grows with P (docs/architectu
 
 Every counter has a home, a hash in 0..HOMES-1 (128); partition p of P owns the counters whose
 home is p mod P. A shard write carries a stripe that names its home at the writer's resolution
-R = max(16, P), spread over min(P, 16) index ranges: `stripe = home mod R + R * r`, r random below
-the spread. A partition's change query is `stripe in [its stripes]` on the `(stripe, updated_at)`
-index: R / P residues times the spread, 16 values whatever P is, one query; the index has 16 P
-ranges, each taking about 500 writes/s for values that increase in time. Up to P = 16 the
+R = max(16, P), spread over index ranges: `stripe = home mod R + R * r`, r random below the
+spread (P up to 16, then WIDE_SPREAD). A partition's change query is `stripe in [its stripes]`
+on the `(stripe, updated_at)` index: R / P residues times the spread, 16 values up to P = 16 and
+30 past it (with a P = 1 writer's stripe), one query; the index has 16 P ranges up to P = 16 and
+29 P past it, each taking about 500 writes/s for values that increase in time. Up to P = 16 the
 stripes are those of the first design (16 homes, P spreads), so its data reads the same.
 
 Trending tags live at the first 16 homes only (`tag_home`): their buckets' `spread` and their
@@ -41,6 +42,10 @@ HOMES = 128
 CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)  # powers of two up to HOMES: each gets HOMES / P homes
 # The first design's homes: the stripes' resolution up to P = 16, and every trending tag's home.
 BASE_HOMES = 16
+# Past P = 16 a partition owns one residue, spread over this many index ranges: with the stripe
+# of a writer that took P = 1 (`Part.ticks`), as many values as one `in` filter takes. The index
+# then takes 29 x 500 writes/s per partition: 1,856,000 at P = 128, twice a million increments.
+WIDE_SPREAD = 29
 # The tick functions a deploy makes, one per partition index: P can be set up to this
 # (functions/.env; each function costs nothing while P leaves it unused).
 MAX_ENV = "ROLLUP_PARTITIONS_MAX"
@@ -67,8 +72,9 @@ def resolution(count: int) -> int:
 
 
 def spread_of(count: int) -> int:
-    """The index ranges per residue a writer that knows P = count spreads its writes over."""
-    return min(count, BASE_HOMES)
+    """The index ranges per residue a writer that knows P = count spreads its writes over: P up
+    to 16 (the first design's), then WIDE_SPREAD."""
+    return count if count <= BASE_HOMES else WIDE_SPREAD
 
 
 def deployed_max(env: Mapping[str, str]) -> int:
