@@ -44,7 +44,8 @@ from typing import Any
 
 import cost_model
 from cost_examples import CALLABLE_S
-from counting.foundation import config
+from counting.foundation import config, kinds
+from counting.rollup import ledger
 from counting.rollup.ledger import IDLE_TICKS_KEPT
 from counting.writepath import autoscale
 
@@ -57,6 +58,8 @@ DEFAULT_MAX = 16  # partitions.DEFAULT_MAX: the tick functions a deploy makes as
 HOUSEKEPT_HERE = 16  # cadence.HOUSEKEPT_HERE: the scheduled run ticks these; tasks the rest
 IN_VALUES = 30  # partitions.IN_VALUES: values an `in` filter takes
 USAGE_WRITERS = 8  # cadence.USAGE_WRITERS: partitions that flush the usage every usage_flush_s
+# A holder reads at most this many documents of counters it has not met in a tick.
+DOCUMENT_LOADS_PER_TICK = ledger.DOCUMENT_LOADS_PER_TICK
 
 # The platform's limits (docs/architecture.md, "Capacity").
 INDEX_RANGE_WRITES = 500.0  # writes/s an index range of increasing values takes
@@ -470,11 +473,26 @@ def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Predict
         bill=bill, month_usd=sum(bill.values()))
 
 
-def first_meeting_reads(counters: int, shards_per_counter: int = 1) -> int:
-    """Reads of a holder meeting `counters` for the first time, at least: each changed shard from
-    the change query, the counter's document and its memory. A change query that returns a
-    shard again (the 0.5 s overlap, a deferred counter's reach) reads it again."""
-    return counters * (shards_per_counter + 2)
+def first_meeting_reads(counters: int, partitions: int = 1, *,
+                        shards_per_counter: int = 1) -> int:
+    """Reads of P fresh holders (a handover, a change of P, the partitions' first start) meeting
+    `counters` for the first time, all of them in each holder's first tick: each changed shard,
+    returned by the change query, the counter's document and its memory. At most
+    ledger.DOCUMENT_LOADS_PER_TICK a partition: past it, the rest are read whole,
+    FIRST_LOADS_PER_TICK a tick, over later ticks.
+
+    Beside them, each first tick reads its lease and runs the trends' expiry query of each window
+    (once a minute); the trends step of a fresh holder after a change of P reads the scopes
+    (`republish` on partition 0, a first index elsewhere), partition 0 the P - 1 other indexes,
+    every other partition its own index: 6 P - 2 reads in all (4 at P = 1). No trend is written
+    here: no bucket is read."""
+    if counters > partitions * DOCUMENT_LOADS_PER_TICK:
+        raise ValueError(f"{counters} counters on {partitions} partitions: more than "
+                         f"{DOCUMENT_LOADS_PER_TICK} a partition are deferred to whole reads")
+    met = counters * (shards_per_counter + 2)
+    leases_and_expiry = partitions * (1 + len(kinds.WINDOWS))
+    trend_parts = 1 + (partitions - 1) + 2 * (partitions - 1)  # scopes, indexes; index, scopes
+    return met + leases_and_expiry + trend_parts
 
 
 # -- checked against this machine --

@@ -12,7 +12,9 @@ domain write path ends in (the waker of the writer's context). Only the public p
 repartition.change/home_of/parts), so that the rollup's internals may change under the benchmark.
 
 Sizes come from the environment (SCALE_COUNTERS, SCALE_DISTINCT, SCALE_LAG_S, SCALE_RATE); the
-figures say which were used.
+figures say which were used. SCALE_PARTS (a comma-separated subset of PARTS) runs some parts alone;
+their figures replace those of the same parts in the saved bench/results/scale.json, whose other
+parts are kept.
 """
 
 from __future__ import annotations
@@ -50,13 +52,21 @@ from google.cloud import firestore
 NAMES = Names()  # the collection ids of the default placement, which these run on
 
 COUNTERS = int(os.environ.get("SCALE_COUNTERS", 4000))  # of the capacity runs
-DISTINCT = int(os.environ.get("SCALE_DISTINCT", 10_000))
-SCALED_DOWN = (
-    "distinct_counters: 10,000 counters, not the issue's 50,000. At 50,000 the Firestore emulator "
-    "(which evaluates the rollup's change query by scanning the shards and keeps every version "
-    "in memory) slowed to about one request a second with four holders ticking, and a lone "
-    "change query did not return within 100 s; the drain grows faster than linearly with the "
-    "counters there.")
+DISTINCT = int(os.environ.get("SCALE_DISTINCT", 50_000))  # of the first meeting
+# The first meeting's partitions: every partition meets its share of the burst in its first tick,
+# which reads at most DOCUMENT_LOADS_PER_TICK (5,000) documents of counters it has not met and
+# defers the others to whole reads, FIRST_LOADS_PER_TICK (200) a tick. At P = 4, 50,000 counters
+# are 12,500 a partition: 38 ticks of catch-up, a minute each on the emulator (below). At P = 16
+# they are about 3,125 a partition: one tick.
+FIRST_MEETING_P = int(os.environ.get("SCALE_FIRST_MEETING_P", 16))
+# The emulator answers a change query by building, for each value of its `in` filter, a sorted
+# table of every document of the collection group (FirestoreEmulatorQueryExecutor.
+# materializeIndexTable), whatever the query returns: 16 x about 0.9 s of CPU at 50,000 shards.
+# P holders pay that each tick, so a round of ticks at P = 16 takes minutes here (production reads
+# an index: a query costs what it returns).
+FIRST_MEETING_TIMEOUT_S = 3600.0
+SCALED_DOWN = ""
+PARTS = ("capacity", "lag", "first_meeting")
 LAG_S = float(os.environ.get("SCALE_LAG_S", 30))
 RATE = int(os.environ.get("SCALE_RATE", 1000))  # distinct counters a second, in the lag run
 LAG_COUNTERS = 3 * RATE  # each changed every 3 s on average: warm, and distinct within a second
@@ -76,7 +86,8 @@ LAG_BATCHES_PER_S = 40  # 1,000 a second: 25 distinct counters a commit, every 2
 WRITE_THREADS = 8
 CREATE_THREADS = 32
 DRAIN_TIMEOUT_S = 300.0
-ANSWER_TIMEOUT_S = 120.0  # a holder process that does not answer a command by then is stuck
+ANSWER_TIMEOUT_S = 600.0  # a holder process that does not answer a command by then is stuck
+STOP_JOIN_S = 60.0
 
 
 # -- holders, each in a process of its own --
@@ -86,7 +97,7 @@ def tick_record(stats: TickStats) -> dict[str, Any]:
     """What a holder process reports of one tick (picklable)."""
     return {"as_of": stats.as_of.timestamp(), "end": time.time(), "seconds": stats.seconds,
             "changed": stats.changed_counters, "written": stats.written, "owed": stats.owed,
-            "problems": list(stats.problems)}
+            "reads": stats.usage.reads, "problems": list(stats.problems)}
 
 
 def serve(conn: Connection, project: str, count: int, index: int) -> None:
@@ -127,7 +138,7 @@ def serve(conn: Connection, project: str, count: int, index: int) -> None:
         elif command == "stop":
             stop.set()
             if looping is not None:
-                looping.join(ANSWER_TIMEOUT_S / 2)
+                looping.join(STOP_JOIN_S)  # a tick under way may take long: not waited for
             conn.send({"ticks": list(ticks), "cpu": time.process_time() - cpu_at_start})
         elif command == "close":
             if holder is not None:
@@ -566,38 +577,56 @@ def balance(changed: list[int]) -> float:
     return max(changed) / statistics.mean(changed)
 
 
-# -- 50,000 distinct counters --
+# -- 50,000 distinct counters met for the first time --
 
 
-def distinct_run() -> dict[str, Any]:
-    """DISTINCT counters, each changed once as fast as the write path goes, while P =
-    BALANCE_P holders loop; drain_s is from the last commit to the end of the last tick that
-    published a count."""
+def first_meeting_run() -> dict[str, Any]:
+    """DISTINCT counters, each changed once as fast as the write path goes, then met for the
+    first time by P = FIRST_MEETING_P holders that start looping once the burst is written (as
+    partitions woken by its seconds, or successors after a handover): each holder's first tick
+    reads the whole burst. drain_s is from the last commit to the end of the last tick that
+    published a count; `reads` are the holders' billed reads (TickStats.usage) up to each one's
+    first tick at or after the last commit that owes nothing, against the capacity model's."""
     db = own_db()
     names, create_s = create(db, DISTINCT)
-    repartition.change(db, NAMES, BALANCE_P, known=partitions.Known())
+    count = FIRST_MEETING_P
+    repartition.change(db, NAMES, count, known=partitions.Known())
     with writer_of(db) as writer:
         prime_s = writer.prime(names)
-        with holders_of(db.project, BALANCE_P) as holders:
-            holders.ask("loop")
+        with holders_of(db.project, count) as holders:  # their processes start meanwhile
             began = time.time()
             writes = writer.write(random.Random(3).sample(names, len(names)))
             write_s = time.time() - began
             last_commit = max(at for at, _ in writes)
-            drained = wait_drained(holders, last_commit)
+            holders.ask("loop")
+            looping_at = time.time()
+            drained = wait_drained(holders, last_commit, timeout_s=FIRST_MEETING_TIMEOUT_S)
             stopped = holders.ask("stop")
         check = exactness(db, writer.sent, names)
     clear(db.project)
     ticks = [result["ticks"] for result in stopped]
     published = sorted((t["end"], t["written"]) for mine in ticks for t in mine if t["written"])
     last_publish = published[-1][0] if published else None
+    # Each holder's ticks up to the first that had taken in the whole burst.
+    meeting = [mine[:next((i + 1 for i, t in enumerate(mine)
+                           if t["as_of"] >= last_commit and t["owed"] == 0), len(mine))]
+               for mine in ticks]
+    reads = sum(t["reads"] for mine in meeting for t in mine)
+    meeting_ticks = sum(len(mine) for mine in meeting)
+    predicted = capacity_model.first_meeting_reads(DISTINCT, count, shards_per_counter=SHARDS)
     return {
-        "counters": DISTINCT, "partitions": BALANCE_P, "create_s": create_s,
-        "config_prime_s": prime_s, "write_s": write_s, "writes_per_s": DISTINCT / write_s,
+        "counters": DISTINCT, "partitions": count, "shards_per_counter": SHARDS,
+        "create_s": create_s, "config_prime_s": prime_s, "write_s": write_s,
+        "writes_per_s": DISTINCT / write_s,
+        "loop_after_last_commit_s": looping_at - last_commit,
         "drain_s": None if last_publish is None else last_publish - last_commit,
         "drained": all(ticks and ticks[-1]["as_of"] >= last_commit and ticks[-1]["owed"] == 0
                        for ticks in drained),
         "exact": check["exact"], "check": check,
+        "reads": reads, "reads_predicted": predicted,
+        "reads_ratio": reads / predicted if predicted else None,
+        "meeting_ticks": meeting_ticks,  # the model's: one a holder
+        "reads_per_meeting_tick": [[t["reads"] for t in mine] for mine in meeting],
         "ticks": sum(len(mine) for mine in ticks),
         "tick_s_max": max(t["seconds"] for mine in ticks for t in mine),
         "changed_per_partition": [sum(t["changed"] for t in mine) for mine in ticks],
@@ -607,38 +636,78 @@ def distinct_run() -> dict[str, Any]:
     }
 
 
+def parts_to_run() -> tuple[str, ...]:
+    """SCALE_PARTS: the parts to run (all of PARTS unless told)."""
+    chosen = tuple(part.strip() for part in os.environ.get("SCALE_PARTS", "").split(",")
+                   if part.strip()) or PARTS
+    unknown = set(chosen) - set(PARTS)
+    if unknown:
+        raise SystemExit(f"SCALE_PARTS: unknown {sorted(unknown)}; parts are {', '.join(PARTS)}")
+    return chosen
+
+
+def saved() -> dict[str, Any]:
+    """The figures bench/results/scale.json holds (what a partial run keeps of the others)."""
+    path = os.path.join(os.path.dirname(__file__), "results", "scale.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as file:
+        figures: dict[str, Any] = json.load(file)
+    for key in ("when", "machine"):
+        figures.pop(key, None)
+    figures.pop("distinct_counters", None)  # the first meeting's earlier name
+    return figures
+
+
 def run() -> dict[str, Any]:
+    """The parts SCALE_PARTS names (all unless told); a partial run keeps the saved figures of
+    the other parts (`saved`), and its series holds only its own parts'."""
+    chosen = parts_to_run()
+    figures: dict[str, Any] = {} if chosen == PARTS else saved()
+    series: dict[str, Any] = {}
+    run_s: dict[str, float] = dict(figures.get("run_s_by_part") or {})
+    balances: dict[str, Any] = {"target": 1.25, **(figures.get("balance") or {})}
+    for stale in ("distinct_run", "distinct_run_max_over_mean"):  # the first meeting's old names
+        balances.pop(stale, None)
     began = time.monotonic()
-    print(f"== scale: capacity, {COUNTERS:,} counters, P = {PARTITIONS}", flush=True)
-    per_holder, by_partitions = capacity_runs()
-    print(json.dumps(by_partitions, indent=1), flush=True)  # in the log, should a later part fail
-    print(f"== scale: lag, {RATE}/s for {LAG_S:.0f} s, P = {BALANCE_P}", flush=True)
-    lag = lag_run()
-    print(json.dumps({k: v for k, v in lag.items() if k != "lags_s"}, indent=1), flush=True)
-    print(f"== scale: {DISTINCT:,} distinct counters, P = {BALANCE_P}", flush=True)
-    distinct = distinct_run()
-    lags = lag.pop("lags_s")
-    published, committed = distinct.pop("published"), distinct.pop("committed")
-    figures: dict[str, Any] = {
-        "capacity_per_holder": per_holder,
-        "capacity_by_partitions": by_partitions,
-        "balance_max_over_mean": balance(lag["changed_per_partition"]),
-        "balance": {"lag_run": lag["changed_per_partition"],
-                    "distinct_run": distinct["changed_per_partition"],
-                    "distinct_run_max_over_mean": balance(distinct["changed_per_partition"]),
-                    "target": 1.25},
-        "lag_p99_s": lag["lag_p99_s"],
-        "lag": lag,
-        "distinct_counters": distinct,
-        "sizes": {"counters": COUNTERS, "distinct": DISTINCT, "lag_s": LAG_S, "rate": RATE,
-                  "steps": list(STEPS), "repeats": REPEATS,
-                  "scaled_down": max(STEPS) > COUNTERS or DISTINCT < 50_000 or LAG_S < 30,
-                  "why": SCALED_DOWN},
-        "run_s": time.monotonic() - began,
-        "series": {"lags_s": lags, "published": published, "committed": committed},
-    }
+    if "capacity" in chosen:
+        print(f"== scale: capacity, {COUNTERS:,} counters, P = {PARTITIONS}", flush=True)
+        per_holder, by_partitions = capacity_runs()
+        print(json.dumps(by_partitions, indent=1), flush=True)  # in the log, should a later
+        # part fail
+        figures.update(capacity_per_holder=per_holder, capacity_by_partitions=by_partitions)
+        run_s["capacity"] = time.monotonic() - began
+    if "lag" in chosen:
+        part_began = time.monotonic()
+        print(f"== scale: lag, {RATE}/s for {LAG_S:.0f} s, P = {BALANCE_P}", flush=True)
+        lag = lag_run()
+        series["lags_s"] = lag.pop("lags_s")
+        print(json.dumps(lag, indent=1), flush=True)
+        figures.update(lag=lag, lag_p99_s=lag["lag_p99_s"],
+                       balance_max_over_mean=balance(lag["changed_per_partition"]))
+        balances["lag_run"] = lag["changed_per_partition"]
+        run_s["lag"] = time.monotonic() - part_began
+    if "first_meeting" in chosen:
+        part_began = time.monotonic()
+        print(f"== scale: first meeting, {DISTINCT:,} counters, P = {FIRST_MEETING_P}",
+              flush=True)
+        meeting = first_meeting_run()
+        series["published"], series["committed"] = meeting.pop("published"), \
+            meeting.pop("committed")
+        figures["first_meeting"] = meeting
+        balances["first_meeting"] = meeting["changed_per_partition"]
+        balances["first_meeting_max_over_mean"] = balance(meeting["changed_per_partition"])
+        run_s["first_meeting"] = time.monotonic() - part_began
+    sizes = {**(figures.get("sizes") or {}), "counters": COUNTERS, "lag_s": LAG_S, "rate": RATE,
+             "steps": list(STEPS), "repeats": REPEATS}
+    if "first_meeting" in chosen:
+        sizes.update(distinct=DISTINCT, first_meeting_partitions=FIRST_MEETING_P)
+    sizes["scaled_down"] = (max(STEPS) > COUNTERS or sizes.get("distinct", DISTINCT) < 50_000
+                            or LAG_S < 30)
+    sizes["why"] = SCALED_DOWN
+    figures.update(balance=balances, sizes=sizes, parts_run=list(chosen),
+                   run_s=time.monotonic() - began, run_s_by_part=run_s, series=series)
     # The capacity model's predictions beside the measured points (bench/capacity_model.py).
     figures["model"] = {"capacity": capacity_model.compare(figures),
                         "lag": capacity_model.compare_lag(figures)}
     return figures
-

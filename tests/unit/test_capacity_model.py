@@ -16,7 +16,7 @@ import pytest
 from capacity_model import Design, Load, OpCosts
 from counting.rollup import cadence
 from counting.writepath import partitions
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,9 +180,37 @@ def test_a_deployed_tick_runs_the_holders_cpu_at_its_share_of_a_vcpu() -> None:
 
 
 def test_a_first_meeting_reads_each_changed_shard_the_document_and_the_memory() -> None:
-    """50,000 counters of one shard met for the first time: at least 150,000 reads."""
-    assert model.first_meeting_reads(50_000) == 150_000
-    assert model.first_meeting_reads(10, shards_per_counter=4) == 60
+    """50,000 counters of one shard met for the first time by 16 fresh holders: 150,000 reads,
+    and each first tick's lease, expiry queries and trend indexes (the scale benchmark's run
+    of 2,000 counters at P = 16 read 6,094)."""
+    assert model.first_meeting_reads(50_000, 16) == 150_000 + 6 * 16 - 2
+    assert model.first_meeting_reads(2_000, 16) == 6_094
+    assert model.first_meeting_reads(10, shards_per_counter=4) == 60 + 4
+    per_partition = model.DOCUMENT_LOADS_PER_TICK
+    assert model.first_meeting_reads(per_partition * 4, 4) == per_partition * 4 * 3 + 22
+    with pytest.raises(ValueError, match="deferred"):
+        model.first_meeting_reads(per_partition * 4 + 1, 4)
+
+
+@given(st.integers(0, 80_000), st.sampled_from(partitions.CHOICES), st.integers(1, 10))
+def test_first_meeting_reads_grow_with_the_counters_and_the_shards(
+        counters: int, count: int, shards: int) -> None:
+    """Each counter met costs its shards, its document and its memory; the rest is per
+    partition."""
+    assume(counters <= count * model.DOCUMENT_LOADS_PER_TICK)
+    reads = model.first_meeting_reads(counters, count, shards_per_counter=shards)
+    assert reads - model.first_meeting_reads(0, count) == counters * (shards + 2)
+
+
+def test_the_saved_first_meeting_read_what_the_model_predicts() -> None:
+    """The scale benchmark's first meeting (bench/results/scale.json): every count exact, one
+    tick a holder, and its reads the model's to the read."""
+    meeting = SCALE["first_meeting"]
+    assert meeting["exact"] and meeting["drained"]
+    assert meeting["meeting_ticks"] == meeting["partitions"]
+    assert meeting["reads"] == meeting["reads_predicted"] == model.first_meeting_reads(
+        meeting["counters"], meeting["partitions"],
+        shards_per_counter=meeting["shards_per_counter"])
 
 
 def test_a_load_is_consistent() -> None:
