@@ -481,18 +481,21 @@ def first_meeting_reads(counters: int, partitions: int = 1, *,
     ledger.DOCUMENT_LOADS_PER_TICK a partition: past it, the rest are read whole,
     FIRST_LOADS_PER_TICK a tick, over later ticks.
 
-    Beside them, each first tick reads its lease and runs the trends' expiry query of each window
-    (once a minute); the trends step of a fresh holder after a change of P reads the scopes
-    (`republish` on partition 0, a first index elsewhere), partition 0 the P - 1 other indexes,
-    every other partition its own index: 6 P - 2 reads in all (4 at P = 1). No trend is written
-    here: no bucket is read."""
+    Beside them, each first tick reads its lease. The T = min(P, BASE_HOMES) partitions with
+    trending tags also run the trends' expiry query of each window (once a minute), and their
+    trends step after a change of P reads the scopes (`republish` on partition 0, a first index
+    elsewhere), partition 0 the T - 1 other indexes, every other one its own index: P + T (W + 3)
+    - 2 reads for W windows (6 P - 2 up to P = 16). No trend is written here: no bucket is read.
+    Not counted: a first tick is a sweep, and below P = 16 its query of the stripes of every P is
+    several `in` queries, of which one that finds nothing bills a read."""
     if counters > partitions * DOCUMENT_LOADS_PER_TICK:
         raise ValueError(f"{counters} counters on {partitions} partitions: more than "
                          f"{DOCUMENT_LOADS_PER_TICK} a partition are deferred to whole reads")
     met = counters * (shards_per_counter + 2)
-    leases_and_expiry = partitions * (1 + len(kinds.WINDOWS))
-    trend_parts = 1 + (partitions - 1) + 2 * (partitions - 1)  # scopes, indexes; index, scopes
-    return met + leases_and_expiry + trend_parts
+    trending = min(partitions, BASE_HOMES)
+    expiry = trending * len(kinds.WINDOWS)
+    trend_parts = 1 + (trending - 1) + 2 * (trending - 1)  # scopes, indexes; index, scopes
+    return met + partitions + expiry + trend_parts
 
 
 # -- checked against this machine --

@@ -188,6 +188,8 @@ def test_a_first_meeting_reads_each_changed_shard_the_document_and_the_memory() 
     assert model.first_meeting_reads(10, shards_per_counter=4) == 60 + 4
     per_partition = model.DOCUMENT_LOADS_PER_TICK
     assert model.first_meeting_reads(per_partition * 4, 4) == per_partition * 4 * 3 + 22
+    # Past 16 partitions, the others have no trending tags: a lease each.
+    assert model.first_meeting_reads(0, 128) == model.first_meeting_reads(0, 16) + 112
     with pytest.raises(ValueError, match="deferred"):
         model.first_meeting_reads(per_partition * 4 + 1, 4)
 
