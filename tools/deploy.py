@@ -2,8 +2,8 @@
 
 1. The runtime service account into functions/.env.<project> (RUNTIME_SERVICE_ACCOUNT, the
    project's default compute account): the deploy manifest names it as the invoker of every
-   tick function (`rolluptick`, `rolluptick1` ... `rolluptick15`, one per partition index of the
-   rollup: handlers/task_queues.py), and firebase-tools reads the value there.
+   tick function (`rolluptick`, `rolluptick1` ..., one per partition index of the rollup up to
+   ROLLUP_PARTITIONS_MAX: handlers/task_queues.py), and firebase-tools reads the value there.
 2. Rules and indexes (and TTL policies): the rollup's and Top-K's queries fail in production
    until their composite indexes exist, and the new callables expect the new rules.
 3. Functions: the callables, the scheduled rollup and the tick functions, each with its own task

@@ -6,8 +6,8 @@ process group of its own and kill the whole group on the way out, because the Py
 workers outlive `firebase emulators:*` otherwise.
 
 The rollup runs only as deployed: the Functions emulator serves `rollup` and the tick functions
-(`rolluptick`, `rolluptick1` ... `rolluptick15`, one per partition index), the Cloud Tasks
-emulator dispatches them (one task per second written in, per partition), and
+(`rolluptick`, `rolluptick1` ... `rolluptick31`, one per partition index: functions/.env.local),
+the Cloud Tasks emulator dispatches them (one task per second written in, per partition), and
 `tools/scheduler.py` fires `rollup` every minute as Cloud Scheduler would (the emulator never
 fires scheduled functions). Ports and the project id come from firebase.json and .firebaserc.
 

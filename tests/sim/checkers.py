@@ -649,6 +649,9 @@ class Fencing:
 
 
 TOUCHED = {"updated_at", "stripe"}  # the fields a writer's touch of a shard writes
+# Every partition's lease document -> the partition.
+LEASES = {(config.INTERNAL, part.lease_id): part
+          for count in partitions.CHOICES for part in partitions.parts(count)}
 
 
 class Promptness:
@@ -658,13 +661,21 @@ class Promptness:
         """For each shard state that is due (see the module's docstring), the first change
         query reading its stripe at or after it became due, while it was still the shard's
         latest state, returns it."""
-        queries: dict[int, list[tuple[int, int]]] = defaultdict(list)  # stripe -> (read, since)
+        # stripe -> (read, since, the partitions whose lease named the query's owner then)
+        queries: dict[int, list[tuple[int, int, tuple[partitions.Part, ...]]]] = defaultdict(list)
+        leases = {LEASES[path]: ([v.commit_us for v in versions],
+                                 [(v.data or {}).get("owner") for v in versions])
+                  for path, versions in run.model.docs.items() if path in LEASES}
         for query in run.model.change_queries:
             since = us_of(query.since)
+            held = tuple(part for part, (commits, owners) in leases.items()
+                         if query.owner is not None
+                         and (at := bisect.bisect_right(commits, query.read_us)) > 0
+                         and owners[at - 1] == query.owner)
             for stripe in query.stripes:
-                queries[stripe].append((query.read_us, since))
+                queries[stripe].append((query.read_us, since, held))
         for found in queries.values():
-            found.sort()
+            found.sort(key=lambda read: read[:2])
         overlap = micros(config.CHANGE_OVERLAP_S)
         straddle = micros(config.SHARD_TOUCH_AFTER_S)
         late: list[Finding] = []
@@ -678,16 +689,20 @@ class Promptness:
                 stamp = us_of(data["updated_at"])
                 due = self._due(run, path, version.commit_us, stamp, version.origin, overlap,
                                 straddle)
+                home = partitions.tag_home_of_hex(path[1]) if path[0] == config.TREND_MINUTES \
+                    else partitions.home_of(path[1])
                 reads = queries.get(int(data["stripe"]), [])
-                at = bisect.bisect_left(reads, (due, -1)) if due is not None else len(reads)
-                if at == len(reads):
+                at = bisect.bisect_left(reads, (due, -1), key=lambda read: read[:2]) \
+                    if due is not None else len(reads)
+                # The first such query of a partition that owns the shard's key: another
+                # partition's drops it.
+                first = next((r for r in reads[at:] if any(p.owns(home) for p in r[2])), None)
+                if first is None:
                     continue
-                read, since = reads[at]
+                read, since, _ = first
                 superseded = n + 1 < len(versions) and versions[n + 1].commit_us <= read
                 # A stripe that a P in between does not read in its ticks is another P's: once
                 # narrowed, the sweep's (by design).
-                home = partitions.tag_home_of_hex(path[1]) if path[0] == config.TREND_MINUTES \
-                    else partitions.home_of(path[1])
                 older = any(int(data["stripe"]) not in partitions.Part(count, home % count).ticks()
                             for count in self._counts(run, version.commit_us, read))
                 if not superseded and not older and stamp <= since:

@@ -125,11 +125,12 @@ class Attempt:
 @dataclass(frozen=True, kw_only=True)
 class ChangeQuery:
     """A rollup change query as served: `stripe in stripes and updated_at > since`, read at
-    `read_us`."""
+    `read_us`, for the lease owner `owner` (its partition: the lease that names it)."""
 
     read_us: int
     stripes: frozenset[int]
     since: dt.datetime
+    owner: str | None = None
 
 
 class Model:
@@ -265,8 +266,9 @@ class Model:
         since = next((f.value for f in filters
                       if f.field_path == "updated_at" and f.op_string == ">"), None)
         if stripes is not None and since is not None:
-            self.change_queries.append(ChangeQuery(read_us=at_us, stripes=frozenset(stripes),
-                                                   since=since))
+            self.change_queries.append(ChangeQuery(
+                read_us=at_us, stripes=frozenset(stripes), since=since,
+                owner=getattr(self.sim.current(), "owner", None)))
 
     def candidates(self, base: Callable[[], set[Path]], collection_id: str,
                    filters: list[FieldFilter]) -> Callable[[], Iterable[Path]]:

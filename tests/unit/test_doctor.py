@@ -199,6 +199,12 @@ def test_an_installs_manifest_and_runtime_account_come_from_its_codebase(tmp_pat
     assert set(found.endpoints) == set(the_installs_endpoints())
     assert found.runtime_account == ACCOUNT
     assert found.deploy == "firebase deploy --only functions:counters"
+    # The sizes a deploy reads from the .env files: 32 tick functions of 2 GiB.
+    (codebase / f".env.{PROJECT}").write_text(
+        f"RUNTIME_SERVICE_ACCOUNT={ACCOUNT}\nROLLUP_PARTITIONS_MAX=32\nROLLUP_TICK_MB=2048\n")
+    wide = doctor.expected_of(codebase, INSTALL, PROJECT).endpoints
+    assert wide is not None and len(wide) == len(found.endpoints) + 16
+    assert wide["counters-rolluptick31"]["availableMemoryMb"] == 2048
     (codebase / config.PLACEMENT_FILE).unlink()
     refused = doctor.expected_of(codebase, INSTALL, PROJECT)
     assert refused.endpoints is None and "does not load" in refused.no_manifest

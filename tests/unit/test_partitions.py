@@ -9,7 +9,9 @@ import dataclasses
 import datetime as dt
 import logging
 import random
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
@@ -225,6 +227,26 @@ def test_a_change_to_the_current_p_changes_nothing() -> None:
         repartition.change(world.db, NAMES, 3, known=known)
 
 
+def test_two_changes_in_a_row_keep_the_first_ps_stripes_for_the_sweeps() -> None:
+    """128 -> 16, then 16 -> 8 a minute later: a writer that still knew 128 at the first change
+    may commit minutes late (MAX_REQUEST_S), after the second. The new leases keep the spread
+    of 128 while the first change's sweeps would still read it, so such a write is in the
+    stripes of its partition's sweeps; past WIDE_SWEEP_S a change drops it."""
+    world = World()
+    known = world.writing.known
+    repartition.change(world.db, NAMES, 128, known=known)
+    world.step(partitions.WIDE_SWEEP_S + 60)  # long past that change
+    assert repartition.change(world.db, NAMES, 16, known=known).spread == 128
+    world.step(60)
+    second = repartition.change(world.db, NAMES, 8, known=known)
+    assert second.spread == 128
+    home = 100
+    late = home % 128 + 128 * 5  # a writer that knew P = 128
+    assert late in Part(8, home % 8).reads(max(16, second.spread))
+    world.step(partitions.WIDE_SWEEP_S + 60)
+    assert repartition.change(world.db, NAMES, 4, known=known).spread == 8
+
+
 def test_a_task_of_a_retired_partition_wakes_the_current_ones(ctx: Context) -> None:
     """A task for a partition of the old P is answered, not retried: its writes belong to the
     new partitions, which it wakes for the same slot."""
@@ -245,6 +267,19 @@ def test_a_task_of_a_retired_partition_wakes_the_current_ones(ctx: Context) -> N
     run = holder.tick_slot(41)
     assert run.outcome == cadence.Outcome.RETIRED
     assert woken == [(Part(2, 0), 41), (Part(2, 1), 41)]
+
+
+def test_a_retired_partition_wakes_only_the_heirs_of_its_homes() -> None:
+    """From 16 to 128 a retired partition's homes went to 8 of the new ones; from 128 to 16 to
+    one; the one partition of 1 to all."""
+    assert Part(16, 3).heirs(128) == [Part(128, 3 + 16 * k) for k in range(8)]
+    assert Part(128, 35).heirs(16) == [Part(16, 3)]
+    assert WHOLE.heirs(4) == partitions.parts(4)
+    for old, new in ((16, 128), (128, 16), (4, 32)):
+        for part in partitions.parts(old):
+            heirs = part.heirs(new)
+            assert all(Part(new, home % new) in heirs for home in range(HOMES)
+                       if part.owns(home))
 
 
 def test_a_writer_that_cannot_read_p_takes_one() -> None:
@@ -310,3 +345,11 @@ def test_a_sweep_reads_a_wider_ps_stripes_for_an_hour_after_the_change() -> None
     assert later == list(range(256)) and len(partitions.chunks(later)) == 9
     tick = Rollup.stripes(fake, narrow_at + 2 * hour, late, sweep=False)  # type: ignore[arg-type]
     assert tick == list(range(16))
+
+
+def test_the_dashboard_knows_every_p() -> None:
+    """web/src/health.js takes a P it does not list for 1, and would watch a retired lease."""
+    source = (Path(__file__).resolve().parents[2] / "web/src/health.js").read_text()
+    listed = re.search(r"const CHOICES = \[([\d, ]+)\];", source)
+    assert listed is not None
+    assert tuple(int(n) for n in listed[1].split(",")) == CHOICES

@@ -594,16 +594,18 @@ def report(findings: list[Finding], echo: Callable[[str], None]) -> bool:
 # --- the codebase ------------------------------------------------------------------------------
 
 
-def manifest(codebase: Path) -> Json:
-    """The codebase's deploy manifest, built as a deploy builds it (its venv, its folder)."""
+def manifest(codebase: Path, variables: Mapping[str, str] | None = None) -> Json:
+    """The codebase's deploy manifest, built as a deploy builds it (its venv, its folder, and
+    the `variables` of its .env files, which firebase-tools hands the code it loads)."""
     python = codebase / "venv" / "bin" / "python"
     if not python.exists():
         raise click.ClickException(
             f"{python} not found: firebase-tools loads the codebase from its venv, to deploy "
             f"and in the emulators, and git does not carry it (a clone makes its own): in "
             f"{codebase.parent}, {install.venv_command(codebase.name)}")
-    env = {k: v for k, v in os.environ.items() if k not in ("FUNCTIONS_EMULATOR",
-                                                             "FUNCTION_TARGET")}
+    env = {**{k: v for k, v in os.environ.items() if k not in ("FUNCTIONS_EMULATOR",
+                                                                "FUNCTION_TARGET")},
+           **(variables or {})}
     done = subprocess.run([str(python), "-c", MANIFEST_SCRIPT], cwd=codebase, env=env,
                           capture_output=True, text=True, timeout=MANIFEST_TIMEOUT_S,
                           check=False)
@@ -626,7 +628,7 @@ def expected_of(codebase: Path | None, placement: config.Placement, project: str
     enforced = enforces_app_check(variables.get(ENFORCE_APP_CHECK))
     try:
         endpoints = {placement.function_id(name): endpoint
-                     for name, endpoint in manifest(codebase)["endpoints"].items()}
+                     for name, endpoint in manifest(codebase, variables)["endpoints"].items()}
     except click.ClickException as error:
         return Expected(placement=placement, endpoints=None, deploy=deploy,
                         no_manifest=f"no deploy manifest: {error.message}",

@@ -3,7 +3,7 @@
 // ops.js listens to the documents and shows the result; web/test/health.test.js checks it.
 
 // What internal/rollup_partitions may hold (functions/counting/writepath/partitions.py, CHOICES).
-const CHOICES = [1, 2, 4, 8, 16];
+const CHOICES = [1, 2, 4, 8, 16, 32, 64, 128];
 // No tick for this long and a partition looks stuck, as `counters status` says (ROLLUP_STALE_S).
 export const STALE_S = 150;
 

@@ -14,6 +14,7 @@ describe("which documents", () => {
   test("P is the configured count, 1 when absent or not a choice", () => {
     expect(partitionCount(undefined)).toBe(1);
     expect(partitionCount({ count: 4 })).toBe(4);
+    expect(partitionCount({ count: 128 })).toBe(128);
     expect(partitionCount({ count: 3 })).toBe(1);
   });
 

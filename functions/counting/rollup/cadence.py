@@ -228,14 +228,15 @@ class Holder:
             self._clock.sleep(self._timing.poll_s)
 
     def _wake_current(self, run: Invocation, slot: int | None) -> None:
-        """A retired partition's task: its writes belong to the current partitions now, which
-        start from where the retired ones were: wake them all for the slot."""
+        """A retired partition's task: its writes belong to the current partitions that own its
+        homes now (`Part.heirs`), which start from where the retired ones were: wake them for
+        the slot."""
         if self._enqueue is None:
             return
         count = partitions.read_count(self._db, self._writing.names)
         run.usage.reads += 1
         when = waking.slot_of(self._clock.now()) if slot is None else slot
-        for part in partitions.parts(count):
+        for part in self.part.heirs(count):
             run.tasks += int(self._enqueue(part, when))
 
     def _holder_seen(self) -> str:

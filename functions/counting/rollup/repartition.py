@@ -23,6 +23,7 @@ from counting.rollup import lease
 from counting.writepath.partitions import (
     CHOICES,
     NARROW_AFTER_S,
+    WIDE_SWEEP_S,
     Known,
     lease_ref,
     partitions_ref,
@@ -82,9 +83,12 @@ def _change_once(db: firestore.Client, names: Names, new: int) -> Changed:
     found = [lease.Record.of(snapshot.to_dict() or {}) for snapshot in olds]
     progress = lease.Progress(watermark=min(r.progress.watermark for r in found),
                               swept=min(r.progress.swept for r in found))
-    # Still within an earlier change's grace: keep reading that spread too.
+    # Still within an earlier change's grace (its ticks' until narrow_at, its sweeps' for
+    # WIDE_SWEEP_S after): keep reading that spread too, or a write of a P two changes back that
+    # lands late would be in no partition's stripes.
+    wide = dt.timedelta(seconds=WIDE_SWEEP_S)
     spread = max([before, new] + [r.partitioning.spread for r in found
-                                  if r.partitioning.narrow_at > instant])
+                                  if r.partitioning.narrow_at + wide > instant])
     changed = Changed(before=before, after=new, watermark=progress.watermark, spread=spread,
                       narrow_at=instant + dt.timedelta(seconds=NARROW_AFTER_S))
     if new == before:

@@ -155,6 +155,11 @@ class Part:
         could not read P and took 1 (`Known`; already among them up to P = 16)."""
         return sorted({*self.stripes_of(self.count), *self.stripes_of(1)})
 
+    def heirs(self, count: int) -> list[Part]:
+        """The partitions of P = count that own some of its homes (all of them from 1 of 1)."""
+        step = min(self.count, count)
+        return [part for part in parts(count) if part.index % step == self.index % step]
+
     def reads(self, widest: int) -> list[int]:
         """The stripes of what it owns from writers that know any P up to `widest`."""
         return sorted({stripe for writers in CHOICES if writers <= widest
