@@ -513,6 +513,7 @@ def compare(scale: dict[str, Any]) -> list[dict[str, Any]]:
     None was not measured."""
     one = measured_costs(scale)
     rows = []
+    reasons = scale["capacity_by_partitions"].get("not_measured", {})
     for key, measured in scale["capacity_by_partitions"]["aggregate_counters_per_s"].items():
         p = int(key)
         own = measured_costs(scale, p)
@@ -525,6 +526,7 @@ def compare(scale: dict[str, Any]) -> list[dict[str, Any]]:
         explained_ratio = explained[0] / seen if explained and seen else None
         rows.append({
             "partitions": p, "measured": seen,
+            "not_measured": None if seen else reasons.get(key, "saved as 0: not measured"),
             "predicted": predicted[0] if predicted else None,
             "bound": predicted[1] if predicted else None,
             "ratio": ratio, "within_20pct": within(ratio),
@@ -544,10 +546,11 @@ def compare_lag(scale: dict[str, Any]) -> dict[str, Any]:
     one = measured_costs(scale)
     predicted = SLOT_WAIT_P99_S + round_s(lag["offered_rate"], lag["partitions"], one) \
         if one else None
-    ratio = predicted / lag["lag_p99_s"] if predicted and lag["lag_p99_s"] else None
+    measured = lag.get("measured", True)
+    ratio = predicted / lag["lag_p99_s"] if measured and predicted and lag["lag_p99_s"] else None
     return {"partitions": lag["partitions"], "rate": lag["offered_rate"],
             "measured_p99_s": lag["lag_p99_s"], "predicted_p99_s": predicted, "ratio": ratio,
-            "within_20pct": within(ratio)}
+            "within_20pct": within(ratio), "not_measured": None if measured else lag["reason"]}
 
 
 # -- the table of docs/architecture.md ("Capacity") --

@@ -296,7 +296,9 @@ def plot_scale(results: dict[str, Any]) -> None:
     for count, run in results["capacity_by_partitions"]["runs"].items():
         steps = run["steps"]
         capacity.plot([row["k"] for row in steps], [row["tick_s"] for row in steps], marker="o",
-                      label=f"P = {count}: {run['capacity']['counters_per_s']:,.0f} counters/s")
+                      label=f"P = {count}: " + (
+                          "not measured" if run["capacity"]["counters_per_s"] is None
+                          else f"{run['capacity']['counters_per_s']:,.0f} counters/s"))
     capacity.axhline(scale_bench.TICK_LIMIT_S, color="red", linestyle="--", label="1 s")
     capacity.set(title="Warm tick, k changed counters (slowest of P holders, median of 3)",
                  xlabel="changed counters per tick", ylabel="seconds")
