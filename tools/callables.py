@@ -105,7 +105,10 @@ class Callables:
     session: requests.Session = field(default_factory=requests.Session)
 
     def call(self, name: str, **data: Any) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
+        # A new connection per call: the emulator's Node server closes a kept-alive connection
+        # after 5 s idle, and a call sent on one as it closes is reset before it is read (seen
+        # with 12 calls racing on connections idle through the checks between two races).
+        headers = {"Content-Type": "application/json", "Connection": "close"}
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
         reply = self.session.post(f"{self.base_url}/{name}", json={"data": data},
