@@ -73,6 +73,11 @@ LAG_COUNTERS = 3 * RATE  # each changed every 3 s on average: warm, and distinct
 STEPS = (0, 125, 250, 500, 1000, 2000, 4000)  # changed counters per tick (0: its fixed cost)
 REPEATS = 3  # ticks per step; the step's figure is their median
 PARTITIONS = (1, 2, 4)
+# The runs of PARTITIONS, in rounds of alternating order (1, 2, 4, 4, 2, 1, ...): this machine's
+# speed drifts by tens of percent within minutes, and the emulator slows as a run's writes add up,
+# so a point measured once, early or late, differs from the others by when it ran. Alternating
+# the order cancels a drift linear in time; each step's figures are the mean over the rounds.
+ROUNDS = int(os.environ.get("SCALE_ROUNDS", 2))
 # One shard per counter, and holders that measure rates but do not scale: a counter changed every
 # second would grow to 2 shards in the first ticks (two commits and a read, once per counter: the
 # autoscale benchmark's), and the emulator answers each change query by scanning every shard, so
@@ -359,11 +364,11 @@ def problems_of(ticks: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writer,
-                rng: random.Random) -> dict[str, Any]:
+                rng: random.Random, steps: list[int] | None = None) -> dict[str, Any]:
     """P = `count` holders, each ticking in its process: warm them (every counter changed once,
     ticks until none owes a first load), then per step k, REPEATS times: change k distinct
     counters, tick every holder at once and time them. Stops after the first step whose ticks
-    take TICK_LIMIT_S or more."""
+    take TICK_LIMIT_S or more, or runs exactly `steps` (a later round: the first round's)."""
     repartition.change(db, NAMES, count, known=writer.ctx.writing.known)
     warm_began = time.monotonic()
     rows: list[dict[str, Any]] = []
@@ -381,7 +386,7 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
                                        for r in results):
                 break
         warm_s = time.monotonic() - warm_began
-        for k in (k for k in STEPS if k <= len(names)):
+        for k in steps if steps is not None else (k for k in STEPS if k <= len(names)):
             reps: list[list[dict[str, Any]]] = []
             busy: list[float] = []
             ours: list[float] = []
@@ -419,7 +424,8 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
                   f"changed {rows[-1]['changed_counters']}, cores ours "
                   f"{rows[-1]['cores_ours'] or 0:.2f}, busy {rows[-1]['cores_busy']:.2f}",
                   flush=True)
-            if rows[-1]["tick_s"] >= TICK_LIMIT_S or rows[0]["tick_s"] >= EMPTY_TICK_LIMIT_S:
+            if steps is None and (rows[-1]["tick_s"] >= TICK_LIMIT_S
+                                  or rows[0]["tick_s"] >= EMPTY_TICK_LIMIT_S):
                 break
     return {"partitions": count, "capacity": capacity_of(rows, count), "warm_s": warm_s,
             "warm_ticks": warm_ticks, "steps": rows, "failures": failures,
@@ -464,8 +470,12 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
     runs: dict[str, dict[str, Any]] = {}
     with writer_of(db) as writer:
         prime_s = writer.prime(names)
-        for count in PARTITIONS:
-            runs[str(count)] = capacity_at(db, count, names, writer, rng)
+        rounds: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for count in round_order():
+            first = rounds[count][0]["steps"] if rounds[count] else None
+            rounds[count].append(capacity_at(db, count, names, writer, rng,
+                                             None if first is None else [r["k"] for r in first]))
+        runs = {str(count): merged(rounds[count]) for count in PARTITIONS}
         check = exactness(db, writer.sent, names)
     clear(db.project)
     one = runs["1"]
@@ -475,8 +485,8 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
         "counters": COUNTERS, "shards_per_counter": SHARDS, "steps": one["steps"],
         "method": "P = 1 of capacity_by_partitions: one warm holder in its own process; k "
                   "distinct counters changed (domain batch increments), then one tick timed; "
-                  f"median of {REPEATS} per step; linear between the steps around "
-                  f"{TICK_LIMIT_S} s",
+                  f"median of {REPEATS} per step, mean over {ROUNDS} rounds of alternating "
+                  f"order; linear between the steps around {TICK_LIMIT_S} s",
     }
     base = one["capacity"]["counters_per_s"]
     by_partitions: dict[str, Any] = {
@@ -494,6 +504,39 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
     }
     by_partitions["limit"] = limit_of(by_partitions)
     return per_holder, by_partitions
+
+
+def round_order() -> list[int]:
+    """The runs' P in ROUNDS rounds, every other one reversed: 1, 2, 4, 4, 2, 1, ..."""
+    return [count for r in range(ROUNDS) for count in (PARTITIONS[::-1] if r % 2 else PARTITIONS)]
+
+
+def mean_of(values: list[Any]) -> Any:
+    """The mean of the rounds' figures for one step (lists element by element; None if a round
+    has none)."""
+    if any(value is None for value in values):
+        return None
+    if isinstance(values[0], list):
+        return [mean_of(list(items)) for items in zip(*values, strict=True)]
+    return statistics.fmean(values)
+
+
+def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One P's rounds as one run: each step's figures the mean over the rounds (which ran the same
+    steps), with every round's tick beside it; capacity from the means, or the first round's
+    reason when its empty tick stopped it (the later rounds ran that step alone)."""
+    steps = [{"k": rows[0]["k"],
+              **{key: mean_of([row[key] for row in rows]) for key in rows[0] if key != "k"},
+              "tick_s_by_round": [row["tick_s"] for row in rows]}
+             for rows in zip(*(run["steps"] for run in runs), strict=True)]
+    count = runs[0]["partitions"]
+    return {"partitions": count,
+            "capacity": capacity_of(steps, count) if len(steps) > 1 else runs[0]["capacity"],
+            "rounds": len(runs), "warm_s": sum(run["warm_s"] for run in runs),
+            "warm_ticks": sum(run["warm_ticks"] for run in runs), "steps": steps,
+            "capacity_by_round": [run["capacity"]["counters_per_s"] for run in runs],
+            "failures": [f for run in runs for f in run["failures"]],
+            "problems": [p for run in runs for p in run["problems"]][:10]}
 
 
 def median_cpu(run: dict[str, Any]) -> float | None:
@@ -694,6 +737,9 @@ def run() -> dict[str, Any]:
     figures: dict[str, Any] = {} if chosen == PARTS else saved()
     series: dict[str, Any] = {}
     run_s: dict[str, float] = dict(figures.get("run_s_by_part") or {})
+    # The run each part's figures come from: the model compares only parts of one run.
+    when = {**(figures.get("when_by_part") or {}),
+            **dict.fromkeys(chosen, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))}
     balances: dict[str, Any] = {"target": 1.25, **(figures.get("balance") or {})}
     for stale in ("distinct_run", "distinct_run_max_over_mean"):  # the first meeting's old names
         balances.pop(stale, None)
@@ -727,14 +773,15 @@ def run() -> dict[str, Any]:
         balances["first_meeting_max_over_mean"] = balance(meeting["changed_per_partition"])
         run_s["first_meeting"] = time.monotonic() - part_began
     sizes = {**(figures.get("sizes") or {}), "counters": COUNTERS, "lag_s": LAG_S, "rate": RATE,
-             "steps": list(STEPS), "repeats": REPEATS}
+             "steps": list(STEPS), "repeats": REPEATS, "rounds": ROUNDS}
     if "first_meeting" in chosen:
         sizes.update(distinct=DISTINCT, first_meeting_partitions=FIRST_MEETING_P)
     sizes["scaled_down"] = (max(STEPS) > COUNTERS or sizes.get("distinct", DISTINCT) < 50_000
                             or LAG_S < 30)
     sizes["why"] = SCALED_DOWN
     figures.update(balance=balances, sizes=sizes, parts_run=list(chosen),
-                   run_s=time.monotonic() - began, run_s_by_part=run_s, series=series)
+                   run_s=time.monotonic() - began, run_s_by_part=run_s, when_by_part=when,
+                   series=series)
     # The capacity model's predictions beside the measured points (bench/capacity_model.py).
     figures["model"] = {"capacity": capacity_model.compare(figures),
                         "lag": capacity_model.compare_lag(figures)}

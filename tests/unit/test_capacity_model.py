@@ -269,6 +269,18 @@ def test_the_lag_runs_p99_is_predicted() -> None:
     assert lag["within_20pct"] or (lag["ratio"] is None and lag["not_measured"]), lag
 
 
+def test_the_lag_is_not_compared_across_runs() -> None:
+    """A lag run saved beside another run's capacity figures (SCALE_PARTS ran one part alone) is
+    not predicted from them: the machine's speed differs from run to run."""
+    mixed = copy.deepcopy(SCALE)
+    mixed["when_by_part"] = {"capacity": "2026-11-29T18:10:00+00:00",
+                             "lag": "2026-11-26T10:00:00+00:00"}
+    lag = model.compare_lag(mixed)
+    assert lag["ratio"] is None and "different runs" in lag["not_measured"]
+    mixed["when_by_part"]["lag"] = mixed["when_by_part"]["capacity"]
+    assert model.compare_lag(mixed)["ratio"] == model.compare_lag(SCALE)["ratio"]
+
+
 def test_a_point_not_measured_is_said_so() -> None:
     """A capacity saved as not measured (or as 0, before runs said why) has no ratio and says
     why; a run with no step to fit predicts nothing."""
@@ -305,6 +317,36 @@ def test_the_benchmark_saves_a_point_it_cannot_measure_as_not_measured() -> None
     quick = scale_bench.capacity_of([{"k": 0, "tick_s": 0.25}, {"k": 1000, "tick_s": 0.75},
                                      {"k": 2000, "tick_s": 1.25}], 1)
     assert quick == {"counters_per_s": 1500.0, "bounded": True}
+
+
+def test_the_rounds_alternate_and_their_steps_are_averaged() -> None:
+    """scale_bench: the P runs go 1, 2, 4, 4, 2, 1 (a drift linear in time weighs on every P
+    alike); one P's rounds merge step by step into their means, and its capacity comes from
+    them. A first round stopped by its empty tick keeps its reason: the later rounds ran that
+    step alone."""
+    import scale_bench
+
+    assert scale_bench.round_order() == [1, 2, 4, 4, 2, 1][:len(scale_bench.PARTITIONS)
+                                                           * scale_bench.ROUNDS]
+
+    def run(ticks: list[float], capacity: dict[str, Any]) -> dict[str, Any]:
+        return {"partitions": 2, "warm_s": 1.0, "warm_ticks": 1, "failures": [], "problems": [],
+                "capacity": capacity,
+                "steps": [{"k": k, "tick_s": t, "tick_s_per_holder": [t, t / 2],
+                           "cpu_s_per_changed_counter": None if k == 0 else 0.001}
+                          for k, t in zip((0, 1000, 2000), ticks, strict=False)]}
+
+    both = scale_bench.merged([run([0.2, 0.6, 1.2], {"counters_per_s": 1600.0}),
+                               run([0.3, 0.8, 1.4], {"counters_per_s": 1333.0})])
+    assert [step["tick_s"] for step in both["steps"]] == pytest.approx([0.25, 0.7, 1.3])
+    assert both["steps"][1]["tick_s_per_holder"] == pytest.approx([0.7, 0.35])
+    assert both["steps"][0]["cpu_s_per_changed_counter"] is None
+    assert both["steps"][2]["tick_s_by_round"] == [1.2, 1.4]
+    assert both["capacity"] == {"counters_per_s": pytest.approx(1500.0), "bounded": True}
+    assert both["capacity_by_round"] == [1600.0, 1333.0]
+    stopped = {"counters_per_s": None, "measured": False, "reason": "an empty tick took 0.52 s"}
+    early = scale_bench.merged([run([0.52], stopped), run([0.46], {"counters_per_s": 0.0})])
+    assert early["capacity"] == stopped and early["rounds"] == 2
 
 
 def test_on_a_slow_machine_the_unmeasurable_points_say_so() -> None:
