@@ -566,3 +566,32 @@ def test_doctor_without_credentials_is_one_line_with_the_fix(
         result.exception, SystemExit)
     error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(error) == 1 and "gcloud auth application-default login" in error[0]
+
+
+@pytest.mark.parametrize(("p", "status"), [(1, "pass"), (16, "pass"), (32, "fail")])
+def test_each_partition_of_the_databases_p_needs_its_tick_function(p: int, status: str) -> None:
+    """The recorded project deploys 16 tick functions (ROLLUP_PARTITIONS_MAX as shipped): P up to
+    16 passes; at P = 32 the partitions past 16 are never ticked, and the finding names them."""
+    fetch, _, _ = recorded("healthy")
+    functions = doctor.deployed_functions(Apis(fetch, PROJECT, config.REGION))
+    found = doctor.check_partitions(functions, INSTALL, lambda: p)
+    assert found.status == status, found
+    if status == "fail":
+        assert "16 of its tick functions are not deployed (counters-rolluptick16, " \
+               "counters-rolluptick17, counters-rolluptick18, ...)" in found.found
+        assert "ROLLUP_PARTITIONS_MAX of 32" in found.todo
+
+
+def test_partitions_doctor_cannot_read_are_cannot_check() -> None:
+    """No function list, or no P (the database refused): the check cannot check; it never
+    guesses P = 1."""
+    refused = ApiError(403, "permission denied", "functions")
+    assert doctor.check_partitions(refused, INSTALL, lambda: 1).status == "cannot-check"
+
+    def unreadable() -> int:
+        raise PermissionError("no read of internal/partitions")
+
+    fetch, _, _ = recorded("healthy")
+    functions = doctor.deployed_functions(Apis(fetch, PROJECT, config.REGION))
+    found = doctor.check_partitions(functions, INSTALL, unreadable)
+    assert found.status == "cannot-check" and "no read of internal" in found.found

@@ -30,6 +30,7 @@ from typing import Any
 import click
 from counting.features.context import Context
 from counting.foundation import config
+from counting.writepath import partitions
 from google.auth import credentials as auth_credentials
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
@@ -511,6 +512,34 @@ def check_scheduler_invoker(apis: Apis, expected: Expected, deployed: dict[str, 
 # --- all of it ---------------------------------------------------------------------------------
 
 
+def check_partitions(functions: dict[str, Json] | ApiError, placement: config.Placement,
+                     count: Callable[[], int]) -> Finding:
+    """Every partition of the P the database says (`count`) has its tick function deployed. One
+    without is never ticked: its counters are never published. `counters partitions N` refuses
+    an N the codebase does not deploy, but a later deploy with a smaller ROLLUP_PARTITIONS_MAX
+    removes functions whatever P is."""
+    if isinstance(functions, ApiError):
+        return Finding(check="partitions", status="cannot-check", found=str(functions),
+                       todo="may these credentials list the functions (roles/viewer)?")
+    try:
+        p = count()
+    except auth_exceptions.GoogleAuthError:
+        raise
+    except Exception as error:  # a P doctor cannot read, it cannot check
+        return Finding(check="partitions", status="cannot-check",
+                       found=f"{type(error).__name__}: {error}",
+                       todo="may these credentials read the backend's database?")
+    missing = [placement.function_id(part.function) for part in partitions.parts(p)
+               if placement.function_id(part.function) not in functions]
+    problems = [f"P = {p}, but {len(missing)} of its tick functions are not deployed "
+                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): the counters "
+                "of those partitions are not published"] if missing else []
+    return finding("partitions", problems,
+                   passed=f"P = {p}: each partition has its tick function",
+                   todo=f"deploy with ROLLUP_PARTITIONS_MAX of {p} or more (functions/.env), "
+                        "or lower P with `counters partitions N`")
+
+
 def deployed_functions(apis: Apis) -> dict[str, Json] | ApiError:
     """The project's functions by id, or why the API would not list them."""
     try:
@@ -658,6 +687,8 @@ def deployed(project: str, placement: config.Placement, codebase: Path | None,
     functions = deployed_functions(apis)
     expected = expected_of(codebase, placement, project)
     findings = diagnose(apis, expected, dt.datetime.now(dt.UTC), functions)
+    findings.append(check_partitions(functions, placement,
+                                     lambda: partitions.read_count(db, ctx.names)))
     url = (functions.get(placement.function_id(PROBED), {}).get("url", "")
            if isinstance(functions, dict) else "")
     # A tick task carries an OIDC token for the caller's own service account, which only the
