@@ -362,3 +362,11 @@ def test_on_a_slow_machine_the_unmeasurable_points_say_so() -> None:
     lag = model.compare_lag(slow)
     assert lag["ratio"] is None
     assert "does not carry 1000" in lag["not_measured"]
+
+
+def test_a_lower_bound_is_met_by_a_prediction_above_it() -> None:
+    """A run whose largest step ticked within the period measured at least its k: a prediction
+    above it agrees however far, one more than 20% below it misses."""
+    assert model.within(3.0, at_least=True) and model.within(0.85, at_least=True)
+    assert not model.within(0.75, at_least=True)
+    assert not model.within(1.3) and model.within(0.85)
