@@ -11,8 +11,8 @@ domain write path ends in (the waker of the writer's context). Only the public p
 (create_counter, increment_many, Holder/loop with a partition, TickStats,
 repartition.change/home_of/parts), so that the rollup's internals may change under the benchmark.
 
-Sizes come from the environment (SCALE_COUNTERS, SCALE_DISTINCT, SCALE_LAG_S, SCALE_RATE); the
-figures say which were used. SCALE_PARTS (a comma-separated subset of PARTS) runs some parts alone;
+Sizes come from the environment (SCALE_COUNTERS, SCALE_DISTINCT, SCALE_LAG_S, SCALE_RATE,
+SCALE_ROUNDS; SCALE_WHY says why they were scaled down); the figures say which were used. SCALE_PARTS (a comma-separated subset of PARTS) runs some parts alone;
 their figures replace those of the same parts in the saved bench/results/scale.json, whose other
 parts are kept.
 """
