@@ -568,15 +568,17 @@ def mean_of(values: list[Any]) -> Any:
 
 def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One P's rounds as one run: each step's figures the mean over the rounds (which ran the same
-    steps), with every round's tick beside it; capacity from the means, or the first round's
-    reason when its empty tick stopped it (the later rounds ran that step alone)."""
+    steps), with every round's tick beside it; capacity from the means, or, when the first
+    round's empty tick stopped it (the later rounds ran that step alone) and the mean is under
+    the limit, the first round's reason."""
     steps = [{"k": rows[0]["k"],
               **{key: mean_of([row[key] for row in rows]) for key in rows[0] if key != "k"},
               "tick_s_by_round": [row["tick_s"] for row in rows]}
              for rows in zip(*(run["steps"] for run in runs), strict=True)]
     count = runs[0]["partitions"]
     return {"partitions": count,
-            "capacity": capacity_of(steps, count) if len(steps) > 1 else runs[0]["capacity"],
+            "capacity": capacity_of(steps, count)
+            if len(steps) > 1 or steps[0]["tick_s"] >= EMPTY_TICK_LIMIT_S else runs[0]["capacity"],
             "rounds": len(runs), "warm_s": sum(run["warm_s"] for run in runs),
             "warm_ticks": sum(run["warm_ticks"] for run in runs), "steps": steps,
             "capacity_by_round": [run["capacity"]["counters_per_s"] for run in runs],
