@@ -22,13 +22,18 @@ updated_at)` index ranges take the shard writes; the lag p99 is the wait for the
 the task's dispatch and the busiest tick.
 
 Checked against the machine (`compare`), with every cost taken from the P = 1 run alone (one
-holder, beside the emulator): P = 1 and P = 4 are predicted within 20%, P = 2 is not. The P = 2
-run spent about 0.36 ms of CPU (holders and emulator) per changed counter, the P = 1 run 0.51 ms;
-at 0.51 ms two holders would fill the 2 cores at about 2,480 counters a second, yet they
-absorbed 3,822 with 1.8 cores busy. With each run's own CPU in the same equations (`explained`)
-every point is within 20%: the equations hold, the CPU per changed counter does not carry from
-one run to the next on this machine. The P = 4 prediction is the small difference of the cores
-and four empty ticks' CPU (2 - 4 x 0.37): 10% more CPU per empty tick would move it by 28%.
+holder, beside the emulator). In the runs of 2026-11-29 (the emulator warmed by a run first, each
+P twice in alternating order; `bench/results/scale_2026-11-29_2000.json` and `_1500.json`) every
+point measured is predicted within 20%: P = 1 1.15 and 1.09, P = 2 0.94 (and at least the 1,000
+of the largest step), P = 4 0.87. In 11-26's run (`scale.json`, measured before the warm-up) P = 1
+and P = 4 are within 20%, P = 2 is not (0.65): its P = 1 run was the fresh emulator's first, and
+spent 0.51 ms of CPU (holders and emulator) per changed counter against the P = 2 run's 0.36 ms;
+at 0.51 ms two holders would fill the 2 cores at about 2,480 a second, yet they absorbed 3,822.
+A fresh emulator's JVM compiles its hot code on the idle core: an empty P = 1 tick cost 0.53 s of
+its CPU in a first run and 0.24 s in later ones. With each run's own CPU in the same equations
+(`explained`) every point is within 20%. The P = 4 prediction is the small difference of the
+cores and four empty ticks' CPU (2 - 4 x 0.37 at 11-26): 10% more CPU per empty tick would move
+it by 28%.
 
 Estimates, not measurements: no tick has been timed on Cloud Run, so the deployed round trip
 (ROUND_TRIP_S), the dispatch (DISPATCH_S) and the CPU per changed counter at more than one
