@@ -22,18 +22,18 @@ updated_at)` index ranges take the shard writes; the lag p99 is the wait for the
 the task's dispatch and the busiest tick.
 
 Checked against the machine (`compare`), with every cost taken from the P = 1 run alone (one
-holder, beside the emulator). In the runs of 2026-11-29 (the emulator warmed by a run first, each
-P twice in alternating order; `bench/results/scale_2026-11-29_2000.json` and `_1500.json`) every
-point measured is predicted within 20%: P = 1 1.15 and 1.09, P = 2 0.94 (and at least the 1,000
-of the largest step), P = 4 0.87. In 11-26's run (`scale.json`, measured before the warm-up) P = 1
-and P = 4 are within 20%, P = 2 is not (0.65): its P = 1 run was the fresh emulator's first, and
-spent 0.51 ms of CPU (holders and emulator) per changed counter against the P = 2 run's 0.36 ms;
-at 0.51 ms two holders would fill the 2 cores at about 2,480 a second, yet they absorbed 3,822.
-A fresh emulator's JVM compiles its hot code on the idle core: an empty P = 1 tick cost 0.53 s of
-its CPU in a first run and 0.24 s in later ones. With each run's own CPU in the same equations
-(`explained`) every point is within 20%. The P = 4 prediction is the small difference of the
-cores and four empty ticks' CPU (2 - 4 x 0.37 at 11-26): 10% more CPU per empty tick would move
-it by 28%.
+holder, beside the emulator). In 11-26's run (`scale.json`, 4,000 counters) P = 1 and P = 4 are
+within 20%, P = 2 is not (0.65): the P = 1 run spent 0.51 ms of CPU (holders and emulator) per
+changed counter, the P = 2 run 0.36 ms; at 0.51 ms two holders would fill the 2 cores at about
+2,480 a second, yet they absorbed 3,822. That P = 1 run was the stack's first, and a fresh
+emulator's JVM compiles its hot code on the idle core (on 11-29 an empty P = 1 tick cost it
+0.53 s of CPU in a stack's first run, 0.24-0.43 s later): the likely cause, not a proven one; the
+benchmark now warms the emulator first. With each run's own CPU in the same equations
+(`explained`) every point is within 20%. Two warmed runs of 11-29, scaled down to 2,000 and 1,500
+counters on a slow day (`bench/results/scale_2026-11-29_*.json`), have every point they measured
+within 20% (P = 1 1.15 and 1.09, P = 2 0.94, P = 4 0.87), but neither measured all three P. The
+P = 4 prediction is the small difference of the cores and four empty ticks' CPU (2 - 4 x 0.37 at
+11-26): 10% more CPU per empty tick would move it by 28%.
 
 Estimates, not measurements: no tick has been timed on Cloud Run, so the deployed round trip
 (ROUND_TRIP_S), the dispatch (DISPATCH_S) and the CPU per changed counter at more than one
@@ -555,17 +555,20 @@ def compare_lag(scale: dict[str, Any]) -> dict[str, Any]:
     against the model's: a write waits for the next tick (its p99 within a second), then the
     round of P ticks of a second's counters on this machine (ticking in step: an upper
     estimate). Not compared when the lag and capacity figures come from different runs
-    (`SCALE_PARTS` ran one of them alone): the machine's speed differs from run to run."""
+    (`SCALE_PARTS` ran one of them alone): the machine's speed differs from run to run. A file
+    saved before runs were dated (no `when_by_part`) is compared: its docs say which runs it
+    holds (scale.json: 11-26's capacity and lag, one run)."""
     lag = scale["lag"]
     one = measured_costs(scale)
     predicted = SLOT_WAIT_P99_S + round_s(lag["offered_rate"], lag["partitions"], one) \
         if one else None
+    dated = "when_by_part" in scale
     when = scale.get("when_by_part") or {}
-    apart = when.get("lag") != when.get("capacity")
+    apart = dated and when.get("lag") != when.get("capacity")
     reason = None if lag.get("measured", True) else lag["reason"]
     if reason is None and apart:
-        reason = (f"the lag run ({when.get('lag')}) and the capacity run "
-                  f"({when.get('capacity')}) that predicts it are different runs")
+        reason = (f"the lag run ({when.get('lag') or 'undated'}) and the capacity run "
+                  f"({when.get('capacity') or 'undated'}) that predicts it are different runs")
     ratio = predicted / lag["lag_p99_s"] if reason is None and predicted and lag["lag_p99_s"] \
         else None
     return {"partitions": lag["partitions"], "rate": lag["offered_rate"],

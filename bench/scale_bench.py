@@ -77,7 +77,7 @@ PARTITIONS = (1, 2, 4)
 # speed drifts by tens of percent within minutes, and the emulator slows as a run's writes add up,
 # so a point measured once, early or late, differs from the others by when it ran. Alternating
 # the order cancels a drift linear in time; each step's figures are the mean over the rounds.
-ROUNDS = int(os.environ.get("SCALE_ROUNDS", 2))
+ROUNDS = int(os.environ.get("SCALE_ROUNDS", 4))
 # Before them, a run that is not measured: the emulator's JVM compiles its hot code in its first
 # minutes, on the idle core. In a first run it spent 0.53 s of CPU on an empty P = 1 tick (1.8
 # cores busy), in later ones 0.24 s; measured then, P = 1's CPU overstated what P holders need.
@@ -387,7 +387,7 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
     """P = `count` holders, each ticking in its process: warm them (every counter changed once,
     ticks until none owes a first load), then per step k, REPEATS times: change k distinct
     counters, tick every holder at once and time them. Stops after the first step whose ticks
-    take TICK_LIMIT_S or more, or runs exactly `steps` (a later round: the first round's)."""
+    take TICK_LIMIT_S or more, or runs exactly `steps` (the warm-up's)."""
     repartition.change(db, NAMES, count, known=writer.ctx.writing.known)
     warm_began = time.monotonic()
     rows: list[dict[str, Any]] = []
@@ -405,7 +405,7 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
                                        for r in results):
                 break
         warm_s = time.monotonic() - warm_began
-        for k in steps if steps is not None else (k for k in STEPS if k <= len(names)):
+        for k in steps if steps is not None else steps_for(len(names)):
             reps: list[list[dict[str, Any]]] = []
             busy: list[float] = []
             ours: list[float] = []
@@ -511,9 +511,7 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
                                          for row in warm_up["steps"]}}
     rounds: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for count in round_order():
-        first = rounds[count][0]["steps"] if rounds[count] else None
-        rounds[count].append(capacity_run(count, rng,
-                                          None if first is None else [r["k"] for r in first]))
+        rounds[count].append(capacity_run(count, rng, None))
     runs = {str(count): merged(rounds[count]) for count in PARTITIONS}
     every = [run for done in rounds.values() for run in done]
     wrong = [run["exact"] for run in every if not run["exact"]["exact"]]
@@ -566,22 +564,30 @@ def mean_of(values: list[Any]) -> Any:
     return statistics.fmean(values)
 
 
+def steps_for(counters: int) -> list[int]:
+    """The steps of STEPS a run of `counters` counters takes, and all of them last: the largest
+    step is never capped below the counters there are."""
+    return sorted({k for k in STEPS if k <= counters} | {counters})
+
+
 def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One P's rounds as one run: each step's figures the mean over the rounds (which ran the same
-    steps), with every round's tick beside it; capacity from the means, or, when the first
-    round's empty tick stopped it (the later rounds ran that step alone) and the mean is under
-    the limit, the first round's reason."""
+    """One P's rounds as one run. Each round stops at its own step over the limit; the steps all
+    rounds ran have their figures' means over the rounds (every round's tick beside them: the
+    model's costs come from these). The capacity is the mean of the rounds' capacities: a lower
+    bound (`bounded`: false) if any round's was one, not measured if any round's was not."""
     steps = [{"k": rows[0]["k"],
               **{key: mean_of([row[key] for row in rows]) for key in rows[0] if key != "k"},
               "tick_s_by_round": [row["tick_s"] for row in rows]}
-             for rows in zip(*(run["steps"] for run in runs), strict=True)]
-    count = runs[0]["partitions"]
-    return {"partitions": count,
-            "capacity": capacity_of(steps, count)
-            if len(steps) > 1 or steps[0]["tick_s"] >= EMPTY_TICK_LIMIT_S else runs[0]["capacity"],
+             for rows in zip(*(run["steps"] for run in runs), strict=False)]
+    capacities = [run["capacity"] for run in runs]
+    unmeasured = next((c for c in capacities if c["counters_per_s"] is None), None)
+    capacity = unmeasured or {
+        "counters_per_s": statistics.fmean(c["counters_per_s"] for c in capacities),
+        "bounded": all(c["bounded"] for c in capacities)}
+    return {"partitions": runs[0]["partitions"], "capacity": capacity,
             "rounds": len(runs), "warm_s": sum(run["warm_s"] for run in runs),
             "warm_ticks": sum(run["warm_ticks"] for run in runs), "steps": steps,
-            "capacity_by_round": [run["capacity"]["counters_per_s"] for run in runs],
+            "capacity_by_round": [c["counters_per_s"] for c in capacities],
             "failures": [f for run in runs for f in run["failures"]],
             "problems": [p for run in runs for p in run["problems"]][:10]}
 

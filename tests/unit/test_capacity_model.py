@@ -240,10 +240,10 @@ ROWS = {row["partitions"]: row for row in model.compare(SCALE)}
     # The model's one miss, kept rather than fitted (bench/capacity_model.py's docstring): from
     # the P = 1 run's CPU per changed counter (0.51 ms, emulator and holder) two holders fill the
     # 2 cores at about 2,480 a second; the P = 2 run spent 0.36 ms and absorbed 3,822. The P = 1
-    # run was the fresh emulator's first, its JVM compiling on the idle core; the benchmark now
-    # warms the emulator first (the runs of WARMED, below, are predicted).
+    # run was the stack's first, likely measuring the emulator's JVM compiling on the idle core;
+    # the benchmark now warms the emulator first. A warmed run at 4,000 counters is still owed.
     pytest.param(2, marks=pytest.mark.xfail(
-        strict=True, reason="11-26's P = 1 run was a cold emulator's first: its CPU overstated")),
+        strict=True, reason="11-26's P = 1 CPU overstates P = 2's (likely a cold emulator)")),
     4,
 ])
 def test_the_measured_points_are_predicted_from_one_holder(p: int) -> None:
@@ -258,18 +258,19 @@ def test_the_measured_points_are_predicted_from_one_holder(p: int) -> None:
         assert row["explained_within_20pct"], row  # and with the run's own CPU
 
 
-# Runs with the emulator warmed first, each P twice in alternating order, each run on a project of
-# its own, every timed tick after the machine settled, on a day this machine ran about three
-# times slower than on 11-26: fewer counters, so that the emulator's scans (16 of every shard a
-# query) leave the holders half the period.
+# Runs with the emulator warmed first (each P twice in alternating order, each run on a project of
+# its own, every timed tick after the machine settled), on a day this machine ran about three
+# times slower than on 11-26, with fewer counters than scale.json's 4,000 (the emulator's scans,
+# 16 of every shard a query, would take half the period at P = 2), chosen after a run of 1,000
+# (cold, not saved) missed: records of that day, not the check the issue asks for at 4,000.
 WARMED = ("scale_2026-11-29_2000.json", "scale_2026-11-29_1500.json")
 
 
 @pytest.mark.parametrize("name", WARMED)
-def test_with_the_emulator_warmed_every_measured_point_is_predicted(name: str) -> None:
-    """Each run's P = 1, 2 and 4 (the aggregate, or a lower bound when the largest step still
-    ticked within the period) from its P = 1 costs alone, within 20%, or not measured, with the
-    reason; every count exact."""
+def test_with_the_emulator_warmed_the_measured_points_are_predicted(name: str) -> None:
+    """Each run's P = 1, 2 and 4 from its P = 1 costs alone: within 20% of the aggregate measured,
+    not more than 20% below a lower bound (the largest step ticked within the period), or not
+    measured, with the reason; every count exact."""
     scale = json.loads((ROOT / "bench/results" / name).read_text())
     figures = scale["capacity_by_partitions"]
     assert figures["warm_up"] and scale["sizes"]["rounds"] == 2 and scale["sizes"]["why"]
@@ -282,15 +283,6 @@ def test_with_the_emulator_warmed_every_measured_point_is_predicted(name: str) -
             assert row["not_measured"] and row["ratio"] is None, row
         else:
             assert row["within_20pct"], row
-    assert sum(row["measured"] is not None for row in rows) >= 2
-
-
-def test_the_warmed_runs_together_measure_every_p() -> None:
-    """2,000 counters measured P = 2 (P = 4's empty ticks took 0.55 s); 1,500 measured P = 4
-    (P = 2 at least 1,000: the largest step, ticked within the period)."""
-    measured = {row["partitions"] for name in WARMED for row in model.compare(
-        json.loads((ROOT / "bench/results" / name).read_text())) if row["measured"]}
-    assert measured == {1, 2, 4}
 
 
 def test_one_holder_is_measured() -> None:
@@ -316,6 +308,8 @@ def test_the_lag_is_not_compared_across_runs() -> None:
     assert lag["ratio"] is None and "different runs" in lag["not_measured"]
     mixed["when_by_part"]["lag"] = mixed["when_by_part"]["capacity"]
     assert model.compare_lag(mixed)["ratio"] == model.compare_lag(SCALE)["ratio"]
+    mixed["when_by_part"] = {"capacity": "2026-11-29T18:10:00+00:00"}  # the lag from before dates
+    assert "lag run (undated)" in model.compare_lag(mixed)["not_measured"]
 
 
 def test_a_point_not_measured_is_said_so() -> None:
@@ -357,33 +351,58 @@ def test_the_benchmark_saves_a_point_it_cannot_measure_as_not_measured() -> None
 
 
 def test_the_rounds_alternate_and_their_steps_are_averaged() -> None:
-    """scale_bench: the P runs go 1, 2, 4, 4, 2, 1 (a drift linear in time weighs on every P
-    alike); one P's rounds merge step by step into their means, and its capacity comes from
-    them. A first round stopped by its empty tick keeps its reason: the later rounds ran that
-    step alone."""
+    """scale_bench: the P runs go 1, 2, 4, 4, 2, 1, 1, 2, 4, ... (a drift linear in time weighs on
+    every P alike); one P's rounds merge, step by step over the steps all of them ran, into their
+    means, and its capacity is the mean of theirs."""
     import scale_bench
 
-    assert scale_bench.round_order() == [1, 2, 4, 4, 2, 1][:len(scale_bench.PARTITIONS)
-                                                           * scale_bench.ROUNDS]
+    forth, back = list(scale_bench.PARTITIONS), list(scale_bench.PARTITIONS[::-1])
+    assert scale_bench.round_order() == [p for r in range(scale_bench.ROUNDS)
+                                         for p in (back if r % 2 else forth)]
+    assert scale_bench.round_order()[:6] == [1, 2, 4, 4, 2, 1]
+    assert scale_bench.steps_for(4000)[-1] == 4000 and scale_bench.steps_for(1500)[-2:] == [
+        1000, 1500]
 
-    def run(ticks: list[float], capacity: dict[str, Any]) -> dict[str, Any]:
-        return {"partitions": 2, "warm_s": 1.0, "warm_ticks": 1, "failures": [], "problems": [],
-                "capacity": capacity,
-                "steps": [{"k": k, "tick_s": t, "tick_s_per_holder": [t, t / 2],
-                           "cpu_s_per_changed_counter": None if k == 0 else 0.001}
-                          for k, t in zip((0, 1000, 2000), ticks, strict=False)]}
-
-    both = scale_bench.merged([run([0.2, 0.6, 1.2], {"counters_per_s": 1600.0}),
-                               run([0.3, 0.8, 1.4], {"counters_per_s": 1333.0})])
+    both = scale_bench.merged([run([0.2, 0.6, 1.2], {"counters_per_s": 1600.0, "bounded": True}),
+                               run([0.3, 0.8, 1.4], {"counters_per_s": 1400.0, "bounded": True})])
     assert [step["tick_s"] for step in both["steps"]] == pytest.approx([0.25, 0.7, 1.3])
     assert both["steps"][1]["tick_s_per_holder"] == pytest.approx([0.7, 0.35])
     assert both["steps"][0]["cpu_s_per_changed_counter"] is None
     assert both["steps"][2]["tick_s_by_round"] == [1.2, 1.4]
     assert both["capacity"] == {"counters_per_s": pytest.approx(1500.0), "bounded": True}
-    assert both["capacity_by_round"] == [1600.0, 1333.0]
+    assert both["capacity_by_round"] == [1600.0, 1400.0]
+
+
+def run(ticks: list[float], capacity: dict[str, Any]) -> dict[str, Any]:
+    """A run of scale_bench.capacity_at of P = 2, its steps 0, 1000, 2000 as far as `ticks` go."""
+    return {"partitions": 2, "warm_s": 1.0, "warm_ticks": 1, "failures": [], "problems": [],
+            "capacity": capacity,
+            "steps": [{"k": k, "tick_s": t, "tick_s_per_holder": [t, t / 2],
+                       "cpu_s_per_changed_counter": None if k == 0 else 0.001}
+                      for k, t in zip((0, 1000, 2000), ticks, strict=False)]}
+
+
+def test_a_round_stopped_early_bounds_the_merged_run() -> None:
+    """One round over the limit at k = 1000, the other only at 2000: the steps both ran are
+    merged, and the capacity is the mean of the rounds' (a measured point: averaging the ticks
+    at 1000, under the limit, would have made it a lower bound). A round whose largest step
+    ticked within the period makes the mean a lower bound; one whose empty tick took half the
+    period or more makes the P not measured, with that round's reason."""
+    import scale_bench
+
+    uneven = scale_bench.merged([run([0.3, 1.05], {"counters_per_s": 950.0, "bounded": True}),
+                                 run([0.2, 0.9, 1.3], {"counters_per_s": 1250.0, "bounded": True})])
+    assert [step["k"] for step in uneven["steps"]] == [0, 1000]
+    assert uneven["steps"][1]["tick_s"] == pytest.approx(0.975)
+    assert uneven["capacity"] == {"counters_per_s": pytest.approx(1100.0), "bounded": True}
+    capped = scale_bench.merged([run([0.3, 1.05], {"counters_per_s": 950.0, "bounded": True}),
+                                 run([0.2, 0.9], {"counters_per_s": 1000.0, "bounded": False})])
+    assert capped["capacity"]["bounded"] is False
     stopped = {"counters_per_s": None, "measured": False, "reason": "an empty tick took 0.52 s"}
-    early = scale_bench.merged([run([0.52], stopped), run([0.46], {"counters_per_s": 0.0})])
+    early = scale_bench.merged([run([0.46, 0.9], {"counters_per_s": 1000.0, "bounded": False}),
+                                run([0.52], stopped)])
     assert early["capacity"] == stopped and early["rounds"] == 2
+    assert early["capacity_by_round"] == [1000.0, None]
 
 
 def test_on_a_slow_machine_the_unmeasurable_points_say_so() -> None:

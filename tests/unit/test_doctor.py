@@ -8,6 +8,7 @@ exactly that comparison must fail. No network."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import shutil
 from collections.abc import Callable
@@ -583,8 +584,8 @@ def test_each_partition_of_the_databases_p_needs_its_tick_function(p: int, statu
 
 
 def test_partitions_doctor_cannot_read_are_cannot_check() -> None:
-    """No function list, or no P (the database refused): the check cannot check; it never
-    guesses P = 1."""
+    """No function list, or no P (the database refused): the check cannot check. A stored value
+    that is no P fails, where the backend would take P = 1: doctor never guesses it."""
     refused = ApiError(403, "permission denied", "functions")
     assert doctor.check_partitions(refused, INSTALL, lambda: 1).status == "cannot-check"
 
@@ -595,3 +596,6 @@ def test_partitions_doctor_cannot_read_are_cannot_check() -> None:
     functions = doctor.deployed_functions(Apis(fetch, PROJECT, config.REGION))
     found = doctor.check_partitions(functions, INSTALL, unreadable)
     assert found.status == "cannot-check" and "no read of internal" in found.found
+    for stored in (3, "16", None, 256):
+        bad = doctor.check_partitions(functions, INSTALL, functools.partial(lambda v: v, stored))
+        assert bad.status == "fail" and f"stores count {stored!r}, which is no P" in bad.found

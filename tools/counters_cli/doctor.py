@@ -512,12 +512,18 @@ def check_scheduler_invoker(apis: Apis, expected: Expected, deployed: dict[str, 
 # --- all of it ---------------------------------------------------------------------------------
 
 
+def stored_partitions(db: firestore.Client, names: config.Names) -> Any:
+    """The `count` of `internal/partitions` as stored (1 when nothing is: P was never changed)."""
+    return (partitions.partitions_ref(db, names).get().to_dict() or {}).get("count", 1)
+
+
 def check_partitions(functions: dict[str, Json] | ApiError, placement: config.Placement,
-                     count: Callable[[], int]) -> Finding:
-    """Every partition of the P the database says (`count`) has its tick function deployed. One
+                     count: Callable[[], Any]) -> Finding:
+    """Every partition of the P the database stores (`count`) has its tick function deployed. One
     without is never ticked: its counters are never published. `counters partitions N` refuses
     an N the codebase does not deploy, but a later deploy with a smaller ROLLUP_PARTITIONS_MAX
-    removes functions whatever P is."""
+    removes functions whatever P is. A stored value that is no P fails: the backend takes P = 1
+    then, which may not be what was set."""
     if isinstance(functions, ApiError):
         return Finding(check="partitions", status="cannot-check", found=str(functions),
                        todo="may these credentials list the functions (roles/viewer)?")
@@ -529,6 +535,11 @@ def check_partitions(functions: dict[str, Json] | ApiError, placement: config.Pl
         return Finding(check="partitions", status="cannot-check",
                        found=f"{type(error).__name__}: {error}",
                        todo="may these credentials read the backend's database?")
+    if p not in partitions.CHOICES:
+        return finding("partitions", [f"internal/partitions stores count {p!r}, which is no P "
+                                      f"({', '.join(map(str, partitions.CHOICES))}): the "
+                                      "backend takes P = 1"], passed="",
+                       todo="set P with `counters partitions N`")
     missing = [placement.function_id(part.function) for part in partitions.parts(p)
                if placement.function_id(part.function) not in functions]
     problems = [f"P = {p}, but {len(missing)} of its tick functions are not deployed "
@@ -688,7 +699,7 @@ def deployed(project: str, placement: config.Placement, codebase: Path | None,
     expected = expected_of(codebase, placement, project)
     findings = diagnose(apis, expected, dt.datetime.now(dt.UTC), functions)
     findings.append(check_partitions(functions, placement,
-                                     lambda: partitions.read_count(db, ctx.names)))
+                                     lambda: stored_partitions(db, ctx.names)))
     url = (functions.get(placement.function_id(PROBED), {}).get("url", "")
            if isinstance(functions, dict) else "")
     # A tick task carries an OIDC token for the caller's own service account, which only the
