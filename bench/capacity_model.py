@@ -31,7 +31,8 @@ emulator's JVM compiles its hot code on the idle core (on 11-29 an empty P = 1 t
 benchmark now warms the emulator first. With each run's own CPU in the same equations
 (`explained`) every point is within 20%. Two warmed runs of 11-29, scaled down to 2,000 and 1,500
 counters on a slow day (`bench/results/scale_2026-11-29_*.json`), have every point they measured
-within 20% (P = 1 1.15 and 1.09, P = 2 0.94, P = 4 0.87), but neither measured all three P. The
+within 20% (P = 1 1.15 and 1.09, P = 2 0.94, P = 4 0.87), but neither measured all three P, and
+a warmed run at 4,000 counters that day measured none (empty ticks of 0.72 s and more). The
 P = 4 prediction is the small difference of the cores and four empty ticks' CPU (2 - 4 x 0.37 at
 11-26): 10% more CPU per empty tick would move it by 28%.
 

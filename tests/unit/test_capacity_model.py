@@ -285,6 +285,18 @@ def test_with_the_emulator_warmed_the_measured_points_are_predicted(name: str) -
             assert row["within_20pct"], row
 
 
+def test_warmed_at_4000_counters_on_the_slow_day_no_point_was_measurable() -> None:
+    """The issue's own size, warmed, 4 rounds (bench/results/scale_2026-11-29_4000.json): every
+    round's empty tick took half the period or more at every P, so each point is saved as not
+    measured, with the reason, and nothing is predicted from a P = 1 run that has no steps."""
+    scale = json.loads((ROOT / "bench/results/scale_2026-11-29_4000.json").read_text())
+    assert scale["sizes"]["counters"] == 4000 and scale["sizes"]["rounds"] == 4
+    assert scale["capacity_by_partitions"]["exact"]["exact"]
+    for row in model.compare(scale):
+        assert row["measured"] is None and row["ratio"] is None, row
+        assert "empty tick took" in row["not_measured"], row
+
+
 def test_one_holder_is_measured() -> None:
     """The costs every prediction takes come from a measured P = 1 run."""
     assert ROWS[1]["measured"] and model.measured_costs(SCALE) is not None
