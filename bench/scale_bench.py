@@ -487,7 +487,9 @@ def capacity_of(rows: list[dict[str, Any]], count: int = 1) -> dict[str, Any]:
 def capacity_run(count: int, rng: random.Random, steps: list[int] | None) -> dict[str, Any]:
     """One run of `capacity_at` on a project of its own, with COUNTERS counters made for it and
     deleted after it (the emulator keeps every version of every document, and slows as a
-    project's writes add up: a run in a used project would measure the runs before it)."""
+    project's writes add up). It does not undo what earlier projects did to the emulator: its
+    empty tick slows with every project it held, deleted or not, up to about twice the first's
+    by the third (bench/results/scale_emulator_projects_2026-11-29.json)."""
     db = own_db()
     try:
         names, create_s = create(db, COUNTERS)
