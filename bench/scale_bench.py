@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import capacity_model
+import stack
 from counter_bench import own_db
 from counters_cli.load import percentile
 from counting.features import counters, shard_choice
@@ -51,7 +52,11 @@ from google.cloud import firestore
 
 NAMES = Names()  # the collection ids of the default placement, which these run on
 
-COUNTERS = int(os.environ.get("SCALE_COUNTERS", 4000))  # of the capacity runs
+# Counters of a capacity run. The emulator answers each holder's change query with 16 scans of
+# every shard (below), which costs each tick about 0.15 ms of CPU per counter on a slow day here;
+# at 4,000 counters four holders' empty round took 0.67 s even on 11-26's fast one, over
+# EMPTY_TICK_LIMIT_S, so P = 4 could never be measured there.
+COUNTERS = int(os.environ.get("SCALE_COUNTERS", 2000))
 DISTINCT = int(os.environ.get("SCALE_DISTINCT", 50_000))  # of the first meeting
 # The first meeting's partitions: every partition meets its share of the burst in its first tick,
 # which reads at most DOCUMENT_LOADS_PER_TICK (5,000) documents of counters it has not met and
@@ -78,9 +83,11 @@ PARTITIONS = (1, 2, 4)
 # so a point measured once, early or late, differs from the others by when it ran. Alternating
 # the order cancels a drift linear in time; each step's figures are the mean over the rounds.
 ROUNDS = int(os.environ.get("SCALE_ROUNDS", 4))
-# Before them, a run that is not measured: the emulator's JVM compiles its hot code in its first
-# minutes, on the idle core. In a first run it spent 0.53 s of CPU on an empty P = 1 tick (1.8
-# cores busy), in later ones 0.24 s; measured then, P = 1's CPU overstated what P holders need.
+# Each run has a new emulator, warmed first on a small project (`capacity_run`): a new JVM
+# compiles its hot code in its first minutes, on the idle core. In a stack's first run it spent
+# 0.53 s of CPU on an empty P = 1 tick (1.8 cores busy), in later ones 0.24 s; measured then, P =
+# 1's CPU overstated what P holders need.
+WARM_UP_COUNTERS = 500
 WARM_UP_STEPS = [0, 125, 250, 500]
 # One shard per counter, and holders that measure rates but do not scale: a counter changed every
 # second would grow to 2 shards in the first ticks (two commits and a read, once per counter: the
@@ -347,21 +354,6 @@ def settle() -> float:
             return busy
 
 
-def emulator_pids() -> list[int]:
-    """The Firestore emulator's Java process on this machine (from /proc), whose CPU time tells
-    the emulator's share of a tick from the holders'."""
-    found = []
-    for entry in (name for name in os.listdir("/proc") if name.isdigit()):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                argv = cmdline.read().split(b"\0")
-        except OSError:
-            continue
-        if argv[0].endswith(b"java") and any(b"firestore" in arg.lower() for arg in argv[1:]):
-            found.append(int(entry))
-    return found
-
-
 def cpu_of(pids: list[int]) -> float:
     """CPU seconds (user and system) the processes have used."""
     total = 0.0
@@ -383,17 +375,18 @@ def problems_of(ticks: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writer,
-                rng: random.Random, steps: list[int] | None = None) -> dict[str, Any]:
+                rng: random.Random, java: list[int], steps: list[int] | None = None
+                ) -> dict[str, Any]:
     """P = `count` holders, each ticking in its process: warm them (every counter changed once,
     ticks until none owes a first load), then per step k, REPEATS times: change k distinct
-    counters, tick every holder at once and time them. Stops after the first step whose ticks
-    take TICK_LIMIT_S or more, or runs exactly `steps` (the warm-up's)."""
+    counters, tick every holder at once and time them (and the CPU of `java`, the emulator's
+    process). Stops after the first step whose ticks take TICK_LIMIT_S or more, or runs exactly
+    `steps` (the warm-up's)."""
     repartition.change(db, NAMES, count, known=writer.ctx.writing.known)
     warm_began = time.monotonic()
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     problems: list[str] = []
-    java = emulator_pids()
     with holders_of(db.project, count) as holders:
         writer.write(names)
         warm_ticks = 0
@@ -484,18 +477,49 @@ def capacity_of(rows: list[dict[str, Any]], count: int = 1) -> dict[str, Any]:
     return {"counters_per_s": low["k"] + share * (high["k"] - low["k"]), "bounded": True}
 
 
-def capacity_run(count: int, rng: random.Random, steps: list[int] | None) -> dict[str, Any]:
-    """One run of `capacity_at` on a project of its own, with COUNTERS counters made for it and
-    deleted after it (the emulator keeps every version of every document, and slows as a
-    project's writes add up). It does not undo what earlier projects did to the emulator: its
-    empty tick slows with every project it held, deleted or not, up to about twice the first's
-    by the third (bench/results/scale_emulator_projects_2026-11-29.json)."""
+def capacity_run(count: int, rng: random.Random) -> dict[str, Any]:
+    """One measured run of P = `count`: a project of COUNTERS counters on an emulator of its own."""
+    with fresh_emulator(rng) as (java, warm_up):
+        run = project_run(count, COUNTERS, rng, [java], None)
+    return {**run, "warm_up_emulator_cpu_s": warm_up}
+
+
+@contextmanager
+def fresh_emulator(rng: random.Random) -> Iterator[tuple[int, list[float]]]:
+    """A Firestore emulator of its own (a new JVM), warmed, for clients made inside: its pid and
+    the warm-up's emulator CPU per tick. Runs do not share one: the emulator slowed with every
+    project it had held, deleted or not (bench/results/scale_emulator_projects_2026-11-29.json).
+    A new JVM compiles its hot code in its first minutes, so a warm-up on a small project of its
+    own comes first (WARM_UP_COUNTERS counters, P = 1, WARM_UP_STEPS twice; not measured, its
+    project deleted)."""
+    with stack.firestore_alone(stack.STATE / "scale-firestore.log") as (host, java), \
+            emulator_at(host):
+        warm_up = project_run(1, WARM_UP_COUNTERS, rng, [java], WARM_UP_STEPS * 2)
+        yield java, [row["emulator_cpu_s"] for row in warm_up["steps"]]
+
+
+@contextmanager
+def emulator_at(host: str) -> Iterator[None]:
+    """Clients made inside (this process's and the holders' it spawns) talk to `host`."""
+    before = os.environ["FIRESTORE_EMULATOR_HOST"]
+    os.environ["FIRESTORE_EMULATOR_HOST"] = host
+    try:
+        yield
+    finally:
+        os.environ["FIRESTORE_EMULATOR_HOST"] = before
+
+
+def project_run(count: int, counters: int, rng: random.Random, java: list[int],
+                steps: list[int] | None) -> dict[str, Any]:
+    """`capacity_at` on a project of its own, with `counters` counters made for it and deleted
+    after it (the emulator keeps every version of every document: what a project leaves would
+    slow the next)."""
     db = own_db()
     try:
-        names, create_s = create(db, COUNTERS)
+        names, create_s = create(db, counters)
         with writer_of(db) as writer:
             prime_s = writer.prime(names)
-            run = capacity_at(db, count, names, writer, rng, steps)
+            run = capacity_at(db, count, names, writer, rng, java, steps)
             check = exactness(db, writer.sent, names)
     finally:
         clear(db.project)
@@ -506,14 +530,9 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
     """capacity_per_holder (the P = 1 runs) and capacity_by_partitions: ROUNDS runs of each P,
     in alternating order, each on a project of its own."""
     rng = random.Random(1)
-    began = time.monotonic()
-    warm_up = capacity_run(1, rng, WARM_UP_STEPS)
-    warmed = {"run_s": time.monotonic() - began,
-              "emulator_cpu_s_by_step": {row["k"]: row["emulator_cpu_s"]
-                                         for row in warm_up["steps"]}}
     rounds: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for count in round_order():
-        rounds[count].append(capacity_run(count, rng, None))
+        rounds[count].append(capacity_run(count, rng))
     runs = {str(count): merged(rounds[count]) for count in PARTITIONS}
     every = [run for done in rounds.values() for run in done]
     wrong = [run["exact"] for run in every if not run["exact"]["exact"]]
@@ -543,7 +562,10 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
                          if run["capacity"]["counters_per_s"] is None},
         "cpu_s_per_changed_counter": {p: median_cpu(run) for p, run in runs.items()},
         "cores": os.cpu_count(),
-        "warm_up": warmed,  # the run before the measured ones, not measured
+        "warm_up": {  # each run's, on its emulator before the measured project: not measured
+            "counters": WARM_UP_COUNTERS, "steps": WARM_UP_STEPS * 2,
+            "emulator_cpu_s": {p: [run["warm_up_emulator_cpu_s"] for run in rounds[int(p)]]
+                               for p in runs}},
         "runs": runs,
         "exact": check,
     }
@@ -633,33 +655,35 @@ def lag_run() -> dict[str, Any]:
     """P = BALANCE_P holders looping every second, each in its process; RATE distinct counters a
     second (of LAG_COUNTERS) for LAG_S; per write, its commit -> the end of the first tick of its
     partition whose instant is at or after the commit."""
-    db = own_db()
     rng = random.Random(2)
-    names, create_s = create(db, LAG_COUNTERS)
-    repartition.change(db, NAMES, BALANCE_P, known=partitions.Known())
-    writes: list[tuple[float, list[str]]] = []
-    with writer_of(db) as writer:
-        prime_s = writer.prime(names)
-        with holders_of(db.project, BALANCE_P) as holders:
-            holders.ask("loop")
-            warm = writer.write(names)  # every holder meets its counters: first loads, not lag
-            wait_drained(holders, max(at for at, _ in warm))
-            per_batch = RATE // LAG_BATCHES_PER_S
-            began, began_at = time.monotonic(), time.time()
-            futures: list[tuple[Future[float], list[str]]] = []
-            for second in range(int(LAG_S)):
-                chosen = rng.sample(names, per_batch * LAG_BATCHES_PER_S)
-                for j in range(LAG_BATCHES_PER_S):
-                    time.sleep(max(0.0, began + second + j / LAG_BATCHES_PER_S
-                                   - time.monotonic()))
-                    batch = chosen[j * per_batch:(j + 1) * per_batch]
-                    futures.append((writer.submit(batch), batch))
-            writes = [(future.result(), batch) for future, batch in futures]
-            written_s = time.monotonic() - began
-            wait_drained(holders, max(at for at, _ in writes), timeout_s=60)
-            stopped = holders.ask("stop")
-        check = exactness(db, writer.sent, names)
-    clear(db.project)
+    with fresh_emulator(rng) as (_, warm_up):
+        db = own_db()
+        names, create_s = create(db, LAG_COUNTERS)
+        repartition.change(db, NAMES, BALANCE_P, known=partitions.Known())
+        writes: list[tuple[float, list[str]]] = []
+        with writer_of(db) as writer:
+            prime_s = writer.prime(names)
+            with holders_of(db.project, BALANCE_P) as holders:
+                holders.ask("loop")
+                # Every holder meets its counters: first loads, not lag.
+                warm = writer.write(names)
+                wait_drained(holders, max(at for at, _ in warm))
+                per_batch = RATE // LAG_BATCHES_PER_S
+                began, began_at = time.monotonic(), time.time()
+                futures: list[tuple[Future[float], list[str]]] = []
+                for second in range(int(LAG_S)):
+                    chosen = rng.sample(names, per_batch * LAG_BATCHES_PER_S)
+                    for j in range(LAG_BATCHES_PER_S):
+                        time.sleep(max(0.0, began + second + j / LAG_BATCHES_PER_S
+                                       - time.monotonic()))
+                        batch = chosen[j * per_batch:(j + 1) * per_batch]
+                        futures.append((writer.submit(batch), batch))
+                writes = [(future.result(), batch) for future, batch in futures]
+                written_s = time.monotonic() - began
+                wait_drained(holders, max(at for at, _ in writes), timeout_s=60)
+                stopped = holders.ask("stop")
+            check = exactness(db, writer.sent, names)
+        clear(db.project)
     ticks = [result["ticks"] for result in stopped]
     lags, unseen = [], 0
     for committed, batch in writes:
@@ -685,7 +709,8 @@ def lag_run() -> dict[str, Any]:
         f"machine does not carry {RATE} changed counters a second, so the lag grows with the "
         "run",
         "partitions": BALANCE_P, "counters": LAG_COUNTERS, "create_s": create_s,
-        "config_prime_s": prime_s, "offered_rate": RATE, "seconds": LAG_S, "increments": sent,
+        "config_prime_s": prime_s, "warm_up_emulator_cpu_s": warm_up, "offered_rate": RATE,
+        "seconds": LAG_S, "increments": sent,
         "achieved_rate": sent / max(written_s, last - first),
         "lag_p50_s": percentile(lags, 50), "lag_p99_s": percentile(lags, 99),
         "lag_max_s": max(lags), "unseen": unseen,

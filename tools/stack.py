@@ -25,12 +25,13 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,41 @@ def emulator_jvm_env() -> dict[str, str]:
     heap = "-XX:MaxRAMPercentage=50"
     given = os.environ.get("JDK_JAVA_OPTIONS", "")
     return {"JDK_JAVA_OPTIONS": f"{heap} {given}".strip()}
+
+
+def firestore_jar() -> Path:
+    """The Firestore emulator's jar as firebase-tools would start it: gcloud's (through the
+    launcher `offline_emulator_env` writes) or the one firebase-tools downloaded."""
+    launcher = offline_emulator_env().get("FIRESTORE_EMULATOR_BINARY_PATH")
+    if launcher:
+        return Path(launcher)
+    cached = sorted((Path.home() / ".cache/firebase/emulators").glob(
+        "cloud-firestore-emulator-v*.jar"))
+    if not cached:
+        raise SystemExit("no Firestore emulator jar: `make dev` or `make test` downloads it")
+    return cached[-1]
+
+
+@contextlib.contextmanager
+def firestore_alone(log: Path) -> Iterator[tuple[str, int]]:
+    """A Firestore emulator of its own, in a new JVM, on a free port: (host:port, its pid). No
+    other emulator and no triggers; the flags and heap are firebase-tools' and the stack's. A
+    benchmark that must not inherit what earlier runs left in an emulator (its JIT state, every
+    document version it keeps) starts one per run."""
+    with contextlib.closing(socket.socket()) as probe:
+        probe.bind((HOST, 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, **java_env(), **emulator_jvm_env()}
+    java = start_group(
+        ["java", "-Dgoogle.cloud_firestore.debug_log_level=FINE", "-Duser.language=en", "-jar",
+         str(firestore_jar()), "--host", HOST, "--port", str(port)],
+        env, log, on_our_death=signal.SIGKILL)
+    try:
+        wait_ready("firestore", http_probe(f"http://{HOST}:{port}/", (200,)), READY_TIMEOUT_S,
+                   exited=lambda: None if java.poll() is None else f"exited with {java.returncode}")
+        yield f"{HOST}:{port}", java.pid
+    finally:
+        stop_group(java)
 
 
 def java_env() -> dict[str, str]:
