@@ -22,19 +22,19 @@ updated_at)` index ranges take the shard writes; the lag p99 is the wait for the
 the task's dispatch and the busiest tick.
 
 Checked against the machine (`compare`), with every cost taken from the P = 1 run alone (one
-holder, beside the emulator). In 11-26's run (`scale.json`, 4,000 counters) P = 1 and P = 4 are
-within 20%, P = 2 is not (0.65): the P = 1 run spent 0.51 ms of CPU (holders and emulator) per
-changed counter, the P = 2 run 0.36 ms; at 0.51 ms two holders would fill the 2 cores at about
-2,480 a second, yet they absorbed 3,822. That P = 1 run was the stack's first, and a fresh
-emulator's JVM compiles its hot code on the idle core (on 11-29 an empty P = 1 tick cost it
-0.53 s of CPU in a stack's first run, 0.24-0.43 s later): the likely cause, not a proven one; the
-benchmark now warms the emulator first. With each run's own CPU in the same equations
-(`explained`) every point is within 20%. Two warmed runs of 11-29, scaled down to 2,000 and 1,500
-counters on a slow day (`bench/results/scale_2026-11-29_*.json`), have every point they measured
-within 20% (P = 1 1.15 and 1.09, P = 2 0.94, P = 4 0.87), but neither measured all three P, and
-a warmed run at 4,000 counters that day measured none (empty ticks of 0.72 s and more). The
-P = 4 prediction is the small difference of the cores and four empty ticks' CPU (2 - 4 x 0.37 at
-11-26): 10% more CPU per empty tick would move it by 28%.
+holder, beside the emulator). P = 1 and P = 4 are predicted within 20% where measured; P = 2 is
+not, in both runs at the benchmark's method of their day: 11-26's (`scale.json`, 4,000 counters,
+0.65) and 11-29's with every run on a warmed emulator of its own
+(`scale_2026-11-29_fresh.json`, 2,000 counters, 4 rounds, 0.68). The P = 1 run spends more CPU
+per changed counter than the P = 2 run does (11-29: 1.83 ms against 1.28 ms, holders and
+emulator; the emulator's share halves), so the machine term says two holders fill the 2 cores at
+780 a second, yet they absorbed 1,150. A cold emulator was the suspected cause at 11-26; the
+fresh run rules it out, and the cause is not known. Two shorter runs of 11-29 in one emulator
+(`scale_2026-11-29_2000.json`, `_1500.json`, 2 rounds) did predict P = 2 (0.94, and a lower
+bound): the ratio moves by some 30% from run to run. With each run's own CPU in the same
+equations (`explained`) every point is within 20%. The P = 4 prediction is the small difference
+of the cores and four empty ticks' CPU (2 - 4 x 0.37 at 11-26): 10% more CPU per empty tick
+would move it by 28%.
 
 Estimates, not measurements: no tick has been timed on Cloud Run, so the deployed round trip
 (ROUND_TRIP_S), the dispatch (DISPATCH_S) and the CPU per changed counter at more than one

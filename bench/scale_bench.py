@@ -2,7 +2,8 @@
 by side, how evenly the partitions share the counters, the lag at 1,000 distinct counters a
 second, and 50,000 counters changed once (docs/benchmarks.md, "Scale").
 
-Each part runs on a project of its own, where no trigger of the stack ticks. Its holders are
+Each part runs on a project of its own, where no trigger of the stack ticks; each capacity run
+and the lag run on a Firestore emulator of its own, warmed first (`fresh_emulator`). Its holders are
 `cadence.Holder`s ticked on command, or `cadence.loop`s ticking every second, each in a spawned
 process with its own Firestore client: holders in threads of one process would share one GIL.
 Writes go through the domain's batch increment (`counters.increment_many`, at most MAX_BATCH
@@ -56,7 +57,8 @@ NAMES = Names()  # the collection ids of the default placement, which these run 
 # every shard (below), which costs each tick about 0.15 ms of CPU per counter on a slow day here;
 # at 4,000 counters four holders' empty round took 0.67 s even on 11-26's fast one, over
 # EMPTY_TICK_LIMIT_S, so P = 4 could never be measured there.
-COUNTERS = int(os.environ.get("SCALE_COUNTERS", 2000))
+DEFAULT_COUNTERS = 2000
+COUNTERS = int(os.environ.get("SCALE_COUNTERS", DEFAULT_COUNTERS))
 DISTINCT = int(os.environ.get("SCALE_DISTINCT", 50_000))  # of the first meeting
 # The first meeting's partitions: every partition meets its share of the burst in its first tick,
 # which reads at most DOCUMENT_LOADS_PER_TICK (5,000) documents of counters it has not met and
@@ -204,8 +206,8 @@ class Holders:
 
 
 def clear(project: str) -> None:
-    """Delete every document of the project from the emulator: what a part leaves behind would
-    slow the emulator down for the next (it keeps every document's versions in memory)."""
+    """Delete every document of the project from the emulator (what a part leaves behind is not
+    the next part's to scan)."""
     host = os.environ["FIRESTORE_EMULATOR_HOST"]
     url = f"http://{host}/emulator/v1/projects/{project}/databases/(default)/documents"
     urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=120).read()
@@ -512,8 +514,7 @@ def emulator_at(host: str) -> Iterator[None]:
 def project_run(count: int, counters: int, rng: random.Random, java: list[int],
                 steps: list[int] | None) -> dict[str, Any]:
     """`capacity_at` on a project of its own, with `counters` counters made for it and deleted
-    after it (the emulator keeps every version of every document: what a project leaves would
-    slow the next)."""
+    after it."""
     db = own_db()
     try:
         names, create_s = create(db, counters)
@@ -856,7 +857,7 @@ def run() -> dict[str, Any]:
              "steps": list(STEPS), "repeats": REPEATS, "rounds": ROUNDS}
     if "first_meeting" in chosen:
         sizes.update(distinct=DISTINCT, first_meeting_partitions=FIRST_MEETING_P)
-    sizes["scaled_down"] = (max(STEPS) > COUNTERS or sizes.get("distinct", DISTINCT) < 50_000
+    sizes["scaled_down"] = (COUNTERS < DEFAULT_COUNTERS or sizes.get("distinct", DISTINCT) < 50_000
                             or LAG_S < 30)
     sizes["why"] = SCALED_DOWN
     figures.update(balance=balances, sizes=sizes, parts_run=list(chosen),
