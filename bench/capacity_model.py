@@ -232,12 +232,14 @@ def step_cpu(step: dict[str, Any]) -> tuple[float, float]:
     return both, holders
 
 
-def measured_costs(scale: dict[str, Any], partitions: int = 1) -> OpCosts | None:
-    """What a tick cost in the scale benchmark's run of `partitions` holders: its steps' ticks
-    (k changed counters in all, k / P each) and CPU, per holder. None when the run cannot be
-    fitted (fewer than two steps, an empty tick missing, the emulator's CPU not read)."""
+def measured_costs(scale: dict[str, Any], partitions: int = 1, *,
+                   busy: bool = False) -> OpCosts | None:
+    """What a tick cost in the scale benchmark's run of `partitions` holders (`busy`: its P = 1
+    run beside a busy process): its steps' ticks (k changed counters in all, k / P each) and CPU,
+    per holder. None when the run cannot be fitted (fewer than two steps, an empty tick missing,
+    the emulator's CPU not read) or is not in the file."""
     figures = scale["capacity_by_partitions"]
-    run = figures["runs"].get(str(partitions))
+    run = figures.get("busy") if busy else figures["runs"].get(str(partitions))
     steps = run["steps"] if run else []
     if len(steps) < 2 or steps[0]["k"] != 0 or any(
             step["cores_ours"] is None or step["emulator_cpu_s"] is None for step in steps):
@@ -517,12 +519,16 @@ def within(ratio: float | None, tolerance: float = 0.2, *, at_least: bool = Fals
 
 def compare(scale: dict[str, Any]) -> list[dict[str, Any]]:
     """Per P of the scale benchmark: the aggregate it measured, the model's prediction from the
-    P = 1 run alone (one holder's tick and CPU, the machine's cores), and the same equations with
+    P = 1 runs alone (one holder's tick and CPU, the machine's cores; where the file has a P = 1
+    run beside a busy process, the machine term's CPU is that run's), and the same equations with
     the run's own CPU (`explained`; the holder's tick stays P = 1's: under contention a holder's
     own ticks measure the machine, which the CPU term already counts). A point saved as 0 or
     None was not measured. A run whose largest step still ticked within the period measured a
     lower bound (`at_least`): a prediction above it agrees, one more than 20% below misses."""
     one = measured_costs(scale)
+    full = measured_costs(scale, busy=True)
+    if one and full:  # the machine term's CPU, measured with no core idle
+        one = replace(one, cpu_fixed_s=full.cpu_fixed_s, cpu_per_counter_s=full.cpu_per_counter_s)
     rows = []
     reasons = scale["capacity_by_partitions"].get("not_measured", {})
     for key, measured in scale["capacity_by_partitions"]["aggregate_counters_per_s"].items():

@@ -383,15 +383,14 @@ def test_the_benchmark_saves_a_point_it_cannot_measure_as_not_measured() -> None
 
 
 def test_the_rounds_alternate_and_their_steps_are_averaged() -> None:
-    """scale_bench: the P runs go 1, 2, 4, 4, 2, 1, 1, 2, 4, ... (a drift linear in time weighs on
-    every P alike); one P's rounds merge, step by step over the steps all of them ran, into their
-    means, and its capacity is the mean of theirs."""
+    """scale_bench: the runs go 1, 1 beside a busy process, 2, 4, then back, ... (a drift linear
+    in time weighs on every run alike); one P's rounds merge, step by step over the steps all of
+    them ran, into their means, and its capacity is the mean of theirs."""
     import scale_bench
 
-    forth, back = list(scale_bench.PARTITIONS), list(scale_bench.PARTITIONS[::-1])
-    assert scale_bench.round_order() == [p for r in range(scale_bench.ROUNDS)
-                                         for p in (back if r % 2 else forth)]
-    assert scale_bench.round_order()[:6] == [1, 2, 4, 4, 2, 1]
+    order = scale_bench.round_order()
+    assert len(order) == 4 * scale_bench.ROUNDS
+    assert order[:8] == ["1", "1_busy", "2", "4", "4", "2", "1_busy", "1"]
     assert scale_bench.steps_for(4000)[-1] == 4000 and scale_bench.steps_for(1500)[-2:] == [
         1000, 1500]
 
