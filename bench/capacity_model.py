@@ -23,15 +23,16 @@ the task's dispatch and the busiest tick.
 
 Checked against the machine (`compare`), with every cost taken from the P = 1 run alone (one
 holder, beside the emulator). P = 1 and P = 4 are predicted within 20% where measured; P = 2 is
-not, in both runs at the benchmark's method of their day: 11-26's (`scale.json`, 4,000 counters,
+not, in any run at the benchmark's method of its day: 11-26's (`scale.json`, 4,000 counters,
 0.65) and 11-29's with every run on a warmed emulator of its own
 (`scale_2026-11-29_fresh.json`, 2,000 counters, 4 rounds, 0.68). The P = 1 run spends more CPU
 per changed counter than the P = 2 run does (11-29: 1.83 ms against 1.28 ms, holders and
 emulator; the emulator's share halves), so the machine term says two holders fill the 2 cores at
 780 a second, yet they absorbed 1,150. A cold emulator was the suspected cause at 11-26; the
-fresh run rules it out, and the cause is not known. Two shorter runs of 11-29 in one emulator
-(`scale_2026-11-29_2000.json`, `_1500.json`, 2 rounds) did predict P = 2 (0.94, and a lower
-bound): the ratio moves by some 30% from run to run. With each run's own CPU in the same
+fresh run rules it out, a P = 1 run beside a busy process spends what P = 1 alone does
+(`scale_2026-11-29_busy.json`, whose P = 2 misses too: 0.67), and the cause is not known.
+Two shorter runs of 11-29 in one emulator (`scale_2026-11-29_2000.json`, `_1500.json`, 2
+rounds) did predict P = 2 (0.94, and a lower bound). With each run's own CPU in the same
 equations (`explained`) every point is within 20%. The P = 4 prediction is the small difference
 of the cores and four empty ticks' CPU (2 - 4 x 0.37 at 11-26): 10% more CPU per empty tick
 would move it by 28%.
@@ -232,14 +233,12 @@ def step_cpu(step: dict[str, Any]) -> tuple[float, float]:
     return both, holders
 
 
-def measured_costs(scale: dict[str, Any], partitions: int = 1, *,
-                   busy: bool = False) -> OpCosts | None:
-    """What a tick cost in the scale benchmark's run of `partitions` holders (`busy`: its P = 1
-    run beside a busy process): its steps' ticks (k changed counters in all, k / P each) and CPU,
-    per holder. None when the run cannot be fitted (fewer than two steps, an empty tick missing,
-    the emulator's CPU not read) or is not in the file."""
+def measured_costs(scale: dict[str, Any], partitions: int = 1) -> OpCosts | None:
+    """What a tick cost in the scale benchmark's run of `partitions` holders: its steps' ticks
+    (k changed counters in all, k / P each) and CPU, per holder. None when the run cannot be
+    fitted (fewer than two steps, an empty tick missing, the emulator's CPU not read)."""
     figures = scale["capacity_by_partitions"]
-    run = figures.get("busy") if busy else figures["runs"].get(str(partitions))
+    run = figures["runs"].get(str(partitions))
     steps = run["steps"] if run else []
     if len(steps) < 2 or steps[0]["k"] != 0 or any(
             step["cores_ours"] is None or step["emulator_cpu_s"] is None for step in steps):
@@ -519,16 +518,12 @@ def within(ratio: float | None, tolerance: float = 0.2, *, at_least: bool = Fals
 
 def compare(scale: dict[str, Any]) -> list[dict[str, Any]]:
     """Per P of the scale benchmark: the aggregate it measured, the model's prediction from the
-    P = 1 runs alone (one holder's tick and CPU, the machine's cores; where the file has a P = 1
-    run beside a busy process, the machine term's CPU is that run's), and the same equations with
+    P = 1 run alone (one holder's tick and CPU, the machine's cores), and the same equations with
     the run's own CPU (`explained`; the holder's tick stays P = 1's: under contention a holder's
     own ticks measure the machine, which the CPU term already counts). A point saved as 0 or
     None was not measured. A run whose largest step still ticked within the period measured a
     lower bound (`at_least`): a prediction above it agrees, one more than 20% below misses."""
     one = measured_costs(scale)
-    full = measured_costs(scale, busy=True)
-    if one and full:  # the machine term's CPU, measured with no core idle
-        one = replace(one, cpu_fixed_s=full.cpu_fixed_s, cpu_per_counter_s=full.cpu_per_counter_s)
     rows = []
     reasons = scale["capacity_by_partitions"].get("not_measured", {})
     for key, measured in scale["capacity_by_partitions"]["aggregate_counters_per_s"].items():

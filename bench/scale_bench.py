@@ -85,11 +85,6 @@ PARTITIONS = (1, 2, 4)
 # so a point measured once, early or late, differs from the others by when it ran. Alternating
 # the order cancels a drift linear in time; each step's figures are the mean over the rounds.
 ROUNDS = int(os.environ.get("SCALE_ROUNDS", 4))
-# Each round also runs P = 1 beside a process that keeps a core busy: with a core idle, the
-# holders and the emulator spend CPU on it that they do not spend when the cores are full (a
-# holder's CPU per changed counter was 1.31-1.37 ms alone, 1.11-1.17 ms beside a busy process and
-# 1.08 ms at P = 2), and the model's machine term is about full cores.
-BUSY = "_busy"
 # Each run has a new emulator, warmed first on a small project (`capacity_run`): a new JVM
 # compiles its hot code in its first minutes, on the idle core. In a stack's first run it spent
 # 0.53 s of CPU on an empty P = 1 tick (1.8 cores busy), in later ones 0.24 s; measured then, P =
@@ -347,18 +342,17 @@ def cores_busy(before: tuple[float, float], after: tuple[float, float]) -> float
     return (after[0] - before[0]) / spent * (os.cpu_count() or 1) if spent > 0 else 0.0
 
 
-def settle(beside: float = 0.0) -> float:
+def settle() -> float:
     """Wait (at most SETTLE_LIMIT_S) until the machine is quiet: under SETTLED_CORES busy over a
-    window of SETTLE_WINDOW_S, besides the `beside` cores a busy process keeps busy. The writes
-    before a timed tick leave the emulator busy after their commits (its collections, its
-    bookkeeping), which would be timed as the tick's and counted as its CPU. Returns the cores
-    busy in the last window."""
+    window of SETTLE_WINDOW_S. The writes before a timed tick leave the emulator busy after their
+    commits (its collections, its bookkeeping), which would be timed as the tick's and counted
+    as its CPU. Returns the cores busy in the last window."""
     deadline = time.monotonic() + SETTLE_LIMIT_S
     while True:
         before = machine_busy()
         time.sleep(SETTLE_WINDOW_S)
         busy = cores_busy(before, machine_busy())
-        if busy < SETTLED_CORES + beside or time.monotonic() >= deadline:
+        if busy < SETTLED_CORES or time.monotonic() >= deadline:
             return busy
 
 
@@ -383,13 +377,13 @@ def problems_of(ticks: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writer,
-                rng: random.Random, java: list[int], steps: list[int] | None = None,
-                beside: float = 0.0) -> dict[str, Any]:
+                rng: random.Random, java: list[int], steps: list[int] | None = None
+                ) -> dict[str, Any]:
     """P = `count` holders, each ticking in its process: warm them (every counter changed once,
     ticks until none owes a first load), then per step k, REPEATS times: change k distinct
     counters, tick every holder at once and time them (and the CPU of `java`, the emulator's
     process). Stops after the first step whose ticks take TICK_LIMIT_S or more, or runs exactly
-    `steps` (the warm-up's). `beside`: cores a busy process keeps busy meanwhile."""
+    `steps` (the warm-up's)."""
     repartition.change(db, NAMES, count, known=writer.ctx.writing.known)
     warm_began = time.monotonic()
     rows: list[dict[str, Any]] = []
@@ -414,7 +408,7 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
             quiet: list[float] = []
             for _ in range(REPEATS):
                 writer.write(rng.sample(names, k))
-                quiet.append(settle(beside))
+                quiet.append(settle())
                 before, emulator_before, began = machine_busy(), cpu_of(java), time.monotonic()
                 results = holders.ask("tick")
                 busy.append(cores_busy(before, machine_busy()))
@@ -485,35 +479,11 @@ def capacity_of(rows: list[dict[str, Any]], count: int = 1) -> dict[str, Any]:
     return {"counters_per_s": low["k"] + share * (high["k"] - low["k"]), "bounded": True}
 
 
-def capacity_run(label: str, rng: random.Random) -> dict[str, Any]:
-    """One measured run (a label of `round_order`): a project of COUNTERS counters on an
-    emulator of its own, beside a busy process for BUSY."""
-    count, busy = int(label.removesuffix(BUSY)), label.endswith(BUSY)
-    with fresh_emulator(rng) as (java, warm_up), busy_core(busy):
-        run = project_run(count, COUNTERS, rng, [java], None, beside=1.0 if busy else 0.0)
+def capacity_run(count: int, rng: random.Random) -> dict[str, Any]:
+    """One measured run of P = `count`: a project of COUNTERS counters on an emulator of its own."""
+    with fresh_emulator(rng) as (java, warm_up):
+        run = project_run(count, COUNTERS, rng, [java], None)
     return {**run, "warm_up_emulator_cpu_s": warm_up}
-
-
-def burn(stop: Any) -> None:
-    while not stop.is_set():
-        pass
-
-
-@contextmanager
-def busy_core(wanted: bool) -> Iterator[None]:
-    """With `wanted`, a process beside the run that keeps one core busy at the same priority."""
-    if not wanted:
-        yield
-        return
-    context = multiprocessing.get_context("spawn")
-    stop = context.Event()
-    process = context.Process(target=burn, args=(stop,), daemon=True)
-    process.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        process.join(STOP_JOIN_S)
 
 
 @contextmanager
@@ -542,7 +512,7 @@ def emulator_at(host: str) -> Iterator[None]:
 
 
 def project_run(count: int, counters: int, rng: random.Random, java: list[int],
-                steps: list[int] | None, beside: float = 0.0) -> dict[str, Any]:
+                steps: list[int] | None) -> dict[str, Any]:
     """`capacity_at` on a project of its own, with `counters` counters made for it and deleted
     after it."""
     db = own_db()
@@ -550,7 +520,7 @@ def project_run(count: int, counters: int, rng: random.Random, java: list[int],
         names, create_s = create(db, counters)
         with writer_of(db) as writer:
             prime_s = writer.prime(names)
-            run = capacity_at(db, count, names, writer, rng, java, steps, beside)
+            run = capacity_at(db, count, names, writer, rng, java, steps)
             check = exactness(db, writer.sent, names)
     finally:
         clear(db.project)
@@ -561,10 +531,10 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
     """capacity_per_holder (the P = 1 runs) and capacity_by_partitions: ROUNDS runs of each P,
     in alternating order, each on a project of its own."""
     rng = random.Random(1)
-    rounds: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for label in round_order():
-        rounds[label].append(capacity_run(label, rng))
-    runs = {str(count): merged(rounds[str(count)]) for count in PARTITIONS}
+    rounds: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for count in round_order():
+        rounds[count].append(capacity_run(count, rng))
+    runs = {str(count): merged(rounds[count]) for count in PARTITIONS}
     every = [run for done in rounds.values() for run in done]
     wrong = [run["exact"] for run in every if not run["exact"]["exact"]]
     check = {"exact": not wrong, "wrong": sum(c["wrong"] for c in wrong),
@@ -595,23 +565,18 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
         "cores": os.cpu_count(),
         "warm_up": {  # each run's, on its emulator before the measured project: not measured
             "counters": WARM_UP_COUNTERS, "steps": WARM_UP_STEPS * 2,
-            "emulator_cpu_s": {label: [run["warm_up_emulator_cpu_s"] for run in done]
-                               for label, done in rounds.items()}},
+            "emulator_cpu_s": {p: [run["warm_up_emulator_cpu_s"] for run in rounds[int(p)]]
+                               for p in runs}},
         "runs": runs,
-        # P = 1 beside a busy process: the CPU a changed counter costs with no core idle, which
-        # the capacity model's machine term takes (bench/capacity_model.py).
-        "busy": merged(rounds["1" + BUSY]),
         "exact": check,
     }
     by_partitions["limit"] = limit_of(by_partitions)
     return per_holder, by_partitions
 
 
-def round_order() -> list[str]:
-    """The runs in ROUNDS rounds, every other one reversed: 1, 1 beside a busy process, 2, 4,
-    then 4, 2, 1 busy, 1, ..."""
-    labels = ["1", "1" + BUSY, *(str(count) for count in PARTITIONS[1:])]
-    return [label for r in range(ROUNDS) for label in (labels[::-1] if r % 2 else labels)]
+def round_order() -> list[int]:
+    """The runs' P in ROUNDS rounds, every other one reversed: 1, 2, 4, 4, 2, 1, ..."""
+    return [count for r in range(ROUNDS) for count in (PARTITIONS[::-1] if r % 2 else PARTITIONS)]
 
 
 def mean_of(values: list[Any]) -> Any:
