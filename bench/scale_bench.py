@@ -56,7 +56,7 @@ NAMES = Names()  # the collection ids of the default placement, which these run 
 # Counters of a capacity run. The emulator answers each holder's change query with 16 scans of
 # every shard (below), which costs each tick about 0.15 ms of CPU per counter on a slow day here;
 # at 4,000 counters four holders' empty round took 0.67 s even on 11-26's fast one, over
-# EMPTY_TICK_LIMIT_S, so P = 4 could never be measured there.
+# EMPTY_TICK_LIMIT_S (which came after that run): P = 4 would be saved as not measured.
 DEFAULT_COUNTERS = 2000
 COUNTERS = int(os.environ.get("SCALE_COUNTERS", DEFAULT_COUNTERS))
 DISTINCT = int(os.environ.get("SCALE_DISTINCT", 50_000))  # of the first meeting
@@ -85,7 +85,7 @@ PARTITIONS = (1, 2, 4)
 # so a point measured once, early or late, differs from the others by when it ran. Alternating
 # the order cancels a drift linear in time; each step's figures are the mean over the rounds.
 ROUNDS = int(os.environ.get("SCALE_ROUNDS", 4))
-# Each run has a new emulator, warmed first on a small project (`capacity_run`): a new JVM
+# Each run has a new emulator, warmed first on a small project (`fresh_emulator`): a new JVM
 # compiles its hot code in its first minutes, on the idle core. In a stack's first run it spent
 # 0.53 s of CPU on an empty P = 1 tick (1.8 cores busy), in later ones 0.24 s; measured then, P =
 # 1's CPU overstated what P holders need.
@@ -481,13 +481,13 @@ def capacity_of(rows: list[dict[str, Any]], count: int = 1) -> dict[str, Any]:
 
 def capacity_run(count: int, rng: random.Random) -> dict[str, Any]:
     """One measured run of P = `count`: a project of COUNTERS counters on an emulator of its own."""
-    with fresh_emulator(rng) as (java, warm_up):
+    with fresh_emulator() as (java, warm_up):
         run = project_run(count, COUNTERS, rng, [java], None)
     return {**run, "warm_up_emulator_cpu_s": warm_up}
 
 
 @contextmanager
-def fresh_emulator(rng: random.Random) -> Iterator[tuple[int, list[float]]]:
+def fresh_emulator() -> Iterator[tuple[int, list[float]]]:
     """A Firestore emulator of its own (a new JVM), warmed, for clients made inside: its pid and
     the warm-up's emulator CPU per tick. Runs do not share one: the emulator slowed with every
     project it had held, deleted or not (bench/results/scale_emulator_projects_2026-11-29.json).
@@ -496,7 +496,7 @@ def fresh_emulator(rng: random.Random) -> Iterator[tuple[int, list[float]]]:
     project deleted)."""
     with stack.firestore_alone(stack.STATE / "scale-firestore.log") as (host, java), \
             emulator_at(host):
-        warm_up = project_run(1, WARM_UP_COUNTERS, rng, [java], WARM_UP_STEPS * 2)
+        warm_up = project_run(1, WARM_UP_COUNTERS, random.Random(0), [java], WARM_UP_STEPS * 2)
         yield java, [row["emulator_cpu_s"] for row in warm_up["steps"]]
 
 
@@ -547,7 +547,7 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
         "method": "P = 1 of capacity_by_partitions: one warm holder in its own process; k "
                   "distinct counters changed (domain batch increments), then one tick timed; "
                   f"median of {REPEATS} per step, mean over {ROUNDS} rounds of alternating "
-                  f"order after a run warming the emulator, each run on a project of its own; "
+                  f"order, each run on a warmed emulator and a project of its own; "
                   f"linear between the steps around {TICK_LIMIT_S} s",
     }
     base = one["capacity"]["counters_per_s"]
@@ -657,7 +657,7 @@ def lag_run() -> dict[str, Any]:
     second (of LAG_COUNTERS) for LAG_S; per write, its commit -> the end of the first tick of its
     partition whose instant is at or after the commit."""
     rng = random.Random(2)
-    with fresh_emulator(rng) as (_, warm_up):
+    with fresh_emulator() as (_, warm_up):
         db = own_db()
         names, create_s = create(db, LAG_COUNTERS)
         repartition.change(db, NAMES, BALANCE_P, known=partitions.Known())

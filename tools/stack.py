@@ -23,6 +23,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -140,15 +141,24 @@ def emulator_jvm_env() -> dict[str, str]:
 
 def firestore_jar() -> Path:
     """The Firestore emulator's jar as firebase-tools would start it: gcloud's (through the
-    launcher `offline_emulator_env` writes) or the one firebase-tools downloaded."""
-    launcher = offline_emulator_env().get("FIRESTORE_EMULATOR_BINARY_PATH")
-    if launcher:
-        return Path(launcher)
+    launcher `offline_emulator_env` writes, reused while a stack runs from it) or the newest one
+    firebase-tools downloaded."""
+    launcher = STATE / "firestore-launcher.jar"
+    if launcher.exists():
+        return launcher
+    written = offline_emulator_env().get("FIRESTORE_EMULATOR_BINARY_PATH")
+    if written:
+        return Path(written)
     cached = sorted((Path.home() / ".cache/firebase/emulators").glob(
-        "cloud-firestore-emulator-v*.jar"))
+        "cloud-firestore-emulator-v*.jar"), key=jar_version)
     if not cached:
         raise SystemExit("no Firestore emulator jar: `make dev` or `make test` downloads it")
     return cached[-1]
+
+
+def jar_version(jar: Path) -> tuple[int, ...]:
+    """cloud-firestore-emulator-v1.19.10.jar -> (1, 19, 10)."""
+    return tuple(int(part) for part in re.findall(r"\d+", jar.stem))
 
 
 @contextlib.contextmanager
@@ -156,7 +166,7 @@ def firestore_alone(log: Path) -> Iterator[tuple[str, int]]:
     """A Firestore emulator of its own, in a new JVM, on a free port: (host:port, its pid). No
     other emulator and no triggers; the flags and heap are firebase-tools' and the stack's. A
     benchmark that must not inherit what earlier runs left in an emulator (its JIT state, every
-    document version it keeps) starts one per run."""
+    project it held) starts one per run."""
     with contextlib.closing(socket.socket()) as probe:
         probe.bind((HOST, 0))
         port = probe.getsockname()[1]
@@ -168,6 +178,8 @@ def firestore_alone(log: Path) -> Iterator[tuple[str, int]]:
     try:
         wait_ready("firestore", http_probe(f"http://{HOST}:{port}/", (200,)), READY_TIMEOUT_S,
                    exited=lambda: None if java.poll() is None else f"exited with {java.returncode}")
+        if java.poll() is not None:  # another server took the port and answered for it
+            raise NotReady(f"firestore on port {port} exited with {java.returncode}; see {log}")
         yield f"{HOST}:{port}", java.pid
     finally:
         stop_group(java)

@@ -245,8 +245,9 @@ ROWS = {(run, row["partitions"]): row
 # so the machine term says two holders fill the 2 cores sooner than they do. 11-26's P = 1 run
 # was its stack's first (a cold emulator); the fresh run, every run on a warmed emulator of its
 # own, misses the same way (0.68), so the cold emulator was not the cause.
-P2_MISS = pytest.mark.xfail(strict=True, reason="the P = 1 run's CPU per changed counter "
-                            "overstates what two holders need (cause unknown)")
+P2_MISS = pytest.mark.xfail(strict=True, raises=AssertionError,
+                            reason="the P = 1 run's CPU per changed counter overstates what two "
+                                   "holders need (cause unknown)")
 
 
 @pytest.mark.parametrize(("run", "p"), [
@@ -290,6 +291,7 @@ def test_on_fresh_emulators_every_run_is_exact_and_warmed() -> None:
     assert FRESH["sizes"] == {**FRESH["sizes"], "counters": 2000, "rounds": 4,
                               "scaled_down": False}
     assert figures["exact"]["exact"] and figures["exact"]["runs"] == 12
+    assert set(figures["warm_up"]["emulator_cpu_s"]) == {"1", "2", "4"}
     assert all(len(rounds) == 4 and all(len(cpu) == 8 for cpu in rounds)
                for rounds in figures["warm_up"]["emulator_cpu_s"].values())
     assert ROWS["fresh", 1]["measured"] and ROWS["fresh", 2]["measured"]

@@ -77,3 +77,9 @@ def test_firebase_outlives_an_unhandled_rejection() -> None:
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0 and "still running" in done.stdout
     assert "flush timed out" in done.stderr
+
+
+def test_the_newest_downloaded_firestore_jar_is_taken_by_its_version() -> None:
+    """v1.19.10 is newer than v1.19.9, which a sort of the names would put last."""
+    jars = [Path(f"cloud-firestore-emulator-v{v}.jar") for v in ("1.19.9", "1.19.10", "1.2.0")]
+    assert max(jars, key=stack.jar_version).name == "cloud-firestore-emulator-v1.19.10.jar"
