@@ -324,6 +324,15 @@ def distinct_within(load: Load, seconds: float) -> float:
     return load.counters * -math.expm1(-load.changed_per_s * seconds / load.counters)
 
 
+def rate_decay_s(load: Load) -> float:
+    """How long a changed counter's rate, risen in one second at its share of the increments,
+    takes to fall to what is published as 0 once it is no longer written: each sweep within that
+    writes its rate again (`Ledger.plan`)."""
+    params = config.AUTOSCALE
+    risen = autoscale.measured_rate(0.0, load.increments_per_s / load.changed_per_s, 1.0, params)
+    return max(0.0, params.fall_tau_s * math.log(risen / config.RATE_PUBLISH_ABS))
+
+
 def shards_touched(load: Load) -> float:
     """Distinct shards a changed counter's increments of a second land on, each increment on a
     shard picked at random. Its shards are those autoscaling gives its rate, as if it took its
@@ -444,7 +453,10 @@ def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Predict
     usage_writes = min(p, USAGE_WRITERS) / config.ROLLUP.usage_flush_s + 1 / SCHEDULE_S
     writes = (2 * load.increments_per_s  # the shard, the request's marker
               + load.changed_per_s + slots  # the publishes, the lease with them
-              + distinct_within(load, sweep_s) / sweep_s  # memories, at each sweep
+              # At each sweep: the memories of the counters changed since the last, and the
+              # rates still decaying (a rate that moved alone waits for a sweep).
+              + (distinct_within(load, sweep_s)
+                 + distinct_within(load, sweep_s + rate_decay_s(load))) / sweep_s
               + usage_writes)
     deletes = load.increments_per_s  # the markers' TTL
     # Past HOUSEKEPT_HERE partitions, the scheduled run enqueues a task a minute to each further

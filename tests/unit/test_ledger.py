@@ -109,6 +109,31 @@ def test_a_busy_counter_grows_and_an_idle_one_shrinks_then_folds() -> None:
     assert not book.above_min("hot")
 
 
+def test_a_rate_that_moved_alone_waits_for_a_sweep() -> None:
+    """A counter written once, then no more: its rate goes with its count's publish, and its
+    decay is not written tick after tick (every counter changed in the last minute would be
+    written again every other tick) but by the next sweep's tick, down to 0; then it can leave."""
+    book = Ledger(AutoscaleParams(cool_down_s=0.0))
+    held(book, "once", {"0": value(0, 0)}, num_shards=1)
+    sums, _ = book.apply({"once": {"0": value(1, 1)}}, at(0), at(1))
+    first = book.plan(sums, at(1)).updates["once"]
+    book.published("once", first)
+    assert first.public["count"] == 1 and first.public["rate"] > 0.3
+    for second in range(2, 20):
+        sums, _ = book.apply({}, at(second - 1), at(second))
+        assert book.plan(sums, at(second)).updates == {}
+    decayed = book.held["once"].scaling
+    assert decayed is not None and decayed.published_rate == first.public["rate"]
+    sums, _ = book.apply({}, at(19), at(20))
+    swept = book.plan(sums, at(20), flush=True).updates["once"].public
+    assert 0 < swept["rate"] < first.public["rate"] * 0.2 and "count" not in swept
+    sums, _ = book.apply({}, at(20), at(60))
+    assert book.plan(sums, at(60), flush=True).updates["once"].public["rate"] == 0.0
+    for _ in range(ledger.IDLE_TICKS_KEPT + 1):
+        book.end_tick({})
+    assert "once" not in book.held
+
+
 def test_a_pinned_counter_does_not_grow() -> None:
     """Bounds read afresh before a grow can leave nothing to do."""
     book = Ledger(FAST)

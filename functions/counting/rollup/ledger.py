@@ -335,7 +335,10 @@ class Ledger:
         they were last written: then every memory holds every change taken in up to it, and a
         successor (or this holder after forgetting) that reads back from that sweep misses
         nothing (docs/architecture.md, "The holder's memory"). Between sweeps they wait: a busy
-        counter would otherwise pay a second write per counter-second. A counter read whole
+        counter would otherwise pay a second write per counter-second. So does a `rate` that
+        moved without a publish (a counter no longer written, whose rate decays): every counter
+        changed in the last minute would otherwise be written again every other tick. A
+        counter read whole
         (its first load without shard counts, a catch-up of deferred changes) has them written
         with its next publish: that read took in changes older than the last sweep."""
         now = as_of.timestamp()
@@ -378,7 +381,9 @@ class Ledger:
                     fields.update({"num_shards": state.num_shards, "shrunk_at": as_of,
                                    "above_min": True})
                 state.low_since = decision.low_since
-            if fields or rate_moved(state.rate, state.published_rate):
+            # A rate that moved alone waits for a sweep: one write per counter per sweep, not
+            # one every other tick while the rate of a counter changed once decays to 0.
+            if fields or (flush and rate_moved(state.rate, state.published_rate)):
                 # The cool-down's start rides along (an idle counter derives it on loading).
                 fields["low_since"] = timestamp(state.low_since)
                 state.published_rate = publishable(state.rate)
