@@ -2,7 +2,8 @@
 second, counters in all), the partitions P it needs, its instances, its lag, Firestore's reads,
 writes and deletes, Cloud Tasks' creations and dispatches, the month's bill, and the platform
 limit that binds first (issue 44, deliverable 2). Pure: what a tick costs is `OpCosts`, filled
-from what `bench/run.py scale` measured (`bench/results/scale.json`); prices are `cost_model`'s.
+from what `bench/run.py scale` measured (`bench/results/`: `compare`, REFERENCE below); prices
+are `cost_model`'s.
 
 One holder's tick of n changed counters takes `a + b n` of wall time alone (`tick_fixed_s`,
 `tick_per_counter_s`). Where the holders share `cores` with Firestore (here: the emulator on
@@ -22,20 +23,24 @@ updated_at)` index ranges take the shard writes; the lag p99 is the wait for the
 the task's dispatch and the busiest tick.
 
 Checked against the machine (`compare`), with every cost taken from the P = 1 run alone (one
-holder, beside the emulator). P = 1 and P = 4 are predicted within 20% where measured; P = 2 is
-not, in any run at the benchmark's method of its day: 11-26's (`scale.json`, 4,000 counters,
-0.65) and 11-29's with every run on a warmed emulator of its own
-(`scale_2026-11-29_fresh.json`, 2,000 counters, 4 rounds, 0.68). The P = 1 run spends more CPU
-per changed counter than the P = 2 run does (11-29: 1.83 ms against 1.28 ms, holders and
-emulator; the emulator's share halves), so the machine term says two holders fill the 2 cores at
-780 a second, yet they absorbed 1,150. A cold emulator was the suspected cause at 11-26; the
-fresh run rules it out, a P = 1 run beside a busy process spends what P = 1 alone does
-(`scale_2026-11-29_busy.json`, whose P = 2 misses too: 0.67), and the cause is not known.
-Two shorter runs of 11-29 in one emulator (`scale_2026-11-29_2000.json`, `_1500.json`, 2
-rounds) did predict P = 2 (0.94, and a lower bound). With each run's own CPU in the same
-equations (`explained`) every point is within 20%. The P = 4 prediction is the small difference
-of the cores and four empty ticks' CPU (2 - 4 x 0.37 at 11-26): 10% more CPU per empty tick
-would move it by 28%.
+holder, beside the emulator): the benchmark's run saved in `scale.json` (2026-11-30, 2,000
+counters, 4 rounds, each run on a warmed emulator of its own) has P = 1 at 1.00 and P = 2 at 0.90;
+P = 4 is not measured (one round's empty tick took half the period: four holders and the emulator
+fill the 2 cores before a counter changes), and its three other rounds absorbed about 1,160 a
+second against 804 predicted: the machine term, which production does not have, is the small
+difference of the cores and four empty ticks' CPU, and four holders spent less CPU per changed
+counter than one. Runs before the rollup left a rate that moved alone to the sweep
+(`scale_2026-11-26.json`, `scale_2026-11-29_fresh.json`) missed P = 2 by a third (0.65, 0.68):
+a holder then wrote every counter whose rate was decaying, every other tick, so a tick's cost grew
+with the counters changed in the last minute, and one holder of all the counters paid more per
+changed counter than two holders of half of them.
+
+The production estimates (`capacity_rows`, the docs' table, `make sim-scale`) take a holder's
+costs from REFERENCE, not from the latest run: this machine's speed moves by a factor of two to
+three from day to day (an empty P = 1 tick at 4,000 counters took 0.25 s on 11-26 and 0.72 s on
+11-29), and a slow day measures its neighbours, not a Cloud Run vCPU. REFERENCE is the fastest
+day measured; it ran the rollup from before the fix above, which wrote more a tick, so its costs
+are an upper bound of that day's.
 
 Estimates, not measurements: no tick has been timed on Cloud Run, so the deployed round trip
 (ROUND_TRIP_S), the dispatch (DISPATCH_S) and the CPU per changed counter at more than one
@@ -44,9 +49,11 @@ changed shard (measured with one shard per counter) are assumptions, said where 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import cost_model
@@ -55,6 +62,10 @@ from counting.foundation import config, kinds
 from counting.rollup import ledger
 from counting.rollup.ledger import IDLE_TICKS_KEPT
 from counting.writepath import autoscale
+
+RESULTS = Path(__file__).parent / "results"
+# The scale run the production estimates take a holder's costs from (the module's docstring).
+REFERENCE = "scale_2026-11-26.json"
 
 # Mirrors of limits defined beside Firestore clients (counting.writepath.partitions,
 # counting.rollup.cadence), which this pure module does not import; tests check they agree.
@@ -571,7 +582,7 @@ def compare_lag(scale: dict[str, Any]) -> dict[str, Any]:
     estimate). Not compared when the lag and capacity figures come from different runs
     (`SCALE_PARTS` ran one of them alone): the machine's speed differs from run to run. A file
     saved before runs were dated (no `when_by_part`) is compared: its docs say which runs it
-    holds (scale.json: 11-26's capacity and lag, one run)."""
+    holds (scale_2026-11-26.json: 11-26's capacity and lag, one run)."""
     lag = scale["lag"]
     one = measured_costs(scale)
     predicted = SLOT_WAIT_P99_S + round_s(lag["offered_rate"], lag["partitions"], one) \
@@ -605,7 +616,7 @@ def capacity_rows(scale: dict[str, Any]) -> list[str]:
     instances and the month's bill at the first sizing that carries the load."""
     measured = measured_costs(scale)
     if measured is None:
-        raise ValueError("scale.json has no P = 1 run to take the tick's costs from")
+        raise ValueError("the scale run has no P = 1 run to take the tick's costs from")
     rows = []
     for changed in TABLE_LOADS:
         load = Load(changed_per_s=changed, increments_per_s=changed * INCREMENTS_PER_CHANGED,
@@ -628,9 +639,11 @@ def capacity_rows(scale: dict[str, Any]) -> list[str]:
     return rows
 
 
-if __name__ == "__main__":
-    import json
-    from pathlib import Path
+def reference() -> dict[str, Any]:
+    """The scale run the production estimates come from (REFERENCE)."""
+    figures: dict[str, Any] = json.loads((RESULTS / REFERENCE).read_text())
+    return figures
 
-    print("\n".join(capacity_rows(json.loads(
-        (Path(__file__).parent / "results" / "scale.json").read_text()))))
+
+if __name__ == "__main__":
+    print("\n".join(capacity_rows(reference())))
