@@ -29,7 +29,8 @@ P = 4 is not measured (one round's empty tick took half the period: four holders
 fill the 2 cores before a counter changes), and its three other rounds absorbed about 1,160 a
 second against 804 predicted: the machine term, which production does not have, is the small
 difference of the cores and four empty ticks' CPU, and four holders spent less CPU per changed
-counter than one. Runs before the rollup left a rate that moved alone to the sweep
+counter than one (from the rounds' printed ticks and cores; the file keeps only the steps all
+rounds ran). Runs before the rollup stopped writing falling rates
 (`scale_2026-11-26.json`, `scale_2026-11-29_fresh.json`) missed P = 2 by a third (0.65, 0.68):
 a holder then wrote every counter whose rate was decaying, every other tick, so a tick's cost grew
 with the counters changed in the last minute, and one holder of all the counters paid more per
@@ -38,9 +39,9 @@ changed counter than two holders of half of them.
 The production estimates (`capacity_rows`, the docs' table, `make sim-scale`) take a holder's
 costs from REFERENCE, not from the latest run: this machine's speed moves by a factor of two to
 three from day to day (an empty P = 1 tick at 4,000 counters took 0.25 s on 11-26 and 0.72 s on
-11-29), and a slow day measures its neighbours, not a Cloud Run vCPU. REFERENCE is the fastest
-day measured; it ran the rollup from before the fix above, which wrote more a tick, so its costs
-are an upper bound of that day's.
+11-29, in a run whose file was removed in 4036413), and a slow day measures its neighbours, not
+a Cloud Run vCPU. REFERENCE is the fastest day measured; it ran the rollup from before the fix
+above, which wrote more a tick, so its costs are an upper bound of that day's.
 
 Estimates, not measurements: no tick has been timed on Cloud Run, so the deployed round trip
 (ROUND_TRIP_S), the dispatch (DISPATCH_S) and the CPU per changed counter at more than one
@@ -335,15 +336,6 @@ def distinct_within(load: Load, seconds: float) -> float:
     return load.counters * -math.expm1(-load.changed_per_s * seconds / load.counters)
 
 
-def rate_decay_s(load: Load) -> float:
-    """How long a changed counter's rate, risen in one second at its share of the increments,
-    takes to fall to what is published as 0 once it is no longer written: each sweep within that
-    writes its rate again (`Ledger.plan`)."""
-    params = config.AUTOSCALE
-    risen = autoscale.measured_rate(0.0, load.increments_per_s / load.changed_per_s, 1.0, params)
-    return max(0.0, params.fall_tau_s * math.log(risen / config.RATE_PUBLISH_ABS))
-
-
 def shards_touched(load: Load) -> float:
     """Distinct shards a changed counter's increments of a second land on, each increment on a
     shard picked at random. Its shards are those autoscaling gives its rate, as if it took its
@@ -464,10 +456,9 @@ def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Predict
     usage_writes = min(p, USAGE_WRITERS) / config.ROLLUP.usage_flush_s + 1 / SCHEDULE_S
     writes = (2 * load.increments_per_s  # the shard, the request's marker
               + load.changed_per_s + slots  # the publishes, the lease with them
-              # At each sweep: the memories of the counters changed since the last, and the
-              # rates still decaying (a rate that moved alone waits for a sweep).
-              + (distinct_within(load, sweep_s)
-                 + distinct_within(load, sweep_s + rate_decay_s(load))) / sweep_s
+              # At each sweep, the memories of the counters changed since the last (a falling
+              # rate is not written: readers decay it).
+              + distinct_within(load, sweep_s) / sweep_s
               + usage_writes)
     deletes = load.increments_per_s  # the markers' TTL
     # Past HOUSEKEPT_HERE partitions, the scheduled run enqueues a task a minute to each further

@@ -490,7 +490,7 @@ def capacity_run(count: int, rng: random.Random) -> dict[str, Any]:
 def fresh_emulator() -> Iterator[tuple[int, list[float]]]:
     """A Firestore emulator of its own (a new JVM), warmed, for clients made inside: its pid and
     the warm-up's emulator CPU per tick. Runs do not share one: the emulator slowed with every
-    project it had held, deleted or not (bench/results/scale_emulator_projects_2026-11-29.json).
+    project it had held, deleted or not (docs/benchmarks.md, "Scale: partitions of the rollup").
     A new JVM compiles its hot code in its first minutes, so a warm-up on a small project of its
     own comes first (WARM_UP_COUNTERS counters, P = 1, WARM_UP_STEPS twice; not measured, its
     project deleted)."""

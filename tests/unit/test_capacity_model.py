@@ -5,7 +5,6 @@ and the committed scale benchmark's points are predicted from its one-holder run
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import json
 import math
 from pathlib import Path
@@ -15,7 +14,7 @@ import capacity_model as model
 import cost_model
 import pytest
 from capacity_model import Design, Load, OpCosts
-from counting.rollup import cadence, ledger
+from counting.rollup import cadence
 from counting.writepath import partitions
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -181,26 +180,6 @@ def test_a_deployed_tick_runs_the_holders_cpu_at_its_share_of_a_vcpu() -> None:
     assert DEPLOYED.tick_per_counter_s == pytest.approx(
         MEASURED.holder_cpu_per_counter_s / TODAY.vcpu
         + model.ROUND_TRIP_S / model.COUNTERS_PER_COMMIT)
-
-
-@pytest.mark.parametrize("increments", [1, 10, 1000])
-def test_a_rates_decay_is_the_ledgers(increments: int) -> None:
-    """The model's time for a counter's rate to fall to 0 once it is no longer written (each
-    sweep within it writes the rate) is what the rollup's ledger takes, to the second."""
-    book = ledger.Ledger()
-    book.hold("c", {"count": 0, "num_shards": 1})
-    book.hold_shards("c", {"0": ledger.ShardValue(count=0, writes=0)})
-    start = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
-    at = [start + dt.timedelta(seconds=s) for s in range(400)]
-    written = {"c": {"0": ledger.ShardValue(count=increments, writes=increments)}}
-    book.apply(written, at[0], at[1])
-    second = 1
-    while ledger.publishable(book.held["c"].scaling.rate) > 0:  # type: ignore[union-attr]
-        book.apply({}, at[second], at[second + 1])
-        second += 1
-    predicted = model.rate_decay_s(Load(changed_per_s=1, increments_per_s=increments,
-                                        counters=1))
-    assert abs((second - 1) - predicted) <= 1
 
 
 def test_a_first_meeting_reads_each_changed_shard_the_document_and_the_memory() -> None:

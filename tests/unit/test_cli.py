@@ -418,3 +418,16 @@ def test_outside_a_project_every_command_refuses_and_contacts_nothing(
         assert result.exit_code == 2, (name, result.output)
         assert "no Firebase project here" in result.stderr and "Traceback" not in result.output
     assert CliRunner().invoke(cli, ["get", "--help"]).exit_code == 0  # help needs no backend
+
+
+def test_watch_shows_the_rate_decayed_from_its_instant() -> None:
+    """`counters watch` shows the rate as the rollup measures it now: decayed from `rate_at`
+    (the rollup does not write a falling rate), 0 below what it publishes as 0."""
+    from counters_cli import watch
+
+    now = dt.datetime.now(dt.UTC)
+    assert watch.shown_rate({"rate": 4.0}) == 4.0
+    assert watch.shown_rate({"rate": 4.0, "rate_at": now}) == pytest.approx(4.0, rel=0.01)
+    ten = watch.shown_rate({"rate": 4.0, "rate_at": now - dt.timedelta(seconds=10)})
+    assert ten == pytest.approx(4.0 / numpy.e, rel=0.01)
+    assert watch.shown_rate({"rate": 4.0, "rate_at": now - dt.timedelta(seconds=60)}) == 0.0

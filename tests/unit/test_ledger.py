@@ -4,7 +4,12 @@ grows, shrinks, folds, and what a handover may persist."""
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
+from pathlib import Path
 
+import pytest
+from counting.foundation import config
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import ledger
 from counting.rollup.ledger import Ledger, Publish, ShardValue
@@ -109,29 +114,51 @@ def test_a_busy_counter_grows_and_an_idle_one_shrinks_then_folds() -> None:
     assert not book.above_min("hot")
 
 
-def test_a_rate_that_moved_alone_waits_for_a_sweep() -> None:
-    """A counter written once, then no more: its rate goes with its count's publish, and its
-    decay is not written tick after tick (every counter changed in the last minute would be
-    written again every other tick) but by the next sweep's tick, down to 0; then it can leave."""
+def test_an_idle_counters_rate_is_decayed_by_its_readers_not_written() -> None:
+    """A counter written once, then no more: its rate goes with its count's publish, with its
+    instant, and is not written again while it falls (sweeps included): what readers decay it to
+    is what the holder measures, down to 0 (and then it can leave the ledger). A successor that
+    meets it later starts from the rate decayed to then."""
     book = Ledger(AutoscaleParams(cool_down_s=0.0))
     held(book, "once", {"0": value(0, 0)}, num_shards=1)
     sums, _ = book.apply({"once": {"0": value(1, 1)}}, at(0), at(1))
     first = book.plan(sums, at(1)).updates["once"]
     book.published("once", first)
-    assert first.public["count"] == 1 and first.public["rate"] > 0.3
-    for second in range(2, 20):
+    rate, rate_at = first.public["rate"], first.public["rate_at"]
+    assert first.public["count"] == 1 and rate > 0.3 and rate_at == at(1)
+    for second in range(2, 80):
         sums, _ = book.apply({}, at(second - 1), at(second))
-        assert book.plan(sums, at(second)).updates == {}
-    decayed = book.held["once"].scaling
-    assert decayed is not None and decayed.published_rate == first.public["rate"]
-    sums, _ = book.apply({}, at(19), at(20))
-    swept = book.plan(sums, at(20), flush=True).updates["once"].public
-    assert 0 < swept["rate"] < first.public["rate"] * 0.2 and "count" not in swept
-    sums, _ = book.apply({}, at(20), at(60))
-    assert book.plan(sums, at(60), flush=True).updates["once"].public["rate"] == 0.0
+        assert book.plan(sums, at(second), flush=second % 50 == 0).updates == {}
+        state = book.held["once"].scaling
+        assert state is not None
+        shown = ledger.shown_rate(rate, rate_at.timestamp(), at(second).timestamp())
+        assert shown == pytest.approx(state.rate, rel=0.01)
+    assert ledger.publishable(shown) == 0.0
     for _ in range(ledger.IDLE_TICKS_KEPT + 1):
         book.end_tick({})
     assert "once" not in book.held
+    successor = Ledger()
+    successor.hold("once", {"count": 1, "rate": rate, "rate_at": rate_at}, since=at(11))
+    state = successor.held["once"].scaling
+    assert state is not None and state.rate == pytest.approx(rate * math.exp(-1), rel=0.01)
+
+
+def test_a_rate_off_what_readers_show_is_written_alone() -> None:
+    """Writes whose sum did not move (+1 on one shard, -1 on another) publish no count, but the
+    rate they raised is off what readers show: it is written, with its instant."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    held(book, "toggle", {"0": value(0, 0), "1": value(0, 0)}, written=0)
+    published = []
+    for second in range(1, 6):
+        shards = {"0": value(second, second), "1": value(-second, second)}
+        sums, _ = book.apply({"toggle": shards}, at(second - 1), at(second))
+        plan = book.plan(sums, at(second))
+        if "toggle" in plan.updates:
+            public = plan.updates["toggle"].public
+            assert "count" not in public and public["rate_at"] == at(second)
+            published.append(public["rate"])
+            book.published("toggle", plan.updates["toggle"])
+    assert published and published[0] > 0.5
 
 
 def test_a_pinned_counter_does_not_grow() -> None:
@@ -294,3 +321,11 @@ def test_an_idle_counter_is_evicted_unless_it_has_shards_to_shed() -> None:
     for _ in range(ledger.IDLE_TICKS_KEPT + 1):
         book.end_tick({})
     assert "idle" not in book.held and "wide" in book.held
+
+
+def test_the_dashboards_decay_is_the_rollups() -> None:
+    """web/src/rate.js decays a rate with the rollup's fall and shows 0 where it publishes 0."""
+    source = (Path(__file__).resolve().parents[2] / "web/src/rate.js").read_text()
+    constants = dict(re.findall(r"export const (\w+) = ([\d.]+);", source))
+    assert float(constants["FALL_TAU_S"]) == config.AUTOSCALE.fall_tau_s
+    assert float(constants["SHOWN_MIN"]) == config.RATE_PUBLISH_ABS

@@ -13,6 +13,7 @@ from typing import Any
 import click
 from counting.features import counter_refs, counters
 from counting.foundation import inputs
+from counting.rollup import ledger
 from rich.live import Live
 from rich.table import Table
 
@@ -35,10 +36,18 @@ def _watch_table(counter: str, seen: _Seen) -> Table:
         table.add_row("count", str(data.get("count")))
         table.add_row("num_shards", str(data.get("num_shards")))
         table.add_row("updated_at", iso(updated) if isinstance(updated, dt.datetime) else "-")
-        table.add_row("rate (writes/s)", f"{float(data.get('rate') or 0.0):.1f}")
+        table.add_row("rate (writes/s)", f"{shown_rate(data):.1f}")
     table.add_row("updates received", str(seen.updates))
     table.caption = "Ctrl-C to stop"
     return table
+
+
+def shown_rate(data: dict[str, Any]) -> float:
+    """The counter's write rate now, decayed from its instant as the rollup decays it."""
+    at = data.get("rate_at")
+    return ledger.publishable(ledger.shown_rate(
+        float(data.get("rate") or 0.0), at.timestamp() if isinstance(at, dt.datetime) else None,
+        time.time()))
 
 
 def _watch_line(seen: _Seen) -> str:

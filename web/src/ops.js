@@ -11,6 +11,7 @@ import "uplot/dist/uPlot.min.css";
 import { connect, LOCAL, loadConfig } from "./backend.js";
 import { clearErrors, describe, reportUncaught, showError } from "./errors.js";
 import { auditSummary, leaseIds, partitionCount, rollupHealth } from "./health.js";
+import { rateNow } from "./rate.js";
 
 const WINDOW_S = 5 * 60;
 // A plot spans its data, and a minute at least (a fresh plot is not a sliver of the window).
@@ -132,7 +133,7 @@ function renderCounter({ card, data }) {
   set("kind", data.collection ? `collection counter (${data.collection})` : "sharded (increment)");
   set("count", String(data.count ?? 0));
   set("shards", String(data.num_shards ?? "?"));
-  set("rate", Number(data.rate ?? 0).toFixed(2));
+  set("rate", rateNow(data).toFixed(2));
   set("strategy", data.strategy ?? "random");
   set("policy", policyText(data.policy));
 }
@@ -152,13 +153,15 @@ function policyText(policy = {}) {
 function sample(series) {
   const now = Date.now() / 1000;
   const busiest = [...series.entries()]
-    .sort(([, a], [, b]) => Number(b.data.rate ?? 0) - Number(a.data.rate ?? 0))
+    .sort(([, a], [, b]) => rateNow(b.data) - rateNow(a.data))
     .slice(0, PLOTTED).map(([id]) => id);
   for (const [id, entry] of series) {
     const last = entry.xs.length ? entry.xs[entry.xs.length - 1] : 0;
     if (now - last >= SAMPLE_MS / 2000) {
       entry.xs.push(now);
-      entry.rate.push(Number(entry.data.rate ?? 0));
+      entry.rate.push(rateNow(entry.data));
+      // The rate falls between the rollup's writes: shown as readers decay it.
+      entry.card.querySelector(".rate").textContent = entry.rate[entry.rate.length - 1].toFixed(2);
       entry.shards.push(Number(entry.data.num_shards ?? 0));
     }
     while (entry.xs.length && entry.xs[0] < now - WINDOW_S) {

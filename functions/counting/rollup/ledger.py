@@ -74,21 +74,31 @@ class Scaling:
     max_shards: int
     strategy: str
     rate: float
+    # The rate on the document and its instant (`rate_at`; None: a document from before it,
+    # whose rate is taken as of any instant): what readers decay (`shown_rate`).
     published_rate: float
+    published_at: float | None  # epoch seconds
     low_since: float | None  # epoch seconds
+    published_low_since: float | None  # epoch seconds: the document's (or derived from it)
     shrunk_at: float | None  # epoch seconds; surplus shards are folded `fold_grace_s` later
     shard_load: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_document(cls, data: dict[str, Any]) -> Scaling:
+    def from_document(cls, data: dict[str, Any], *, now: float | None = None,
+                      params: AutoscaleParams = config.AUTOSCALE) -> Scaling:
+        """The scaling state on a counter's document, its rate decayed to `now` (as readers
+        decay it: nobody wrote to the counter since it was published, or its count would have
+        been published again)."""
         def seconds(value: Any) -> float | None:
             return value.timestamp() if isinstance(value, dt.datetime) else None
 
-        rate = float(data.get("rate") or 0.0)
+        published = float(data.get("rate") or 0.0)
+        published_at = seconds(data.get("rate_at"))
+        rate = published if now is None else shown_rate(published, published_at, now, params)
         low_since = seconds(data.get("low_since"))
-        if low_since is None and rate == 0.0:
-            # Idle since at least its last count change (low_since is only ever written along
-            # with other fields, so a counter nobody writes to has none).
+        if low_since is None and publishable(rate) == 0.0:
+            # Idle since at least its last count change (a cool-down's start is written only
+            # for a counter above its minimum shards).
             low_since = seconds(data.get("updated_at"))
         return cls(
             num_shards=int(data.get("num_shards") or 1),
@@ -96,8 +106,10 @@ class Scaling:
             max_shards=int(data.get("max_shards") or config.DEFAULT_MAX_SHARDS),
             strategy=str(data.get("strategy") or kinds.DEFAULT_STRATEGY),
             rate=rate,
-            published_rate=rate,
+            published_rate=published,
+            published_at=published_at,
             low_since=low_since,
+            published_low_since=low_since,
             shrunk_at=seconds(data.get("shrunk_at")),
         )
 
@@ -172,12 +184,21 @@ def publishable(rate: float) -> float:
     return 0.0 if rate < config.RATE_PUBLISH_ABS else round(rate, 3)
 
 
-def rate_moved(rate: float, published: float) -> bool:
-    value = publishable(rate)
-    if value == published:
-        return False
-    margin = max(config.RATE_PUBLISH_ABS, config.RATE_PUBLISH_REL * published)
-    return value == 0.0 or abs(value - published) > margin
+def shown_rate(published: float, published_at: float | None, now: float,
+               params: AutoscaleParams = config.AUTOSCALE) -> float:
+    """What a reader makes of a document's `rate` published at `published_at` (its `rate_at`),
+    at `now`: the measured rate decays as the holder decays it while nobody writes (the EWMA's
+    fall), so no write is needed while a counter is idle. web/src/rate.js and the CLI's `watch`
+    compute the same."""
+    if published_at is None or now <= published_at:
+        return published
+    return autoscale.measured_rate(published, 0.0, now - published_at, params)
+
+
+def rate_departs(rate: float, shown: float) -> bool:
+    """Whether the measured rate is off what readers show by more than the publishing margin: a
+    counter written to in a tick whose sum did not move (+1 and -1), whose rate rose."""
+    return abs(rate - shown) > max(config.RATE_PUBLISH_ABS, config.RATE_PUBLISH_REL * shown)
 
 
 class Ledger:
@@ -259,16 +280,18 @@ class Ledger:
         return [c for c in dict.fromkeys(counters) if c not in self.held]
 
     def hold(self, counter: str, document: dict[str, Any] | None,
-             memory: dict[str, Any] | None = None) -> None:
-        """Take in a counter's document (None: it does not exist) and its memory (None: it has
-        none: a counter from before the memory keeps its counts on its document)."""
+             memory: dict[str, Any] | None = None, *, since: dt.datetime | None = None) -> None:
+        """Take in a counter's document (None: it does not exist), its rate decayed to `since`
+        (the start of the interval the tick measures), and its memory (None: it has none: a
+        counter from before the memory keeps its counts on its document)."""
         legacy = document is not None and any(name in document for name in LEGACY_FIELDS)
         self.held[counter] = Held(
             shards=None,
             written=None if document is None else int(document.get("count") or 0),
             persisted=(persisted_counts(memory) if memory is not None
                        else None if document is None else persisted_counts(document)),
-            scaling=None if document is None else Scaling.from_document(document),
+            scaling=None if document is None else Scaling.from_document(
+                document, now=None if since is None else since.timestamp(), params=self.params),
             last_changed=self.ticks,
             legacy=legacy and memory is None,
         )
@@ -285,7 +308,8 @@ class Ledger:
         """Take in the shards the query returned; measure every held counter's rate. Returns
         the new sums, and per counter how many of its shards changed since they were last read
         (a shard the overlap or a sweep returns again is unchanged)."""
-        dt_s = min(MAX_SAMPLE_S, (as_of - since).total_seconds())
+        elapsed = (as_of - since).total_seconds()
+        dt_s = min(MAX_SAMPLE_S, elapsed)
         sums: dict[str, int] = {}
         grown: dict[str, int] = {}
         for counter, shards in changes.items():
@@ -309,10 +333,11 @@ class Ledger:
             sums[counter] = held.total()
             if held.scaling is not None and dt_s > 0:
                 self._measure(held.scaling, writes, dt_s)
-        if dt_s > 0:
+        if elapsed > 0:
+            # Unwritten, a rate falls over the whole pause, as readers decay it (`shown_rate`).
             for counter, held in self.held.items():
                 if counter not in changes and held.scaling is not None:
-                    self._measure(held.scaling, {}, dt_s)
+                    self._measure(held.scaling, {}, elapsed)
         return sums, grown
 
     def _measure(self, state: Scaling, writes: dict[str, int], dt_s: float) -> None:
@@ -335,12 +360,14 @@ class Ledger:
         they were last written: then every memory holds every change taken in up to it, and a
         successor (or this holder after forgetting) that reads back from that sweep misses
         nothing (docs/architecture.md, "The holder's memory"). Between sweeps they wait: a busy
-        counter would otherwise pay a second write per counter-second. So does a `rate` that
-        moved without a publish (a counter no longer written, whose rate decays): every counter
-        changed in the last minute would otherwise be written again every other tick. A
-        counter read whole
-        (its first load without shard counts, a catch-up of deferred changes) has them written
-        with its next publish: that read took in changes older than the last sweep."""
+        counter would otherwise pay a second write per counter-second. A counter read whole (its
+        first load without shard counts, a catch-up of deferred changes) has them written with
+        its next publish: that read took in changes older than the last sweep.
+
+        A publish carries the counter's rate and its instant (`rate_at`), from which readers
+        decay it (`shown_rate`); a rate is not written alone while it falls (every counter
+        changed in the last minute would be written every other tick), only when it is off what
+        readers show (`rate_departs`) or a cool-down starts or ends above the minimum shards."""
         now = as_of.timestamp()
         updates: dict[str, dict[str, Any]] = defaultdict(dict)
         memories: dict[str, dict[str, Any]] = defaultdict(dict)
@@ -381,13 +408,14 @@ class Ledger:
                     fields.update({"num_shards": state.num_shards, "shrunk_at": as_of,
                                    "above_min": True})
                 state.low_since = decision.low_since
-            # A rate that moved alone waits for a sweep: one write per counter per sweep, not
-            # one every other tick while the rate of a counter changed once decays to 0.
-            if fields or (flush and rate_moved(state.rate, state.published_rate)):
-                # The cool-down's start rides along (an idle counter derives it on loading).
+            shown = shown_rate(state.published_rate, state.published_at, now, self.params)
+            cooling = state.above_min and state.low_since != state.published_low_since
+            if fields or cooling or rate_departs(state.rate, shown):
+                # The rate and its instant, and the cool-down's start, ride along.
                 fields["low_since"] = timestamp(state.low_since)
-                state.published_rate = publishable(state.rate)
-                fields["rate"] = state.published_rate
+                state.published_low_since = state.low_since
+                state.published_rate, state.published_at = publishable(state.rate), now
+                fields.update(rate=state.published_rate, rate_at=as_of)
                 if state.strategy == "least_loaded":
                     memories[counter][config.SHARD_LOAD_FIELD] = state.published_load()
                 updates[counter] = fields
@@ -495,6 +523,6 @@ class Ledger:
             if self.ticks - held.last_changed <= IDLE_TICKS_KEPT or held.unpersisted:
                 continue  # recent, or its counts still to be written by a sweep
             state = held.scaling
-            if state is not None and (state.above_min or state.published_rate):
-                continue  # it still has shards to shed, or a rate to bring down to 0
+            if state is not None and state.above_min:
+                continue  # it still has shards to shed
             del self.held[counter]

@@ -37,7 +37,7 @@ Snapshot = firestore.DocumentSnapshot[Any]
 READ_THREADS = 8  # reads of many small queries (a counter's shards) run this many at once
 # The fields of a counter document the rollup reads (not its policy: the write path's).
 COUNTER_FIELDS = ["count", "num_shards", "strategy", "min_shards", "max_shards", "rate",
-                  "low_since", "shrunk_at", "updated_at", *LEGACY_FIELDS]
+                  "rate_at", "low_since", "shrunk_at", "updated_at", *LEGACY_FIELDS]
 # Documents per `get_all` of first loads; the chunks are read several at once.
 DOCUMENTS_PER_READ = 100
 

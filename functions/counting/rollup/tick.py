@@ -170,9 +170,9 @@ class Rollup:
                 watched = self._above_min(as_of)
             # A counter deferred now is owed from this query's reach: a successor starts there.
             ledger.spread_first_loads(changes, reach)
-            self._hold([*changes, *watched], as_of)
+            self._hold([*changes, *watched], since, as_of)
             whole = ledger.first_loads(changes, reach)
-            self._hold(whole, as_of)  # deferred counters caught up
+            self._hold(whole, since, as_of)  # deferred counters caught up
             self._read_whole(whole, as_of)
             sums, grown = ledger.apply(changes, since, as_of)
             plan = ledger.plan(sums, as_of, flush=sweep)
@@ -283,13 +283,13 @@ class Rollup:
         return [counter for counter in self.store.above_min(as_of)
                 if self.part.owns(partitions.home_of(counter))]
 
-    def _hold(self, counters: list[str], as_of: dt.datetime) -> None:
+    def _hold(self, counters: list[str], since: dt.datetime, as_of: dt.datetime) -> None:
         """Read, at `as_of`, the documents and memories of the counters this holder has not
         seen (a watched counter nobody writes to needs its document only: shrinking it reads no
-        shard)."""
+        shard); their rates are taken as of `since`, from where the tick measures them."""
         for counter, document, memory in self.store.counters(self.ledger.unseen(counters),
                                                              as_of):
-            self.ledger.hold(counter, document, memory)
+            self.ledger.hold(counter, document, memory, since=since)
 
     def _read_whole(self, counters: list[str], as_of: dt.datetime) -> None:
         """Read, at `as_of`, every shard of each counter (one query each, several at once)."""
