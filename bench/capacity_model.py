@@ -30,7 +30,9 @@ fill the 2 cores before a counter changes), and its three other rounds absorbed 
 second against 804 predicted: the machine term, which production does not have, is the small
 difference of the cores and four empty ticks' CPU, and four holders spent less CPU per changed
 counter than one (from the rounds' printed ticks and cores; the file keeps only the steps all
-rounds ran). Runs before the rollup stopped writing falling rates
+rounds ran). At 1,500 counters (`scale_2026-11-30_1500.json`) every P is measured, P = 2 and 4
+as lower bounds (1,500 and 1,481 a second, predicted 1,681 and 1,349), and each agrees. Runs
+before the rollup stopped writing falling rates
 (`scale_2026-11-26.json`, `scale_2026-11-29_fresh.json`) missed P = 2 by a third (0.65, 0.68):
 a holder then wrote every counter whose rate was decaying, every other tick, so a tick's cost grew
 with the counters changed in the last minute, and one holder of all the counters paid more per

@@ -93,6 +93,30 @@ def test_unchanged_sum_is_not_rewritten(isolated_db: firestore.Client, ctx: Cont
     assert rollup_count(isolated_db, "flat") == 5
 
 
+def test_a_falling_rate_is_decayed_by_readers_not_written(isolated_db: firestore.Client,
+                                                         ctx: Context) -> None:
+    """The publish carries the rate and its instant; the ticks after it, with nobody writing,
+    leave the document alone however far the rate falls, and a reader decays it to what the
+    holder measures."""
+    counters.create_counter(ctx, isolated_db, "once", shards=1)
+    step = Rollup(isolated_db, lease_for(isolated_db), writing=ctx.writing)
+    step.tick()  # the watermark: the next tick's rate sample spans a moment, not a minute
+    add(ctx, isolated_db, "once", 1)
+    first = step.tick()
+    published = counter_refs.counter_ref(isolated_db, NAMES, "once").get()
+    assert published.get("rate") > 0 and published.get("rate_at") == first.as_of
+    for _ in range(3):
+        last = step.tick()
+        assert last.usage.writes <= 1  # the lease's renewal at most
+    again = counter_refs.counter_ref(isolated_db, NAMES, "once").get()
+    assert again.update_time == published.update_time
+    state = step.ledger.held["once"].scaling
+    assert state is not None and 0 < state.rate < published.get("rate")
+    shown = ledger.shown_rate(published.get("rate"), published.get("rate_at").timestamp(),
+                              last.as_of.timestamp())
+    assert shown == pytest.approx(state.rate, rel=0.01)
+
+
 def test_interrupted_tick_is_redone_exactly(
     isolated_db: firestore.Client, monkeypatch: pytest.MonkeyPatch, ctx: Context
 ) -> None:

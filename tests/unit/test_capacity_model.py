@@ -237,7 +237,10 @@ def test_an_anchored_line_passes_through_the_empty_tick() -> None:
 
 FRESH: dict[str, Any] = json.loads(
     (ROOT / "bench/results/scale_2026-11-29_fresh.json").read_text())
-RUNS = {"11-26": REFERENCE, "11-29": FRESH, "11-30": SCALE}
+# The same method at 1,500 counters, where four holders' empty round stays under half the period.
+SMALLER: dict[str, Any] = json.loads(
+    (ROOT / "bench/results/scale_2026-11-30_1500.json").read_text())
+RUNS = {"11-26": REFERENCE, "11-29": FRESH, "11-30": SCALE, "11-30-1500": SMALLER}
 ROWS = {(run, row["partitions"]): row for run, scale in RUNS.items()
         for row in model.compare(scale)}
 # Runs of the rollup from before a rate that moved alone waited for the sweep: a holder wrote
@@ -253,6 +256,7 @@ P2_MISS = pytest.mark.xfail(strict=True, raises=AssertionError,
     ("11-26", 1), pytest.param("11-26", 2, marks=P2_MISS), ("11-26", 4),
     ("11-29", 1), pytest.param("11-29", 2, marks=P2_MISS), ("11-29", 4),
     ("11-30", 1), ("11-30", 2), ("11-30", 4),
+    ("11-30-1500", 1), ("11-30-1500", 2), ("11-30-1500", 4),
 ])
 def test_the_measured_points_are_predicted_from_one_holder(run: str, p: int) -> None:
     """The aggregate of P holders on this machine, predicted from the P = 1 run alone, is within
@@ -264,6 +268,17 @@ def test_the_measured_points_are_predicted_from_one_holder(run: str, p: int) -> 
     else:
         assert row["within_20pct"], row
         assert row["explained_within_20pct"], row  # and with the run's own CPU
+
+
+def test_at_1500_counters_every_point_is_measured() -> None:
+    """At 1,500 counters P = 4 is measured too (as a lower bound: three of its four rounds ticked
+    all the counters within the period), and so is every P; every count exact."""
+    assert SMALLER["sizes"]["counters"] == 1500 and SMALLER["sizes"]["rounds"] == 4
+    assert SMALLER["capacity_by_partitions"]["exact"] == {
+        **SMALLER["capacity_by_partitions"]["exact"], "exact": True, "runs": 12}
+    rows = [ROWS["11-30-1500", p] for p in (1, 2, 4)]
+    assert all(row["measured"] for row in rows), rows
+    assert not rows[0]["at_least"] and rows[2]["at_least"]
 
 
 def cpu_per_changed_counter(scale: dict[str, Any], p: int) -> float:
