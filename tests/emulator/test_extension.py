@@ -167,7 +167,10 @@ def test_clients_of_the_extension_count_through_a_backfill_and_racing_moves(
     try:
         first = extension.backfill(ctx, db, VISITS)
         assert first.failed == {}
-        assert first.deltas.get(counter, 0) >= 15  # the old layout, and what it moved since
+        # The document's 10 at least, and what its own moves took: a racing mover may have
+        # moved the old shard and partial (5) before the backfill's first move, which then adds
+        # them itself (the totals below show nothing is lost or counted twice).
+        assert first.deltas.get(counter, 0) >= 10
         # The trigger's instance killed while clients write: its pending moves die with it.
         assert kill_workers(SHARDS_WATCH.function_name) > 0
         done.wait(3.0)

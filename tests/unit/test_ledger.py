@@ -137,10 +137,59 @@ def test_an_idle_counters_rate_is_decayed_by_its_readers_not_written() -> None:
     for _ in range(ledger.IDLE_TICKS_KEPT + 1):
         book.end_tick({})
     assert "once" not in book.held
-    successor = Ledger()
-    successor.hold("once", {"count": 1, "rate": rate, "rate_at": rate_at}, since=at(11))
-    state = successor.held["once"].scaling
-    assert state is not None and state.rate == pytest.approx(rate * math.exp(-1), rel=0.01)
+    # A successor whose interval starts after the publish, or before it (its watermark lags the
+    # predecessor's last tick): either way it measures what readers show.
+    for since in (at(11), at(0)):
+        successor = Ledger()
+        successor.hold("once", {"count": 1, "rate": rate, "rate_at": rate_at}, since=since)
+        successor.apply({}, since, at(12))
+        state = successor.held["once"].scaling
+        assert state is not None and state.rate == pytest.approx(rate * math.exp(-1.1), rel=0.01)
+
+
+def test_after_a_long_pause_the_rate_has_fallen_as_readers_show_it() -> None:
+    """A tick two minutes after the last: a counter the overlap returns unchanged, and one
+    written again, fall over the whole pause first (a sample of writes spans at most a
+    minute), so neither is published above what readers show."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    for name in ("reread", "again"):
+        book.hold(name, {"count": 0, "rate": 40.0, "rate_at": at(0), "updated_at": at(0)})
+        book.hold_shards(name, {"0": value(0, 0)})
+    sums, _ = book.apply({"reread": {"0": value(0, 0)}, "again": {"0": value(1, 1)}},
+                         at(119), at(120))
+    plan = book.plan(sums, at(120))
+    shown = ledger.shown_rate(40.0, at(0).timestamp(), at(120).timestamp())
+    reread, again = (book.held[name].scaling for name in ("reread", "again"))
+    assert reread is not None and again is not None
+    assert reread.rate == pytest.approx(shown, rel=0.01)
+    assert plan.updates.get("reread", Publish()).public == {}  # its memory's counts at most
+    assert again.rate < 1.0 and plan.updates["again"].public["count"] == 1
+
+
+def test_a_document_from_before_rate_at_and_an_unseen_cool_down() -> None:
+    """A document without `rate_at` (written before it) is decayed from `updated_at`, by the
+    holder as by readers; a cool-down no holder saw begin starts when the falling rate crossed
+    the shrink line, not at the last count change; a counter at its minimum, met idle, is not
+    written."""
+    params = AutoscaleParams()
+    book = Ledger(params)
+    day_old = at(-86_400)
+    book.hold("wide", {"count": 5, "num_shards": 8, "rate": 3.0, "rate_at": at(-60),
+                       "updated_at": day_old}, since=at(0))
+    book.hold("legacy", {"count": 5, "num_shards": 1, "rate": 50.0, "updated_at": at(-90)},
+              since=at(0))
+    wide, legacy = book.held["wide"].scaling, book.held["legacy"].scaling
+    assert wide is not None and legacy is not None
+    line = 8 * params.shard_write_rate * params.shrink_utilisation
+    assert wide.low_since == pytest.approx(at(-60).timestamp()
+                                           + params.fall_tau_s * math.log(3.0 / line))
+    sums, _ = book.apply({}, at(0), at(1))
+    plan = book.plan(sums, at(1))
+    assert legacy.rate == pytest.approx(
+        ledger.shown_rate(50.0, at(-90).timestamp(), at(1).timestamp(), params), rel=0.01)
+    assert "legacy" not in plan.updates and not plan.grows
+    assert plan.updates["wide"].public["low_since"] == ledger.timestamp(wide.low_since)
+    assert "num_shards" not in plan.updates["wide"].public  # the cool-down has 10 minutes
 
 
 def test_a_rate_off_what_readers_show_is_written_alone() -> None:

@@ -43,8 +43,9 @@ def _watch_table(counter: str, seen: _Seen) -> Table:
 
 
 def shown_rate(data: dict[str, Any]) -> float:
-    """The counter's write rate now, decayed from its instant as the rollup decays it."""
-    at = data.get("rate_at")
+    """The counter's write rate now, decayed from its instant as the rollup decays it (from
+    `updated_at` on a document from before `rate_at`)."""
+    at = data.get("rate_at") or data.get("updated_at")
     return ledger.publishable(ledger.shown_rate(
         float(data.get("rate") or 0.0), at.timestamp() if isinstance(at, dt.datetime) else None,
         time.time()))
@@ -95,12 +96,15 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
             try:
                 seen.data = updates.get(timeout=timeout)
             except queue.Empty:
+                if live is not None and seen.data is not None:
+                    # No write for a falling rate: the table decays it as time passes.
+                    live.update(_watch_table(counter, seen), refresh=True)
                 continue
             seen.updates += 1
             if live is not None:
                 live.update(_watch_table(counter, seen), refresh=True)
             elif (line := _watch_line(seen)) != printed:
-                # The rollup also rewrites the document for fields not shown (rate, shard load).
+                # The rollup also rewrites the document for fields not shown (the rate).
                 session.out.print(line)
                 printed = line
     finally:

@@ -6,11 +6,11 @@
 export const FALL_TAU_S = 10;
 export const SHOWN_MIN = 0.05;
 
-/** The write rate of a counter document's `data` at `nowMs` (a document without `rate_at`:
- * its rate as published). */
+/** The write rate of a counter document's `data` at `nowMs` (a document from before `rate_at`:
+ * decayed from `updated_at`, as the rollup does). */
 export function rateNow(data, nowMs = Date.now()) {
   const rate = Number(data?.rate ?? 0);
-  const at = data?.rate_at?.toMillis?.();
+  const at = (data?.rate_at ?? data?.updated_at)?.toMillis?.();
   const shown = at === undefined || nowMs <= at
     ? rate : rate * Math.exp(-(nowMs - at) / 1000 / FALL_TAU_S);
   return shown < SHOWN_MIN ? 0 : shown;

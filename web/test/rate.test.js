@@ -13,7 +13,9 @@ test("a rate falls from its instant as the rollup's does, and shows 0 below 0.05
   expect(rateNow({ rate: 4, rate_at: ago(44) }, NOW)).toBe(0);
 });
 
-test("a document without an instant shows its rate as published; none shows 0", () => {
+test("a document from before rate_at falls from updated_at; without either, as published", () => {
+  expect(rateNow({ rate: 4, updated_at: ago(FALL_TAU_S) }, NOW)).toBeCloseTo(4 / Math.E, 6);
+  expect(rateNow({ rate: 4, rate_at: ago(0), updated_at: ago(60) }, NOW)).toBe(4);
   expect(rateNow({ rate: 2.5 }, NOW)).toBe(2.5);
   expect(rateNow({ rate: 2.5, rate_at: ago(-5) }, NOW)).toBe(2.5);
   expect(rateNow({}, NOW)).toBe(0);

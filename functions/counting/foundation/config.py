@@ -62,8 +62,9 @@ DEFAULT_EXPECTED_RATE = 2.0  # -> 4 shards; the autoscaler follows the measured 
 # defaults; an operator may change them server-side (min == max pins the shard count).
 DEFAULT_MIN_SHARDS = 1
 DEFAULT_MAX_SHARDS = MAX_SHARDS
-# The rollup publishes `rate` when it moved by more than this fraction (or absolute amount) since
-# the last published value, rather than every tick.
+# The rollup publishes `rate` alone (with no count to publish) when it is off the published value,
+# decayed as readers decay it, by more than this fraction (or absolute amount); below the absolute
+# amount a rate is published, and shown, as 0.
 RATE_PUBLISH_REL = 0.1
 RATE_PUBLISH_ABS = 0.05
 # The write path caches a counter's configuration per instance for this long: a changed

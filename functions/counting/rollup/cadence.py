@@ -4,9 +4,9 @@
   second: `counting.writepath.waking`) runs `Holder.tick_slot`: one tick, unless this holder has
   already ticked after the slot's end (a late or duplicate delivery).
 - The scheduled `rollup`, every minute, runs `Holder.housekeeping`: the backstop for a write whose
-  task was lost, and what must happen while nothing is written (rates decaying, shrinks and
-  folds, trend buckets leaving their window, sweeps). It ticks only when no other holder's lease
-  is live, and lets the lease go when done.
+  task was lost, and what must happen while nothing is written (cool-downs, shrinks and folds,
+  trend buckets leaving their window, sweeps). It ticks only when no other holder's lease is
+  live, and lets the lease go when done.
 
 A process keeps one `Holder` per database and partition between invocations, in the `Holders`
 its handlers own: the lease and the ledger stay with a warm instance, so its next tick reads

@@ -13,6 +13,7 @@ it with values alone.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from counting.foundation.config import AutoscaleParams
 from counting.writepath import autoscale
 
 # A counter not changed for this many ticks is dropped from the ledger (unless it still has
-# shards to shed, or a rate to bring down to 0).
+# shards to shed).
 IDLE_TICKS_KEPT = 120
 # Counters first met by a holder: their documents are read, at most this many per tick (in
 # chunks, several at once); a memory's `shard_counts` stands for the shards that did not change.
@@ -74,42 +75,45 @@ class Scaling:
     max_shards: int
     strategy: str
     rate: float
-    # The rate on the document and its instant (`rate_at`; None: a document from before it,
-    # whose rate is taken as of any instant): what readers decay (`shown_rate`).
+    measured_at: float | None  # epoch seconds: the instant `rate` is as of (None: any)
+    # The rate on the document and its instant (`rate_at`, or `updated_at` on a document from
+    # before it): what readers decay (`shown_rate`).
     published_rate: float
     published_at: float | None  # epoch seconds
     low_since: float | None  # epoch seconds
-    published_low_since: float | None  # epoch seconds: the document's (or derived from it)
+    published_low_since: float | None  # epoch seconds: the document's
     shrunk_at: float | None  # epoch seconds; surplus shards are folded `fold_grace_s` later
     shard_load: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_document(cls, data: dict[str, Any], *, now: float | None = None,
                       params: AutoscaleParams = config.AUTOSCALE) -> Scaling:
-        """The scaling state on a counter's document, its rate decayed to `now` (as readers
-        decay it: nobody wrote to the counter since it was published, or its count would have
-        been published again)."""
+        """The scaling state on a counter's document: its rate as of its instant (the ledger
+        decays it from there, as readers do). A cool-down's start is written when a holder sees
+        it begin; one no holder saw (nobody ticked while the rate fell) is when the published
+        rate, falling, crossed the shrink line, if that was by `now`."""
         def seconds(value: Any) -> float | None:
             return value.timestamp() if isinstance(value, dt.datetime) else None
 
         published = float(data.get("rate") or 0.0)
-        published_at = seconds(data.get("rate_at"))
-        rate = published if now is None else shown_rate(published, published_at, now, params)
-        low_since = seconds(data.get("low_since"))
-        if low_since is None and publishable(rate) == 0.0:
-            # Idle since at least its last count change (a cool-down's start is written only
-            # for a counter above its minimum shards).
-            low_since = seconds(data.get("updated_at"))
+        published_at = seconds(data.get("rate_at")) or seconds(data.get("updated_at"))
+        num_shards = int(data.get("num_shards") or 1)
+        written_low_since = seconds(data.get("low_since"))
+        low_since = written_low_since
+        if low_since is None and published_at is not None and now is not None:
+            crossed = low_from(published, published_at, num_shards, params)
+            low_since = crossed if crossed <= now else None
         return cls(
-            num_shards=int(data.get("num_shards") or 1),
+            num_shards=num_shards,
             min_shards=int(data.get("min_shards") or config.DEFAULT_MIN_SHARDS),
             max_shards=int(data.get("max_shards") or config.DEFAULT_MAX_SHARDS),
             strategy=str(data.get("strategy") or kinds.DEFAULT_STRATEGY),
-            rate=rate,
+            rate=published,
+            measured_at=published_at,
             published_rate=published,
             published_at=published_at,
             low_since=low_since,
-            published_low_since=low_since,
+            published_low_since=written_low_since,
             shrunk_at=seconds(data.get("shrunk_at")),
         )
 
@@ -193,6 +197,13 @@ def shown_rate(published: float, published_at: float | None, now: float,
     if published_at is None or now <= published_at:
         return published
     return autoscale.measured_rate(published, 0.0, now - published_at, params)
+
+
+def low_from(rate: float, at: float, num_shards: int, params: AutoscaleParams) -> float:
+    """When a rate published at `at`, falling unwritten, is under the shrink line of
+    `num_shards` (`autoscale.decide`'s `low`)."""
+    line = num_shards * params.shard_write_rate * params.shrink_utilisation
+    return at if rate < line else at + params.fall_tau_s * math.log(rate / line)
 
 
 def rate_departs(rate: float, shown: float) -> bool:
@@ -281,9 +292,10 @@ class Ledger:
 
     def hold(self, counter: str, document: dict[str, Any] | None,
              memory: dict[str, Any] | None = None, *, since: dt.datetime | None = None) -> None:
-        """Take in a counter's document (None: it does not exist), its rate decayed to `since`
-        (the start of the interval the tick measures), and its memory (None: it has none: a
-        counter from before the memory keeps its counts on its document)."""
+        """Take in a counter's document (None: it does not exist) and its memory (None: it has
+        none: a counter from before the memory keeps its counts on its document). `since`: the
+        start of the interval the tick measures (a cool-down no holder saw begin counts from
+        before it; `Scaling.from_document`)."""
         legacy = document is not None and any(name in document for name in LEGACY_FIELDS)
         self.held[counter] = Held(
             shards=None,
@@ -308,8 +320,7 @@ class Ledger:
         """Take in the shards the query returned; measure every held counter's rate. Returns
         the new sums, and per counter how many of its shards changed since they were last read
         (a shard the overlap or a sweep returns again is unchanged)."""
-        elapsed = (as_of - since).total_seconds()
-        dt_s = min(MAX_SAMPLE_S, elapsed)
+        begin, end = since.timestamp(), as_of.timestamp()
         sums: dict[str, int] = {}
         grown: dict[str, int] = {}
         for counter, shards in changes.items():
@@ -331,14 +342,25 @@ class Ledger:
                     or before.writes not in (None, value.writes)
                 held.shards[shard] = value
             sums[counter] = held.total()
-            if held.scaling is not None and dt_s > 0:
-                self._measure(held.scaling, writes, dt_s)
-        if elapsed > 0:
-            # Unwritten, a rate falls over the whole pause, as readers decay it (`shown_rate`).
-            for counter, held in self.held.items():
-                if counter not in changes and held.scaling is not None:
-                    self._measure(held.scaling, {}, elapsed)
+            if held.scaling is not None:
+                self._advance(held.scaling, writes, begin, end)
+        for counter, held in self.held.items():
+            if counter not in changes and held.scaling is not None:
+                self._advance(held.scaling, {}, begin, end)
         return sums, grown
+
+    def _advance(self, state: Scaling, writes: dict[str, int], begin: float, end: float) -> None:
+        """Bring a counter's rate from its instant to `end`, with the writes the tick saw in
+        (`begin`, `end`]: unwritten, it falls over the whole pause, as readers decay it
+        (`shown_rate`); a sample of writes spans the tick's interval, at most MAX_SAMPLE_S."""
+        start = begin if state.measured_at is None else state.measured_at
+        if end <= start:
+            return
+        window = min(MAX_SAMPLE_S, end - max(begin, start)) if writes else end - start
+        if end - start > window:
+            self._measure(state, {}, end - start - window)
+        self._measure(state, writes, window)
+        state.measured_at = end
 
     def _measure(self, state: Scaling, writes: dict[str, int], dt_s: float) -> None:
         params = self.params
