@@ -168,9 +168,9 @@ def test_after_a_long_pause_the_rate_has_fallen_as_readers_show_it() -> None:
 
 def test_a_document_from_before_rate_at_and_an_unseen_cool_down() -> None:
     """A document without `rate_at` (written before it) is decayed from `updated_at`, by the
-    holder as by readers; a cool-down no holder saw begin starts when the falling rate crossed
-    the shrink line, not at the last count change; a counter at its minimum, met idle, is not
-    written."""
+    holder as by readers; a cool-down that began while nobody wrote starts when the falling rate
+    crossed the shrink line, not at the last count change, as the holder that saw it measured;
+    neither is written."""
     params = AutoscaleParams()
     book = Ledger(params)
     day_old = at(-86_400)
@@ -187,9 +187,17 @@ def test_a_document_from_before_rate_at_and_an_unseen_cool_down() -> None:
     plan = book.plan(sums, at(1))
     assert legacy.rate == pytest.approx(
         ledger.shown_rate(50.0, at(-90).timestamp(), at(1).timestamp(), params), rel=0.01)
-    assert "legacy" not in plan.updates and not plan.grows
-    assert plan.updates["wide"].public["low_since"] == ledger.timestamp(wide.low_since)
-    assert "num_shards" not in plan.updates["wide"].public  # the cool-down has 10 minutes
+    assert plan.updates == {} and not plan.grows  # the cool-down has 10 minutes to run
+    # A holder that held it from its publish saw the cool-down begin at that instant.
+    seen = Ledger(params)
+    seen.hold("wide", {"count": 5, "num_shards": 8, "rate": 3.0, "rate_at": at(-60),
+                       "updated_at": day_old}, since=at(-60))
+    for second in range(-59, 1):
+        sums, _ = seen.apply({}, at(second - 1), at(second))
+        seen.plan(sums, at(second))
+    held_state = seen.held["wide"].scaling
+    assert held_state is not None and held_state.low_since is not None
+    assert held_state.low_since == pytest.approx(wide.low_since, abs=1.0)
 
 
 def test_a_rate_off_what_readers_show_is_written_alone() -> None:

@@ -81,7 +81,6 @@ class Scaling:
     published_rate: float
     published_at: float | None  # epoch seconds
     low_since: float | None  # epoch seconds
-    published_low_since: float | None  # epoch seconds: the document's
     shrunk_at: float | None  # epoch seconds; surplus shards are folded `fold_grace_s` later
     shard_load: dict[str, float] = field(default_factory=dict)
 
@@ -89,17 +88,17 @@ class Scaling:
     def from_document(cls, data: dict[str, Any], *, now: float | None = None,
                       params: AutoscaleParams = config.AUTOSCALE) -> Scaling:
         """The scaling state on a counter's document: its rate as of its instant (the ledger
-        decays it from there, as readers do). A cool-down's start is written when a holder sees
-        it begin; one no holder saw (nobody ticked while the rate fell) is when the published
-        rate, falling, crossed the shrink line, if that was by `now`."""
+        decays it from there, as readers do). A cool-down's start rides along with a publish;
+        one that began after it, while nobody wrote, is when the published rate, falling,
+        crossed the shrink line (if that was by `now`): what the holder that saw it begin
+        measured, so no write is needed for it."""
         def seconds(value: Any) -> float | None:
             return value.timestamp() if isinstance(value, dt.datetime) else None
 
         published = float(data.get("rate") or 0.0)
         published_at = seconds(data.get("rate_at")) or seconds(data.get("updated_at"))
         num_shards = int(data.get("num_shards") or 1)
-        written_low_since = seconds(data.get("low_since"))
-        low_since = written_low_since
+        low_since = seconds(data.get("low_since"))
         if low_since is None and published_at is not None and now is not None:
             crossed = low_from(published, published_at, num_shards, params)
             low_since = crossed if crossed <= now else None
@@ -113,7 +112,6 @@ class Scaling:
             published_rate=published,
             published_at=published_at,
             low_since=low_since,
-            published_low_since=written_low_since,
             shrunk_at=seconds(data.get("shrunk_at")),
         )
 
@@ -294,8 +292,8 @@ class Ledger:
              memory: dict[str, Any] | None = None, *, since: dt.datetime | None = None) -> None:
         """Take in a counter's document (None: it does not exist) and its memory (None: it has
         none: a counter from before the memory keeps its counts on its document). `since`: the
-        start of the interval the tick measures (a cool-down no holder saw begin counts from
-        before it; `Scaling.from_document`)."""
+        start of the interval the tick measures (a cool-down derived from the document begins
+        by then; `Scaling.from_document`)."""
         legacy = document is not None and any(name in document for name in LEGACY_FIELDS)
         self.held[counter] = Held(
             shards=None,
@@ -389,7 +387,8 @@ class Ledger:
         A publish carries the counter's rate and its instant (`rate_at`), from which readers
         decay it (`shown_rate`); a rate is not written alone while it falls (every counter
         changed in the last minute would be written every other tick), only when it is off what
-        readers show (`rate_departs`) or a cool-down starts or ends above the minimum shards."""
+        readers show (`rate_departs`); a cool-down that starts meanwhile is derived from them
+        (`Scaling.from_document`)."""
         now = as_of.timestamp()
         updates: dict[str, dict[str, Any]] = defaultdict(dict)
         memories: dict[str, dict[str, Any]] = defaultdict(dict)
@@ -431,11 +430,9 @@ class Ledger:
                                    "above_min": True})
                 state.low_since = decision.low_since
             shown = shown_rate(state.published_rate, state.published_at, now, self.params)
-            cooling = state.above_min and state.low_since != state.published_low_since
-            if fields or cooling or rate_departs(state.rate, shown):
+            if fields or rate_departs(state.rate, shown):
                 # The rate and its instant, and the cool-down's start, ride along.
                 fields["low_since"] = timestamp(state.low_since)
-                state.published_low_since = state.low_since
                 state.published_rate, state.published_at = publishable(state.rate), now
                 fields.update(rate=state.published_rate, rate_at=as_of)
                 if state.strategy == "least_loaded":
