@@ -429,8 +429,8 @@ class Ledger:
                     fields.update({"num_shards": state.num_shards, "shrunk_at": as_of,
                                    "above_min": True})
                 state.low_since = decision.low_since
-            shown = shown_rate(state.published_rate, state.published_at, now, self.params)
-            if fields or rate_departs(state.rate, shown):
+            if fields or rate_departs(state.rate, shown_rate(
+                    state.published_rate, state.published_at, now, self.params)):
                 # The rate and its instant, and the cool-down's start, ride along.
                 fields["low_since"] = timestamp(state.low_since)
                 state.published_rate, state.published_at = publishable(state.rate), now

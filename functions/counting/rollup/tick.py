@@ -286,7 +286,7 @@ class Rollup:
     def _hold(self, counters: list[str], since: dt.datetime, as_of: dt.datetime) -> None:
         """Read, at `as_of`, the documents and memories of the counters this holder has not
         seen (a watched counter nobody writes to needs its document only: shrinking it reads no
-        shard); their rates are taken as of `since`, from where the tick measures them."""
+        shard); a cool-down derived from a document begins by `since`."""
         for counter, document, memory in self.store.counters(self.ledger.unseen(counters),
                                                              as_of):
             self.ledger.hold(counter, document, memory, since=since)
