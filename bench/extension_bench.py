@@ -1,17 +1,19 @@
-"""Extension counters (issue 43): clients of the Distributed Counter extension writing
+"""Extension counters: clients of the Distributed Counter extension writing
 `pages/{page}/_counter_shards_/{device}` through the stack's real trigger (the one on each
 shard's creation), the moves it makes into the page's `visits` and `counters/visits:{page}`, and
 the rollup publishing that counter; priced by `cost_model`, beside the extension's own design
 priced alike (`extension_model`).
 
 Each level writes one page of its own: `set({visits: Increment(1)}, merge=True)` into the shard
-of a device (a UUID), each device writing WRITES_PER_DEVICE times, `devices` of them at once (a
-device that has written its last is replaced by a new one), at a fixed rate, WARM_S unmeasured
+of a device (a UUID), each device writing the level's `per_device` times, `devices` of them at
+once (a device that has written its last is replaced by a new one), at a fixed rate, WARM_S unmeasured
 then the level's seconds. Lag: from a write's acknowledgement to a listener on
 `counters/visits:{page}` showing a count that includes it (each write adds 1, so the k-th
 acknowledged shows once the count is >= k; 0 when the listener showed it before the
 acknowledgement arrived), and likewise to a listener on the page's `visits` (what the extension's
-clients read).
+clients read). The level `busy_device` is one device writing twice a second for
+EXTENSION_BUSY_DEVICE_S (5 minutes): its shard is never quiet, and what every other device reads
+of it is the page's field, so its `lag_p99_s` is the page's (target: 2 s).
 
 Cost is what the level did, counted from its effects, over the level's window (its first write
 until everything is moved, the shards are gone and the rollup has recorded its usage):
@@ -24,23 +26,15 @@ until everything is moved, the shards are gone and the rollup has recorded its u
   event's wait for its move added as its own request (the emulator's trigger waits in a thread
   and logs the wait; a deployed request waits itself);
 - moves: committed moves that carried an amount are the `writes` of the counter's shards (each
-  such move increments one: the page and a counter shard, two writes); zeroed and deleted shards
-  from a poll of the page's shards every SHARD_POLL_S (a listener on them fell minutes behind and
-  slowed the emulator's writes down, to lock timeouts): a shard version whose update time is no
-  client write's is a move's zeroing (one overwritten by a client write before the next poll
-  shows as a value below the client writes' sum, and so does a delete followed by the device's
-  next write: counted as a zeroing), a shard gone is a move's delete (at least one
-  a trigger invocation: each is a shard's creation, and no shard is left at the end);
-- the moves' reads, which leave no effect, bounded from above: a move zeroes only after reading
-  the page's shards (moves of the states events told of delete only; a move reads when a state
-  it was told of was written since, and that shard it then zeroes, or deletes as quiet, beside
-  the shards written once that it deletes unseen), so each distinct commit
-  time of zeroings is a read of every shard the page then held; twice when a zeroed shard had
-  been quiet (its guarded attempt failed first), plus one for the empty read that may end its
-  loop; a poll showing shards quiet for QUIET_S gone with no zeroing since the last poll is a
-  read's (counted as one); a move logged as failed read twice; each scheduled sweep reads every
-  shard once in its query and, through its move, up to twice again. The lower bound counts each
-  distinct commit time of zeroings once, and each sweep's query;
+  such move increments one: the page and a counter shard, two writes); deleted shards (and any
+  shard version no client wrote: none, as every take deletes) from a poll of the page's shards
+  every SHARD_POLL_S (a listener on them fell minutes behind and slowed the emulator's writes
+  down, to lock timeouts); a shard gone is a move's delete, and each trigger invocation is a
+  shard's creation, so the deletes billed are the larger of the two;
+- the moves' reads: each move logs what its queries read (`extension.MOVED`, the trigger's and
+  the sweep's alike: a move of the states events told of reads nothing, one whose told state was
+  written since reads the page's shards, once an attempt), each query billed one read at least;
+  and each scheduled sweep's query, as many of the page's shards as it held;
 - configuration reads as `cost_model.write_path_usd` counts them (counter and P, each once per
   instance every 5 s at most, never more than one per move), task creations for the rollup's
   slots, the rollup's own recorded usage (internal/rollup_usage) and the Scheduler job's share.
@@ -74,7 +68,7 @@ from counter_bench import shard_writes
 from counters_cli.load import percentile
 from counting.features import declarations
 from counting.features.collections import SHARDS
-from counting.features.extension import QUIET_S, WAITED_IN_BACKGROUND
+from counting.features.extension import MOVED, WAITED_IN_BACKGROUND
 from counting.foundation import config
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
@@ -92,12 +86,13 @@ SCHEDULER_LOG = STATE / "scheduler.log"
 LEVEL_S = float(os.environ.get("EXTENSION_LEVEL_S", 180))
 IDLE_S = float(os.environ.get("EXTENSION_IDLE_S", 300))
 WARM_S = float(os.environ.get("EXTENSION_WARM_S", 15))
-WRITES_PER_DEVICE = 4
 SENDERS = 64  # threads writing, each write one round trip (slow on a loaded emulator)
 WRITE_ATTEMPTS = 5
 SHOWN_TIMEOUT_S = 300.0  # after the load, for every write to show
 DRAIN_TIMEOUT_S = 360.0  # then for the shards to be gone and the trigger quiet
 LAG_TARGET_S = 1.5
+BUSY_DEVICE_S = float(os.environ.get("EXTENSION_BUSY_DEVICE_S", 300))
+BUSY_DEVICE_LAG_TARGET_S = 2.0  # the page's, p99
 SHARD_POLL_S = 1.0  # how often the benchmark reads the page's shards (its count of the moves)
 
 
@@ -105,14 +100,18 @@ SHARD_POLL_S = 1.0  # how often the benchmark reads the page's shards (its count
 class Level:
     name: str
     rate: float  # client writes a second, over one page
-    devices: int  # devices writing at once, each WRITES_PER_DEVICE times, devices / rate apart
+    devices: int  # devices writing at once, each `per_device` times, devices / rate apart
     seconds: float
+    per_device: int = 4
 
 
 LEVELS = tuple(level for level in (
     Level("trickle", 0.5, 4, LEVEL_S * 5 / 3),  # 1 write every 2 s; a device every 8 s
     Level("busy", 50.0, 200, LEVEL_S),  # a device every 4 s
-) if level.name in os.environ.get("EXTENSION_LEVELS", "trickle,busy").split(","))
+    # One device writing twice a second for 5 minutes (its shard is never quiet): what every
+    # other device reads of it is the page's field, so its lag is the page's.
+    Level("busy_device", 2.0, 1, BUSY_DEVICE_S, per_device=10**9),
+) if level.name in os.environ.get("EXTENSION_LEVELS", "trickle,busy,busy_device").split(","))
 
 
 # --- The extension's design, priced -----------------------------------------------------------
@@ -226,12 +225,15 @@ class LogTail:
     # own: the emulator delivers events one at a time), which a deployed request waits itself.
     FAILED = re.compile(r"could not move its shards")
     WAITED = re.compile(re.escape(WAITED_IN_BACKGROUND) + r" ([\d.]+) ms")
+    # Each move (the trigger's, the sweep's) logs the page's path and what it read.
+    MOVE = re.compile(r"(\S+): " + re.escape(MOVED) + r" (\d+) in (\d+) queries")
 
     def __init__(self, path: Path = FUNCTIONS_LOG) -> None:
         self.begun: list[float] = []
         self.finished: list[tuple[float, float]] = []  # (read at, duration s)
         self.waited: list[tuple[float, float]] = []  # (read at, an event's wait for its move)
         self.failed: list[dt.datetime] = []  # when a failed move's line was read
+        self.move_reads: dict[str, int] = defaultdict(int)  # page path -> documents read
         self.in_flight = self.max_in_flight = 0
         self._path = path
         self._offset = path.stat().st_size if path.exists() else 0
@@ -261,6 +263,10 @@ class LogTail:
                 self.in_flight = max(0, self.in_flight - 1)
             elif found := self.WAITED.search(line):
                 self.waited.append((now, float(found.group(1)) / 1000))
+            elif found := self.MOVE.search(line):
+                page, read, queries = found.group(1), int(found.group(2)), int(found.group(3))
+                # A query bills one read when it returns nothing.
+                self.move_reads[page] += max(read, queries)
             elif self.FAILED.search(line):
                 self.failed.append(wall)
 
@@ -444,59 +450,32 @@ def shown_lags(acks: list[float], seen: list[tuple[float, int]],
 
 @dataclass(frozen=True)
 class Moves:
-    """The moves' operations on the shards, counted from the polls of them (see the module's
-    docstring)."""
+    """The moves' operations on the shards, counted from the polls of them and the moves' own
+    log lines (see the module's docstring)."""
 
-    zeroed: int
-    hidden_zeroed: int  # of them, seen only as a value below the client writes' sum
+    zeroed: int  # shard versions no client wrote (none: every take deletes or is guarded)
     deleted: int
     created: int
-    reads: int  # an upper bound
-    reads_lower: int
-    read_moves: int  # distinct commit times of zeroings
-    unguarded: int  # of them, zeroing a quiet shard: a guarded attempt failed first
-    quiet_removals: int  # polls showing quiet shards gone with no zeroing: a read's each
-    sweep_reads: int
+    reads: int  # the moves' logged reads, and each sweep's query of the shards
+    sweep_query_reads: int
 
 
 def count_moves(snapshots: list[tuple[dt.datetime, list[Change]]],
-                client_times: dict[str, list[dt.datetime]],
-                sweeps: list[dt.datetime], failed: list[dt.datetime]) -> Moves:
-    state: dict[str, tuple[int, dt.datetime]] = {}
-    last_seen: dict[str, dt.datetime] = {}
+                client_times: dict[str, list[dt.datetime]], sweeps: list[dt.datetime],
+                move_reads: int) -> Moves:
+    state: dict[str, int] = {}
     population: list[tuple[dt.datetime, int]] = []
-    zeroings: dict[dt.datetime, bool] = {}  # commit time -> whether a zeroed shard was quiet
-    hidden_at: set[dt.datetime] = set()  # snapshots showing a hidden zeroing
-    removals: list[tuple[dt.datetime, dt.datetime | None]] = []
-    zeroed = hidden = created = 0
+    zeroed = created = deleted = 0
     for read_time, changes in snapshots:
         for change in changes:
             if change.kind == "REMOVED":
                 state.pop(change.shard, None)
-                removals.append((read_time, last_seen.get(change.shard)))
+                deleted += 1
                 continue
             created += change.kind == "ADDED"
-            value, before = state.get(change.shard, (0, last_seen.get(change.shard)))
-            if change.kind == "ADDED":
-                value = 0
-            own = client_times.get(change.shard, [])
-            lo = 0 if before is None else bisect.bisect_right(own, before)
-            hi = bisect.bisect_right(own, change.update_time)
-            if change.update_time not in own[lo:hi]:
-                # A move's zeroing, at its commit time; the version before it is the last
-                # client write or the last version seen.
-                previous = max([t for t in (before, own[hi - 1] if hi else None) if t],
-                               default=None)
-                quiet = previous is not None and (
-                    change.update_time - previous).total_seconds() >= QUIET_S
-                zeroings[change.update_time] = zeroings.get(change.update_time, False) or quiet
-                zeroed += 1
-            elif change.value < value + (hi - lo):
-                zeroed += 1
-                hidden += 1
-                hidden_at.add(read_time)
-            state[change.shard] = (change.value, change.update_time)
-            last_seen[change.shard] = change.update_time
+            if change.update_time not in client_times.get(change.shard, []):
+                zeroed += 1  # a version of a move's, not a client's
+            state[change.shard] = change.value
         population.append((read_time, len(state)))
     times = [t for t, _ in population]
 
@@ -505,31 +484,9 @@ def count_moves(snapshots: list[tuple[dt.datetime, list[Change]]],
         i = bisect.bisect_left(times, at)
         return population[i - 1][1] if i else 0
 
-    lower = sum(max(1, held(t)) for t in zeroings)
-    upper = sum((2 if quiet else 1) * max(1, held(t)) + 1 for t, quiet in zeroings.items())
-    upper += sum(2 * max(1, held(t)) for t in hidden_at)
-    commit_times = sorted(zeroings)
-    quiet_removals = 0
-    by_poll: dict[dt.datetime, list[dt.datetime | None]] = defaultdict(list)
-    for read_time, last in removals:
-        by_poll[read_time].append(last)
-    for read_time, lasts in by_poll.items():
-        if all(last is not None and (read_time - last).total_seconds() < QUIET_S
-               for last in lasts):
-            continue  # none quiet: moves of states events told of, which read nothing
-        i = bisect.bisect_left(times, read_time)
-        since = times[i - 1] if i else dt.datetime.min.replace(tzinfo=dt.UTC)
-        j = bisect.bisect_right(commit_times, read_time)
-        if j and commit_times[j - 1] > since:
-            continue  # deleted by the read that zeroed others since the last poll
-        quiet_removals += 1
-        upper += max(1, held(read_time))
-    upper += sum(2 * max(1, held(t)) for t in failed)  # a failed move read before it failed
-    sweep = sum(1 + 2 * held(t) for t in sweeps)
-    return Moves(zeroed=zeroed, hidden_zeroed=hidden, deleted=len(removals), created=created,
-                 reads=upper + sweep, reads_lower=lower + len(sweeps), read_moves=len(zeroings),
-                 unguarded=sum(zeroings.values()), quiet_removals=quiet_removals,
-                 sweep_reads=sweep)
+    sweep = sum(max(1, held(t)) for t in sweeps)
+    return Moves(zeroed=zeroed, deleted=deleted, created=created, reads=move_reads + sweep,
+                 sweep_query_reads=sweep)
 
 
 # --- Our design, measured ----------------------------------------------------------------------
@@ -630,7 +587,7 @@ def load(db: firestore.Client, level: Level) -> dict[str, Any]:
 
     def send(i: int) -> None:
         time.sleep(max(0.0, started + i / level.rate - time.monotonic()))
-        key = (i % level.devices, i // level.devices // WRITES_PER_DEVICE)
+        key = (i % level.devices, i // level.devices // level.per_device)
         with lock:
             device = devices.setdefault(key, str(uuid.uuid4()))
         sent = time.monotonic()
@@ -680,7 +637,8 @@ def load(db: firestore.Client, level: Level) -> dict[str, Any]:
         listened, restarts = observed.population, observed.restarts
     lags = shown_lags(acks, counter_seen, measured_from)
     page_lags = shown_lags(acks, page_seen, measured_from)
-    moves = count_moves(snapshots, client_times, scheduled_runs(since, until), tail.failed)
+    moves = count_moves(snapshots, client_times, scheduled_runs(since, until),
+                        tail.move_reads.get(page.path, 0))
     commits = sum(shard_writes(db, counter_id))
     rollup = cost_model.usage_delta(before, after)
     scheduled = scheduled_between(before, after)
@@ -693,7 +651,8 @@ def load(db: firestore.Client, level: Level) -> dict[str, Any]:
     durations = sorted(d for _, d in requests)
     figures = {
         "rate": level.rate, "devices_at_once": level.devices,
-        "writes_per_device": WRITES_PER_DEVICE, "seconds": level.seconds, "warm_s": WARM_S,
+        "writes_per_device": min(level.per_device, total), "seconds": level.seconds,
+        "warm_s": WARM_S,
         "writes": len(acks), "achieved_rate": len(acks) / load_s,
         "lag_p99_s": percentile(measured, 99) if measured else None,
         "lag_p50_s": percentile(measured, 50) if measured else None,
@@ -718,11 +677,9 @@ def load(db: firestore.Client, level: Level) -> dict[str, Any]:
             "trigger_max_in_flight": tail.max_in_flight, "failed_moves": len(tail.failed),
             "trigger_max_s": durations[-1] if durations else None,
             "moves_committed": commits, "shards_created": moves.created,
-            "shards_zeroed": moves.zeroed, "shards_zeroed_hidden": moves.hidden_zeroed,
-            "shards_deleted": moves.deleted, "move_reads": moves.reads,
-            "move_reads_lower": moves.reads_lower, "read_moves": moves.read_moves,
-            "unguarded_read_moves": moves.unguarded, "quiet_removals": moves.quiet_removals,
-            "sweep_reads": moves.sweep_reads, "rollup_usage": rollup,
+            "shards_zeroed": moves.zeroed, "shards_deleted": moves.deleted,
+            "move_reads": moves.reads, "sweep_query_reads": moves.sweep_query_reads,
+            "rollup_usage": rollup,
             "scheduled_invocations": scheduled,
         },
         "terms": bill["terms"],
@@ -770,25 +727,37 @@ def run() -> dict[str, Any]:
     rested = idle(db)  # first, on the fresh stack (as the cost group does)
     levels = {level.name: load(db, level) for level in LEVELS}
     theirs_idle = extension_idle_month()
+    device = levels.pop("busy_device", None)
     met = {name: {"lag_p99_s": figures["lag_p99_s"] is not None
                   and figures["lag_p99_s"] <= LAG_TARGET_S,
                   "cheaper_than_extension": figures["usd_per_million_increments"]
                   < figures["extension"]["usd_per_million_increments"]}
            for name, figures in levels.items()}
+    busy_device = {}
+    if device is not None:
+        # What other devices read of it is the page's field: its lag is the page's.
+        lag = device["page_lag_p99_s"]
+        busy_device = {"busy_device": {
+            "lag_p99_s": lag, "counter_lag_p99_s": device["lag_p99_s"],
+            "usd_per_million_increments": device["usd_per_million_increments"]}}
+        met["busy_device"] = {"lag_p99_s": lag is not None and lag <= BUSY_DEVICE_LAG_TARGET_S}
+        levels["busy_device"] = device
     return {
         **{name: {"lag_p99_s": figures["lag_p99_s"],
                   "page_lag_p99_s": figures["page_lag_p99_s"],
                   "usd_per_million_increments": figures["usd_per_million_increments"]}
-           for name, figures in levels.items()},
+           for name, figures in levels.items() if name != "busy_device"},
+        **busy_device,
         "usd_per_month_idle": rested["usd_per_month_idle"],
         "extension": {
             **{name: {"usd_per_million_increments":
                       figures["extension"]["usd_per_million_increments"]}
-               for name, figures in levels.items()},
+               for name, figures in levels.items() if name != "busy_device"},
             "usd_per_month_idle": theirs_idle["usd_per_month_idle"],
         },
         "targets": {"lag_p99_s": LAG_TARGET_S, "usd_per_million_increments": "below the "
-                    "extension's at the same level", "met": met},
+                    "extension's at the same level",
+                    "busy_device": {"lag_p99_s": BUSY_DEVICE_LAG_TARGET_S}, "met": met},
         "levels": {name: {k: v for k, v in figures.items() if k != "series"}
                    for name, figures in levels.items()},
         "idle": rested,

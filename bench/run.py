@@ -355,11 +355,13 @@ def plot_extension(results: dict[str, Any]) -> None:
             target = "counters/visits:{page}" if series == "counter" else "the page's visits"
             lag.scatter([t for t, _ in points], [v for _, v in points], s=4, marker=marker,
                         label=f"-> {target}: p99 {level[key] or math.nan:.2f} s")
-        lag.axhline(extension_bench.LAG_TARGET_S, color="red", linestyle="--",
-                    label=f"target p99 ({extension_bench.LAG_TARGET_S} s)")
+        target_s = extension_bench.BUSY_DEVICE_LAG_TARGET_S if name == "busy_device" \
+            else extension_bench.LAG_TARGET_S
+        lag.axhline(target_s, color="red", linestyle="--", label=f"target p99 ({target_s} s)")
         lag.set(title=f"{name}: {level['achieved_rate']:.1f} shard writes/s, lag (ack -> listener)",
                 xlabel="seconds into the level (after its warm-up)", ylabel="lag (s)")
         lag.legend(loc="upper right", fontsize=8)
+    names = [name for name in names if name in results["extension"]]  # priced alike
     x = range(len(names))
     ours = [results[name]["usd_per_million_increments"] for name in names]
     theirs = [results["extension"][name]["usd_per_million_increments"] for name in names]

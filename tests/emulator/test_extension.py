@@ -8,20 +8,25 @@ Each test uses a page of its own in the stack's project, where the triggers and 
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import os
 import signal
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from callables import Callables, CallError
+from callables import Callables, CallError, User
 from counting.features import collections, declarations, extension
 from counting.features.context import Context
 from google.cloud import firestore
 
 from ..waiting import eventually
+from .extension_clients import CLIENTS, DATABASE, Client, commit, increment_write
 from .test_collections import deliver, rollup, strong, triggers_off
 
 OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
@@ -56,19 +61,62 @@ class ExtensionClient:
         return found
 
 
-def extension_total(db: firestore.Client, page: firestore.DocumentReference) -> int:
-    """The extension's sum, read at one instant: the document's field, every shard's, every
-    partial's updates. Both reads are at a read time taken first: the emulator stamps a read's
-    read time after it read the data, so a commit may fall between a document's state and its
-    read time (docs/operations.md)."""
+def extension_total(db: firestore.Client, page: firestore.DocumentReference,
+                    at: dt.datetime | None = None) -> int:
+    """The extension's sum, read at one instant (`at`, or now): the document's field, every
+    shard's, every partial's updates. Both reads are at a read time taken first: the emulator
+    stamps a read's read time after it read the data, so a commit may fall between a document's
+    state and its read time (docs/operations.md)."""
     assert VISITS.extension is not None
     field = VISITS.extension
-    at = page.get().read_time
+    at = at or page.get().read_time
     document = page.get(read_time=at)
     total = field.amount(document.to_dict() or {}, partial=False)
     for shard in page.collection(collections.SHARDS).stream(read_time=at):
         total += field.amount(shard.to_dict() or {}, partial=collections.is_partial(shard.id))
     return total
+
+
+REREAD_S = 2.0  # a reading out of bounds is read again at its instant this much later
+
+
+@dataclass
+class Racing:
+    """Writers racing moves: what they sent and had acknowledged, and the checker of the
+    extension's invariant between them."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    sent: int = 0
+    acked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def write(self, send: Callable[[], None]) -> None:
+        """Send writes until done, each counted before it is sent and once it is acknowledged."""
+        while not self.done.is_set():
+            with self.lock:
+                self.sent += 1
+            send()
+            with self.lock:
+                self.acked += 1
+
+    def check(self, total_at: Callable[[dt.datetime | None], tuple[int, dt.datetime]]) -> None:
+        """Until done: the total at one read time (`total_at(None)` takes it, and says it) lies
+        between the writes acknowledged before and those sent after. A reading out of bounds is
+        read again at the same instant REREAD_S later, when every commit of that time has
+        landed: a product's fault reads the same again, a read of the emulator's that saw a
+        commit half would not; both readings are kept in the problem."""
+        while not self.done.is_set():
+            with self.lock:
+                low = self.acked
+            found, at = total_at(None)
+            with self.lock:
+                high = self.sent
+            if not low <= found <= high:
+                time.sleep(REREAD_S)
+                again, _ = total_at(at)
+                self.problems.append(f"the total {found} at {at.isoformat()} (read again: "
+                                     f"{again}), written {low}..{high}")
 
 
 def kill_workers(function: str) -> int:
@@ -103,6 +151,13 @@ def published(db: firestore.Client, counter: str, expected: int) -> None:
                              ) from None
 
 
+def taken(db: firestore.Client, page: firestore.DocumentReference, at: dt.datetime | None,
+          base: int) -> tuple[int, dt.datetime]:
+    """`extension_total` less `base`, and the instant it was read at."""
+    at = at or page.get().read_time
+    return extension_total(db, page, at) - base, at
+
+
 def old_layout(db: firestore.Client, suffix: str) -> firestore.DocumentReference:
     """A page as the extension left it, written while no trigger ran: 10 in the document, 3 in a
     shard, 2 in a partial (15)."""
@@ -129,29 +184,8 @@ def test_clients_of_the_extension_count_through_a_backfill_and_racing_moves(
     page = old_layout(db, suffix)
     counter = VISITS.counter_id(page.id)
     clients = [ExtensionClient(db, page) for _ in range(4)]
-    done = threading.Event()
-    lock = threading.Lock()
-    sent = acked = 0
-    problems: list[str] = []
-
-    def write(client: ExtensionClient) -> None:
-        nonlocal sent, acked
-        while not done.is_set():
-            with lock:
-                sent += 1
-            client.increment_by(1)
-            with lock:
-                acked += 1
-
-    def check() -> None:
-        while not done.is_set():
-            with lock:
-                low = acked
-            found = extension_total(db, page) - 15
-            with lock:
-                high = sent
-            if not low <= found <= high:
-                problems.append(f"document + shards + partials {found}, written {low}..{high}")
+    racing = Racing()
+    done = racing.done
 
     def race_moves() -> None:
         while not done.is_set():
@@ -160,8 +194,10 @@ def test_clients_of_the_extension_count_through_a_backfill_and_racing_moves(
             list(page.collection(collections.SHARDS).stream())
             done.wait(0.3)
 
-    threads = [threading.Thread(target=write, args=(c,)) for c in clients]
-    threads += [threading.Thread(target=check), threading.Thread(target=race_moves)]
+    threads = [threading.Thread(target=racing.write, args=(lambda c=c: c.increment_by(1),))
+               for c in clients]
+    threads += [threading.Thread(target=racing.check, args=(lambda at: taken(db, page, at, 15),)),
+                threading.Thread(target=race_moves)]
     for thread in threads:
         thread.start()
     try:
@@ -178,9 +214,9 @@ def test_clients_of_the_extension_count_through_a_backfill_and_racing_moves(
         done.set()
         for thread in threads:
             thread.join()
-    assert problems == []
-    assert sent == acked and sent > 20
-    expected = sent + 15
+    assert racing.problems == []
+    assert racing.sent == racing.acked and racing.sent > 20
+    expected = racing.sent + 15
     assert extension_total(db, page) == expected
     published(db, counter, expected)
     again = extension.backfill(ctx, db, VISITS)
@@ -229,3 +265,84 @@ def test_an_extension_counter_refuses_the_callables_writes(
             admin.call(**call)
         assert caught.value.status == "FAILED_PRECONDITION", call
     published(db, counter, 1)
+
+
+@pytest.mark.parametrize("atomic", [True, False], ids=["one commit", "two commits"])
+def test_the_racing_checker_passes_a_sound_mover_and_catches_a_broken_one(
+    isolated_db: firestore.Client, atomic: bool,
+) -> None:
+    """The racing test's checker, on a project where no trigger runs, against two movers of its
+    own: one that takes the shards and adds their sum to the page in one commit (sound: it
+    finds nothing), and one that does it in two commits 50 ms apart (broken: the sum is short
+    between them, and the checker says so, read again at the same instant)."""
+    db = isolated_db
+    page = db.collection("pages").document("checked")
+    shards = page.collection(collections.SHARDS)
+    racing = Racing()
+
+    def move() -> None:
+        while not racing.done.is_set():
+            found = [s for s in shards.stream() if s.get(FIELD)]
+            total = sum(s.get(FIELD) for s in found)
+            batch = db.batch()
+            for shard in found:
+                batch.delete(shard.reference,
+                             option=db.write_option(last_update_time=shard.update_time))
+            if total and not atomic:
+                try:
+                    batch.commit()
+                except Exception:
+                    continue  # written since the read: nothing applied
+                time.sleep(0.05)
+                batch = db.batch()
+            batch.set(page, {FIELD: firestore.Increment(total)}, merge=True)
+            with contextlib.suppress(Exception):
+                batch.commit()
+            racing.done.wait(0.1)
+
+    clients = [ExtensionClient(db, page) for _ in range(3)]
+    threads = [threading.Thread(target=racing.write, args=(lambda c=c: c.increment_by(1),))
+               for c in clients]
+    threads += [threading.Thread(target=racing.check, args=(lambda at: taken(db, page, at, 0),)),
+                threading.Thread(target=move)]
+    for thread in threads:
+        thread.start()
+    racing.done.wait(6.0)
+    racing.done.set()
+    for thread in threads:
+        thread.join()
+    assert extension_total(db, page) == racing.sent == racing.acked
+    if atomic:
+        assert racing.problems == []
+    else:
+        assert racing.problems, "the checker missed a mover that loses amounts for 50 ms"
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=lambda c: c.name)
+def test_each_client_of_the_extension_counts_as_it_ships(
+    db: firestore.Client, plain_user: User, suffix: str, client: Client,
+) -> None:
+    """Each SDK's writes replayed on the wire as it sends them (extension_clients: the web and
+    Dart clients send integers, Android and iOS doubles): the rules take increments within the
+    bound (a double when it is whole), the trigger moves them, the page's field is an integer
+    holding the total, and the client's own view (the page, its shard, the partial ids it
+    reads) reads the total."""
+    page = db.collection("pages").document(f"sdk-{client.name}-{suffix}")
+    shard_id = client.shard_id()
+    shard = f"{DATABASE}/documents/{page.path}/{collections.SHARDS}/{shard_id}"
+    token = plain_user.id_token
+    for by in (1, 1, 1, -1):
+        assert commit(token, increment_write(shard, FIELD, client.wire(by))) == 200
+    assert commit(token, increment_write(shard, FIELD, client.wire(2))) == 403
+    assert commit(token, increment_write(shard, FIELD, {"doubleValue": 0.5})) == 403
+    published(db, VISITS.counter_id(page.id), 2)
+
+    def view() -> tuple[int, type] | None:
+        refs = [page] + [page.collection(collections.SHARDS).document(i)
+                         for i in [shard_id, *client.partials(shard_id)]]
+        values = [(s.to_dict() or {}).get(FIELD, 0) if s.exists else 0
+                  for s in db.get_all(refs)]
+        field = (page.get().to_dict() or {}).get(FIELD)
+        return (sum(values), type(field)) if field == 2 else None
+
+    assert eventually(view, timeout_s=SETTLED_S, every_s=0.3) == (2, int)

@@ -10,6 +10,8 @@ import pytest
 import requests
 from callables import Callables, User
 
+from .extension_clients import commit, increment_write
+
 BASE = (f"http://{os.environ.get('FIRESTORE_EMULATOR_HOST', '')}/v1/projects/"
         f"{os.environ.get('GCLOUD_PROJECT', '')}/databases/(default)/documents")
 
@@ -150,20 +152,17 @@ def test_only_admins_read_and_write_orders(
     assert status("DELETE", f"orders/rules-{suffix}", admin_user.id_token) == 200
 
 
-def increment(shard: str, token: str | None, by: int | float, field: str = "visits",
+def increment(shard: str, token: str | None, by: int | float | str, field: str = "visits",
               value: dict[str, object] | None = None) -> int:
-    """An extension client's write: a merge of `{field: increment(by)}` into the shard (as the
-    SDKs send it: an update with an empty mask and a field transform), or of `value`."""
+    """An extension client's write: a merge of `{field: increment(by)}` into the shard, as the
+    SDKs send it (`extension_clients`: an integer or a double operand), or of `value`."""
     name = f"{BASE.split('/v1/', 1)[1]}/{shard}"
     amount = {"integerValue": str(by)} if isinstance(by, int) else {"doubleValue": by}
-    write: dict[str, object] = {"update": {"name": name, "fields": value or {}},
-                                "updateMask": {"fieldPaths": list(value or {})}}
-    if value is None:
-        write["updateTransforms"] = [{"fieldPath": field, "increment": amount}]
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    reply = requests.post(f"{BASE.rsplit('/documents', 1)[0]}/documents:commit", headers=headers,
-                          json={"writes": [write]}, timeout=10)
-    return reply.status_code
+    write = increment_write(name, field, amount)
+    if value is not None:
+        write = {"update": {"name": name, "fields": value},
+                 "updateMask": {"fieldPaths": list(value)}}
+    return commit(token, write)
 
 
 def test_extension_clients_write_only_their_shards_field_by_the_declared_bound(
@@ -180,7 +179,13 @@ def test_extension_clients_write_only_their_shards_field_by_the_declared_bound(
     assert increment(mine, me, 1) == 200
     assert increment(mine, me, 2) == 403
     assert increment(mine, me, -2) == 403
-    assert increment(mine, me, 0.5) == 403
+    assert increment(mine, me, 0.5) == 403  # a fraction, from a client sending doubles
+    assert increment(mine, me, 1.0) == 200  # the Android and iOS clients' 1.0
+    assert increment(mine, me, -1.0) == 200
+    assert increment(mine, me, 2.0) == 403
+    for odd in ("NaN", "Infinity", "-Infinity"):  # doubles JSON spells as strings
+        assert increment(mine, me, odd) == 403
+
     assert increment(mine, me, 1, field="likes") == 403
     assert increment(mine, me, 1, value={"visits": {"integerValue": "500"}}) == 403
     assert increment(mine, None, 1) == 403

@@ -5,7 +5,8 @@
   `request_id` (a client with an id retries with it when unsure; one without does not), batches,
   a unique counter's likes and unlikes, a paced counter's views, tracks with and without id,
   ticket numbers with and without id, the app's own orders (written and deleted), and the
-  Distributed Counter extension's clients: a device's merge of `visits: Increment(+-1)` into
+  Distributed Counter extension's clients: a device's merge of `visits: Increment(+-1)` (a
+  double from half the devices, as the Android and iOS clients send) into
   its own shard of a page (`pages/{page}/_counter_shards_/{device}`, the same id each time).
 - `Operator`: sets P and creates the counters and tenants, then, while writers write, changes
   P, resets counters and sequences, changes write policies, runs a backfill of the orders'
@@ -383,10 +384,13 @@ class Writers:
             del process.devices[:-DEVICES_KEPT]
         device, page = rng.choice(process.devices), rng.choice(PAGES)
         by = rng.choice((1, 1, 1, -1))
+        # Half the devices are phones of the extension's Android and iOS clients, which send
+        # doubles (docs/api.md, "Extension counters").
+        sent: int | float = float(by) if int(device[:16], 16) % 2 else by
         ref = stage.db.collection(PAGES_COLLECTION, page, collections.SHARDS).document(device)
         stage.ops["visit"] += 1
         stage.ask(Request(kind="visit", amounts={page: by}),
-                  lambda: ref.set(VISITED.nested(firestore.Increment(by)), merge=True))
+                  lambda: ref.set(VISITED.nested(firestore.Increment(sent)), merge=True))
 
 
 @dataclass(frozen=True, kw_only=True)

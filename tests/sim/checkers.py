@@ -66,6 +66,7 @@ COLLECTION_KINDS = ("delivery", "backfill")
 EXTENSION_CLIENT_KINDS = ("visit", "extension_legacy")
 EXTENSION_LEGACY_KINDS = ("extension_legacy",)
 EXTENSION_BACKFILL_KINDS = ("extension_backfill",)
+EXTENSION_MOVE_KINDS = ("extension_move", "extension_sweep", "extension_backfill")
 
 
 @dataclass(frozen=True)
@@ -520,6 +521,25 @@ class CollectionCounters:
                 for c in sorted(names | set(expected)) if run.shard_sums[c] != expected[c]]
 
 
+class Takes:
+    """The amounts each shard (or partial) held since its last take: a take must remove one of
+    them (what the move read, with the clients' writes since left in place)."""
+
+    def __init__(self) -> None:
+        self.since: dict[Path, set[int]] = {}
+
+    def seen(self, path: Path, before: int, now: int, *, took: bool) -> int | None:
+        """A change of `path` from `before` to `now`, a move's (`took`) or a client's: the
+        amount a take removed when it is none the shard held since its last take."""
+        held = self.since.setdefault(path, {0})
+        if not took:
+            held.add(now)
+            return None
+        taken = before - now
+        self.since[path] = {now}
+        return taken if taken and taken not in held else None
+
+
 class ExtensionCounters:
     """An extension counter's equalities (docs/architecture.md, "Extension counters"), judged
     at every commit, in commit order, from the documents' versions: its documents' field plus
@@ -527,7 +547,10 @@ class ExtensionCounters:
     then (each attempt that landed adds its own); the counter's shards move as the field does
     (the extension's writes of the field before the declaration move the field alone, and a
     backfill's commit may move the counter so that it equals the field); and, at the end, the
-    field and the counter equal the clients' total (nothing left in shards)."""
+    field and the counter equal the clients' total (nothing left in shards). And no amount is
+    taken twice: a move takes from a shard (or partial) an amount it held at some version since
+    the last take, so the document's field never shows a device more than was written (two
+    moves taking one amount leave the shard negative and the field over)."""
 
     name = "extension counters"
 
@@ -559,6 +582,7 @@ class ExtensionCounters:
         pages |= {page for r in run.requests(EXTENSION_CLIENT_KINDS) for page in r.amounts}
         of_counter = {declaration.counter_id(page): page for page in pages}
         held: dict[Path, int] = {}
+        takes = Takes()
         layout: dict[str, int] = defaultdict(int)  # field + shards + partials
         added: dict[str, int] = defaultdict(int)  # what clients' landed writes added
         gaps: dict[str, int] = defaultdict(int)  # layout - added, as last reported
@@ -577,6 +601,14 @@ class ExtensionCounters:
                 if page is None:
                     continue
                 now = amount(path, after.data)
+                if len(path) != depth:
+                    twice = takes.seen(path, held.get(path, 0), now,
+                                       took=kind in EXTENSION_MOVE_KINDS)
+                    if twice is not None:
+                        found.append(by_sign(self.name, twice, (
+                            f"{'/'.join(path)}: a commit of {who} at {at:.3f} s took {twice}, "
+                            "an amount the shard did not hold since the last take: taken "
+                            "twice")))
                 delta, held[path] = now - held.get(path, 0), now
                 layout[page] += delta
                 touched.add(page)

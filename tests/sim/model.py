@@ -83,6 +83,18 @@ def clone(value: Any) -> Any:
     return value
 
 
+def same(a: Any, b: Any) -> bool:
+    """Equal as stored values: of one type at every level (an integer 13 is not a double 13.0,
+    though Python and queries compare them equal)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
 @dataclass(slots=True)
 class Version:
     commit_us: int
@@ -456,7 +468,7 @@ class Model:
         # one): no new version, no event, and a precondition on the old version still holds.
         unchanged = {path: last.commit_us for path, data in states.items()
                      if (last := self.latest(path)) is not None and last.data is not None
-                     and data == last.data}
+                     and same(data, last.data)}
         for i, w in enumerate(writes):
             if w.path in unchanged and w.op != "delete":
                 results[i] = write_pb.WriteResult(
@@ -506,6 +518,17 @@ def as_datetime(value: Any) -> dt.datetime:
     return result
 
 
+def incremented(old: Any, by: int | float) -> int | float:
+    """Firestore's increment (the JS SDK's `increment` documents it): a field that is not a number
+    (missing, a bool, a string) becomes the operand; an integer plus an integer is an integer,
+    clamped to 64 bits; with a double on either side the sum is a double (IEEE 754)."""
+    if type(old) not in (int, float):
+        return by
+    if type(old) is int and type(by) is int:
+        return max(-2**63, min(2**63 - 1, old + by))
+    return float(old) + float(by)
+
+
 def apply_fields(base: dict[str, Any], fields: dict[str, Any], *, nested: bool,
                  stamp: dt.datetime, results: list[document_pb.Value]) -> dict[str, Any]:
     """Apply a set (nested maps merge) or an update (keys are field paths) to `base`, with
@@ -521,9 +544,10 @@ def apply_fields(base: dict[str, Any], fields: dict[str, Any], *, nested: bool,
             target[name] = apply_fields(inner if isinstance(inner, dict) else {}, value,
                                         nested=True, stamp=stamp, results=results)
         elif isinstance(value, transforms.Increment):
-            old = target.get(name)
-            target[name] = (old if isinstance(old, int) else 0) + value.value
-            results.append(document_pb.Value(integer_value=target[name]))
+            target[name] = incremented(target.get(name), value.value)
+            results.append(document_pb.Value(integer_value=target[name])
+                           if type(target[name]) is int
+                           else document_pb.Value(double_value=target[name]))
         elif isinstance(value, transforms.ArrayUnion):
             old = target.get(name)
             target[name] = list(old) if isinstance(old, list) else []
@@ -652,11 +676,12 @@ class Query:
         self._order: list[tuple[str, str]] = []
         self._limit: int | None = None
         self._after: Path | None = None
+        self._inclusive = False  # start_at: from `_after` itself
 
     def _copy(self) -> Query:
         query = Query(self._model, self._base, self._collection_id, self._group)
         query._filters, query._order = list(self._filters), list(self._order)
-        query._limit, query._after = self._limit, self._after
+        query._limit, query._after, query._inclusive = self._limit, self._after, self._inclusive
         return query
 
     def where(self, *, filter: FieldFilter) -> Query:  # the client's keyword
@@ -683,6 +708,13 @@ class Query:
         query = self._copy()
         query._after = cursor.reference._path if isinstance(cursor, Snapshot) \
             else cursor[DOCUMENT_ID]._path
+        query._inclusive = False
+        return query
+
+    def start_at(self, cursor: Snapshot | dict[str, DocumentReference]) -> Query:
+        """As `start_after`, from the cursor's document itself."""
+        query = self.start_after(cursor)
+        query._inclusive = True
         return query
 
     def stream(self, read_time: dt.datetime | None = None, **_: Any) -> Iterator[Snapshot]:
@@ -691,7 +723,8 @@ class Query:
             self._model.candidates(self._base, self._collection_id, self._filters),
             self._filters, read_time, self._group)
         if after is not None:
-            found = [snapshot for snapshot in found if snapshot.reference._path > after]
+            found = [snapshot for snapshot in found if snapshot.reference._path > after
+                     or (self._inclusive and snapshot.reference._path == after)]
         for field_path, direction in reversed(self._order):  # stable sorts, last key first
             if field_path != DOCUMENT_ID:  # found in document order already
                 found.sort(key=operator.methodcaller("get", field_path),

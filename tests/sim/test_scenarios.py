@@ -26,7 +26,7 @@ from counting.writepath.policy import Policy
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
-from tests.sim import protections
+from tests.sim import checkers, protections
 from tests.sim.faults import CALM, Fate, Requests
 from tests.sim.model import Client, Model, Write
 from tests.sim.virtual import Sim
@@ -846,3 +846,20 @@ def test_a_counter_the_audit_cannot_check_keeps_no_other_from_its_check() -> Non
     assert sorted(found.counter for found in done.checked) == ["b", "c"]
     scene.at(5)
     assert (audit.audit_ref(scene.db, NAMES).get().to_dict() or {})["cursor"] == "c"
+
+
+def test_the_extension_checker_finds_an_amount_taken_twice() -> None:
+    """Two moves that read a shard at 5 and each took 5 (the second after a client's +1): the
+    second took what the shard no longer held (flagged); a take that left a client's write in
+    place, and a delete, took what it held."""
+    shard = ("pages", "p", "_counter_shards_", "s")
+    takes = checkers.Takes()
+    assert takes.seen(shard, 0, 5, took=False) is None  # a client writes 5
+    assert takes.seen(shard, 5, 6, took=False) is None  # and 1 more, after a move read 5
+    assert takes.seen(shard, 6, 1, took=True) is None  # the move takes the 5 it read
+    assert takes.seen(shard, 1, 2, took=False) is None
+    assert takes.seen(shard, 2, -3, took=True) == 5  # a second mover takes the same 5
+    assert takes.seen(shard, -3, 0, took=True) is None  # a delete takes what it holds
+    other = ("pages", "p", "_counter_shards_", "t")
+    assert takes.seen(other, 0, 2, took=False) is None
+    assert takes.seen(other, 2, 0, took=True) is None  # a delete of what it held

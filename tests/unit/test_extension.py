@@ -19,6 +19,7 @@ from counting.features.collections import (
     Declaration,
     Extension,
     ensure_counter,
+    whole,
 )
 from counting.foundation import config
 from counting.foundation.config import Names, Placement
@@ -338,20 +339,33 @@ def test_a_move_takes_every_amount_into_the_document_and_the_counter() -> None:
     late.at(10.5)
     done = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
     late.at(11)
-    # Left: the busy shard, zeroed ("other" holds only another counter's field).
-    assert (done.shards, done.deleted, done.left, done.amounts) == (3, 2, 1, {"visits:p1": 9})
+    # The busy shard (written 0.5 s ago) is deleted too: its device's next write creates it
+    # again, and fires a trigger. "other" holds only another counter's field: untouched.
+    assert (done.shards, done.deleted, done.left, done.amounts) == (3, 3, 0, {"visits:p1": 9})
     assert page.get().to_dict() == {"visits": 19, "title": "home"}
-    left = fields(page)
-    assert left["busy"] == {"visits": 0}  # written 0.5 s ago: zeroed, not deleted
-    assert left["other"] == {"visits": 0, "likes": 5}
-    assert "quiet" not in left and "\tqui" not in left
+    assert fields(page) == {"other": {"visits": 0, "likes": 5}}
     assert (counted(late), total(page)) == (19, 19)
-    late.at(13)
-    # The zeroed shard, quiet now: deleted.
-    again = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
-    assert (again.shards, again.deleted, again.left) == (0, 1, 0)
-    assert "busy" not in fields(page)
-    assert (counted(late), total(page)) == (19, 19)
+
+
+def test_a_shard_holding_another_field_gives_its_amount_guarded() -> None:
+    """A shard holding an undeclared field beside the declared one keeps it: its amount is taken
+    by an increment of minus it, guarded by the version read, so a second mover that read the
+    same version takes nothing (no device sees more than was written)."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    shard = page.collection("_counter_shards_").document("mixed")
+    shard.set({"visits": 3, "likes": 5})
+    late.at(1)
+    first = late.run(lambda: extension.move(late.ctx, late.db, page, [VISITS]),
+                     Fate(delay_us=300_000))
+    second = late.run(lambda: extension.move(late.ctx, late.db, page, [VISITS]),
+                      Fate(delay_us=300_000))
+    late.at(5)
+    assert isinstance(first, extension.Moved) and isinstance(second, extension.Moved)
+    assert first.amounts.get("visits:p1", 0) + second.amounts.get("visits:p1", 0) == 3
+    assert fields(page) == {"mixed": {"visits": 0, "likes": 5}}
+    assert (page.get().to_dict() or {})["visits"] == 3
+    assert (counted(late), total(page)) == (3, 3)
 
 
 def test_a_shard_written_once_is_deleted_however_fresh() -> None:
@@ -492,8 +506,8 @@ def test_a_move_of_states_told_by_events_reads_nothing_and_a_stale_one_reads() -
 
 def test_a_client_write_between_the_read_and_the_commit_is_kept() -> None:
     """The quiet shard is written after the move read it and before its commit lands: the
-    delete's precondition fails the commit, the move is made again zeroing instead, and the new
-    amount is moved too."""
+    delete's precondition fails the commit, the move reads again and deletes it with the new
+    amount."""
     late = Late()
     page = layout(late)
     late.at(12.5)
@@ -504,8 +518,8 @@ def test_a_client_write_between_the_read_and_the_commit_is_kept() -> None:
                     Fate(delay_us=500_000))
     late.at(14)
     assert isinstance(done, extension.Moved)
-    assert (done.deleted, done.amounts) == (0, {"visits:p1": 10})
-    assert fields(page)["quiet"] == {"visits": 0}
+    assert (done.deleted, done.amounts) == (3, {"visits:p1": 10})
+    assert "quiet" not in fields(page)
     assert (page.get().to_dict() or {})["visits"] == 20
     assert (counted(late), total(page)) == (20, 20)
 
@@ -617,3 +631,162 @@ def test_a_state_told_twice_is_taken_once_and_a_foreign_shard_is_not_waited_for(
     late.at(21)
     assert (rest.left, rest.amounts) == (0, {"visits:p1": 5})  # "other" holds only likes
     assert (counted(late), total(page)) == (19, 19)
+
+
+# --- What the extension's clients send (docs/api.md, "What each client sends") ------------------
+
+
+def test_whole_doubles_count_as_integers_and_fractions_not_at_all() -> None:
+    assert [whole(v) for v in (1, 1.0, -1.0, 2.0**53 - 1, 0.5, float("inf"),
+                                           float("nan"), True, "1", 2**53, 2.0**53)] == [
+        1, 1, -1, 2**53 - 1, None, None, None, None, None, None, None]
+    assert all(type(whole(v)) is int for v in (1.0, -3.0))
+
+
+def test_a_move_counts_the_doubles_phones_write_and_the_field_stays_an_integer() -> None:
+    """Android and iOS devices increment by 1.0 (their shards hold doubles), a web device by 1:
+    a move takes all of them, and the page's field stays an integer, as the extension's
+    aggregator leaves it."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    page.set({"visits": 2})
+    shards = page.collection("_counter_shards_")
+    for device, by in (("android", 1.0), ("android", 1.0), ("ios", -1.0), ("web", 1)):
+        shards.document(device).set({"visits": firestore.Increment(by)}, merge=True)
+    late.at(1)
+    assert fields(page)["android"] == {"visits": 2.0}
+    done = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
+    late.at(2)
+    assert (done.deleted, done.amounts) == (3, {"visits:p1": 2})
+    assert fields(page) == {}
+    field = (page.get().to_dict() or {})["visits"]
+    assert (field, type(field)) == (4, int)
+
+
+def test_the_backfill_counts_a_double_field_and_writes_it_back_an_integer() -> None:
+    """A page holding 10.0 and a shard of 3 ends at 13 (an integer), counted once; a field
+    holding a fraction is never overwritten: the backfill names it and counts nothing there."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    page.set({"visits": 10.0, "title": "home"})
+    page.collection("_counter_shards_").document("a").set({"visits": 3.0})
+    odd = late.db.collection("pages").document("p2")
+    odd.set({"visits": 2.5})
+    late.at(1)
+    done = act(late, lambda: extension.backfill(late.ctx, late.db, VISITS))
+    late.at(2)
+    assert done.deltas == {"visits:p1": 13}
+    assert list(done.failed) == ["pages/p2"] and "2.5" in done.failed["pages/p2"]
+    field = (page.get().to_dict() or {})["visits"]
+    assert (field, type(field)) == (13, int)
+    assert (counted(late), total(page)) == (13, 13)
+    assert odd.get().to_dict() == {"visits": 2.5}
+    again = act(late, lambda: extension.backfill(late.ctx, late.db, VISITS))
+    assert again.deltas == {}
+
+
+def test_a_shard_written_at_every_attempt_is_left_for_the_next_move(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device writes between every read and commit of a move (MOVE_ATTEMPTS of them): the move
+    takes nothing (no take applies to a version it did not read) and says the shard is left;
+    the loop's next move takes it."""
+    monkeypatch.setattr(extension, "MOVE_ATTEMPTS", 2)
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    shard = page.collection("_counter_shards_").document("busy")
+    shard.set({"visits": 1})
+    late.at(1)
+
+    wrote = [1]
+
+    def device() -> None:  # writes back to back for 2 s: between every read and commit
+        while late.sim.monotonic() < 3.0:
+            shard.update({"visits": firestore.Increment(1)})
+            wrote[0] += 1
+
+    late.sim.spawn("device", device)
+    done = late.run(lambda: extension.move(late.ctx, late.db, page, [VISITS]))
+    assert isinstance(done, extension.Moved)
+    assert (done.shards, done.left, done.amounts) == (0, 1, {})
+    late.at(3.5)
+    assert total(page) == wrote[0] and counted(late) == 0
+    again = act(late, lambda: extension.move_until_clear(late.ctx, late.db, page, [VISITS]))
+    assert (again.left, again.amounts, fields(page)) == (0, {"visits:p1": wrote[0]}, {})
+    assert (counted(late), total(page)) == (wrote[0], wrote[0])
+
+
+# --- The sweep --------------------------------------------------------------------------------
+
+
+def test_the_sweep_moves_every_declaration_over_the_same_documents() -> None:
+    """`likes` and `views` of `posts/{post}` (two declarations, one documents pattern): one
+    sweep moves both fields."""
+    two = [Declaration(counter="likes:{post}", documents="posts/{post}",
+                       extension=Extension(field="likes", by=(0, 1))),
+           Declaration(counter="views:{post}", documents="posts/{post}",
+                       extension=Extension(field="views", by=(0, 1)))]
+    late = Late()
+    post = late.db.collection("posts").document("p1")
+    post.collection("_counter_shards_").document("a").set({"likes": 1, "views": 2})
+    late.at(1)
+    done = act(late, lambda: extension.sweep(late.ctx, late.db, two))
+    assert done.amounts == {"likes:p1": 1, "views:p1": 2}
+    assert fields(post) == {}
+
+
+def test_shards_that_stay_in_one_page_do_not_hide_its_later_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page whose first shards hold what cannot be counted (more than a run reads): the next
+    run reads on within the page, from where the last stopped, and moves the shard after them."""
+    monkeypatch.setattr(extension, "SWEEP_MAX_SHARDS", 3)
+    monkeypatch.setattr(extension, "MOVE_MAX_SHARDS", 3)
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    for n in range(3):
+        page.collection("_counter_shards_").document(f"a{n}").set({"visits": 0.5})
+    page.collection("_counter_shards_").document("b").set({"visits": 2})
+    late.at(5)
+    first = act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS]))
+    late.at(6)
+    second = act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS]))
+    assert (first.amounts, second.amounts) == ({}, {"visits:p1": 2})
+    assert sorted(fields(page)) == ["a0", "a1", "a2"]
+
+
+def test_the_sweep_stops_at_its_budget_and_the_next_run_starts_there() -> None:
+    late = Late()
+    pages = [late.db.collection("pages").document(f"p{n}") for n in range(2)]
+    for page in pages:
+        page.collection("_counter_shards_").document("a").set({"visits": 1})
+    late.at(5)
+    none = act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS], budget_s=0.0))
+    late.at(6)
+    rest = act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS]))
+    assert (none.amounts, rest.amounts) == ({}, {"visits:p0": 1, "visits:p1": 1})
+
+
+def test_a_round_that_moves_nothing_waits_longer_before_the_next() -> None:
+    """Shards that never move (a fraction) are read by one round, then not again for 2 minutes,
+    then 4; a shard written meanwhile is taken by the next round, which resets the wait."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    shards = page.collection("_counter_shards_")
+    shards.document("odd").set({"visits": 0.5})
+    late.at(5)
+    reads = []
+
+    def sweep_at(s: float) -> extension.Moved:
+        late.at(s)
+        done = act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS]))
+        reads.append(done.read)
+        return done
+
+    for s in (10, 70, 130, 140, 260, 500):
+        sweep_at(s)
+    # 10: a round reads it (nothing moved: wait 2 minutes); 70: waiting; 130: a round (wait 4);
+    # 140, 260: waiting; 500: a round (wait 8 minutes).
+    assert [r > 0 for r in reads] == [True, False, True, False, False, True]
+    shards.document("b").set({"visits": 3})
+    assert sweep_at(900).amounts == {}  # written while the sweep waits: the trigger's to move
+    assert sweep_at(1000).amounts == {"visits:p1": 3}
+    assert sweep_at(1060).read > 0  # moved something: the wait is reset

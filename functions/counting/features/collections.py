@@ -113,9 +113,20 @@ SHARDS = "_counter_shards_"
 SHARD_WILDCARD = "_shard_"
 PARTIAL_PREFIX = "\t"
 UPDATES, UPDATE_ID, UPDATE_DATA = "_updates_", "_id_", "_data_"
-# An extension field's value is counted while it is an integer this large at most (JavaScript's
-# exact integers: the extension's clients are JavaScript, Java, Swift and Dart).
+# An extension field's value is counted while it is a whole number this large at most
+# (JavaScript's exact integers: the extension's clients are JavaScript, Java, Swift and Dart).
 MAX_EXTENSION_AMOUNT = 2**53 - 1
+
+
+def whole(value: Any) -> int | None:
+    """An amount as the extension's clients write it: an integer, or a double with no fraction
+    (the Android and iOS clients increment by `1.0`), within MAX_EXTENSION_AMOUNT; None for
+    anything else (a fraction, infinity, NaN, a bool, a string, a larger number)."""
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    if type(value) is int and abs(value) <= MAX_EXTENSION_AMOUNT:
+        return value
+    return None
 _FIELD_SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 MAX_FIELD_SEGMENTS = 8
 
@@ -146,14 +157,19 @@ class Extension:
     def path(self) -> list[str]:
         return self.field.split(".")
 
-    def value(self, data: Any) -> int:
-        """The field's amount in one map (a document's data, a partial update's `_data_`): an
-        integer within MAX_EXTENSION_AMOUNT, else 0 (a float, a string, missing: not counted)."""
+    def raw(self, data: Any) -> Any:
+        """What one map (a document's data, a partial update's `_data_`) holds at the field
+        (None: nothing)."""
         for segment in self.path:
             if not isinstance(data, dict):
-                return 0
+                return None
             data = data.get(segment)
-        return data if type(data) is int and abs(data) <= MAX_EXTENSION_AMOUNT else 0
+        return data
+
+    def value(self, data: Any) -> int:
+        """The field's amount in one map: a whole number (see `whole`), else 0 (a fraction, a
+        string, missing: not counted)."""
+        return whole(self.raw(data)) or 0
 
     def amount(self, data: Mapping[str, Any], *, partial: bool) -> int:
         """What one document of the layout holds: a shard's (or the counter document's) field,

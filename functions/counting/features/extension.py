@@ -3,18 +3,23 @@
 
 The extension's clients write `{doc}/_counter_shards_/{their id}` and show the document's field
 plus their own shard's, so the amounts in everyone's shards must reach the document. A move is
-one commit, sent once, that takes shards' amounts out of them (a delete guarded by the shard's
-update time when it holds nothing else and was written once or has been quiet, else an
-`Increment` of minus the amount; for a partial, an `_updates_` entry of minus its sum), adds
-their sum to the document's field, and adds the same sum to a shard of the counter
-`visits:{page}`. So every move keeps
+one commit, sent once, that takes shards' amounts out of them, each write guarded by the version
+it read (a delete when the shard holds nothing else, else an `Increment` of minus the amount;
+for a partial, an `_updates_` entry of minus its sum), adds their sum to the document's field,
+and adds the same sum to a shard of the counter `visits:{page}`. So every move keeps
 document + shards + partials equal, and keeps the counter equal to the document's field (once
 `backfill` has added what the field held before the declaration): the counter is the total less
 what the shards hold until their move, about a second.
 
-However often a move applies it keeps both: its deletes apply at most once (their precondition),
-its increments come in pairs summing to zero with the counter's following the document's. A move
-may land late, twice or never: no amount is lost or doubled.
+However often a move applies it keeps both: every take applies at most once, and only to the
+version it read (its precondition), so two movers never take one amount; the document's and
+the counter's increments follow the takes. A move may land late, twice or never: no amount is
+lost or doubled, and no device, reading the document and its own shard, sees more than was
+written.
+
+Amounts are whole numbers: integers, and doubles with no fraction (the Android and iOS clients
+send `1.0`), counted as integers; the document's field stays an integer, as the extension's own
+aggregator leaves it.
 """
 
 from __future__ import annotations
@@ -48,10 +53,11 @@ from counting.features.collections import (
     nanos,
     paged,
     watched_documents,
+    whole,
 )
 from counting.foundation import config
 from counting.foundation.clock import instant
-from counting.foundation.errors import Aborted
+from counting.foundation.errors import Aborted, FailedPrecondition
 from counting.writepath import shards
 
 if TYPE_CHECKING:
@@ -62,19 +68,26 @@ log = logging.getLogger(__name__)
 # Shards one move reads and writes (a commit holds at most 500 writes: these, the document and
 # a shard of each counter).
 MOVE_MAX_SHARDS = 400
-# A shard is deleted (rather than zeroed) when it was written once (a device's first write since
-# its shard was last deleted: its next write creates it again, and fires a trigger), or once it
-# has not been written for this long. A client writing a shard a move deletes fails the delete's
-# precondition, and with it the whole move; a zeroed shard's next writes fire no trigger.
-QUIET_S = 2.0
+# Every take is guarded by the update time its shard had when it was read (or as an event told):
+# a shard holding the declared fields alone is deleted, so that its device's next write creates
+# it again and fires a trigger, however busy the device; one holding other fields too gives its
+# amounts by an increment of minus them. A client's write between the read and the commit fails
+# the commit (nothing of it applies), and the move reads and commits again at once, up to this
+# many times: no take applies to a version it did not read, so no amount is taken twice.
+MOVE_ATTEMPTS = 5
 # One process moves a document's shards at most this often (its callers wait for the next move).
 MOVE_EVERY_S = 1.0
-# After a move that left shards (zeroed, busy), the trigger moves again until none is left or
-# this long has passed (shards written again meanwhile are updates: no trigger fires for them);
-# then the scheduled sweep takes what is left.
+# After a move that left shards (its attempts all met clients' writes) or read a full page, the
+# trigger moves again, every MOVE_EVERY_S, until none is left or this long has passed; then the
+# scheduled sweep takes what is left.
 MOVE_FOR_S = 30.0
 WAITED_IN_BACKGROUND = "waited in the background for a move"
+MOVED = "moved: shards read"  # logged by each move with what it read (the benchmark bills it)
 SWEEP_MAX_SHARDS = 1000  # shards the scheduled sweep's query reads per run (and per document)
+# A run's time for its moves: it shares the scheduled function (timeout ROLLUP_TIMEOUT_S) with
+# the housekeeping and the audit.
+SWEEP_BUDGET_S = 20.0
+SWEEP_BACKOFF_MAX = 4  # a run that moves nothing waits at most 2**4 minutes for the next
 SWEEP_CURSOR = "extension_sweep"  # in `internal`: the path after which the next sweep reads
 
 
@@ -93,9 +106,10 @@ class Moved:
 
     shards: int = 0  # shards and partials whose amounts it took
     deleted: int = 0  # of them, deleted
-    left: int = 0  # shards it zeroed (a later move deletes them) or that hold other fields
+    left: int = 0  # shards holding amounts it could not take (written at every attempt)
     amounts: dict[str, int] = field(default_factory=dict)  # counter -> amount moved
     read: int = 0  # shards and partials it read
+    queries: int = 0  # the queries that read them (Firestore bills one read for an empty one)
     # It read MOVE_MAX_SHARDS: there may be more, after `last` (the id of the last it read).
     full: bool = False
     last: str | None = None
@@ -106,6 +120,7 @@ class Moved:
         self.shards += other.shards
         self.deleted += other.deleted
         self.read += other.read
+        self.queries += other.queries
         self.left = other.left
         self.full, self.last = other.full, other.last
         self.read_at = other.read_at or self.read_at
@@ -115,69 +130,85 @@ class Moved:
 
 @dataclass(frozen=True)
 class _Take:
-    """One shard's part of a move: what it holds per field, and how it is taken."""
+    """One shard's part of a move: what it holds per field, and how it is taken (each write
+    guarded by `update_time`, the version read)."""
 
     ref: firestore.DocumentReference
     amounts: dict[str, int]  # field -> amount
-    delete_at: dt.datetime | None  # its update time: deleted, guarded; None: zeroed
+    update_time: dt.datetime
+    delete: bool  # it holds these amounts alone: deleted
     partial: bool
 
 
 def move(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
          declarations: Iterable[Declaration], *, written: Iterable[Written] = (),
-         after: str | None = None) -> Moved:
+         after: str | None = None, start_at: str | None = None) -> Moved:
     """Move the amounts of `document`'s shards and partials into its fields and the counters
     (one commit, sent once). With `written` (states events told of), those shards are taken
     as told, without reading them: each delete is guarded by the told update time, so a shard
     written since fails the commit, and the move is made again from a read. A read takes the
-    first MOVE_MAX_SHARDS shards in id order, or those after the id `after`."""
-    declared = [d for d in declarations if d.extension is not None]
+    first MOVE_MAX_SHARDS shards in id order, those after the id `after`, or those from the id
+    `start_at`."""
+    done = _move(ctx, db, document, [d for d in declarations if d.extension is not None],
+                 written, after, start_at)
+    log.info("%s: %s %d in %d queries, taken %d", document.path, MOVED, done.read,
+             done.queries, done.shards)
+    return done
+
+
+def _move(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
+          declared: list[Declaration], written: Iterable[Written], after: str | None,
+          start_at: str | None = None) -> Moved:
     latest: dict[str, Written] = {}  # one state per shard (an event told twice), the newest
     for state in written:
         if state.ref.path not in latest or state.update_time > latest[state.ref.path].update_time:
             latest[state.ref.path] = state
     told = list(latest.values())
     if told and len(told) <= MOVE_MAX_SHARDS and all(_holds_only(declared, w.data) for w in told):
-        takes = [_Take(w.ref, _amounts(declared, w.data, partial=False), w.update_time, False)
-                 for w in told]
+        takes = [_Take(w.ref, _amounts(declared, w.data, partial=False), w.update_time,
+                       True, False) for w in told]
         try:
             return _commit(ctx, db, document, declared, takes, Moved())
         except gexc.FailedPrecondition:
             pass  # written since: read them
-    return _read_and_move(ctx, db, document, declared, guarded=True, after=after)
+    return _read_and_move(ctx, db, document, declared, after=after, start_at=start_at)
 
 
 def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
-                   declared: list[Declaration], *, guarded: bool, after: str | None) -> Moved:
+                   declared: list[Declaration], *, after: str | None,
+                   start_at: str | None) -> Moved:
     shards_of = document.collection(SHARDS)
     query = shards_of.order_by(FieldPath.document_id()).limit(MOVE_MAX_SHARDS)
     if after is not None:
         query = query.start_after({FieldPath.document_id(): shards_of.document(after)})
-    found = list(query.stream())
-    full = len(found) == MOVE_MAX_SHARDS
-    done = Moved(read=len(found), full=full, last=found[-1].id if full else None,
-                 read_at=None if full or after is not None else min(
-                     (instant(s.read_time) for s in found), default=None))
-    takes = []
-    for shard in found:
-        data = shard.to_dict() or {}
-        partial = is_partial(shard.id)
-        amounts = _amounts(declared, data, partial=partial)
-        only = _only(declared, data, partial)
-        deletable = guarded and only and (_once(shard) or _quiet(shard))
-        if any(amounts.values()) or deletable:
-            takes.append(_Take(shard.reference, amounts,
-                               instant(shard.update_time) if deletable else None, partial))
-        # Left for a later move: zeroed now (its client's next writes fire no trigger), or to
-        # be deleted once quiet. A shard holding only other fields is none of this one's.
-        done.left += not deletable and (any(amounts.values()) or only)
-    try:
-        return _commit(ctx, db, document, declared, takes, done)
-    except gexc.FailedPrecondition:
-        if not guarded:
-            raise
-        # A shard was written since the read: zero them all.
-        return _read_and_move(ctx, db, document, declared, guarded=False, after=after)
+    elif start_at is not None:
+        query = query.start_at({FieldPath.document_id(): shards_of.document(start_at)})
+    takes: list[_Take] = []
+    read = 0  # by every attempt
+    for attempt in range(1, MOVE_ATTEMPTS + 1):
+        found = list(query.stream())
+        read += len(found)
+        full = len(found) == MOVE_MAX_SHARDS
+        done = Moved(read=read, queries=attempt, full=full, last=found[-1].id if full else None,
+                     read_at=None if full or after or start_at else min(
+                         (instant(s.read_time) for s in found), default=None))
+        takes = []
+        for shard in found:
+            data = shard.to_dict() or {}
+            partial = is_partial(shard.id)
+            amounts = _amounts(declared, data, partial=partial)
+            only = _only(declared, data, partial)
+            # A shard holding only other fields is none of this one's.
+            if any(amounts.values()) or only:
+                takes.append(_Take(shard.reference, amounts, instant(shard.update_time),
+                                   only, partial))
+        try:
+            return _commit(ctx, db, document, declared, takes, done)
+        except gexc.FailedPrecondition:
+            continue  # a client wrote a shard since the read: read them again
+    # Every attempt met a client's write: the caller's loop (or the sweep) moves them later.
+    return Moved(read=read, queries=MOVE_ATTEMPTS, full=full, last=done.last,
+                 left=sum(any(t.amounts.values()) for t in takes))
 
 
 def _commit(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
@@ -190,18 +221,20 @@ def _commit(ctx: Context, db: firestore.Client, document: firestore.DocumentRefe
     for take in takes:
         for name, amount in take.amounts.items():
             totals[name] += amount
-        if take.delete_at is not None:
-            batch.delete(take.ref, option=db.write_option(last_update_time=take.delete_at))
+        guard = db.write_option(last_update_time=take.update_time) \
+            if ctx.writing.protections.guarded_takes else None
+        if take.delete:
+            batch.delete(take.ref, option=guard)
             done.deleted += 1
         elif take.partial:
-            batch.set(take.ref, {UPDATES: firestore.ArrayUnion([{
+            batch.update(take.ref, {UPDATES: firestore.ArrayUnion([{
                 UPDATE_ID: str(uuid.uuid4()), UPDATE_DATA: _merged(
                     e.nested(-take.amounts[e.field]) for e in _extensions(declared)
-                    if take.amounts.get(e.field))}])}, merge=True)
+                    if take.amounts.get(e.field))}])}, option=guard)
         else:
-            batch.set(take.ref, _merged(
-                e.nested(firestore.Increment(-take.amounts[e.field]))
-                for e in _extensions(declared) if take.amounts.get(e.field)), merge=True)
+            batch.update(take.ref, {e.field: firestore.Increment(-take.amounts[e.field])
+                                    for e in _extensions(declared)
+                                    if take.amounts.get(e.field)}, option=guard)
         done.shards += bool(any(take.amounts.values()))
     moved = {d: totals[d.extension.field] for d in declared
              if d.extension is not None and totals.get(d.extension.field)}
@@ -256,29 +289,19 @@ def _holds_only(declared: list[Declaration], data: Any) -> bool:
 
 
 def _drop(data: dict[str, Any], path: list[str]) -> None:
-    """Remove the integer at `path` that the field counts (a copy of each map on the way): one it
-    cannot count (beyond MAX_EXTENSION_AMOUNT) stays, and keeps its shard from being deleted."""
+    """Remove the whole number at `path` that the field counts (a copy of each map on the way):
+    one it cannot count (a fraction, beyond MAX_EXTENSION_AMOUNT) stays, and keeps its shard from
+    being deleted."""
     head, *rest = path
     if rest and isinstance(data.get(head), dict):
         data[head] = dict(data[head])
         _drop(data[head], rest)
-    elif not rest and type(data.get(head)) is int and abs(data[head]) <= MAX_EXTENSION_AMOUNT:
+    elif not rest and whole(data.get(head)) is not None:
         del data[head]
 
 
 def _leaves(data: dict[str, Any]) -> bool:
     return any(not isinstance(v, dict) or _leaves(v) for v in data.values())
-
-
-def _once(shard: firestore.DocumentSnapshot[Any]) -> bool:
-    """Written once: created and not written since."""
-    return shard.create_time is not None and shard.create_time == shard.update_time
-
-
-def _quiet(shard: firestore.DocumentSnapshot[Any]) -> bool:
-    read_time, update_time = shard.read_time, shard.update_time
-    return (read_time is not None and update_time is not None
-            and (instant(read_time) - instant(update_time)).total_seconds() >= QUIET_S)
 
 
 def _merged(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -301,9 +324,8 @@ def move_until_clear(ctx: Context, db: firestore.Client, document: firestore.Doc
                      for_s: float = MOVE_FOR_S,
                      on_move: Callable[[Moved], None] = lambda moved: None) -> Moved:
     """Moves until one leaves no shard (and reads fewer than MOVE_MAX_SHARDS), or `for_s`
-    passes: what they did (`on_move` is told of each). Shards written again after a move zeroed
-    them are updates, which no trigger is told of: this is how they reach the document. A full
-    read is followed at once by a read of the shards after it."""
+    passes: what they did (`on_move` is told of each). A full read is followed at once by a
+    read of the shards after it."""
     declared = list(declarations)
     clock = ctx.writing.clock
     until = clock.monotonic() + for_s
@@ -315,49 +337,91 @@ def move_until_clear(ctx: Context, db: firestore.Client, document: firestore.Doc
         if not (done.left or done.full) or clock.monotonic() >= until:
             return total
         if not done.full:
-            clock.sleep(QUIET_S)
+            clock.sleep(MOVE_EVERY_S)
         done = move(ctx, db, document, declared, after=done.last)
 
 
-def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration]) -> Moved:
+def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration], *,
+          budget_s: float = SWEEP_BUDGET_S) -> Moved:
     """The scheduled backstop (every minute): move the shards no trigger's moves took (an
-    instance killed, a shard kept busy past MOVE_FOR_S). One collection-group query per run, of
-    at most SWEEP_MAX_SHARDS shards in path order from where the last full one stopped (shards
-    that stay, busy or holding other fields, never hide those after them); the documents they
-    belong to are moved, each reading at most SWEEP_MAX_SHARDS of its shards. A document that
-    fails is logged and stops no other."""
-    by_documents = {d.documents: d for d in declared if d.extension is not None}
+    instance killed mid-move, a shard written at every attempt). One collection-group query per
+    run, of at most SWEEP_MAX_SHARDS shards in path order from where the last run stopped; the
+    documents they belong to are moved, each by every declaration over it, from the first
+    shard the query found of it (shards that stay, holding what no declaration counts, never
+    hide those after them), each reading at most SWEEP_MAX_SHARDS of its shards. It moves
+    documents for `budget_s` at most, and the next run starts at the first it did not reach. A
+    round of runs over every shard that read shards and moved none (they hold what cannot be
+    counted: a fraction, another app's fields) is logged, and the next round waits 2, 4, 8, then
+    16 minutes: shards that never move are not read every minute. A document that fails is
+    logged and stops no other."""
+    by_documents: dict[str, list[Declaration]] = defaultdict(list)  # likes and views of posts
+    for declaration in declared:
+        if declaration.extension is not None:
+            by_documents[declaration.documents].append(declaration)
     if not by_documents:
         return Moved()
+    clock = ctx.writing.clock
+    until = clock.monotonic() + budget_s
     cursor_ref = db.collection(ctx.names.internal).document(SWEEP_CURSOR)
-    after = (cursor_ref.get().to_dict() or {}).get("after")
+    cursor = cursor_ref.get()
+    state = cursor.to_dict() or {}
+    now = instant(cursor.read_time)
+    waiting = state.get("wait_until")
+    if isinstance(waiting, dt.datetime) and now < waiting:
+        return Moved()
+    after = state.get("after")
     query = db.collection_group(SHARDS).order_by(FieldPath.document_id()).limit(SWEEP_MAX_SHARDS)
     if isinstance(after, str):
         query = query.start_after({FieldPath.document_id(): db.document(after)})
     found = list(query.stream())
     following = found[-1].reference.path if len(found) == SWEEP_MAX_SHARDS else None
-    if following != after:
-        cursor_ref.set({"after": following})  # a late landing only moves where one starts
-    parents: dict[str, list[Declaration]] = {}
+    firsts: dict[str, tuple[str, list[Declaration]]] = {}  # parent -> its first shard found
+    before: dict[str, str | None] = {}  # parent -> the path of the shard found before it
+    previous: str | None = after if isinstance(after, str) else None
     for shard in found:
         parent = shard.reference.parent.parent
-        if parent is None or parent.path in parents:
-            continue
-        owners = [d for pattern, d in by_documents.items() if match(pattern, parent.path)]
-        if owners:
-            parents[parent.path] = owners
+        if parent is not None and parent.path not in firsts:
+            owners = [d for pattern, each in by_documents.items()
+                      if match(pattern, parent.path) for d in each]
+            if owners:
+                firsts[parent.path] = (shard.id, owners)
+                before[parent.path] = previous
+        previous = shard.reference.path
     total = Moved()
-    for path, owners in parents.items():
+    ends = len(found) < SWEEP_MAX_SHARDS  # the round, from the first shard to the last
+    for path, (first, owners) in firsts.items():
+        if clock.monotonic() >= until:  # the next run starts at this document
+            following, ends = before[path], False
+            log.warning("the sweep stopped after %.0f s: %s and after wait for the next run",
+                        budget_s, path)
+            break
         try:
             read, last = 0, None
+            start: str | None = first
             while read < SWEEP_MAX_SHARDS:
-                done = move(ctx, db, db.document(path), owners, after=last)
+                done = move(ctx, db, db.document(path), owners, after=last, start_at=start)
                 total.add(done)
-                read, last = read + done.read, done.last
+                read, last, start = read + done.read, done.last, None
                 if not done.full:
                     break
         except Exception:
             log.exception("%s: the sweep could not move its shards", path)
+    # A round that read shards and moved none waits before the next.
+    read = int(state.get("round_read") or 0) + len(found)
+    moved = int(state.get("round_moved") or 0) + total.shards
+    quiet = int(state.get("quiet") or 0)
+    update: dict[str, Any] = {"after": following, "round_read": read, "round_moved": moved,
+                              "quiet": quiet, "wait_until": None}
+    if ends:
+        quiet = min(quiet + 1, SWEEP_BACKOFF_MAX) if read and not moved else 0
+        update.update(round_read=0, round_moved=0, quiet=quiet,
+                      wait_until=now + dt.timedelta(minutes=2**quiet) if quiet else None)
+        if quiet:
+            log.warning("the sweep read %d shards round the collection group and could move "
+                        "none (they hold what cannot be counted: a fraction, another app's "
+                        "fields): the next round in %d minutes", read, 2**quiet)
+    if update != {k: state.get(k) for k in update}:
+        cursor_ref.set(update)  # a late landing only moves where, or when, one starts
     return total
 
 
@@ -418,31 +482,40 @@ def _baseline(ctx: Context, db: firestore.Client, document: firestore.DocumentRe
     """Add to the counter what the document's field holds beyond it (see `backfill`)."""
     assert declaration.extension is not None
     counter = declaration.counter_id(document.id)
+    field_name = declaration.extension.field
     for _ in range(config.COLLECTION_APPLY_ATTEMPTS):
         snapshot = document.get()
         if not snapshot.exists:
             return 0
-        value = declaration.extension.value(snapshot.to_dict() or {})
+        raw = declaration.extension.raw(snapshot.to_dict() or {})
+        value = 0 if raw is None else whole(raw)
+        if value is None:  # never rewritten: what it holds is the app's to mend
+            raise FailedPrecondition(f"{document.path}: {field_name} holds {raw!r}, not a whole "
+                                     f"number of at most {MAX_EXTENSION_AMOUNT}: not counted")
         target = ensure_counter(ctx, db, counter, declaration)
         held = counter_refs.shard_sum(db, ctx.names, counter, instant(snapshot.read_time))
-        if value == held:
+        # A whole double (10.0) is written back as the integer the extension's aggregator
+        # would leave there (the Admin SDK sends a safe integer as one).
+        if value == held and type(raw) is not float:
             return 0
         batch = db.batch()
-        batch.update(document, {declaration.extension.field: value},
+        batch.update(document, {field_name: value},
                      option=db.write_option(last_update_time=instant(snapshot.update_time)))
-        # The rewrite changes nothing, so Firestore keeps the version: a baseline run again at
-        # the same version would pass the precondition too. One marker per version, created.
-        marker = f"baseline {counter} {nanos(instant(snapshot.update_time))}"
-        batch.create(shards.request_marker_ref(db, ctx.names, "", marker),
-                     shards.request_marker_fields("", marker, [counter], {}))
-        write = shards.shard_write(ctx.writing, db, counter_refs.shard_ref(
-            db, ctx.names, counter, ctx.picker.pick(target)), value - held)
-        write.add_to(batch)
+        written = []
+        if value != held:
+            # A rewrite that changes nothing keeps the version: a baseline run again at the same
+            # version would pass the precondition too. One marker per version, created.
+            marker = f"baseline {counter} {nanos(instant(snapshot.update_time))}"
+            batch.create(shards.request_marker_ref(db, ctx.names, "", marker),
+                         shards.request_marker_fields("", marker, [counter], {}))
+            written.append(shards.shard_write(ctx.writing, db, counter_refs.shard_ref(
+                db, ctx.names, counter, ctx.picker.pick(target)), value - held))
+            written[0].add_to(batch)
         try:
             results = ctx.writing.commit_once(batch)
         except (gexc.FailedPrecondition, gexc.AlreadyExists):
             continue  # moved (or written) since the read, or this version's baseline counted
-        shards.settle(ctx.writing, db, shards.landed([write], results))
+        shards.settle(ctx.writing, db, shards.landed(written, results))
         return value - held
     raise Aborted(f"{document.path}: kept changing while its field was counted")
 
@@ -568,14 +641,17 @@ def rules(declarations: Iterable[Declaration]) -> str:
     lines = [RULES_BEGIN]
     if grouped:
         lines += [
-            "    // A field of an extension counter in a client's write of its shard: an integer, "
-            "as it was",
-            "    // or changed by low..high.",
+            "    // A field of an extension counter in a client's write of its shard: a whole "
+            "number (an integer,",
+            "    // or a double with no fraction: the Android and iOS clients send 1.0) of at "
+            f"most {MAX_EXTENSION_AMOUNT},",
+            "    // as it was or changed by low..high.",
             "    function extensionField(path, low, high) {",
             "      let after = request.resource.data.get(path, 0);",
             "      let before = resource == null ? 0 : resource.data.get(path, 0);",
-            "      return after is int && (after == before",
-            "        || (after - before >= low && after - before <= high));",
+            "      return (after is int || (after is float && after == math.floor(after)))",
+            f"        && math.abs(after) <= {MAX_EXTENSION_AMOUNT}",
+            "        && (after == before || (after - before >= low && after - before <= high));",
             "    }",
         ]
     for documents, extensions in grouped.items():

@@ -139,6 +139,7 @@ class Protections:
     reset_through_rollup: bool = True  # a reset moves shards only: the holder publishes it
     final_answers: bool = True  # a refusal of a request_id fences its attempts (a tombstone)
     versioned_overwrites: bool = True  # configurations and a reset's forgetting at a version
+    guarded_takes: bool = True  # an extension move's takes apply to the shard versions it read
 
 
 # The rollup's cadence (counting.rollup.cadence; docs/architecture.md, "Rollup cadence").
