@@ -72,12 +72,15 @@ def seed(project: str) -> None:
 
 
 def seed_documents(db: firestore.Client) -> int:
-    """Create the demo comments and orders that are missing. Returns how many it created."""
+    """Create the demo comments, orders and page that are missing. Returns how many it created."""
     wanted: list[tuple[firestore.DocumentReference, dict[str, object]]] = []
     comments = db.collection("posts", DEMO_COUNTER, "comments")
     for number, text in enumerate(DEMO_COMMENTS, 1):
         wanted.append((comments.document(f"demo-{number}"), {
             "author": DEMO_UID, "text": text, "created_at": firestore.SERVER_TIMESTAMP}))
+    # The demo post's page, whose `visits` the extension counter keeps: the rules let a device's
+    # shard be written only under a page that exists.
+    wanted.append((db.collection("pages").document(DEMO_COUNTER), {"title": DEMO_COUNTER}))
     for number, (status, amount) in enumerate(DEMO_ORDERS, 1):
         wanted.append((db.collection("orders").document(f"demo-{number}"),
                        {"status": status, "amount": amount}))

@@ -54,6 +54,7 @@ def test_extension_protocol_writes_show_in_the_view_and_the_total_and_a_2_is_ref
 ) -> None:
     post = f"visits-{suffix}"
     create_post(admin, post)  # the card's post: its other counters answer the page's calls
+    db.collection("pages").document(post).set({"title": post})  # shards need their page
     counter = VISITS.counter_id(post)
     rollup = db.document(f"counters/{counter}")
     page = open_page(f"?post={post}")

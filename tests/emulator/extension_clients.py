@@ -74,10 +74,10 @@ def increment_write(document: str, field: str, operand: dict[str, Any]) -> dict[
             "updateTransforms": [{"fieldPath": field, "increment": operand}]}
 
 
-def commit(token: str | None, *writes: dict[str, Any]) -> int:
+def commit(token: str | None, *writes: dict[str, Any], database: str = DATABASE) -> int:
     """The writes committed as a client signed in with `token` (None: signed out): the status."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     reply = requests.post(
-        f"http://{os.environ.get('FIRESTORE_EMULATOR_HOST', '')}/v1/{DATABASE}/documents:commit",
+        f"http://{os.environ.get('FIRESTORE_EMULATOR_HOST', '')}/v1/{database}/documents:commit",
         headers=headers, json={"writes": list(writes)}, timeout=10)
     return reply.status_code

@@ -9,6 +9,9 @@ import os
 import pytest
 import requests
 from callables import Callables, User
+from counters_cli import rules
+from counting.features.collections import Declaration, Extension
+from google.cloud import firestore
 
 from .extension_clients import commit, increment_write
 
@@ -174,7 +177,7 @@ def test_extension_clients_write_only_their_shards_field_by_the_declared_bound(
     me = plain_user.id_token
     shards = f"pages/rules-{suffix}/_counter_shards_"
     mine = f"{shards}/0b8f6c2e-3a1d-4e5f-9a7b-1c2d3e4f5a6b"
-    assert increment(mine, me, 1) == 200
+    assert increment(mine, me, 1) == 200  # the demo's pages are made by their visits
     assert increment(mine, me, -1) == 200
     assert increment(mine, me, 1) == 200
     assert increment(mine, me, 2) == 403
@@ -197,3 +200,43 @@ def test_extension_clients_write_only_their_shards_field_by_the_declared_bound(
     assert status("GET", f"pages/rules-{suffix}", None) in (200, 404)
     assert status("PATCH", f"pages/rules-{suffix}", me, fields(visits=100)) == 403
     assert status("PATCH", f"pages/rules-{suffix}", admin_user.id_token, fields(visits=1)) == 200
+
+
+def test_an_old_field_in_a_shard_locks_no_device_out_and_stays_as_it_is(
+    plain_user: User, db: firestore.Client, suffix: str,
+) -> None:
+    """A shard holding a field the extension counted before that no declaration names (the
+    extension's guide let any field in): the device's increments of the declared field are let
+    through, and a write that changes the old field is refused."""
+    me = plain_user.id_token
+    page = db.collection("pages").document(f"rules-old-{suffix}")
+    page.set({"title": "r"})
+    shard = page.collection("_counter_shards_").document("5a0c6b1e-2f3d-4c5b-8a9e-0d1c2b3a4f5e")
+    shard.set({"shares": 7, "visits": 0})
+    assert increment(shard.path, me, 1) == 200
+    assert increment(shard.path, me, 1, field="shares") == 403
+
+
+def test_by_default_a_shard_is_refused_under_a_document_that_does_not_exist(
+    plain_user: User, suffix: str,
+) -> None:
+    """The rules `counters extension-rules` generates for a declaration without
+    `create_documents`, loaded into a project of their own: a client's shard under a post that
+    does not exist is refused (no signed-in user makes documents and counters at will), and
+    taken once the post exists."""
+    project = f"demo-rules-{suffix}"
+    declared = [Declaration(counter="likes:{post}", documents="posts/{post}",
+                            extension=Extension(field="likes", by=(0, 1)))]
+    text = ("rules_version = '2';\nservice cloud.firestore {\n  match /databases/{database}/"
+            "documents {\n" + rules.extension_rules(declared) + "  }\n}\n")
+    host = os.environ["FIRESTORE_EMULATOR_HOST"]
+    loaded = requests.put(
+        f"http://{host}/emulator/v1/projects/{project}/databases/(default):securityRules",
+        json={"rules": {"files": [{"name": "firestore.rules", "content": text}]}}, timeout=30)
+    assert loaded.status_code == 200, loaded.text
+    database = f"projects/{project}/databases/(default)"
+    shard = f"{database}/documents/posts/p1/_counter_shards_/5a0c6b1e-2f3d-4c5b-8a9e-0d1c2b3a4f5e"
+    write = increment_write(shard, "likes", {"integerValue": "1"})
+    assert commit(plain_user.id_token, write, database=database) == 403
+    firestore.Client(project=project).document("posts/p1").set({"title": "hi"})
+    assert commit(plain_user.id_token, write, database=database) == 200

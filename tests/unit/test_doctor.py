@@ -468,6 +468,13 @@ MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], set[str]]] = {
     "rules without the block": (lambda a: next(
         v for k, v in a.items() if "/rulesets/" in k)["source"]["files"][0].update(
         content="rules_version = '2';\nservice cloud.firestore {}\n"), {"rules"}),
+    "rules let clients write shards": (lambda a: next(
+        v for k, v in a.items() if "/rulesets/" in k)["source"]["files"][0].update(
+        content=next(v for k, v in a.items() if "/rulesets/" in k)["source"]["files"][0][
+            "content"].replace("service cloud.firestore {", "service cloud.firestore {\n"
+                               "  match /databases/{database}/documents/pages/{page} {\n"
+                               "    match /_counter_shards_/{shardId} { allow write; }\n  }", 1)),
+        {"rules"}),
     "job paused": (lambda a: a[JOB].update(state="PAUSED"), {"scheduler"}),
     "job schedule": (lambda a: a[JOB].update(schedule="every 5 minutes"), {"scheduler"}),
     "job stopped": (lambda a: a[JOB].update(lastAttemptTime="2026-11-20T11:50:00Z"),

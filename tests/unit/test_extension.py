@@ -50,7 +50,7 @@ def visits(kind: str, data: dict[str, Any] | None) -> int:
 def test_the_demo_declares_visits_over_pages() -> None:
     assert VISITS.counter == "visits:{page}"
     assert VISITS.shards == "pages/{page}/_counter_shards_/{_shard_}"
-    assert VISITS.extension == Extension(field="visits", by=(-1, 1))
+    assert VISITS.extension == Extension(field="visits", by=(-1, 1), create_documents=True)
     assert [w.function_name for w in OWN.watches if w.extension_shards] == [
         "count_pages_counter_shards"]
 
@@ -110,42 +110,12 @@ def test_an_extension_counter_is_one_per_document(fields: dict[str, Any]) -> Non
 @pytest.mark.parametrize("raw", [
     {"field": "visits"}, {"field": "visits", "by": [0]}, {"field": 3, "by": [0, 1]},
     {"field": "visits", "by": [0, 1], "more": 1}, [0, 1], "visits",
+    {"field": "visits", "by": [0, 1], "create_documents": "yes"},
 ])
 def test_the_file_refuses_a_malformed_extension(raw: Any) -> None:
     entry = {"counter": "visits:{page}", "documents": "pages/{page}", "extension": raw}
     with pytest.raises(InvalidArgument, match="entry 1"):
         declarations.parse(json.dumps([entry]), Placement())
-
-
-def test_the_rules_file_holds_the_generated_rules() -> None:
-    """firestore.rules holds what `counters extension-rules` prints for declarations.json."""
-    text = (ROOT / "firestore.rules").read_text()
-    block = extension.rules(OWN.declarations)
-    assert block in text
-    assert text.count(extension.RULES_BEGIN) == 1
-
-
-def test_the_rules_check_every_declared_field_and_level() -> None:
-    two = [Declaration(counter="likes:{post}", documents="posts/{post}",
-                       extension=Extension(field="stats.likes", by=(0, 1))),
-           Declaration(counter="views:{post}", documents="posts/{post}",
-                       extension=Extension(field="views", by=(1, 5)))]
-    text = extension.rules(two)
-    assert "match /posts/{post}/_counter_shards_/{extensionShard}" in text
-    assert "request.resource.data.keys().hasOnly(['stats', 'views'])" in text
-    assert "request.resource.data.get(['stats'], {}).keys().hasOnly(['likes'])" in text
-    assert "extensionField(['stats', 'likes'], 0, 1)" in text
-    assert "extensionField(['views'], 1, 5)" in text
-    assert "function extensionField" not in extension.rules([])
-    # Two fields in one map: its check lists both.
-    siblings = extension.rules([
-        Declaration(counter="likes:{post}", documents="posts/{post}",
-                    extension=Extension(field="stats.likes", by=(0, 1))),
-        Declaration(counter="shares:{post}", documents="posts/{post}",
-                    extension=Extension(field="stats.shares", by=(0, 1)))])
-    assert "request.resource.data.get(['stats'], {}).keys().hasOnly(['likes', 'shares'])" \
-        in siblings
-    assert "hasOnly(['likes'])" not in siblings
 
 
 class FakeTime:
@@ -790,3 +760,18 @@ def test_a_round_that_moves_nothing_waits_longer_before_the_next() -> None:
     assert sweep_at(900).amounts == {}  # written while the sweep waits: the trigger's to move
     assert sweep_at(1000).amounts == {"visits:p1": 3}
     assert sweep_at(1060).read > 0  # moved something: the wait is reset
+
+
+def test_the_backfill_names_the_numbers_no_declaration_counts_and_leaves_them() -> None:
+    """A shard still holding a field the extension counted (`shares`, nested `stats.likes`)
+    beside `visits`: its visits are moved, the other numbers stay, and the backfill names them."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    shard = page.collection("_counter_shards_").document("a")
+    shard.set({"visits": 2, "shares": 3, "stats": {"likes": 1.0}, "note": "x"})
+    late.at(1)
+    done = act(late, lambda: extension.backfill(late.ctx, late.db, VISITS))
+    assert done.deltas == {"visits:p1": 2}
+    assert done.moved.undeclared == {"shares", "stats.likes"}
+    assert fields(page) == {"a": {"visits": 0, "shares": 3, "stats": {"likes": 1.0},
+                                  "note": "x"}}

@@ -182,6 +182,22 @@ def test_a_rules_file_that_does_not_end_with_its_service_is_left_to_the_user(
     assert "by hand" in counters("init", str(host), "--prefix", "c_", code=1).output
 
 
+def test_init_refuses_a_host_whose_rules_let_clients_write_extension_shards(
+        host: Path) -> None:
+    """The Distributed Counter extension's post-install rule lets any amount into a shard: init
+    names it and adds nothing until it is removed."""
+    rules = host / "firestore.rules"
+    text = rules.read_text()
+    rules.write_text(text.replace("service cloud.firestore {", "service cloud.firestore {\n"
+                                  "  match /databases/{database}/documents/pages/{page} {\n"
+                                  "    match /_counter_shards_/{shardId} { allow write; }\n  }",
+                                  1))
+    output = counters("init", str(host), "--prefix", "c_", code=1).output
+    assert "_counter_shards_" in output and "Remove it first" in output
+    rules.write_text(text)
+    counters("init", str(host), "--prefix", "c_")
+
+
 def test_init_outside_a_firebase_project_says_so(tmp_path: Path) -> None:
     assert "firebase.json" in counters("init", str(tmp_path), code=1).output
 

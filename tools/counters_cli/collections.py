@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 from counting.features import collections, extension
 
+from . import rules
 from .session import Session, json_option, pass_session
 
 
@@ -52,10 +53,13 @@ def _backfill_extension(session: Session, declaration: collections.Declaration,
         as_json, {"declarations": [declaration.name], "documents": done.documents,
                   "counted": done.counted, "deltas": done.deltas, "failed": done.failed,
                   "moved": {"shards": moved.shards, "deleted": moved.deleted,
-                            "amounts": moved.amounts}},
+                            "amounts": moved.amounts},
+                  "undeclared": sorted(moved.undeclared)},
         f"{declaration.documents}: {done.documents} documents read, {done.counted} whose field "
         f"the counter lacked; {moved.shards} shards and partials moved into their documents",
-        *(f"  {counter}: {delta:+d}" for counter, delta in sorted(done.deltas.items())))
+        *(f"  {counter}: {delta:+d}" for counter, delta in sorted(done.deltas.items())),
+        *([f"shards also hold numbers no declaration counts (left where they are): "
+           f"{', '.join(sorted(moved.undeclared))}"] if moved.undeclared else []))
     _failed(session, done.failed)
 
 
@@ -72,4 +76,4 @@ def extension_rules(session: Session) -> None:
     """Print the Firestore rules of the extension counters' shards, for the rules file of the
     database their documents live in (a signed-in user writes only the declared fields of a
     shard, each by its declared bound)."""
-    click.echo(extension.rules(session.declared.declarations), nl=False)
+    click.echo(rules.extension_rules(session.declared.declarations), nl=False)

@@ -35,7 +35,7 @@ from google.auth import credentials as auth_credentials
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
 
-from . import install
+from . import install, rules
 from .canary import (
     PROBED,
     Canary,
@@ -416,12 +416,19 @@ def check_rules(apis: Apis, expected: Expected) -> Finding:
             raise
         released = None
     block = install.rules_block(expected.placement.collection_prefix)
+    old = rules.old_shard_rules(released or "")
     if released is None:
         problem = f"no rules released to {database}"
     elif block not in released.replace("\r\n", "\n"):
         problem = (f"the rules released to {database} do not hold this version's backend block "
                    "(the lines between `counters: begin` and `counters: end` of its "
                    "firestore.rules, collection ids prefixed as the install's)")
+    elif old:
+        return Finding(check="rules", status="fail", found=(
+            f"the rules released to {database} let clients write `_counter_shards_` outside the "
+            f"generated extension rules ({'; '.join(old)}): any amount gets in, whatever the "
+            "declared bounds"), todo="remove that rule (the Distributed Counter extension's; "
+            "docs/adopt.md), then deploy the rules")
     else:
         return Finding(check="rules", status="pass",
                        found=f"the rules released to {database} hold the backend's block")

@@ -49,6 +49,7 @@ from counting.foundation import emulator_rules as emulator_rules_module
 import counters_cli
 
 from .json_text import dumps, edit, in_own_format
+from .rules import database_block, insert_rules, old_shard_rules, remove_rules
 
 # Where init finds what it writes: a wheel carries it in counters_cli/backend/ (make packages);
 # this repository's checkout keeps it at its root and in functions/.
@@ -58,9 +59,6 @@ RECORD = config.INSTALL_RECORD
 # The backend's part of the repository's rules file lies between these lines.
 RULES_BEGIN = re.compile(r"^ *// counters: begin\..*$", re.MULTILINE)
 RULES_END = re.compile(r"^ *// counters: end$", re.MULTILINE)
-# How init marks the block it adds to a host's rules file.
-MARK_BEGIN = "// counters:begin {name} (added by `counters init`; `counters remove` takes it out)"
-MARK_END = "// counters:end {name}"
 FUNCTIONS_IGNORE = ["venv", ".git", "*.local", "__pycache__", RECORD]
 # The emulators the backend needs locally beside the host's (the callables need ID tokens, the
 # rollup its tick tasks), added to a host that configures emulators and lacks them, each on its
@@ -175,11 +173,6 @@ def rules_block(collection_prefix: str) -> str:
     return re.sub(rf"(match /)({ids})(/)", rf"\g<1>{collection_prefix}\g<2>\g<3>", block)
 
 
-def database_block(body: str) -> str:
-    """`body` as the rules of the documents of the database the file is deployed to."""
-    return f"  match /databases/{{database}}/documents {{\n{body}\n  }}\n"
-
-
 def own_rules(install: Install) -> str:
     """The rules file of a database of the backend's own: its rules, and nothing else allowed."""
     return ("rules_version = '2';\n\n"
@@ -188,43 +181,6 @@ def own_rules(install: Install) -> str:
             "`counters init`.\n"
             "service cloud.firestore {\n"
             + database_block(rules_block("")) + "}\n")
-
-
-def insert_rules(host: str, block: str, name: str) -> str:
-    """The host's rules with `block` added, marked, as the last thing in its service."""
-    end = last_brace(host)
-    newline = "\r\n" if "\r\n" in host else "\n"
-    marked = (f"  {MARK_BEGIN.format(name=name)}\n{block}  {MARK_END.format(name=name)}\n")
-    head = host[:end].rstrip(" ")
-    if not head.endswith("\n"):
-        head += newline
-    return head + marked.replace("\n", newline) + host[end:]
-
-
-def remove_rules(host: str, name: str) -> str:
-    pattern = re.compile(rf"^ *{re.escape(MARK_BEGIN.format(name=name))}\r?\n.*?"
-                         rf"^ *{re.escape(MARK_END.format(name=name))}\r?\n",
-                         re.MULTILINE | re.DOTALL)
-    return pattern.sub("", host, count=1)
-
-
-def last_brace(rules: str) -> int:
-    """Where the service block of a rules file closes, after which only blank lines and comments
-    may follow (braces in comments and strings do not count)."""
-    code = re.sub(r"//[^\n]*|/\*.*?\*/|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"",
-                  lambda m: " " * len(m.group()), rules, flags=re.DOTALL)
-    service = re.search(r"\bservice\s+cloud\.firestore\s*\{", code)
-    depth, end = 0, -1
-    for at in range(service.end() - 1 if service else len(code), len(code)):
-        depth += {"{": 1, "}": -1}.get(code[at], 0)
-        if depth == 0:
-            end = at
-            break
-    if end < 0 or code[end + 1:].strip():
-        raise click.ClickException("the host's rules file does not end with its `service "
-                                   "cloud.firestore` block: add the backend's rules by hand "
-                                   "(docs/adopt.md)")
-    return end
 
 
 def indexes(collection_prefix: str) -> dict[str, Any]:
@@ -535,6 +491,12 @@ def shared_database(root: Path, install: Install, stores: list[dict[str, Any]],
     if rules_text is None:
         raise click.ClickException(f"{rules_path} (firebase.json's rules for the default "
                                    "database) does not exist")
+    old = old_shard_rules(rules_text)
+    if add and old:
+        raise click.ClickException(
+            f"{rules_path} lets clients write `_counter_shards_` ({'; '.join(old)}): the "
+            "Distributed Counter extension's rule lets any amount in. Remove it first "
+            "(docs/adopt.md, \"Moving off the Distributed Counter extension\")")
     rules = remove_rules(rules_text, install.name)
     host_indexes = read_json(indexes_path) if indexes_path.exists() else {}
     added = record.get("indexes", {"indexes": [], "fieldOverrides": []})

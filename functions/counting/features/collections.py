@@ -135,10 +135,14 @@ MAX_FIELD_SEGMENTS = 8
 class Extension:
     """How an extension counter is kept: `field` (a dotted path) of the documents, of their
     shards and of their partials' updates; `by`, the change a client's write may make to a
-    shard's field (the generated rules refuse any other)."""
+    shard's field (the generated rules refuse any other); `create_documents`, whether a shard
+    may be written under a document that does not exist."""
 
     field: str
     by: tuple[int, int]
+    # A client's shard may be the first write under a document that does not exist (the rules
+    # refuse it otherwise: any signed-in user could make documents and counters at will).
+    create_documents: bool = False
 
     def __post_init__(self) -> None:
         segments = self.field.split(".")

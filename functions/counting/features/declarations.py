@@ -69,15 +69,20 @@ def parse(text: str, placement: Placement,
 
 
 def extension_of(raw: Any, where: str) -> Extension | None:
-    """An entry's `extension`: `{"field": "visits", "by": [-1, 1]}`, or absent."""
+    """An entry's `extension`: `{"field": "visits", "by": [-1, 1]}`, and optionally
+    `"create_documents": true` (a client's shard may be the first of a document that does not
+    exist; default false), or absent."""
     if raw is None:
         return None
     by = raw.get("by") if isinstance(raw, dict) else None
-    if not isinstance(raw, dict) or raw.keys() != {"field", "by"} or not isinstance(
-            raw["field"], str) or not isinstance(by, list) or len(by) != 2:
+    if not isinstance(raw, dict) or not {"field", "by"} <= raw.keys() <= {
+            "field", "by", "create_documents"} or not isinstance(raw["field"], str) \
+            or not isinstance(by, list) or len(by) != 2 \
+            or not isinstance(raw.get("create_documents", False), bool):
         raise InvalidArgument(f"{where}: extension must be {{\"field\": a dotted path, "
-                              "\"by\": [low, high]}")
-    return Extension(field=raw["field"], by=(by[0], by[1]))
+                              "\"by\": [low, high], \"create_documents\"?: true or false}")
+    return Extension(field=raw["field"], by=(by[0], by[1]),
+                     create_documents=raw.get("create_documents", False))
 
 
 # A deployed function's id (firebase-tools): a letter, then letters, digits, _ and -.

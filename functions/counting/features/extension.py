@@ -115,6 +115,9 @@ class Moved:
     last: str | None = None
     # When it read every shard of the document (None: it read none, or not all of them).
     read_at: dt.datetime | None = None
+    # Numeric fields (dotted) the shards it read hold that no declaration names: counted by the
+    # extension before, perhaps, and left where they are (`counters backfill` names them).
+    undeclared: set[str] = field(default_factory=set)
 
     def add(self, other: Moved) -> None:
         self.shards += other.shards
@@ -124,6 +127,7 @@ class Moved:
         self.left = other.left
         self.full, self.last = other.full, other.last
         self.read_at = other.read_at or self.read_at
+        self.undeclared |= other.undeclared
         for counter, amount in other.amounts.items():
             self.amounts[counter] = self.amounts.get(counter, 0) + amount
 
@@ -198,6 +202,8 @@ def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.Docum
             partial = is_partial(shard.id)
             amounts = _amounts(declared, data, partial=partial)
             only = _only(declared, data, partial)
+            if not only:
+                done.undeclared |= _numbers(_stripped(declared, data), "")
             # A shard holding only other fields is none of this one's.
             if any(amounts.values()) or only:
                 takes.append(_Take(shard.reference, amounts, instant(shard.update_time),
@@ -279,13 +285,27 @@ def _only(declared: list[Declaration], data: dict[str, Any], partial: bool) -> b
 
 
 def _holds_only(declared: list[Declaration], data: Any) -> bool:
-    """Every leaf of `data` is one of the fields, holding an integer."""
-    if not isinstance(data, dict):
-        return False
+    """Every leaf of `data` is one of the fields, holding a whole number."""
+    return isinstance(data, dict) and not _leaves(_stripped(declared, data))
+
+
+def _stripped(declared: list[Declaration], data: dict[str, Any]) -> dict[str, Any]:
+    """`data` without the whole numbers the fields count."""
     stripped = dict(data)
     for extension in _extensions(declared):
         _drop(stripped, extension.path)
-    return not _leaves(stripped)
+    return stripped
+
+
+def _numbers(data: dict[str, Any], prefix: str) -> set[str]:
+    """The dotted paths of the numbers in `data`."""
+    found = set()
+    for key, value in data.items():
+        if isinstance(value, dict):
+            found |= _numbers(value, f"{prefix}{key}.")
+        elif type(value) in (int, float):
+            found.add(prefix + key)
+    return found
 
 
 def _drop(data: dict[str, Any], path: list[str]) -> None:
@@ -432,7 +452,7 @@ class Backfilled:
     documents: int = 0  # documents read
     counted: int = 0  # of them, those whose field it added to the counter (or took out)
     deltas: dict[str, int] = field(default_factory=dict)  # counter -> amount it added (moves too)
-    moved: Moved = field(default_factory=Moved)
+    moved: Moved = field(default_factory=Moved)  # its `undeclared`: the shards' other numbers
     failed: dict[str, str] = field(default_factory=dict)  # path -> why
 
 
@@ -618,70 +638,3 @@ class _Page:
     started: float = float("-inf")
     pending: list[Written] = field(default_factory=list)  # handed in, not taken yet
     read_at: dt.datetime | None = None  # the latest read of a move that ended
-
-
-# --- Rules ---------------------------------------------------------------------------------------
-
-RULES_BEGIN = "    // extension counters: begin (generated: `counters extension-rules`)"
-RULES_END = "    // extension counters: end"
-# A shard id as the extension's clients make them (a UUID); partials (a tab first) are the
-# server's.
-SHARD_ID = "[A-Za-z0-9-]{1,64}"
-
-
-def rules(declarations: Iterable[Declaration]) -> str:
-    """The rules of the extension counters' shards: a signed-in user writes a shard of a declared
-    document, holding the declared fields only, each an integer changed by its declared `by` (or
-    not at all); nobody deletes one, and partials are server-only. Their documents are the app's:
-    its own rules say who reads (the extension's clients do) and writes them."""
-    grouped: dict[str, list[Extension]] = defaultdict(list)
-    for declaration in declarations:
-        if declaration.extension is not None:
-            grouped[declaration.documents].append(declaration.extension)
-    lines = [RULES_BEGIN]
-    if grouped:
-        lines += [
-            "    // A field of an extension counter in a client's write of its shard: a whole "
-            "number (an integer,",
-            "    // or a double with no fraction: the Android and iOS clients send 1.0) of at "
-            f"most {MAX_EXTENSION_AMOUNT},",
-            "    // as it was or changed by low..high.",
-            "    function extensionField(path, low, high) {",
-            "      let after = request.resource.data.get(path, 0);",
-            "      let before = resource == null ? 0 : resource.data.get(path, 0);",
-            "      return (after is int || (after is float && after == math.floor(after)))",
-            f"        && math.abs(after) <= {MAX_EXTENSION_AMOUNT}",
-            "        && (after == before || (after - before >= low && after - before <= high));",
-            "    }",
-        ]
-    for documents, extensions in grouped.items():
-        path = documents
-        # Each map on the way to a field holds only the declared keys below it (siblings such
-        # as `stats.likes` and `stats.views` share their map's check).
-        below: dict[tuple[str, ...], set[str]] = defaultdict(set)
-        for e in extensions:
-            for depth in range(len(e.path)):
-                below[tuple(e.path[:depth])].add(e.path[depth])
-        checks = [f"request.resource.data.keys().hasOnly({_list(sorted(below.pop(())))})"]
-        checks += [f"request.resource.data.get({_list(list(prefix))}, {{}})"
-                   f".keys().hasOnly({_list(sorted(keys))})"
-                   for prefix, keys in sorted(below.items())]
-        checks += [f"extensionField({_list(e.path)}, {e.by[0]}, {e.by[1]})" for e in extensions]
-        fields = ", ".join(f"{e.field} ({e.by[0]}..{e.by[1]})" for e in extensions)
-        lines += [
-            f"    // {path}: the Distributed Counter extension's shards of {fields}.",
-            f"    match /{path}/{SHARDS}/{{extensionShard}} {{",
-            "      allow read: if true;",
-            "      allow create, update: if request.auth != null",
-            f"        && extensionShard.matches('{SHARD_ID}')",
-            *(f"        && {check}" for check in checks[:-1]),
-            f"        && {checks[-1]};",
-            "      allow delete: if false;",
-            "    }",
-        ]
-    lines.append(RULES_END)
-    return "\n".join(lines) + "\n"
-
-
-def _list(items: Iterable[str]) -> str:
-    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
