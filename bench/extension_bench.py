@@ -220,7 +220,7 @@ class LogTail:
 
     BEGIN = re.compile(r'Beginning execution of "[\w-]*-' + re.escape(TRIGGER) + '"')
     FINISH = re.compile(r'Finished "[\w-]*-' + re.escape(TRIGGER) + r'" in ([\d.]+)ms')
-    # extension.py logs a move that failed (the trigger's, or the sweep's) with the page's path,
+    # The moves (counting.features.extension) log a move that failed (the trigger's, or the sweep's) with the page's path,
     # and, in the emulator, how long each event's wait for its move took (in a thread of its
     # own: the emulator delivers events one at a time), which a deployed request waits itself.
     FAILED = re.compile(r"could not move its shards")

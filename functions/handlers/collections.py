@@ -96,7 +96,7 @@ def movers(watch: Watch) -> extension.Movers:
             context(), db(), db().document(path), watch.declarations, written=written,
             on_move=on_move),
         # The emulator runs a function's events one after the other (counting/features/
-        # extension.py, Movers).
+        # extension/movers.py).
         background=os.environ.get("FUNCTIONS_EMULATOR") == "true")
 
 

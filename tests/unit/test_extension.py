@@ -21,6 +21,7 @@ from counting.features.collections import (
     ensure_counter,
     whole,
 )
+from counting.features.extension import backfilling, moving, sweeping
 from counting.foundation import config
 from counting.foundation.config import Names, Placement
 from counting.foundation.errors import InvalidArgument
@@ -181,7 +182,7 @@ def test_in_the_background_each_caller_returns_at_once_and_a_burst_shares_moves(
     assert len(moves) <= 2
 
 
-def moving(do: Callable[..., extension.Moved],
+def moves_begun(do: Callable[..., extension.Moved],
            started: threading.Event) -> tuple[extension.Movers, threading.Thread]:
     """Movers over `do`, and a first caller (state s0) whose move has begun (`do` sets
     `started`)."""
@@ -206,7 +207,7 @@ def test_callers_during_a_move_wait_for_the_next_one_and_share_it() -> None:
             release.wait(5)
         return extension.Moved()
 
-    movers, first = moving(do, started)
+    movers, first = moves_begun(do, started)
     later = [threading.Thread(target=movers.after_write, args=("pages/a", told(f"s{n}", 2)))
              for n in range(1, 6)]
     for thread in later:
@@ -232,7 +233,7 @@ def test_a_caller_returns_once_a_move_of_a_running_loop_read_its_state() -> None
         finish.wait(5)
         return extension.Moved()
 
-    movers, first = moving(do, started)
+    movers, first = moves_begun(do, started)
     later = threading.Thread(target=movers.after_write, args=("pages/a", told("s1", 2)))
     later.start()
     read.set()
@@ -359,7 +360,7 @@ def test_the_sweep_past_its_bound_takes_the_rest_in_later_runs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """More shards than one run reads (SWEEP_MAX_SHARDS, 3 here): each run moves the pages of
     the shards it read (all of each page's), and the runs after it take the rest."""
-    monkeypatch.setattr(extension, "SWEEP_MAX_SHARDS", 3)
+    monkeypatch.setattr(sweeping, "SWEEP_MAX_SHARDS", 3)
     late = Late()
     pages = [late.db.collection("pages").document(f"p{n}") for n in range(4)]
     for page in pages:
@@ -394,7 +395,7 @@ def test_shards_that_stay_do_not_hide_the_ones_after_them_from_the_sweep(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Shards the sweep never removes (another app's, first in path order) fill a run's query:
     the next run reads on from where it stopped, and reaches the page after them."""
-    monkeypatch.setattr(extension, "SWEEP_MAX_SHARDS", 3)
+    monkeypatch.setattr(sweeping, "SWEEP_MAX_SHARDS", 3)
     late = Late()
     for n in range(3):
         late.db.collection("apps").document("x").collection("_counter_shards_").document(
@@ -436,7 +437,7 @@ def test_more_states_told_than_a_commit_holds_are_read_instead(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A burst of more states than one move takes (MOVE_MAX_SHARDS, 3 here): the move reads
     the shards instead, MOVE_MAX_SHARDS at a time, each read after the last."""
-    monkeypatch.setattr(extension, "MOVE_MAX_SHARDS", 3)
+    monkeypatch.setattr(moving, "MOVE_MAX_SHARDS", 3)
     late = Late()
     page = late.db.collection("pages").document("p1")
     states = []
@@ -542,7 +543,7 @@ def a_baseline_lost_in_flight(late: Late) -> firestore.DocumentReference:
     page.set({"visits": 10})
     act(late, lambda: ensure_counter(late.ctx, late.db, "visits:p1", VISITS))
     late.at(1)
-    lost = late.run(lambda: extension._baseline(late.ctx, late.db, page, VISITS),
+    lost = late.run(lambda: backfilling._baseline(late.ctx, late.db, page, VISITS),
                     lost_in_flight(24.0))
     assert isinstance(lost, BaseException)  # sent once: its caller cannot tell
     return page
@@ -660,7 +661,7 @@ def test_a_shard_written_at_every_attempt_is_left_for_the_next_move(
     """A device writes between every read and commit of a move (MOVE_ATTEMPTS of them): the move
     takes nothing (no take applies to a version it did not read) and says the shard is left;
     the loop's next move takes it."""
-    monkeypatch.setattr(extension, "MOVE_ATTEMPTS", 2)
+    monkeypatch.setattr(moving, "MOVE_ATTEMPTS", 2)
     late = Late()
     page = late.db.collection("pages").document("p1")
     shard = page.collection("_counter_shards_").document("busy")
@@ -708,8 +709,8 @@ def test_shards_that_stay_in_one_page_do_not_hide_its_later_ones(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A page whose first shards hold what cannot be counted (more than a run reads): the next
     run reads on within the page, from where the last stopped, and moves the shard after them."""
-    monkeypatch.setattr(extension, "SWEEP_MAX_SHARDS", 3)
-    monkeypatch.setattr(extension, "MOVE_MAX_SHARDS", 3)
+    monkeypatch.setattr(sweeping, "SWEEP_MAX_SHARDS", 3)
+    monkeypatch.setattr(moving, "MOVE_MAX_SHARDS", 3)
     late = Late()
     page = late.db.collection("pages").document("p1")
     for n in range(3):

@@ -1,0 +1,112 @@
+"""The scheduled backstop of the moves: every minute, the shards no trigger's moves took."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from google.cloud import firestore
+from google.cloud.firestore_v1.field_path import FieldPath
+
+from counting.features.collections import SHARDS, Declaration, match
+from counting.features.extension.moving import Moved, move
+from counting.foundation.clock import instant
+
+if TYPE_CHECKING:
+    from counting.features.context import Context
+
+log = logging.getLogger(__name__)
+
+SWEEP_MAX_SHARDS = 1000  # shards the scheduled sweep's query reads per run (and per document)
+# A run's time for its moves: it shares the scheduled function (timeout ROLLUP_TIMEOUT_S) with
+# the housekeeping and the audit.
+SWEEP_BUDGET_S = 20.0
+SWEEP_BACKOFF_MAX = 4  # a run that moves nothing waits at most 2**4 minutes for the next
+SWEEP_CURSOR = "extension_sweep"  # in `internal`: the path after which the next sweep reads
+
+
+def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration], *,
+          budget_s: float = SWEEP_BUDGET_S) -> Moved:
+    """The scheduled backstop (every minute): move the shards no trigger's moves took (an
+    instance killed mid-move, a shard written at every attempt). One collection-group query per
+    run, of at most SWEEP_MAX_SHARDS shards in path order from where the last run stopped; the
+    documents they belong to are moved, each by every declaration over it, from the first
+    shard the query found of it (shards that stay, holding what no declaration counts, never
+    hide those after them), each reading at most SWEEP_MAX_SHARDS of its shards. It moves
+    documents for `budget_s` at most, and the next run starts at the first it did not reach. A
+    round of runs over every shard that read shards and moved none (they hold what cannot be
+    counted: a fraction, another app's fields) is logged, and the next round waits 2, 4, 8, then
+    16 minutes: shards that never move are not read every minute. A document that fails is
+    logged and stops no other."""
+    by_documents: dict[str, list[Declaration]] = defaultdict(list)  # likes and views of posts
+    for declaration in declared:
+        if declaration.extension is not None:
+            by_documents[declaration.documents].append(declaration)
+    if not by_documents:
+        return Moved()
+    clock = ctx.writing.clock
+    until = clock.monotonic() + budget_s
+    cursor_ref = db.collection(ctx.names.internal).document(SWEEP_CURSOR)
+    cursor = cursor_ref.get()
+    state = cursor.to_dict() or {}
+    now = instant(cursor.read_time)
+    waiting = state.get("wait_until")
+    if isinstance(waiting, dt.datetime) and now < waiting:
+        return Moved()
+    after = state.get("after")
+    query = db.collection_group(SHARDS).order_by(FieldPath.document_id()).limit(SWEEP_MAX_SHARDS)
+    if isinstance(after, str):
+        query = query.start_after({FieldPath.document_id(): db.document(after)})
+    found = list(query.stream())
+    following = found[-1].reference.path if len(found) == SWEEP_MAX_SHARDS else None
+    firsts: dict[str, tuple[str, list[Declaration]]] = {}  # parent -> its first shard found
+    before: dict[str, str | None] = {}  # parent -> the path of the shard found before it
+    previous: str | None = after if isinstance(after, str) else None
+    for shard in found:
+        parent = shard.reference.parent.parent
+        if parent is not None and parent.path not in firsts:
+            owners = [d for pattern, each in by_documents.items()
+                      if match(pattern, parent.path) for d in each]
+            if owners:
+                firsts[parent.path] = (shard.id, owners)
+                before[parent.path] = previous
+        previous = shard.reference.path
+    total = Moved()
+    ends = len(found) < SWEEP_MAX_SHARDS  # the round, from the first shard to the last
+    for path, (first, owners) in firsts.items():
+        if clock.monotonic() >= until:  # the next run starts at this document
+            following, ends = before[path], False
+            log.warning("the sweep stopped after %.0f s: %s and after wait for the next run",
+                        budget_s, path)
+            break
+        try:
+            read, last = 0, None
+            start: str | None = first
+            while read < SWEEP_MAX_SHARDS:
+                done = move(ctx, db, db.document(path), owners, after=last, start_at=start)
+                total.add(done)
+                read, last, start = read + done.read, done.last, None
+                if not done.full:
+                    break
+        except Exception:
+            log.exception("%s: the sweep could not move its shards", path)
+    # A round that read shards and moved none waits before the next.
+    read = int(state.get("round_read") or 0) + len(found)
+    moved = int(state.get("round_moved") or 0) + total.shards
+    quiet = int(state.get("quiet") or 0)
+    update: dict[str, Any] = {"after": following, "round_read": read, "round_moved": moved,
+                              "quiet": quiet, "wait_until": None}
+    if ends:
+        quiet = min(quiet + 1, SWEEP_BACKOFF_MAX) if read and not moved else 0
+        update.update(round_read=0, round_moved=0, quiet=quiet,
+                      wait_until=now + dt.timedelta(minutes=2**quiet) if quiet else None)
+        if quiet:
+            log.warning("the sweep read %d shards round the collection group and could move "
+                        "none (they hold what cannot be counted: a fraction, another app's "
+                        "fields): the next round in %d minutes", read, 2**quiet)
+    if update != {k: state.get(k) for k in update}:
+        cursor_ref.set(update)  # a late landing only moves where, or when, one starts
+    return total
