@@ -37,7 +37,7 @@ def test_a_run_meets_every_hazard_and_operation() -> None:
     """A few seeds make every kind of operation, have the library resend, commits land tens of
     seconds late, writers and holders struck, and a partition narrow while a writer that used
     an older P lives."""
-    outcomes = [world.run(seed) for seed in range(5)]
+    outcomes = [world.run(seed) for seed in range(6)]
     ops = sum((o.ops for o in outcomes), Counter[str]())
     tally = sum((o.tally for o in outcomes), Counter[str]())
     assert {kind for kind, n in ops.items() if n} >= KINDS, KINDS - set(ops)
