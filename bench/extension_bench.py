@@ -6,8 +6,8 @@ priced alike (`extension_model`).
 
 Each level writes one page of its own: `set({visits: Increment(1)}, merge=True)` into the shard
 of a device (a UUID), each device writing the level's `per_device` times, `devices` of them at
-once (a device that has written its last is replaced by a new one), at a fixed rate, WARM_S unmeasured
-then the level's seconds. Lag: from a write's acknowledgement to a listener on
+once (a device that has written its last is replaced by a new one), at a fixed rate, WARM_S
+unmeasured then the level's seconds. Lag: from a write's acknowledgement to a listener on
 `counters/visits:{page}` showing a count that includes it (each write adds 1, so the k-th
 acknowledged shows once the count is >= k; 0 when the listener showed it before the
 acknowledgement arrived), and likewise to a listener on the page's `visits` (what the extension's
@@ -220,9 +220,10 @@ class LogTail:
 
     BEGIN = re.compile(r'Beginning execution of "[\w-]*-' + re.escape(TRIGGER) + '"')
     FINISH = re.compile(r'Finished "[\w-]*-' + re.escape(TRIGGER) + r'" in ([\d.]+)ms')
-    # The moves (counting.features.extension) log a move that failed (the trigger's, or the sweep's) with the page's path,
-    # and, in the emulator, how long each event's wait for its move took (in a thread of its
-    # own: the emulator delivers events one at a time), which a deployed request waits itself.
+    # The moves (counting.features.extension) log a move that failed (the trigger's, or the
+    # sweep's) with the page's path, and, in the emulator, how long each event's wait for its
+    # move took (in a thread of its own: the emulator delivers events one at a time), which a
+    # deployed request waits itself.
     FAILED = re.compile(r"could not move its shards")
     WAITED = re.compile(re.escape(WAITED_IN_BACKGROUND) + r" ([\d.]+) ms")
     # Each move (the trigger's, the sweep's) logs the page's path and what it read.

@@ -25,6 +25,7 @@ from counting.features.extension import backfilling, moving, sweeping
 from counting.foundation import config
 from counting.foundation.config import Names, Placement
 from counting.foundation.errors import InvalidArgument
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from tests.sim.faults import Fate
@@ -656,18 +657,17 @@ def test_the_backfill_counts_a_double_field_and_writes_it_back_an_integer() -> N
     assert again.deltas == {}
 
 
-def test_a_shard_written_at_every_attempt_is_left_for_the_next_move(
+def test_a_shard_written_at_every_attempt_is_taken_with_a_marker_and_moved_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A device writes between every read and commit of a move (MOVE_ATTEMPTS of them): the move
-    takes nothing (no take applies to a version it did not read) and says the shard is left;
-    the loop's next move takes it."""
+    """A device writes between every read and commit of a move: its guarded attempts fail, then
+    a marked one takes the amount it read by `Increment(-amount)` (the shard zeroed, left: its
+    device's writes are updates), and the loop's next moves take the rest."""
     monkeypatch.setattr(moving, "MOVE_ATTEMPTS", 2)
     late = Late()
     page = late.db.collection("pages").document("p1")
     shard = page.collection("_counter_shards_").document("busy")
     shard.set({"visits": 1})
     late.at(1)
-
     wrote = [1]
 
     def device() -> None:  # writes back to back for 2 s: between every read and commit
@@ -678,12 +678,35 @@ def test_a_shard_written_at_every_attempt_is_left_for_the_next_move(
     late.sim.spawn("device", device)
     done = late.run(lambda: extension.move(late.ctx, late.db, page, [VISITS]))
     assert isinstance(done, extension.Moved)
-    assert (done.shards, done.left, done.amounts) == (0, 1, {})
+    assert done.left == 1 and done.deleted == 0 and done.amounts["visits:p1"] > 0
     late.at(3.5)
-    assert total(page) == wrote[0] and counted(late) == 0
+    assert total(page) == wrote[0]
     again = act(late, lambda: extension.move_until_clear(late.ctx, late.db, page, [VISITS]))
-    assert (again.left, again.amounts, fields(page)) == (0, {"visits:p1": wrote[0]}, {})
+    assert again.left == 0 and fields(page) == {}
     assert (counted(late), total(page)) == (wrote[0], wrote[0])
+
+
+def test_a_marked_take_applies_once_to_the_version_it_read() -> None:
+    """Two commits of marked takes of one version read (a second mover, or a late landing): the
+    second fails on the first's marker, so the amount is taken once."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    shard = page.collection("_counter_shards_").document("a")
+    shard.set({"visits": 3})
+    late.at(1)
+    state = shard.get()
+    take = moving._Take(shard, {"visits": 3}, state.update_time, False, False)
+
+    def commit() -> extension.Moved:
+        return moving._commit(late.ctx, late.db, page, [VISITS], [take], extension.Moved(),
+                              marked=True)
+
+    assert act(late, commit).amounts == {"visits:p1": 3}
+    late.at(2)
+    assert isinstance(late.run(commit), gexc.AlreadyExists)
+    late.at(3)
+    assert fields(page) == {"a": {"visits": 0}}
+    assert (counted(late), total(page), (page.get().to_dict() or {})["visits"]) == (3, 3, 3)
 
 
 # --- The sweep --------------------------------------------------------------------------------
@@ -724,9 +747,14 @@ def test_shards_that_stay_in_one_page_do_not_hide_its_later_ones(
     assert sorted(fields(page)) == ["a0", "a1", "a2"]
 
 
-def test_the_sweep_stops_at_its_budget_and_the_next_run_starts_there() -> None:
+def test_the_sweep_stops_at_its_budget_and_the_next_run_starts_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run out of time before its first document (a budget of 0) moves nothing and leaves
+    the cursor before it: the next run reads the same shards and moves their documents (a
+    cursor moved past them would have skipped to p2)."""
+    monkeypatch.setattr(sweeping, "SWEEP_MAX_SHARDS", 2)
     late = Late()
-    pages = [late.db.collection("pages").document(f"p{n}") for n in range(2)]
+    pages = [late.db.collection("pages").document(f"p{n}") for n in range(3)]
     for page in pages:
         page.collection("_counter_shards_").document("a").set({"visits": 1})
     late.at(5)
@@ -737,8 +765,9 @@ def test_the_sweep_stops_at_its_budget_and_the_next_run_starts_there() -> None:
 
 
 def test_a_round_that_moves_nothing_waits_longer_before_the_next() -> None:
-    """Shards that never move (a fraction) are read by one round, then not again for 2 minutes,
-    then 4; a shard written meanwhile is taken by the next round, which resets the wait."""
+    """Shards that never move (a fraction), unchanged since the last round, are read by one
+    round, then not again for 2 minutes, then 4; a shard written meanwhile is taken by the next
+    round, which resets the wait."""
     late = Late()
     page = late.db.collection("pages").document("p1")
     shards = page.collection("_counter_shards_")
@@ -754,9 +783,9 @@ def test_a_round_that_moves_nothing_waits_longer_before_the_next() -> None:
 
     for s in (10, 70, 130, 140, 260, 500):
         sweep_at(s)
-    # 10: a round reads it (nothing moved: wait 2 minutes); 70: waiting; 130: a round (wait 4);
-    # 140, 260: waiting; 500: a round (wait 8 minutes).
-    assert [r > 0 for r in reads] == [True, False, True, False, False, True]
+    # 10: a round reads it (the first: no wait); 70: a round, nothing written since the last
+    # (wait 2 minutes); 130, 140: waiting; 260: a round (wait 4); 500: a round (wait 8).
+    assert [r > 0 for r in reads] == [True, True, False, False, True, True]
     shards.document("b").set({"visits": 3})
     assert sweep_at(900).amounts == {}  # written while the sweep waits: the trigger's to move
     assert sweep_at(1000).amounts == {"visits:p1": 3}
@@ -776,3 +805,45 @@ def test_the_backfill_names_the_numbers_no_declaration_counts_and_leaves_them() 
     assert done.moved.undeclared == {"shares", "stats.likes"}
     assert fields(page) == {"a": {"visits": 0, "shares": 3, "stats": {"likes": 1.0},
                                   "note": "x"}}
+
+
+def test_a_late_cursor_never_replaces_a_newer_one() -> None:
+    """A sweep's cursor write lost in flight lands after the next run wrote its own: it is made
+    at the version it read (here: none, a create), so it fails, and the newer cursor stays (a
+    plain set would put the older run's round back)."""
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    page.collection("_counter_shards_").document("odd").set({"visits": 0.5})
+    cursor = late.db.collection(NAMES.internal).document(sweeping.SWEEP_CURSOR)
+    late.at(10)
+    # Its first attempt flies on; the library's resend writes the cursor now.
+    late.run(lambda: extension.sweep(late.ctx, late.db, [VISITS]), lost_in_flight(30.0))
+    late.at(12)
+    act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS]))
+    newer = (cursor.get().to_dict() or {})["round_ended"]
+    late.at(60)
+    assert late.flying() == []
+    assert (cursor.get().to_dict() or {})["round_ended"] == newer
+
+
+def test_a_round_whose_shards_were_written_does_not_wait() -> None:
+    """Shards that cannot be moved but were written since the last round (an admin's fraction
+    changed): the next round is not put off."""
+    late = Late()
+    odd = late.db.collection("pages").document("p1").collection("_counter_shards_").document("o")
+    odd.set({"visits": 0.5})
+    late.at(10)
+    reads = []
+    for s in (10, 70):
+        late.at(s)
+        reads.append(act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS])).read)
+    odd.set({"visits": 1.5})
+    for s in (80, 140):
+        late.at(s)
+        reads.append(act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS])).read)
+    # 10: first; 70: unchanged (wait 2 minutes, until 190); 80: waiting; 140: waiting.
+    assert [r > 0 for r in reads] == [True, True, False, False]
+    late.at(195)
+    assert act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS])).read > 0
+    late.at(255)  # written before the last round: that round reset the wait
+    assert act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS])).read > 0

@@ -81,5 +81,9 @@ def test_the_extensions_own_shard_rule_is_found_and_ours_is_not() -> None:
         "                     &&", "                     // &&").replace(
         "                     resource.data.visits + 1);", "")
     assert rules.old_shard_rules(commented) == []
-    nested = "match /{path=**}/_counter_shards_/{id} { match /x/{y} { allow create: if true; } }"
-    assert rules.old_shard_rules(nested) == ["line 1: match /{path=**}/_counter_shards_/{id}"]
+    below = "match /{p=**}/_counter_shards_/{id} { match /x/{y} { allow create: if true; } }"
+    assert rules.old_shard_rules(below) == []  # a collection under a shard: not the shard
+    everything = "match /databases/{database}/documents {\n  match /{document=**} {\n" \
+        "    allow read, write: if request.auth != null;\n  }\n}\n"
+    assert rules.old_shard_rules(everything) == ["line 2: match /{document=**}"]
+    assert rules.old_shard_rules(everything.replace("read, write", "read")) == []

@@ -102,22 +102,27 @@ def _variables(pattern: str) -> str:
 
 
 def old_shard_rules(rules: str) -> list[str]:
-    """The `match` lines of `rules`, outside the generated block, over `_counter_shards_` whose
-    body allows a write (`write`, `create` or `update`): the rule the extension's guide asks for
-    lets any signed-in client put any amount in a shard, and a rule that allows wins over ours."""
+    """The `match` lines of `rules`, outside the generated block, that let clients write
+    `_counter_shards_`: a match over `_counter_shards_`, or a recursive wildcard (`{x=**}`,
+    which covers the shards too), whose own body (not a match nested in it) allows `write`,
+    `create` or `update`. The rule the extension's guide asks for lets any signed-in client put
+    any amount in a shard, and a rule that allows wins over the generated ones."""
     begin, end = rules.find(RULES_BEGIN.strip()), rules.find(RULES_END.strip())
     if 0 <= begin < end:
-        rules = rules[:begin] + rules[end:]
+        rules = rules[:begin] + " " * (end - begin) + rules[end:]
     code = re.sub(r"//[^\n]*|/\*.*?\*/", lambda m: " " * len(m.group()), rules, flags=re.DOTALL)
     found = []
-    for match in re.finditer(r"\bmatch\s+(\S*" + re.escape(SHARDS) + r"\S*)\s*\{", code):
-        depth, at = 1, match.end()
+    for match in re.finditer(r"\bmatch\s+(\S+)\s*\{", code):
+        path = match.group(1)
+        if SHARDS not in path and "=**}" not in path:
+            continue
+        depth, at, own = 1, match.end(), []
         while depth and at < len(code):
             depth += {"{": 1, "}": -1}.get(code[at], 0)
+            own.append(code[at] if depth == 1 else " ")  # its own statements, not nested ones
             at += 1
-        if re.search(r"\ballow\s+[^:;]*\b(write|create|update)\b", code[match.end():at]):
-            found.append(f"line {rules.count(chr(10), 0, match.start()) + 1}: "
-                         f"match {match.group(1)}")
+        if re.search(r"\ballow\s+[^:;]*\b(write|create|update)\b", "".join(own)):
+            found.append(f"line {rules.count(chr(10), 0, match.start()) + 1}: match {path}")
     return found
 
 

@@ -27,6 +27,7 @@ from counting.features.collections import (
     Extension,
     ensure_counter,
     is_partial,
+    nanos,
     whole,
 )
 from counting.foundation.clock import instant
@@ -45,8 +46,14 @@ MOVE_MAX_SHARDS = 400
 # it again and fires a trigger, however busy the device; one holding other fields too gives its
 # amounts by an increment of minus them. A client's write between the read and the commit fails
 # the commit (nothing of it applies), and the move reads and commits again at once, up to this
-# many times: no take applies to a version it did not read, so no amount is taken twice.
-MOVE_ATTEMPTS = 5
+# many times: no take applies to a version it did not read, so no amount is taken twice. When
+# every one of them met a client's write (shards written faster than a read and a commit take),
+# as many again take the amounts by `Increment(-amount)` with no precondition on the shard, each
+# with a marker named for the shard and the version read, created in the same commit: another
+# mover (or a late landing) that read the same version fails on the marker. Such a shard stays,
+# zeroed, and its device's writes are updates that fire no trigger: the caller's loop moves
+# again every MOVE_EVERY_S for MOVE_FOR_S, then the sweep.
+MOVE_ATTEMPTS = 2
 # One process moves a document's shards at most this often (its callers wait for the next move).
 MOVE_EVERY_S = 1.0
 # After a move that left shards (its attempts all met clients' writes) or read a full page, the
@@ -154,7 +161,8 @@ def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.Docum
         query = query.start_at({FieldPath.document_id(): shards_of.document(start_at)})
     takes: list[_Take] = []
     read = 0  # by every attempt
-    for attempt in range(1, MOVE_ATTEMPTS + 1):
+    for attempt in range(1, 2 * MOVE_ATTEMPTS + 1):
+        marked = attempt > MOVE_ATTEMPTS  # the guarded attempts all met clients' writes
         found = list(query.stream())
         read += len(found)
         full = len(found) == MOVE_MAX_SHARDS
@@ -168,32 +176,45 @@ def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.Docum
             amounts = _amounts(declared, data, partial=partial)
             only = _only(declared, data, partial)
             if not only:
-                done.undeclared |= _numbers(_stripped(declared, data), "")
-            # A shard holding only other fields is none of this one's.
-            if any(amounts.values()) or only:
+                done.undeclared |= _numbers(_stripped(declared, data), "") - {
+                    e.field for e in _extensions(declared)}
+            # A shard holding only other fields is none of this one's; marked, one holding
+            # nothing is left as it is.
+            if any(amounts.values()) or (only and not marked):
                 takes.append(_Take(shard.reference, amounts, instant(shard.update_time),
-                                   only, partial))
+                                   only and not marked, partial))
+        done.left = sum(marked and take.partial is False and not take.delete for take in takes)
         try:
-            return _commit(ctx, db, document, declared, takes, done)
-        except gexc.FailedPrecondition:
-            continue  # a client wrote a shard since the read: read them again
-    # Every attempt met a client's write: the caller's loop (or the sweep) moves them later.
-    return Moved(read=read, queries=MOVE_ATTEMPTS, full=full, last=done.last,
+            return _commit(ctx, db, document, declared, takes, done, marked=marked)
+        except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound):
+            # A client wrote a shard since the read, or (marked) another mover took a version
+            # read here or deleted a shard: read them again.
+            continue
+    # Every attempt met another's write: the caller's loop (or the sweep) moves them later.
+    return Moved(read=read, queries=2 * MOVE_ATTEMPTS, full=full, last=done.last,
                  left=sum(any(t.amounts.values()) for t in takes))
 
 
 def _commit(ctx: Context, db: firestore.Client, document: firestore.DocumentReference,
-            declared: list[Declaration], takes: list[_Take], done: Moved) -> Moved:
-    """One commit of the takes, the document's increments and the counters' shard writes."""
+            declared: list[Declaration], takes: list[_Take], done: Moved, *,
+            marked: bool = False) -> Moved:
+    """One commit of the takes, the document's increments and the counters' shard writes.
+    `marked`: each take is guarded by a marker of the version it read, created in the commit,
+    rather than by a precondition on its shard (see MOVE_ATTEMPTS)."""
     if not takes:
         return done
     batch = db.batch()
     totals: dict[str, int] = defaultdict(int)
+    guarded = ctx.writing.protections.guarded_takes
     for take in takes:
         for name, amount in take.amounts.items():
             totals[name] += amount
         guard = db.write_option(last_update_time=take.update_time) \
-            if ctx.writing.protections.guarded_takes else None
+            if guarded and not marked else None
+        if guarded and marked:
+            taken = f"extension take {take.ref.path} {nanos(take.update_time)}"
+            batch.create(shards.request_marker_ref(db, ctx.names, "", taken),
+                         shards.request_marker_fields("", taken, [], {}))
         if take.delete:
             batch.delete(take.ref, option=guard)
             done.deleted += 1

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import FieldPath
 
@@ -37,10 +38,11 @@ def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration], *
     shard the query found of it (shards that stay, holding what no declaration counts, never
     hide those after them), each reading at most SWEEP_MAX_SHARDS of its shards. It moves
     documents for `budget_s` at most, and the next run starts at the first it did not reach. A
-    round of runs over every shard that read shards and moved none (they hold what cannot be
-    counted: a fraction, another app's fields) is logged, and the next round waits 2, 4, 8, then
-    16 minutes: shards that never move are not read every minute. A document that fails is
-    logged and stops no other."""
+    round of runs over every shard that read shards, moved none and found none written since the
+    last round ended (they hold what cannot be counted: a fraction, another app's fields) is
+    logged, and the next round waits 2, 4, 8, then 16 minutes: shards that never move are not
+    read every minute. The cursor is written at the version read (a late or overlapping run
+    leaves a newer one as it is). A document that fails is logged and stops no other."""
     by_documents: dict[str, list[Declaration]] = defaultdict(list)  # likes and views of posts
     for declaration in declared:
         if declaration.extension is not None:
@@ -93,20 +95,37 @@ def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration], *
                     break
         except Exception:
             log.exception("%s: the sweep could not move its shards", path)
-    # A round that read shards and moved none waits before the next.
+    # A round that read shards, moved none and found none written since the last round ended
+    # waits before the next (the shards it read hold what cannot be moved).
     read = int(state.get("round_read") or 0) + len(found)
     moved = int(state.get("round_moved") or 0) + total.shards
+    newest = max([instant(s.update_time) for s in found]
+                 + [t for t in (state.get("round_newest"),) if isinstance(t, dt.datetime)],
+                 default=None)
     quiet = int(state.get("quiet") or 0)
     update: dict[str, Any] = {"after": following, "round_read": read, "round_moved": moved,
-                              "quiet": quiet, "wait_until": None}
+                              "round_newest": newest, "quiet": quiet, "wait_until": None,
+                              "round_ended": state.get("round_ended")}
     if ends:
-        quiet = min(quiet + 1, SWEEP_BACKOFF_MAX) if read and not moved else 0
-        update.update(round_read=0, round_moved=0, quiet=quiet,
+        ended = state.get("round_ended")
+        unchanged = isinstance(ended, dt.datetime) and (newest is None or newest <= ended)
+        quiet = min(quiet + 1, SWEEP_BACKOFF_MAX) if read and not moved and unchanged else 0
+        update.update(round_read=0, round_moved=0, round_newest=None, quiet=quiet,
+                      round_ended=now,
                       wait_until=now + dt.timedelta(minutes=2**quiet) if quiet else None)
         if quiet:
-            log.warning("the sweep read %d shards round the collection group and could move "
-                        "none (they hold what cannot be counted: a fraction, another app's "
-                        "fields): the next round in %d minutes", read, 2**quiet)
+            log.warning("the sweep read %d shards round the collection group, none written "
+                        "since the last round, and could move none (they hold what cannot be "
+                        "counted: a fraction, another app's fields): the next round in %d "
+                        "minutes", read, 2**quiet)
     if update != {k: state.get(k) for k in update}:
-        cursor_ref.set(update)  # a late landing only moves where, or when, one starts
+        # At the version read: a late or overlapping run's cursor never replaces a newer one.
+        try:
+            if cursor.exists:
+                cursor_ref.update(update, option=db.write_option(
+                    last_update_time=instant(cursor.update_time)))
+            else:
+                cursor_ref.create(update)
+        except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound):
+            log.info("the sweep's cursor moved on since it was read: left as it is")
     return total
