@@ -101,6 +101,18 @@ class Racing:
             with self.lock:
                 self.acked += 1
 
+    def start(self, clients: list[ExtensionClient],
+              total_at: Callable[[dt.datetime | None], tuple[int, dt.datetime]],
+              mover: Callable[[], None]) -> list[threading.Thread]:
+        """Each client writing 1 at a time, the checker and `mover`, started."""
+        threads = [threading.Thread(target=self.write, args=(lambda c=c: c.increment_by(1),))
+                   for c in clients]
+        threads += [threading.Thread(target=self.check, args=(total_at,)),
+                    threading.Thread(target=mover)]
+        for thread in threads:
+            thread.start()
+        return threads
+
     def check(self, total_at: Callable[[dt.datetime | None], tuple[int, dt.datetime]]) -> None:
         """Until done: the total at one read time (`total_at(None)` takes it, and says it) lies
         between the writes acknowledged before and those sent after. A reading out of bounds is
@@ -197,12 +209,7 @@ def test_clients_of_the_extension_count_through_a_backfill_and_racing_moves(
             list(page.collection(collections.SHARDS).stream())
             done.wait(0.3)
 
-    threads = [threading.Thread(target=racing.write, args=(lambda c=c: c.increment_by(1),))
-               for c in clients]
-    threads += [threading.Thread(target=racing.check, args=(lambda at: taken(db, page, at, 15),)),
-                threading.Thread(target=race_moves)]
-    for thread in threads:
-        thread.start()
+    threads = racing.start(clients, lambda at: taken(db, page, at, 15), race_moves)
     try:
         first = extension.backfill(ctx, db, VISITS)
         assert first.failed == {}
@@ -305,12 +312,7 @@ def test_the_racing_checker_passes_a_sound_mover_and_catches_a_broken_one(
             racing.done.wait(0.1)
 
     clients = [ExtensionClient(db, page) for _ in range(3)]
-    threads = [threading.Thread(target=racing.write, args=(lambda c=c: c.increment_by(1),))
-               for c in clients]
-    threads += [threading.Thread(target=racing.check, args=(lambda at: taken(db, page, at, 0),)),
-                threading.Thread(target=move)]
-    for thread in threads:
-        thread.start()
+    threads = racing.start(clients, lambda at: taken(db, page, at, 0), move)
     racing.done.wait(6.0)
     racing.done.set()
     for thread in threads:

@@ -411,13 +411,18 @@ def test_shards_that_stay_do_not_hide_the_ones_after_them_from_the_sweep(
     assert len(fields(late.db.collection("apps").document("x"))) == 3  # not ours: left
 
 
+def likes_and_views(likes: str, views_by: tuple[int, int]) -> list[Declaration]:
+    """Two declarations over `posts/{post}`: likes (at the field `likes`) and views."""
+    return [Declaration(counter="likes:{post}", documents="posts/{post}",
+                        extension=Extension(field=likes, by=(0, 1))),
+            Declaration(counter="views:{post}", documents="posts/{post}",
+                        extension=Extension(field="views", by=views_by))]
+
+
 def test_one_move_takes_two_counters_of_the_same_shards() -> None:
     """Two declarations over the same documents (a dotted field and a plain one): one move takes
     each field of each shard into its own field of the document and its own counter."""
-    two = [Declaration(counter="likes:{post}", documents="posts/{post}",
-                       extension=Extension(field="stats.likes", by=(0, 1))),
-           Declaration(counter="views:{post}", documents="posts/{post}",
-                       extension=Extension(field="views", by=(1, 5)))]
+    two = likes_and_views("stats.likes", (1, 5))
     late = Late()
     post = late.db.collection("posts").document("p1")
     post.set({"stats": {"likes": 1, "shares": 4}, "title": "hi"})
@@ -715,10 +720,7 @@ def test_a_marked_take_applies_once_to_the_version_it_read() -> None:
 def test_the_sweep_moves_every_declaration_over_the_same_documents() -> None:
     """`likes` and `views` of `posts/{post}` (two declarations, one documents pattern): one
     sweep moves both fields."""
-    two = [Declaration(counter="likes:{post}", documents="posts/{post}",
-                       extension=Extension(field="likes", by=(0, 1))),
-           Declaration(counter="views:{post}", documents="posts/{post}",
-                       extension=Extension(field="views", by=(0, 1)))]
+    two = likes_and_views("likes", (0, 1))
     late = Late()
     post = late.db.collection("posts").document("p1")
     post.collection("_counter_shards_").document("a").set({"likes": 1, "views": 2})
