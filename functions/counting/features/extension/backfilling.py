@@ -11,17 +11,10 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 
 from counting.features import counter_refs
-from counting.features.collections import (
-    MAX_EXTENSION_AMOUNT,
-    SHARDS,
-    Declaration,
-    ensure_counter,
-    match,
-    nanos,
-    paged,
-    watched_documents,
-    whole,
-)
+from counting.features.collections.applying import ensure_counter
+from counting.features.collections.backfilling import paged, watched_documents
+from counting.features.collections.declared import Declaration, match, nanos
+from counting.features.collections.layout import MAX_EXTENSION_AMOUNT, SHARDS, whole
 from counting.features.extension.moving import Moved, move_until_clear
 from counting.foundation import config
 from counting.foundation.clock import instant

@@ -18,16 +18,15 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import FieldPath
 
 from counting.features import counter_refs
-from counting.features.collections import (
+from counting.features.collections.applying import ensure_counter
+from counting.features.collections.declared import Declaration, nanos
+from counting.features.collections.layout import (
     SHARDS,
     UPDATE_DATA,
     UPDATE_ID,
     UPDATES,
-    Declaration,
     Extension,
-    ensure_counter,
     is_partial,
-    nanos,
     whole,
 )
 from counting.foundation.clock import instant

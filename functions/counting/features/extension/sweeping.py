@@ -12,7 +12,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import FieldPath
 
-from counting.features.collections import SHARDS, Declaration, match
+from counting.features.collections.declared import Declaration, match
+from counting.features.collections.layout import SHARDS
 from counting.features.extension.moving import Moved, move
 from counting.foundation.clock import instant
 
