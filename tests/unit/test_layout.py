@@ -48,3 +48,15 @@ def test_every_module_is_on_a_floor() -> None:
     folders = {path.relative_to(DOMAIN).parts[0] for path in DOMAIN.rglob("*.py")
                if len(path.relative_to(DOMAIN).parts) > 1}
     assert folders == set(FLOORS)
+
+
+def test_the_wheel_lists_every_package_of_the_domain() -> None:
+    """pyproject.toml names each package of `counting` (setuptools takes only those listed: a
+    package left out is missing from the wheel a host's operator installs)."""
+    import tomllib
+
+    listed = set(tomllib.loads((DOMAIN.parents[1] / "pyproject.toml").read_text())[
+        "tool"]["setuptools"]["packages"])
+    found = {".".join(("counting", *init.parent.relative_to(DOMAIN).parts))
+             for init in DOMAIN.rglob("__init__.py")}
+    assert found - listed == set()
