@@ -849,3 +849,23 @@ def test_a_round_whose_shards_were_written_does_not_wait() -> None:
     assert act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS])).read > 0
     late.at(255)  # written before the last round: that round reset the wait
     assert act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS])).read > 0
+
+
+def test_a_marked_move_takes_at_most_what_one_commit_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Marked takes are two writes each: a marked move takes MARKED_MAX_SHARDS shards (1 here),
+    says the others are left, and the loop's moves take them."""
+    monkeypatch.setattr(moving, "MOVE_ATTEMPTS", 0)  # every attempt marked
+    monkeypatch.setattr(moving, "MARKED_MAX_SHARDS", 1)
+    late = Late()
+    page = late.db.collection("pages").document("p1")
+    for n in range(3):
+        page.collection("_counter_shards_").document(f"s{n}").set({"visits": 1})
+    late.at(1)
+    first = act(late, lambda: extension.move(late.ctx, late.db, page, [VISITS]))
+    assert (first.shards, first.left, first.amounts) == (1, 3, {"visits:p1": 1})
+    late.at(2)
+    rest = act(late, lambda: extension.move_until_clear(late.ctx, late.db, page, [VISITS],
+                                                        for_s=10.0))
+    assert rest.amounts == {"visits:p1": 2}
+    assert (counted(late), total(page)) == (3, 3)

@@ -53,6 +53,9 @@ MOVE_MAX_SHARDS = 400
 # zeroed, and its device's writes are updates that fire no trigger: the caller's loop moves
 # again every MOVE_EVERY_S for MOVE_FOR_S, then the sweep.
 MOVE_ATTEMPTS = 2
+# A marked take is two writes (the take and its marker): a marked move takes this many shards at
+# most (the rest are left for the next), so that its commit stays within 500 writes.
+MARKED_MAX_SHARDS = 240
 # One process moves a document's shards at most this often (its callers wait for the next move).
 MOVE_EVERY_S = 1.0
 # After a move that left shards (its attempts all met clients' writes) or read a full page, the
@@ -182,7 +185,9 @@ def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.Docum
             if any(amounts.values()) or (only and not marked):
                 takes.append(_Take(shard.reference, amounts, instant(shard.update_time),
                                    only and not marked, partial))
-        done.left = sum(marked and take.partial is False and not take.delete for take in takes)
+        if marked:  # every shard it takes or leaves stays: the caller's loop comes back
+            done.left = len(takes)
+            takes = takes[:MARKED_MAX_SHARDS]
         try:
             return _commit(ctx, db, document, declared, takes, done, marked=marked)
         except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.NotFound):
