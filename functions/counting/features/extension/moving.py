@@ -47,12 +47,13 @@ MOVE_MAX_SHARDS = 400
 # the commit (nothing of it applies), and the move reads and commits again at once, up to this
 # many times: no take applies to a version it did not read, so no amount is taken twice. When
 # every one of them met a client's write (shards written faster than a read and a commit take),
-# as many again take the amounts by `Increment(-amount)` with no precondition on the shard, each
-# with a marker named for the shard and the version read, created in the same commit: another
-# mover (or a late landing) that read the same version fails on the marker. Such a shard stays,
-# zeroed, and its device's writes are updates that fire no trigger: the caller's loop moves
-# again every MOVE_EVERY_S for MOVE_FOR_S, then the sweep.
+# MARKED_ATTEMPTS more take the amounts by `Increment(-amount)` with no precondition on the
+# shard, each with a marker named for the shard and the version read, created in the same commit:
+# another mover (or a late landing) that read the same version fails on the marker. Such a shard
+# stays, zeroed, and its device's writes are updates that fire no trigger: the caller's loop
+# moves again every MOVE_EVERY_S for MOVE_FOR_S, then the sweep.
 MOVE_ATTEMPTS = 2
+MARKED_ATTEMPTS = 2  # each fails only on another mover's marker, or a shard it deleted
 # A marked take is two writes (the take and its marker): a marked move takes this many shards at
 # most (the rest are left for the next), so that its commit stays within 500 writes.
 MARKED_MAX_SHARDS = 240
@@ -163,7 +164,7 @@ def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.Docum
         query = query.start_at({FieldPath.document_id(): shards_of.document(start_at)})
     takes: list[_Take] = []
     read = 0  # by every attempt
-    for attempt in range(1, 2 * MOVE_ATTEMPTS + 1):
+    for attempt in range(1, MOVE_ATTEMPTS + MARKED_ATTEMPTS + 1):
         marked = attempt > MOVE_ATTEMPTS  # the guarded attempts all met clients' writes
         found = list(query.stream())
         read += len(found)
@@ -195,7 +196,7 @@ def _read_and_move(ctx: Context, db: firestore.Client, document: firestore.Docum
             # read here or deleted a shard: read them again.
             continue
     # Every attempt met another's write: the caller's loop (or the sweep) moves them later.
-    return Moved(read=read, queries=2 * MOVE_ATTEMPTS, full=full, last=done.last,
+    return Moved(read=read, queries=MOVE_ATTEMPTS + MARKED_ATTEMPTS, full=full, last=done.last,
                  left=sum(any(t.amounts.values()) for t in takes))
 
 
