@@ -869,3 +869,13 @@ def test_a_marked_move_takes_at_most_what_one_commit_holds(
                                                         for_s=10.0))
     assert rest.amounts == {"visits:p1": 2}
     assert (counted(late), total(page)) == (3, 3)
+
+
+def test_an_idle_sweep_writes_nothing() -> None:
+    """No shard anywhere: the sweep reads its cursor and one empty query, and writes nothing."""
+    late = Late()
+    cursor = late.db.collection(NAMES.internal).document(sweeping.SWEEP_CURSOR)
+    for s in (10, 70, 130):
+        late.at(s)
+        act(late, lambda: extension.sweep(late.ctx, late.db, [VISITS]))
+    assert not cursor.get().exists

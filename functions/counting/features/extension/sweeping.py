@@ -28,6 +28,7 @@ SWEEP_MAX_SHARDS = 1000  # shards the scheduled sweep's query reads per run (and
 SWEEP_BUDGET_S = 20.0
 SWEEP_BACKOFF_MAX = 4  # a run that moves nothing waits at most 2**4 minutes for the next
 SWEEP_CURSOR = "extension_sweep"  # in `internal`: the path after which the next sweep reads
+COUNTS = ("round_read", "round_moved", "quiet")  # the cursor's tallies (0 when it has none)
 
 
 def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration], *,
@@ -111,15 +112,18 @@ def sweep(ctx: Context, db: firestore.Client, declared: Iterable[Declaration], *
         ended = state.get("round_ended")
         unchanged = isinstance(ended, dt.datetime) and (newest is None or newest <= ended)
         quiet = min(quiet + 1, SWEEP_BACKOFF_MAX) if read and not moved and unchanged else 0
+        # A round that read nothing (no shard anywhere) leaves the cursor as it was: an idle
+        # project's sweep writes nothing.
         update.update(round_read=0, round_moved=0, round_newest=None, quiet=quiet,
-                      round_ended=now,
+                      round_ended=now if read else state.get("round_ended"),
                       wait_until=now + dt.timedelta(minutes=2**quiet) if quiet else None)
         if quiet:
             log.warning("the sweep read %d shards round the collection group, none written "
                         "since the last round, and could move none (they hold what cannot be "
                         "counted: a fraction, another app's fields): the next round in %d "
                         "minutes", read, 2**quiet)
-    if update != {k: state.get(k) for k in update}:
+    current = {**dict.fromkeys(update), **dict.fromkeys(COUNTS, 0), **state}
+    if update != {key: current[key] for key in update}:
         # At the version read: a late or overlapping run's cursor never replaces a newer one.
         try:
             if cursor.exists:
