@@ -46,11 +46,12 @@ def create_counter(req: Request) -> dict[str, Any]:
 
 @client_callable
 def configure_counter(req: Request) -> dict[str, Any]:
-    require_admin(req)
-    data = inputs.payload(req.data, {"counter", "policy"})
+    uid = require_admin(req)
+    data = inputs.payload(req.data, {"counter", "policy", "request_id"})
     counter = inputs.counter_id(inputs.required(data, "counter"))
     chosen = policy.parse(inputs.required(data, "policy"))
-    configured = counters.configure_counter(context(), db(), counter, chosen)
+    configured = counters.configure_counter(context(), db(), counter, chosen, uid=uid,
+                                            request_id=inputs.request_id(data.get("request_id")))
     return {"counter": counter, "policy": configured.to_document()}
 
 
@@ -102,8 +103,9 @@ def get_count(req: Request) -> dict[str, Any]:
 
 @client_callable
 def reset_counter(req: Request) -> dict[str, Any]:
-    require_admin(req)
-    data = inputs.payload(req.data, {"counter"})
+    uid = require_admin(req)
+    data = inputs.payload(req.data, {"counter", "request_id"})
     counter = inputs.counter_id(inputs.required(data, "counter"))
-    counters.reset_counter(context(), db(), counter)
+    counters.reset_counter(context(), db(), counter, uid=uid,
+                           request_id=inputs.request_id(data.get("request_id")))
     return {"counter": counter, "count": 0}

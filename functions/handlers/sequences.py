@@ -22,14 +22,16 @@ def require_member(req: Request, tenant: str) -> str:
 
 @client_callable
 def configure_sequence(req: Request) -> dict[str, Any]:
-    require_admin(req)
-    data = inputs.payload(req.data, {"tenant", "timezone", "reset_time"})
+    uid = require_admin(req)
+    data = inputs.payload(req.data, {"tenant", "timezone", "reset_time", "request_id"})
     configured = sequences.configure_sequence(
         context(),
         db(),
         inputs.tenant_id(inputs.required(data, "tenant")),
         timezone=inputs.timezone(inputs.required(data, "timezone")),
         reset_time=inputs.reset_time(data.get("reset_time")),
+        uid=uid,
+        request_id=inputs.request_id(data.get("request_id")),
     )
     return {"tenant": configured.tenant, "timezone": configured.timezone,
             "reset_time": configured.reset_time}
@@ -50,8 +52,9 @@ def next_number(req: Request) -> dict[str, Any]:
 @client_callable
 def reset_sequence(req: Request) -> dict[str, Any]:
     caller(req)
-    data = inputs.payload(req.data, {"tenant"})
+    data = inputs.payload(req.data, {"tenant", "request_id"})
     tenant = inputs.tenant_id(inputs.required(data, "tenant"))
+    request_id = inputs.request_id(data.get("request_id"))
     uid = require_member(req, tenant)
-    reset = sequences.reset_sequence(context(), db(), tenant, uid=uid)
+    reset = sequences.reset_sequence(context(), db(), tenant, uid=uid, request_id=request_id)
     return {"tenant": reset.tenant, "business_day": reset.business_day.isoformat()}

@@ -381,12 +381,12 @@ class Sequences:
 
     def _issued(self, run: Evidence, used: dict[tuple[str, int], int]) -> list[Finding]:
         """`issued` on each tenant's document (its open day) and on its closed days' records
-        equals the numbers used that day."""
+        (not the open day's marker) equals the numbers used that day."""
         recorded: dict[tuple[str, int], int] = {}
         for path, data in run.final.items():
             if len(path) == 2 and path[0] == config.SEQUENCES and data.get("day"):
                 recorded[(path[1], int(data["day"]))] = int(data.get("issued") or 0)
-            if len(path) == 4 and path[2] == config.BUSINESS_DAYS:
+            if len(path) == 4 and path[2] == config.BUSINESS_DAYS and "closed_at" in data:
                 day = dt.date.fromisoformat(str(data["business_day"])).toordinal()
                 recorded[(path[1], day)] = int(data.get("issued") or 0)
         return [Finding(self.name, "lost" if recorded.get(key, 0) < n else "doubled",

@@ -226,6 +226,9 @@ class Model:
 
     def scan(self, candidates: Callable[[], Iterable[Path]], filters: list[FieldFilter],
              read_time: dt.datetime | None, group: str | None) -> list[Snapshot]:
+        # The lease owner the asking actor acts for: `serve` runs in the scheduler, no actor's.
+        owner = getattr(self.sim.current(), "owner", None)
+
         def serve(arrived: int) -> list[Snapshot] | gexc.GoogleAPICallError:
             with self._lock:
                 at_us = arrived if read_time is None else self._us(read_time)
@@ -247,7 +250,7 @@ class Model:
                         return unavailable()
                     found.append(self._snapshot(path, at_us))
                 self.reads += max(1, len(found))
-                self._note_change_query(group, filters, at_us)
+                self._note_change_query(group, filters, at_us, owner)
                 return found
 
         found: list[Snapshot] | gexc.GoogleAPICallError = self._request(serve)
@@ -270,7 +273,7 @@ class Model:
             self.imports.append(now_us)
 
     def _note_change_query(self, group: str | None, filters: list[FieldFilter],
-                           at_us: int) -> None:
+                           at_us: int, owner: str | None) -> None:
         if group != config.SHARDS:
             return
         stripes = next((f.value for f in filters
@@ -279,8 +282,7 @@ class Model:
                       if f.field_path == "updated_at" and f.op_string == ">"), None)
         if stripes is not None and since is not None:
             self.change_queries.append(ChangeQuery(
-                read_us=at_us, stripes=frozenset(stripes), since=since,
-                owner=getattr(self.sim.current(), "owner", None)))
+                read_us=at_us, stripes=frozenset(stripes), since=since, owner=owner))
 
     def candidates(self, base: Callable[[], set[Path]], collection_id: str,
                    filters: list[FieldFilter]) -> Callable[[], Iterable[Path]]:

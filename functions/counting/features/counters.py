@@ -49,6 +49,7 @@ from counting.writepath.shards import (
     Landed,
     ShardWrite,
     Snapshot,
+    admin_marker,
     answer_again,
     answer_final,
     answered,
@@ -153,14 +154,15 @@ def create_counter(
     return Created(counter=counter, shards=num_shards, created=True, policy=policy or Policy())
 
 
-def configure_counter(ctx: Context, db: firestore.Client, counter: str,
-                      policy: Policy) -> Policy:
+def configure_counter(ctx: Context, db: firestore.Client, counter: str, policy: Policy, *,
+                      uid: str = "", request_id: str | None = None) -> Policy:
     """Replace a counter's write policy, at the version of the counter's document read (no
     earlier configuration can land over it: `shards.configure`); every instance applies it
-    within CONFIG_CACHE_TTL_S."""
+    within CONFIG_CACHE_TTL_S. A retry of a `request_id` that applied writes nothing."""
     configure(ctx.writing, db, counter_ref(db, ctx.names, counter),
               {"policy": policy.to_document()},
-              missing=NotFound(f"counter: {counter!r} does not exist"), what=f"counter {counter!r}")
+              missing=NotFound(f"counter: {counter!r} does not exist"), what=f"counter {counter!r}",
+              marker=admin_marker(db, ctx.names, uid, "configure_counter", counter, request_id))
     return policy
 
 
@@ -456,7 +458,8 @@ def counted(db: firestore.Client, names: Names, counter: str, uid: str) -> bool 
     return counts(voter_ref(db, names, counter, uid).get())
 
 
-def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
+def reset_counter(ctx: Context, db: firestore.Client, counter: str, *, uid: str = "",
+                  request_id: str | None = None) -> None:
     """Take every shard back by what it held at one instant, in one commit, then forget who a
     `unique` counter counts and when a `min_interval_s` counter last counted each user.
 
@@ -470,7 +473,27 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
     record keeps the read time of the shards it took back (`read_at`): the users forgotten after
     it (`forget_users`) are those whose markers were last written by then, whose increments the
     reset took back; a like that lands after that read counts after the reset, and is kept. An
-    un-like in between still takes the count to -1 (docs/api.md, reset_counter)."""
+    un-like in between still takes the count to -1 (docs/api.md, reset_counter).
+
+    With a `request_id` the commit also creates the request's marker (`admin_marker`, holding
+    `read_at`): a retry finds it and only forgets again, never takes the shards back twice. Once
+    the shards are taken back, a failure of the forgetting is `OutcomeUnknown`."""
+    marker = admin_marker(db, ctx.names, uid, "reset_counter", counter, request_id)
+    earlier = marker[0].get() if marker is not None else None
+    if earlier is not None and earlier.exists:  # this request reset the counter before
+        read_at = _read_at(earlier)
+    else:
+        read_at = _take_back(ctx, db, counter, marker)
+    with writes.after_applied(request_id, what=f"counter {counter!r} was reset"):
+        forget_users(db, ctx.names, counter, read_at,
+                     versioned=ctx.writing.protections.versioned_overwrites)
+
+
+def _take_back(ctx: Context, db: firestore.Client, counter: str,
+               marker: tuple[firestore.DocumentReference, dict[str, Any]] | None
+               ) -> dt.datetime:
+    """A reset's commit (`reset_counter`), creating `marker` too: the read time of the shards it
+    took back."""
     ref = counter_ref(db, ctx.names, counter)
     snapshot = ref.get()
     if not snapshot.exists:
@@ -486,13 +509,15 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
         found = record.get()  # before the shards: a reset committed since fails our commit
         snapshots = list(ref.collection(ctx.names.shards).stream())  # one instant: a query's
         held = {s.reference: int((s.to_dict() or {}).get("count") or 0) for s in snapshots}
-        read_at = snapshots[0].read_time if snapshots else found.read_time
+        read_at: dt.datetime = snapshots[0].read_time if snapshots else found.read_time
         moved = [taken_back(writing, db, shard, count) for shard, count in held.items()
                  if count]
+        mark = {"at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce, "read_at": read_at,
+                "shards": [write.ref.path for write in moved]}
         batch = db.batch()
-        write_at_version(db, batch, record, {
-            "at": firestore.SERVER_TIMESTAMP, writes.NONCE: nonce, "read_at": read_at,
-            "shards": [write.ref.path for write in moved]}, found)
+        write_at_version(db, batch, record, mark, found)
+        if marker is not None:
+            encoding.create(batch, marker[0], {**marker[1], **mark})
         if not writing.protections.reset_through_rollup:
             # What resets did before: the rollup's count and memory zeroed outside its lease.
             batch.update(ref, {"count": 0, "updated_at": firestore.SERVER_TIMESTAMP})
@@ -502,23 +527,29 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str) -> None:
             write.add_to(batch)
         try:
             results = writing.resending(functools.partial(writing.send, batch),
-                                        request_id=None)
+                                        request_id=marker and marker[1]["request_id"])
         except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
-            again = record.get()
+            with writes.finding_out(error, request_id=marker and marker[1]["request_id"]):
+                again = record.get()
+                twin = marker[0].get() if marker is not None else None
+            if twin is not None and twin.exists:  # an attempt of this request applied
+                settle(writing, db, marker_landed(db, ctx.names, twin))
+                return _read_at(twin)
             if nonce_of(again) == nonce:  # an earlier attempt of this reset applied
                 settle(writing, db, marker_landed(db, ctx.names, again))
-                read_at = (again.to_dict() or {})["read_at"]  # our own record keeps it
-                break
+                return _read_at(again)  # our own record keeps it
             if isinstance(error, gexc.NotFound) or nonce_of(again) != nonce_of(found):
                 continue  # a shard folded away, or another reset committed: read again
             raise
         settle(writing, db, landed(moved, results))
-        break
-    else:
-        raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; "
-                      "retry")
-    forget_users(db, ctx.names, counter, read_at,
-                 versioned=writing.protections.versioned_overwrites)
+        return read_at
+    raise Aborted(f"counter: {counter!r}: other resets or folds kept getting in the way; retry")
+
+
+def _read_at(applied: Snapshot) -> dt.datetime:
+    """The read time of the shards a reset took back, from its record or request marker."""
+    read_at: dt.datetime = (applied.to_dict() or {})["read_at"]
+    return read_at
 
 
 def taken_back(writing: Writing, db: firestore.Client, shard: firestore.DocumentReference,

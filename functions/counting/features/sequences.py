@@ -223,21 +223,32 @@ def configure_sequence(
     *,
     timezone: str,
     reset_time: str = config.DEFAULT_RESET_TIME,
+    uid: str = "",
+    request_id: str | None = None,
     now: dt.datetime | None = None,
 ) -> SequenceConfig:
     """Set the tenant's business-day rule and open its current business day if it is new.
 
     Numbers already issued today keep counting unless the new rule puts `now` in a later
-    business day; a rule never moves the open day backwards.
+    business day; a rule never moves the open day backwards. The rule is in force once its
+    commit applied: opening the day after it is the first number's work too (`_ready_for_today`
+    opens it lazily), so a failure there is logged, never answered. A retry of a `request_id`
+    that applied writes nothing.
     """
     found = SequenceConfig(tenant=tenant, timezone=timezone, reset_time=reset_time)
     # At the version read: no attempt of an earlier configuration lands over this one.
     shards.configure(ctx.writing, db, sequence_ref(db, ctx.names, tenant),
                      {"timezone": timezone, "reset_time": reset_time,
                       "configured_at": firestore.SERVER_TIMESTAMP},
-                     missing=None, what=f"tenant {tenant!r}")
+                     missing=None, what=f"tenant {tenant!r}",
+                     marker=shards.admin_marker(db, ctx.names, uid, "configure_sequence", tenant,
+                                                request_id))
     today = business_day_for(now or ctx.writing.clock.now(), found.reset_at, found.zone)
-    ctx.sequences.saw(db, found, _open_day(db, ctx.names, tenant, today), fresh=True)
+    try:
+        ctx.sequences.saw(db, found, _open_day(db, ctx.names, tenant, today), fresh=True)
+    except writes.FAILED + (FailedPrecondition,) as error:
+        log.warning("tenant %r: configured; opening %s is left to its first number: %r",
+                    tenant, today, error)
     return found
 
 
@@ -271,27 +282,115 @@ def reset_sequence(
     tenant: str,
     *,
     uid: str = "",
+    request_id: str | None = None,
     now: dt.datetime | None = None,
 ) -> Reset:
     """Restart numbering at 1 within the current business day (a shift change).
 
     Numbers issued before stay valid: they belong to the previous epoch, and the document's
-    `resets` list records how many numbers had been issued when each epoch began.
+    `resets` list records how many numbers had been issued when each epoch began. The reset's
+    commit creates a request marker (`admin_marker`, named by the `request_id`, else by a nonce
+    of this call) and needs its business day still open, so that of its attempts at most one
+    applies, never in a later day (`_reset_once`); a retry of a `request_id` finds the marker
+    and only records the reset again. Once the reset applied, a failure to record it is
+    `OutcomeUnknown`.
     """
     cache = ctx.sequences
     found = _ready_for_today(db, ctx.names, tenant, now, cache, ctx.writing.clock)
-    ref = sequence_ref(db, ctx.names, tenant)
+    marker = shards.admin_marker(db, ctx.names, uid, "reset_sequence", tenant,
+                                 request_id or ctx.writing.nonce())
+    assert marker is not None
+    earlier = marker[0].get() if request_id is not None else None
+    if earlier is not None and earlier.exists:  # this request reset the sequence before
+        applied = earlier
+    else:
+        applied = _reset_once(ctx.writing, db, found, marker, request_id=request_id)
+    with writes.after_applied(request_id, what=f"tenant {tenant!r} was reset"):
+        reset = _record_reset(db, ctx.names, found, applied)
+    cache.saw(db, found, reset.business_day.toordinal())
+    return reset
+
+
+# A business day's open marker, `business_days/{YYYY-MM-DD}.open`: it exists while that day is
+# the sequence's open day (`_open_day` creates the new day's and deletes the closed one's).
+_OPEN = ".open"
+
+
+def _open_marker_ref(db: firestore.Client, names: Names, tenant: str, day: dt.date
+                     ) -> firestore.DocumentReference:
+    return db.collection(names.sequences, tenant, names.business_days).document(
+        day.isoformat() + _OPEN)
+
+
+def _opening(day: dt.date) -> dict[str, Any]:
+    return {"business_day": day.isoformat(), config.EXPIRES_AT: _expiry()}
+
+
+def _reset_once(writing: Writing, db: firestore.Client, found: SequenceConfig,
+                marker: tuple[firestore.DocumentReference, dict[str, Any]], *,
+                request_id: str | None) -> Snapshot:
+    """Commit a reset of the sequence's open day: its write to the sequence (`_RESET_WRITE`),
+    the creation of the request's `marker` (so of its attempts at most one applies, and one
+    that fails on it finds it applied) and an update of the day's open marker (which fails
+    once the day closed, so no attempt restarts a later day). Returns the request's marker as
+    the reset's commit created it."""
+    ref = sequence_ref(db, writing.names, found.tenant)
+    for _ in range(config.SEQUENCE_OPEN_DAY_ATTEMPTS):
+        snapshot = ref.get()
+        data = (snapshot.to_dict() or {}) if snapshot.exists else {}
+        _config_from(found.tenant, data)
+        day = dt.date.fromordinal(int(data.get("day") or 1))
+        opened = _open_marker_ref(db, writing.names, found.tenant, day)
+        if not opened.get().exists:  # a day opened before open markers: mark it, while open
+            batch = db.batch()
+            batch.set(opened, _opening(day))
+            batch.update(ref, {"day": day.toordinal()},
+                         option=db.write_option(last_update_time=snapshot.update_time))
+            with contextlib.suppress(gexc.FailedPrecondition, gexc.NotFound):
+                batch.commit(retry=writes.IDEMPOTENT)
+            continue
+        batch = db.batch()
+        encoding.update(batch, ref, _RESET_WRITE)
+        batch.update(opened, {"last_reset": marker[0].id})  # needs the day open
+        encoding.create(batch, marker[0], {**marker[1], "reset_day": day.isoformat()})
+        try:
+            writing.resending(functools.partial(writing.send, batch), request_id=request_id)
+        except gexc.AlreadyExists as error:  # the marker: an attempt of this request applied
+            with writes.finding_out(error, request_id=request_id):
+                return marker[0].get()
+        except writes.PRECONDITIONS:
+            continue  # the day closed since the read (or the sequence is gone): read again
+        applied: Snapshot = marker[0].get()
+        return applied
+    raise FailedPrecondition(f"tenant: could not reset {found.tenant!r} (too much contention)")
+
+
+def _record_reset(db: firestore.Client, names: Names, found: SequenceConfig,
+                  applied: Snapshot) -> Reset:
+    """Record a reset that applied (`applied`: the request marker its commit created) in the
+    sequence's `resets`, read from the sequence as that commit left it (at the marker's create
+    time); an ArrayUnion of the same entry, so recording it again changes nothing, and only
+    while its day is still open (with the open marker: a closed day's record is its archive).
+    A reset older than a snapshot read reaches is answered without its epoch."""
+    mark = applied.to_dict() or {}
+    day = dt.date.fromisoformat(str(mark["reset_day"]))
+    ref = sequence_ref(db, names, found.tenant)
+    try:
+        after = ref.get(read_time=applied.create_time).to_dict() or {}
+    except (gexc.FailedPrecondition, gexc.InvalidArgument):
+        after = {}  # past the hour a snapshot read reaches: long recorded or archived
+    reset = Reset(tenant=found.tenant, business_day=day, epoch=int(after.get("epoch", 0)))
+    if int(after.get("day", 0)) != day.toordinal():
+        return reset
     batch = db.batch()
-    batch.update(ref, _RESET_WRITE)
-    [result] = _write_configured(tenant, ctx.writing.commit_once, batch)
-    after = _transformed(_RESET_WRITE, result)
-    cache.saw(db, found, after["day"])
-    business_day = dt.date.fromordinal(after["day"])
-    ref.update({"resets": firestore.ArrayUnion([{
-        "business_day": business_day.isoformat(), "epoch": after["epoch"],
-        "issued_before": after["issued"], "at": result.update_time, "by": uid,
-    }])}, retry=writes.IDEMPOTENT)
-    return Reset(tenant=tenant, business_day=business_day, epoch=after["epoch"])
+    batch.update(ref, {"resets": firestore.ArrayUnion([{
+        "business_day": day.isoformat(), "epoch": reset.epoch,
+        "issued_before": int(after.get("issued", 0)), "at": mark.get("at"),
+        "by": mark.get("uid", "")}])})
+    batch.update(_open_marker_ref(db, names, found.tenant, day), {"recorded": True})
+    with contextlib.suppress(gexc.NotFound):  # the day closed: its archive keeps its resets
+        batch.commit(retry=writes.IDEMPOTENT)
+    return reset
 
 
 # --- Internals ----------------------------------------------------------------------------------
@@ -327,8 +426,11 @@ def _open_day(db: firestore.Client, names: Names, tenant: str, today: dt.date) -
             return current
         batch = db.batch()
         if current:
-            batch.set(business_day_ref(db, names, tenant, dt.date.fromordinal(current)),
-                      _closed_day(found, dt.date.fromordinal(current), data))
+            closed = dt.date.fromordinal(current)
+            batch.set(business_day_ref(db, names, tenant, closed),
+                      _closed_day(found, closed, data))
+            batch.delete(_open_marker_ref(db, names, tenant, closed))
+        batch.set(_open_marker_ref(db, names, tenant, today), _opening(today))
         batch.update(
             ref,
             {"business_day": today.isoformat(), "day": today.toordinal(), "epoch": 0,

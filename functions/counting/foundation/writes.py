@@ -116,6 +116,24 @@ def lost(request_id: str | None) -> OutcomeUnknown:
                           request_id=request_id)
 
 
+@contextlib.contextmanager
+def after_applied(request_id: str | None, *, what: str) -> Iterator[None]:
+    """Around the later steps of an operation whose first commit applied (`what` it did): any
+    failure there is `OutcomeUnknown`, never a code that says nothing was written. Each later
+    step is idempotent, so a retry with `request_id` finds the first commit applied and runs
+    them again (docs/api.md, "What an answer promises")."""
+    try:
+        yield
+    except OutcomeUnknown:
+        raise
+    except Exception as error:
+        raise OutcomeUnknown(
+            f"{what}, but a later step failed ({type(error).__name__}); "
+            + ("retry with the same request_id to finish it" if request_id is not None else
+               "it is in force: a retry with a request_id finishes the rest"),
+            request_id=request_id) from error
+
+
 def resending(attempt: Callable[[], T], *, request_id: str | None, clock: Clock) -> T:
     """Run `attempt` (a guarded commit) until it gives an answer: again after an error that
     leaves its outcome unknown, or after ABORTED (contention: nothing written), for up to

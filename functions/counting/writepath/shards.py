@@ -273,6 +273,21 @@ def request_marker_ref(db: firestore.Client, names: Names, uid: str,
     return db.collection(names.requests).document(key)
 
 
+def admin_marker(db: firestore.Client, names: Names, uid: str, operation: str, target: str,
+                 request_id: str | None, **extra: Any
+                 ) -> tuple[firestore.DocumentReference, dict[str, Any]] | None:
+    """The request marker of an admin operation (`operation` on `target`: a reset, a
+    configuration) with a `request_id`, and its fields (`extra` besides): None without one. The
+    commit that applies the operation creates it, so that a retry finds it applied and only
+    finishes its later steps. Named apart from the increments' markers (a request_id holds no
+    `:`)."""
+    if request_id is None:
+        return None
+    ref = request_marker_ref(db, names, uid, f"{operation}:{target}:{request_id}")
+    return ref, request_marker_fields(uid, request_id, [target], {
+        "operation": operation, "at": firestore.SERVER_TIMESTAMP, **extra})
+
+
 def request_marker_fields(uid: str, request_id: str, counters: list[str],
                           mark: dict[str, Any]) -> dict[str, Any]:
     """A request marker: created in the same commit as the request's shard writes. `mark` holds
@@ -346,14 +361,19 @@ CONFIGURE_ATTEMPTS = 5  # reads of one configuration's document, each after a wr
 
 
 def configure(writing: Writing, db: firestore.Client, ref: firestore.DocumentReference,
-              fields: dict[str, Any], *, missing: Exception | None, what: str) -> None:
+              fields: dict[str, Any], *, missing: Exception | None, what: str,
+              marker: tuple[firestore.DocumentReference, dict[str, Any]] | None = None) -> None:
     """Write a configuration's `fields` into `ref` at the version read (created when missing,
     unless `missing` is raised then), so that no attempt of it can land over a newer write: a
     resend after a lost answer, or a commit that lands late, fails its precondition once anything
     (another configuration, the rollup, a number issued) wrote the document since its read. An
     attempt that fails it reads the document again: its own nonce there means an earlier attempt
     applied; anything else, it is written again at the new version. Aborted after
-    CONFIGURE_ATTEMPTS reads."""
+    CONFIGURE_ATTEMPTS reads. With `marker` (an admin request's marker and its fields,
+    `admin_marker`), the commit creates it too: a retry of that request_id finds it and writes
+    nothing, even after another configuration."""
+    if marker is not None and marker[0].get().exists:
+        return  # this request applied before
     if not writing.protections.versioned_overwrites:  # as before: a blind merge, resent
         if missing is not None and not ref.get().exists:
             raise missing
@@ -372,12 +392,15 @@ def configure(writing: Writing, db: firestore.Client, ref: firestore.DocumentRef
                          option=db.write_option(last_update_time=found.update_time))
         else:
             batch.create(ref, {**fields, CONFIGURED_BY: nonce})
+        if marker is not None:
+            encoding.create(batch, marker[0], {**marker[1], writes.NONCE: nonce})
         try:
             writing.resending(functools.partial(writing.send, batch), request_id=None)
             return
         except writes.PRECONDITIONS as error:
             with writes.finding_out(error, request_id=None):
                 again = ref.get()
-            if again.exists and (again.to_dict() or {}).get(CONFIGURED_BY) == nonce:
+                mine = marker is not None and marker[0].get().exists  # or a twin attempt's
+            if mine or (again.exists and (again.to_dict() or {}).get(CONFIGURED_BY) == nonce):
                 return
     raise Aborted(f"{what}: other writes kept getting in the way; retry")
