@@ -269,7 +269,8 @@ class Guarded:
                 results = self.writing.resending(self._commit, request_id=self.request_id)
             except writes.PRECONDITIONS as error:
                 with writes.finding_out(error, request_id=self.request_id):
-                    done, answer = self._found()
+                    done, answer = self._found(after_unknown=getattr(error, "after_unknown",
+                                                                     False))
                 if done:
                     return answer
                 if isinstance(error, gexc.NotFound):
@@ -293,9 +294,9 @@ class Guarded:
     def _commit(self) -> list[Any]:
         """One attempt: the markers as last read, then the shard (last: `landed`). A voter or
         pacing marker, rewritten by this user's later requests too, keeps the nonces of the
-        last RECENT_NONCES requests that wrote it, so that an attempt whose answer was lost
-        still finds its own after another request of the user came."""
-        batch = self.db.batch()
+        requests that wrote it in the last NONCE_KEEP_S (`recent_nonces`), so that an attempt
+        whose answer was lost still finds its own after other requests of the user came."""
+        batch, now = self.db.batch(), self.writing.clock.now()
         mark = {"uid": self.uid, "at": firestore.SERVER_TIMESTAMP, writes.NONCE: self.nonce,
                 "shards": [self.write.ref.path]}
         if self.marker is not None:
@@ -305,9 +306,9 @@ class Guarded:
             voter = voter_ref(self.db, self.writing.names, self.counter, self.uid)
             write_at_version(self.db, batch, voter,
                              {**mark, "counted": self.by > 0,
-                              NONCES: recent_nonces(self.voter, self.nonce)}, self.voter)
+                              NONCES: recent_nonces(self.voter, self.nonce, now)}, self.voter)
         if self.interval_s:
-            self._pace(batch, {**mark, NONCES: recent_nonces(self.pacing, self.nonce)})
+            self._pace(batch, {**mark, NONCES: recent_nonces(self.pacing, self.nonce, now)})
         self.write.add_to(batch)
         return self.writing.send(batch)
 
@@ -328,11 +329,13 @@ class Guarded:
                     f"{self.interval_s} s; retry in {wait.total_seconds():.0f} s")
         write_at_version(self.db, batch, ref, fields, found)
 
-    def _found(self) -> tuple[bool, dt.datetime | None]:
+    def _found(self, *, after_unknown: bool) -> tuple[bool, dt.datetime | None]:
         """After a failed precondition, from the markers read afresh: (True, the commit time of
         an earlier attempt of this request that applied), (True, None) when there is nothing to
         do (the request_id applied before, or the voter already as asked), or (False, None):
-        plan again on what was read."""
+        plan again on what was read. When an earlier attempt's outcome was unknown
+        (`after_unknown`) and no marker holds this request's nonce, it may have applied and been
+        rewritten past what a marker keeps: `OutcomeUnknown`, never a plan on what was read."""
         guards = [ref for ref in (self.marker,) if ref is not None]
         if self.unique:
             guards.append(voter_ref(self.db, self.writing.names, self.counter, self.uid))
@@ -358,6 +361,8 @@ class Guarded:
             settle(self.writing, self.db,
                    marker_landed(self.db, self.writing.names, found[self.marker.path]))
             return True, None
+        if after_unknown:
+            raise writes.lost(self.request_id)
         if self.unique:
             self.voter = found[voter_ref(self.db, self.writing.names, self.counter, self.uid).path]
             if counts(self.voter) == (self.by > 0):

@@ -246,10 +246,14 @@ def configure_sequence(
     today = business_day_for(now or ctx.writing.clock.now(), found.reset_at, found.zone)
     try:
         ctx.sequences.saw(db, found, _open_day(db, ctx.names, tenant, today), fresh=True)
-    except writes.FAILED + (FailedPrecondition,) as error:
+    except _NOT_OPENED as error:
         log.warning("tenant %r: configured; opening %s is left to its first number: %r",
                     tenant, today, error)
     return found
+
+
+# What opening the day after a configuration may raise: logged, the rule is in force.
+_NOT_OPENED: tuple[type[Exception], ...] = (*writes.FAILED, FailedPrecondition)
 
 
 def next_number(

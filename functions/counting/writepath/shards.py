@@ -38,9 +38,16 @@ from counting.writepath.context import Writing
 
 log = logging.getLogger(__name__)
 Snapshot = firestore.DocumentSnapshot[Any]
-# On voter and pacing markers: the nonces of the last requests that wrote them.
+# On voter and pacing markers: the nonces of the requests that wrote them in the last
+# NONCE_KEEP_S, each as `nonce:ms` (its writer's clock when it planned the write, in ms since the
+# epoch). A request checks for its own nonce only while its call runs (its resends for
+# RESEND_FOR_S, the last attempt's wait, the reads after: within a callable's 60 s); twice that
+# keeps it there whenever its request looks, with instances' clocks a minute apart. At most
+# MAX_NONCES (a user rewriting their marker faster than that makes their own lost answers
+# UNKNOWN: `Guarded._found`).
 NONCES = "nonces"
-RECENT_NONCES = 8
+NONCE_KEEP_S = 120
+MAX_NONCES = 64
 
 
 @dataclass(frozen=True)
@@ -331,16 +338,30 @@ def nonce_of(marker: Snapshot) -> str | None:
     return nonce if isinstance(nonce, str) else None
 
 
-def recent_nonces(found: Snapshot | None, nonce: str) -> list[str]:
-    """The nonces a marker keeps after this request's write: its last ones, then this one."""
-    return [*nonces_of(found), nonce][-RECENT_NONCES:] if found is not None else [nonce]
+def recent_nonces(found: Snapshot | None, nonce: str, now: dt.datetime) -> list[str]:
+    """The nonces a marker keeps after this request's write, planned at `now` (the writer's
+    clock): those of `found` written in the NONCE_KEEP_S before, then this one, the newest
+    MAX_NONCES."""
+    at = _ms(now)
+    kept = [entry for entry in _entries(found)
+            if int(entry.rpartition(":")[2] or 0) >= at - NONCE_KEEP_S * 1000]
+    return [*kept, f"{nonce}:{at}"][-MAX_NONCES:]
 
 
 def nonces_of(marker: Snapshot | None) -> list[str]:
+    """The nonces a marker keeps (`recent_nonces`)."""
+    return [entry.partition(":")[0] for entry in _entries(marker)]
+
+
+def _entries(marker: Snapshot | None) -> list[str]:
     if marker is None or not marker.exists:
         return []
     kept = (marker.to_dict() or {}).get(NONCES)
     return [str(n) for n in kept] if isinstance(kept, list) else []
+
+
+def _ms(instant: dt.datetime) -> int:
+    return int(instant.timestamp() * 1000)
 
 
 def write_at_version(db: firestore.Client, batch: firestore.WriteBatch,
