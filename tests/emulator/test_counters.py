@@ -368,3 +368,22 @@ def test_a_unary_read_answers_as_the_clients_get(isolated_db: firestore.Client) 
         batch.commit()
     missing = encoding.get(isolated_db.collection("reads").document("none"))
     assert not missing.exists and missing.to_dict() is None
+
+
+def test_a_retried_reset_and_configure_apply_once(admin: Callables, suffix: str) -> None:
+    """The admin operations take a request_id: a reset retried with its id after a newer
+    increment leaves that increment counted, and a configuration retried after a newer one
+    leaves the newer in force."""
+    counter = f"reset-id-{suffix}"
+    admin.call("create_counter", counter=counter, shards=2)
+    admin.call("increment", counter=counter, by=5)
+    reset = {"counter": counter, "count": 0}
+    assert admin.call("reset_counter", counter=counter, request_id="reset-1") == reset
+    admin.call("increment", counter=counter, by=3)
+    assert admin.call("reset_counter", counter=counter, request_id="reset-1") == reset
+    assert count(admin, counter) == 3
+    narrow, wide = {"by": [1, 5]}, {"by": [1, 9]}
+    admin.call("configure_counter", counter=counter, policy=narrow, request_id="conf-1")
+    admin.call("configure_counter", counter=counter, policy=wide)
+    admin.call("configure_counter", counter=counter, policy=narrow, request_id="conf-1")
+    assert admin.call("increment", counter=counter, by=7)["applied"] is True

@@ -411,3 +411,16 @@ def test_a_number_goes_into_its_record_with_the_next_commit_or_the_housekeeping(
     assert (record("d")["number"], record("e")["number"]) == (4, 5)
     assert (number("d"), number("e"), number("f")) == (4, 5, 6)
     assert sequences.lost_records(db, NAMES) == 0  # the count `counters status` shows
+
+
+def test_a_retried_reset_resets_once(configured: str, member: Callables,
+                                     db: firestore.Client) -> None:
+    """reset_sequence retried with its request_id after a number was issued answers the same
+    business day and restarts nothing: the numbers go on, one reset on record."""
+    member.call("next_number", tenant=configured)
+    first = member.call("reset_sequence", tenant=configured, request_id="shift-2")
+    assert member.call("next_number", tenant=configured)["number"] == 1
+    assert member.call("reset_sequence", tenant=configured, request_id="shift-2") == first
+    assert member.call("next_number", tenant=configured)["number"] == 2
+    doc = db.collection("sequences").document(configured).get().to_dict() or {}
+    assert [r["issued_before"] for r in doc["resets"]] == [1]
