@@ -343,7 +343,9 @@ def shards_touched(load: Load) -> float:
     shard picked at random. Its shards are those autoscaling gives its rate, as if it took its
     share of the increments every second (a feed's active posts); a counter changed in bursts
     has fewer (the rate's 2 s rise), for `cool_down_s` after each."""
-    rate = load.increments_per_s / load.changed_per_s
+    # Rounded: two loads whose rates a float's rounding sets apart (4.5 and 4.500000000000001,
+    # one load scaled) have one shard count, not two either side of a step.
+    rate = round(load.increments_per_s / load.changed_per_s, 9)
     shards = autoscale.shards_for_rate(rate)
     return shards * -math.expm1(-rate / shards)
 

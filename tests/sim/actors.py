@@ -45,7 +45,7 @@ import itertools
 import random
 import threading
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -202,14 +202,14 @@ class Stage:
             calls: int = CLIENT_CALLS, admin: bool = False) -> Call:
         """A client's request: called again (up to `calls` times, after a pause) while its
         caller is unsure and it has a request_id (or is an admin's, who runs the command again),
-        or when it was refused as a race that a retry settles (Aborted)."""
+        or when it was told nothing was written and to retry (ABORTED, UNAVAILABLE, INTERNAL:
+        any client may, trusting that promise)."""
         for n in range(calls):
             if n:
                 self.sim.wait(self.rng.uniform(0.2, 2.0))
             made = self.history.call(request, do, answer)
             unsure = made.answer is Answer.UNSURE and (request.request_id is not None or admin)
-            again = unsure or (
-                made.answer is Answer.REFUSED and (made.error or "").startswith("Aborted"))
+            again = unsure or made.answer is Answer.RETRY
             if not again:
                 break
         return made
@@ -524,9 +524,32 @@ class Operator:
 
     def reset(self, counter: str) -> None:
         self.stage.ops["reset_counter"] += 1
-        self.stage.ask(Request(kind="reset_counter", amounts={counter: 0}),
-                       lambda: counters.reset_counter(self.ctx, self.stage.db, counter),
-                       admin=True)
+        request_id = self._admin_id()
+        with self._later_step_fails():
+            self.stage.ask(Request(kind="reset_counter", request_id=request_id,
+                                   amounts={counter: 0}),
+                           lambda: counters.reset_counter(self.ctx, self.stage.db, counter,
+                                                          uid="operator", request_id=request_id),
+                           admin=True)
+
+    def _admin_id(self) -> str | None:
+        """Half the admin operations carry a request_id, as `counters` commands do."""
+        return f"op{self._rng.randrange(10**9)}" if self._rng.random() < 0.5 else None
+
+    @contextlib.contextmanager
+    def _later_step_fails(self) -> Iterator[None]:
+        """A third of the time, the operation's first commit applies and its second (a reset's
+        forgetting or record) is ABORTED: the answer must not say nothing was written."""
+        actor = self.stage.sim.current()
+        assert actor is not None
+        script = self.stage.model.draws.scripts.setdefault(actor.name, deque())
+        if self._rng.random() < 1 / 3:
+            self.stage.tally["later_step_failures"] += 1
+            script.extend([Fate(delay_us=20_000), Fate(delay_us=20_000, refused=gexc.Aborted)])
+        try:
+            yield
+        finally:
+            script.clear()
 
     def drill(self) -> None:
         """A client counts RARE once; once the rollup has it, the operator resets RARE and a
@@ -618,10 +641,12 @@ class Operator:
     def reset_sequence(self, tenant: str) -> None:
         stage = self.stage
         stage.ops["reset_sequence"] += 1
-        stage.ask(Request(kind="reset_sequence", tenant=tenant),
-                  lambda: sequences.reset_sequence(
-                      stage.context(self.ctx.picker), stage.db, tenant, uid="operator",
-                      now=stage.sim.wall()), admin=True)
+        request_id = self._admin_id()
+        with self._later_step_fails():
+            stage.ask(Request(kind="reset_sequence", tenant=tenant, request_id=request_id),
+                      lambda: sequences.reset_sequence(
+                          stage.context(self.ctx.picker), stage.db, tenant, uid="operator",
+                          request_id=request_id, now=stage.sim.wall()), admin=True)
 
     def backfill(self) -> None:
         backfill(self.stage)
@@ -818,7 +843,7 @@ class Trigger:
         stage.ops["delivery"] += 1
         for pause in (*config.COLLECTION_RETRY_PAUSES_S, None):
             made = stage.history.call(request, lambda: counting.apply(observed, event=event))
-            transient = made.answer is Answer.UNSURE or (made.error or "").startswith("Aborted")
+            transient = made.answer in (Answer.UNSURE, Answer.RETRY)
             if not transient:
                 return
             if pause is None:

@@ -8,8 +8,9 @@ change query served) and what callers were told (`history`).
   reset's call).
 - `UniqueCounters`: a unique counter never holds more than the users its voters count, and
   exactly as many when it was never reset.
-- `Answers`: no caller was told nothing was written (a refusal, or `None`/0 from a write) by a
-  call whose write counted.
+- `Answers`: no caller was told nothing was written (a refusal; ABORTED, UNAVAILABLE or INTERNAL,
+  as the callables answer any error but `OutcomeUnknown`; or `None`/0 from a write) by a call
+  whose write counted, whichever step of an operation of several commits failed.
 - `FinalAnswers`: no request_id that was refused ever counts, whenever its attempts landed.
 - `ConfigurationsInForce`: the last configuration an admin was told was done is in force.
 - `Sequences`: no number issued twice; a request_id's retries get the number it was first given;
@@ -304,7 +305,8 @@ class Answers:
         found = []
         for request in run.history.requests:
             # A request_id's no-op says it was done already: an acknowledgement.
-            told = (Answer.REFUSED,) if request.request_id else (Answer.REFUSED, Answer.NO_OP)
+            told = (Answer.REFUSED, Answer.RETRY) if request.request_id else (
+                Answer.REFUSED, Answer.RETRY, Answer.NO_OP)
             for call in request.calls:
                 if call.answer not in told or call.answered_us is None:
                     continue
@@ -315,14 +317,23 @@ class Answers:
                     found.append(Finding(self.name, "answer",
                                          f"{call!r} ({call.value!r}), yet its write counted: "
                                          f"{counted[0]}"))
+                elif call.answer is Answer.RETRY:
+                    # Told nothing was written, retry: nothing this call sent may have applied
+                    # (a reset's first commit, with its later step failing, say).
+                    wrote = [a for a in run.landed(call) if a.changes]
+                    if wrote:
+                        found.append(Finding(self.name, "answer", (
+                            f"{call!r}, told nothing was written, yet "
+                            f"{'/'.join(wrote[0].changes[0][0])} was written at "
+                            f"{(wrote[0].commit_us or 0) / 1e6:.3f} s")))
         return found
 
 
 class FinalAnswers:
     """An answer given for a request_id is never contradicted later: once any call of a request
-    with an id was refused (ABORTED aside, which asks for a retry), no attempt of that request
-    counts, whenever it was sent or landed (`Answers` judges each call by what was sent before
-    its answer)."""
+    with an id was refused (not told to retry: ABORTED, UNAVAILABLE, INTERNAL), no attempt of
+    that request counts, whenever it was sent or landed (`Answers` judges each call by what was
+    sent before its answer)."""
 
     name = "final answers"
 
@@ -330,8 +341,7 @@ class FinalAnswers:
         found = []
         for request in run.history.requests:
             refused = [call for call in request.calls if request.request_id
-                       and call.answer is Answer.REFUSED
-                       and not (call.error or "").startswith("Aborted")]
+                       and call.answer is Answer.REFUSED]
             if not refused:
                 continue
             counted = [run.effect(a) for a in run.landed_for(request) if run.effect(a).counts]

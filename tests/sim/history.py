@@ -25,14 +25,14 @@ class Answer(enum.Enum):
     OK = "ok"  # it was done
     NO_OP = "no-op"  # done already (a request_id's), or nothing to do (a unique counter's)
     REFUSED = "refused"  # a definite refusal: nothing was written
+    RETRY = "retry"  # ABORTED, UNAVAILABLE or INTERNAL: nothing was written, retry
     UNSURE = "unsure"  # may or may not have been done (an error, or no answer at all)
 
 
-# What says nothing was written. Any other error (Firestore's, the library's RetryError, the
-# domain's OutcomeUnknown) leaves the caller unsure.
+# The domain's refusals: their codes say nothing was written, for good (with a request_id).
 REFUSALS: tuple[type[Exception], ...] = (
     errors.InvalidArgument, errors.NotFound, errors.FailedPrecondition, errors.PermissionDenied,
-    errors.ResourceExhausted, errors.Aborted)
+    errors.ResourceExhausted)
 
 
 # What a caller may be answered; anything else is a crash of the code under test.
@@ -40,13 +40,27 @@ EXPECTED: tuple[type[Exception], ...] = (errors.CounterError, gexc.GoogleAPICall
                                          gexc.RetryError)
 
 
-def answer_to(error: BaseException) -> Answer:
+# The requests made through a callable (docs/api.md); the others (triggers, the operator's
+# commands, the extension's own clients) hear Firestore's errors as they are.
+CALLABLE_KINDS = frozenset({
+    "increment", "increment_id", "increment_many", "increment_many_id", "like", "unlike", "view",
+    "track", "track_id", "next_number", "next_number_id", "reset_sequence", "reset_counter",
+    "configure_counter", "configure_sequence", "create_counter"})
+
+
+def answer_to(error: BaseException, kind: str) -> Answer:
     unknown = getattr(errors, "OutcomeUnknown", None)
     if unknown is not None and isinstance(error, unknown):
         return Answer.UNSURE
     if isinstance(error, sequences.Unreadable):
         return Answer.UNSURE  # a number was given, which its record can no longer tell
-    return Answer.REFUSED if isinstance(error, REFUSALS) else Answer.UNSURE
+    if isinstance(error, REFUSALS):
+        return Answer.REFUSED
+    # Anything else the callables answer ABORTED, UNAVAILABLE or INTERNAL (handlers.client_errors),
+    # each a promise that nothing was written (docs/api.md, "What an answer promises"); to any
+    # other caller only the domain's Aborted says so.
+    return Answer.RETRY if kind in CALLABLE_KINDS or isinstance(error, errors.Aborted) \
+        else Answer.UNSURE
 
 
 @dataclass(eq=False, kw_only=True)
@@ -72,7 +86,7 @@ class Request:
     @property
     def refused(self) -> bool:
         """Whether every caller was told it was not done."""
-        return bool(self.calls) and all(call.answer in (Answer.REFUSED, Answer.NO_OP)
+        return bool(self.calls) and all(call.answer in (Answer.REFUSED, Answer.RETRY, Answer.NO_OP)
                                         for call in self.calls) and not self.acknowledged
 
 
@@ -113,7 +127,8 @@ class History:
             made.value = do()
             made.answer = answer(made.value)
         except Exception as error:
-            made.answer, made.error = answer_to(error), f"{type(error).__name__}: {error}"
+            made.answer = answer_to(error, request.kind)
+            made.error = f"{type(error).__name__}: {error}"
             if not isinstance(error, EXPECTED):
                 self.crashes.append(f"{made!r}")
         finally:

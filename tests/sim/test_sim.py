@@ -37,7 +37,7 @@ def test_a_run_meets_every_hazard_and_operation() -> None:
     """A few seeds make every kind of operation, have the library resend, commits land tens of
     seconds late, writers and holders struck, and a partition narrow while a writer that used
     an older P lives."""
-    outcomes = [world.run(seed) for seed in range(6)]
+    outcomes = [world.run(seed) for seed in range(10)]
     ops = sum((o.ops for o in outcomes), Counter[str]())
     tally = sum((o.tally for o in outcomes), Counter[str]())
     assert {kind for kind, n in ops.items() if n} >= KINDS, KINDS - set(ops)
@@ -45,7 +45,8 @@ def test_a_run_meets_every_hazard_and_operation() -> None:
     assert max(o.max_commit_delay_s for o in outcomes) > 40.0
     assert all(tally[hazard] for hazard in ("kills", "pauses", "writer_kills", "writer_pauses",
                                             "enqueue_failures", "late_tasks", "narrowed",
-                                            "trigger_kills", "trigger_pauses"))
+                                            "trigger_kills", "trigger_pauses",
+                                            "later_step_failures"))
 
 
 def test_without_the_protections_straddling_writes_are_lost() -> None:

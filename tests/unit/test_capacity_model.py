@@ -16,7 +16,7 @@ import pytest
 from capacity_model import Design, Load, OpCosts
 from counting.rollup import cadence
 from counting.writepath import partitions
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +84,9 @@ def test_p_is_a_power_of_two_up_to_the_homes(changed: float, ratio: float, sprea
 
 
 @given(changed_st, ratio_st, spread_st, st.floats(1, 10))
+# Found by Hypothesis in a run: the scaled load's rate 4.5 against 4.500000000000001, either side
+# of a step of the shards a counter gets (`shards_touched` rounds it now).
+@example(changed=233017.317383128, ratio=4.5, spread=1.0, factor=1.0078125)
 def test_every_figure_grows_with_the_load(changed: float, ratio: float, spread: float,
                                           factor: float) -> None:
     """A load `factor` times larger (in changed counters, increments and counters alike) needs

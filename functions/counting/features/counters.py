@@ -489,7 +489,8 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str, *, uid: str 
         read_at = _read_at(earlier)
     else:
         read_at = _take_back(ctx, db, counter, marker)
-    with writes.after_applied(request_id, what=f"counter {counter!r} was reset"):
+    with writes.after_applied(request_id, ctx.writing.protections,
+                              what=f"counter {counter!r} was reset"):
         forget_users(db, ctx.names, counter, read_at,
                      versioned=ctx.writing.protections.versioned_overwrites)
 

@@ -309,7 +309,8 @@ def reset_sequence(
         applied = earlier
     else:
         applied = _reset_once(ctx.writing, db, found, marker, request_id=request_id)
-    with writes.after_applied(request_id, what=f"tenant {tenant!r} was reset"):
+    with writes.after_applied(request_id, ctx.writing.protections,
+                              what=f"tenant {tenant!r} was reset"):
         reset = _record_reset(db, ctx.names, found, applied)
     cache.saw(db, found, reset.business_day.toordinal())
     return reset

@@ -140,6 +140,7 @@ class Protections:
     final_answers: bool = True  # a refusal of a request_id fences its attempts (a tombstone)
     versioned_overwrites: bool = True  # configurations and a reset's forgetting at a version
     guarded_takes: bool = True  # an extension move's takes apply to the shard versions it read
+    unknown_after_applied: bool = True  # a step failing after a first commit applied: UNKNOWN
 
 
 # The rollup's cadence (counting.rollup.cadence; docs/architecture.md, "Rollup cadence").
