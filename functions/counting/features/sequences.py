@@ -48,7 +48,7 @@ from google.cloud.firestore_v1.types import WriteResult
 from counting.foundation import config, encoding, writes
 from counting.foundation.clock import Clock, instant
 from counting.foundation.config import Names
-from counting.foundation.errors import FailedPrecondition
+from counting.foundation.errors import FailedPrecondition, OutcomeUnknown
 from counting.writepath import shards
 from counting.writepath.caching import TtlCache
 from counting.writepath.context import Writing
@@ -253,7 +253,7 @@ def configure_sequence(
 
 
 # What opening the day after a configuration may raise: logged, the rule is in force.
-_NOT_OPENED: tuple[type[Exception], ...] = (*writes.FAILED, FailedPrecondition)
+_NOT_OPENED: tuple[type[Exception], ...] = (*writes.FAILED, FailedPrecondition, OutcomeUnknown)
 
 
 def next_number(
@@ -419,11 +419,19 @@ def _open_day(db: firestore.Client, names: Names, tenant: str, today: dt.date) -
 
     A compare-and-set on the document's update time, so that one writer opens the day while
     numbers of the closing day may still be landing: the closed day's figures it reads are final
-    once its write commits, and it archives them in the same batch.
+    once its write commits, and it archives them in the same batch. A commit whose answer was
+    lost is found out by the next read (the day open, or not yet); a read that fails then is
+    `OutcomeUnknown`, never an error that says nothing was written.
     """
     ref = sequence_ref(db, names, tenant)
+    uncertain = False  # an attempt's answer was lost: it may have opened the day
     for _ in range(config.SEQUENCE_OPEN_DAY_ATTEMPTS):
-        snapshot = ref.get()
+        try:
+            snapshot = ref.get()
+        except writes.FAILED as error:
+            if uncertain:
+                raise writes.lost(None) from error
+            raise
         data = (snapshot.to_dict() or {}) if snapshot.exists else {}
         found = _config_from(tenant, data)
         current = int(data.get("day", 0))
@@ -448,6 +456,11 @@ def _open_day(db: firestore.Client, names: Names, tenant: str, today: dt.date) -
             batch.commit(retry=writes.IDEMPOTENT)
         except (gexc.FailedPrecondition, gexc.NotFound):
             continue  # another writer (or our own earlier attempt) changed it: look again
+        except writes.FAILED as error:
+            if writes.refused(error):
+                raise
+            uncertain = True  # it may have applied: the next read finds out
+            continue
         return today.toordinal()
     raise FailedPrecondition(f"tenant: could not open business day {today} (too much contention)")
 
