@@ -18,6 +18,7 @@ import functools
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -50,6 +51,9 @@ from .history import History
 from .model import Client, Model, Path
 from .virtual import Sim
 
+# Breaks an invariant on purpose, changing the model and the history in place.
+Tamper = Callable[[Model, History], None]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
@@ -61,6 +65,9 @@ class Settings:
     chaos: Chaos = field(default_factory=Chaos)
     partitions: int | None = None  # P at the start (None: one of actors.DRAWN_P, drawn)
     changes: int | None = None  # changes of P while writers write (None: 0 to 3, drawn)
+    # Breaks an invariant on purpose before each judging (tests/sim/test_checkers.py): the
+    # model and the history, to be changed in place.
+    tamper: Tamper | None = None
 
 
 @dataclass
@@ -147,6 +154,8 @@ def run(seed: int, *, protected: Protections = protections.ALL,
         # once more (and, past an outage of their housekeeping, after its next runs); the
         # others now: an hour later, trend windows have moved on from what they count.
         later = (checkers.Sequences, checkers.SequenceRecords)
+        if settings.tamper is not None:
+            settings.tamper(model, stage.history)
         evidence = Evidence(model, stage.history)
         for checker in checkers.every(ORDERS, EXTENSION):
             if not isinstance(checker, later):
@@ -157,6 +166,8 @@ def run(seed: int, *, protected: Protections = protections.ALL,
         while not last.done:
             sim.run_until(sim.monotonic() + 10.0)
         sim.run_until(sim.monotonic() + config.MAX_REQUEST_S)  # their commits land
+        if settings.tamper is not None:
+            settings.tamper(model, stage.history)
         evidence = Evidence(model, stage.history)
         for checker in checkers.every(ORDERS, EXTENSION):
             if isinstance(checker, later):
