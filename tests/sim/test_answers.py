@@ -8,7 +8,7 @@ import datetime as dt
 from collections import deque
 
 from counting.features import counter_refs, counters, sequences
-from counting.foundation.errors import OutcomeUnknown
+from counting.foundation.errors import FailedPrecondition, OutcomeUnknown
 from counting.writepath.policy import Policy
 from google.api_core import exceptions as gexc
 
@@ -146,3 +146,23 @@ def test_a_lost_like_outlasting_nine_toggles_is_answered_applied_once() -> None:
     assert not late.sim.crashes, late.sim.crashes
     assert isinstance(done[0], dt.datetime), done  # applied, when the first attempt committed
     assert late.counted("likes") == 0
+
+
+def test_a_reset_whose_day_closes_under_it_resets_nothing() -> None:
+    """A tenant's day starts at 12:01 UTC (60 s). A reset reads the open day at 59.9 s; its
+    commit takes a second, and the next day opens meanwhile (a number issued at 60.5 s). The
+    commit fails on the closed day's open marker: FAILED_PRECONDITION, nothing reset, and the
+    new day is not reset in its place (its numbers go on 1, 2)."""
+    late = Late()
+    late.run(lambda: sequences.configure_sequence(late.ctx, late.db, "t", timezone="UTC",
+                                                  reset_time="12:01"))
+    late.at(59.9)
+    opened: list[object] = []
+    late.sim.at(60_500_000, lambda: opened.append(
+        sequences.next_number(Late().ctx, late.db, "t", now=late.sim.wall())))
+    answer = late.run(lambda: sequences.reset_sequence(late.ctx, late.db, "t"),
+                      Fate(delay_us=1_000_000))
+    assert isinstance(answer, FailedPrecondition), answer
+    second = late.run(lambda: sequences.next_number(late.ctx, late.db, "t"))
+    assert [(t.business_day.isoformat(), t.epoch, t.number) for t in (*opened, second)
+            if isinstance(t, sequences.Ticket)] == [("2026-03-01", 0, 1), ("2026-03-01", 0, 2)]

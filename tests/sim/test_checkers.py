@@ -17,19 +17,24 @@ from tests.sim.history import Answer, History
 from tests.sim.model import Model, Path, Version
 from tests.sim.run import describe
 
-# (checker, the protection switched off, the first seed of 0..29 on which it fails).
-NEEDED = [("promptness", "overlap", 0), ("audit", "sweep", 1), ("trend totals", "sweep", 1),
-          ("counters", "single_attempt", 0), ("fencing", "lease_fence", 0),
-          ("answers", "unknown_after_applied", 0), ("final answers", "final_answers", 0),
-          ("unique counters", "versioned_overwrites", 1),
-          ("extension counters", "guarded_takes", 0), ("sequences", "single_attempt", 4)]
+# (checker, the protection switched off): each fails on some seed of SEEDS without it (which
+# seed moves with the schedule the code makes; the first was 0 to 4 for each at e220e02).
+NEEDED = [("promptness", "overlap"), ("audit", "sweep"), ("trend totals", "sweep"),
+          ("counters", "single_attempt"), ("fencing", "lease_fence"),
+          ("answers", "unknown_after_applied"), ("final answers", "final_answers"),
+          ("unique counters", "versioned_overwrites"), ("extension counters", "guarded_takes")]
+SEEDS = range(16)
 
 
-@pytest.mark.parametrize(("checker", "off", "seed"), NEEDED, ids=[n[0] for n in NEEDED])
-def test_a_checker_fails_without_the_protection_it_guards(checker: str, off: str,
-                                                           seed: int) -> None:
-    outcome = world.run(seed, protected=protections.alone_off(off))
-    assert checker in outcome.failed, describe(outcome)
+@pytest.mark.parametrize(("checker", "off"), NEEDED, ids=[n[0] for n in NEEDED])
+def test_a_checker_fails_without_the_protection_it_guards(checker: str, off: str) -> None:
+    seen = []
+    for seed in SEEDS:
+        outcome = world.run(seed, protected=protections.alone_off(off))
+        if checker in outcome.failed:
+            return
+        seen.append(describe(outcome, findings=1))
+    pytest.fail(f"{checker} found nothing on seeds {SEEDS} with {off} off:\n" + "\n".join(seen))
 
 
 def rewrite(model: Model, path: Path, **fields: object) -> None:
@@ -58,6 +63,15 @@ def collection_shard_bumped(model: Model, _: History) -> None:
     rewrite(model, path, count=int(data.get("count") or 0) + 1)
 
 
+def issued_changed(model: Model, _: History) -> None:
+    """A tenant's document says more numbers were issued today than were used (single_attempt
+    off shows it in 1 seed of 30: too rare for here)."""
+    path = next(path for path, versions in model.docs.items()
+                if len(path) == 2 and path[0] == config.SEQUENCES
+                and (versions[-1].data or {}).get("day"))
+    rewrite(model, path, issued=10**6)
+
+
 def record_renumbered(model: Model, _: History) -> None:
     """A request id's record holds a number it was not given."""
     path = next(path for path, versions in model.docs.items()
@@ -67,7 +81,7 @@ def record_renumbered(model: Model, _: History) -> None:
 
 
 BROKEN = [("configurations", policy_changed), ("collection counters", collection_shard_bumped),
-          ("sequence records", record_renumbered)]
+          ("sequences", issued_changed), ("sequence records", record_renumbered)]
 
 
 @pytest.mark.parametrize(("checker", "tamper"), BROKEN, ids=[b[0] for b in BROKEN])

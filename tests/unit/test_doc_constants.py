@@ -57,7 +57,7 @@ QUOTED: list[tuple[str, str, str, Callable[[Any], float] | None]] = [
     (ARCH, "any error still there 2 h after its claim", SEQUENCES + "RECORD_GIVE_UP_S",
      lambda seconds: seconds / 3600),
     (ARCH, "a hint kept 60 s", "counting.features.context.RETURNING_TTL_S", None),
-    (ARCH, "that wrote it in the last 120 s", "counting.writepath.shards.NONCE_KEEP_S", None),
+    (ARCH, "is kept) in the last 120 s", "counting.writepath.shards.NONCE_KEEP_S", None),
     (ARCH, "(at most 64: a request", "counting.writepath.shards.MAX_NONCES", None),
     (ARCH, "`expires_at` = now + 24 h", CONFIG + "REQUEST_MARKER_TTL", hours),
     (ARCH, "the documents of at most 5000 counters",

@@ -3,7 +3,8 @@ guarded, and what a lost answer becomes."""
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+from typing import Any, cast
 
 import pytest
 from counting.foundation import writes
@@ -126,3 +127,29 @@ def test_a_bug_is_not_taken_for_a_lost_answer() -> None:
     """Only what a request to Firestore raises counts as a lost answer."""
     with pytest.raises(KeyError):
         writes.commit_once(Batch(KeyError("bug")), ALL)  # type: ignore[arg-type]
+
+
+def test_a_markers_nonces_are_kept_by_time_and_old_ones_are_read() -> None:
+    """A voter or pacing marker keeps the nonces written in the last NONCE_KEEP_S (at most
+    MAX_NONCES); one written before times were kept (plain nonces, no `nonces_ms`) is read and
+    kept, never fails the write."""
+    from types import SimpleNamespace
+
+    from counting.writepath import shards
+
+    def marker(data: dict[str, object]) -> shards.Snapshot:
+        return cast(shards.Snapshot, SimpleNamespace(exists=True, to_dict=lambda: data))
+
+    now = dt.datetime(2026, 12, 7, 12, 0, tzinfo=dt.UTC)
+    ms = round(now.timestamp() * 1000)
+    old = marker({shards.NONCES: [f"{n:032x}" for n in range(8)]})
+    kept = shards.recent_nonces(old, "new", now)
+    assert kept[shards.NONCES] == [*(f"{n:032x}" for n in range(8)), "new"]
+    assert kept[shards.NONCES_MS] == [*([0] * 8), ms]
+    timed = marker({shards.NONCES: ["stale", "fresh"],
+                    shards.NONCES_MS: [ms - shards.NONCE_KEEP_S * 1000 - 1, ms - 1000]})
+    assert shards.nonces_of(timed) == ["stale", "fresh"]
+    assert shards.recent_nonces(timed, "new", now)[shards.NONCES] == ["fresh", "new"]
+    many = marker({shards.NONCES: [str(n) for n in range(100)],
+                   shards.NONCES_MS: [ms] * 100})
+    assert len(shards.recent_nonces(many, "new", now)[shards.NONCES]) == shards.MAX_NONCES

@@ -44,7 +44,6 @@ from counting.writepath import autoscale, partitions
 from counting.writepath.context import Writing
 from counting.writepath.policy import Policy
 from counting.writepath.shards import (
-    NONCES,
     REFUSALS,
     Landed,
     ShardWrite,
@@ -306,9 +305,9 @@ class Guarded:
             voter = voter_ref(self.db, self.writing.names, self.counter, self.uid)
             write_at_version(self.db, batch, voter,
                              {**mark, "counted": self.by > 0,
-                              NONCES: recent_nonces(self.voter, self.nonce, now)}, self.voter)
+                              **recent_nonces(self.voter, self.nonce, now)}, self.voter)
         if self.interval_s:
-            self._pace(batch, {**mark, NONCES: recent_nonces(self.pacing, self.nonce, now)})
+            self._pace(batch, {**mark, **recent_nonces(self.pacing, self.nonce, now)})
         self.write.add_to(batch)
         return self.writing.send(batch)
 
@@ -544,6 +543,11 @@ def _take_back(ctx: Context, db: firestore.Client, counter: str,
             if nonce_of(again) == nonce:  # an earlier attempt of this reset applied
                 settle(writing, db, marker_landed(db, ctx.names, again))
                 return _read_at(again)  # our own record keeps it
+            if getattr(error, "after_unknown", False):
+                # An attempt whose answer was lost may have applied, its nonce since
+                # overwritten by another reset: taking the shards back again could undo
+                # increments made in between.
+                raise writes.lost(marker and marker[1]["request_id"]) from error
             if isinstance(error, gexc.NotFound) or nonce_of(again) != nonce_of(found):
                 continue  # a shard folded away, or another reset committed: read again
             raise

@@ -237,12 +237,14 @@ def configure_sequence(
     """
     found = SequenceConfig(tenant=tenant, timezone=timezone, reset_time=reset_time)
     # At the version read: no attempt of an earlier configuration lands over this one.
-    shards.configure(ctx.writing, db, sequence_ref(db, ctx.names, tenant),
+    written = shards.configure(ctx.writing, db, sequence_ref(db, ctx.names, tenant),
                      {"timezone": timezone, "reset_time": reset_time,
                       "configured_at": firestore.SERVER_TIMESTAMP},
                      missing=None, what=f"tenant {tenant!r}",
                      marker=shards.admin_marker(db, ctx.names, uid, "configure_sequence", tenant,
                                                 request_id))
+    if not written:  # a retry of a request that applied: the rule in force may be newer
+        return found
     today = business_day_for(now or ctx.writing.clock.now(), found.reset_at, found.zone)
     try:
         ctx.sequences.saw(db, found, _open_day(db, ctx.names, tenant, today), fresh=True)
@@ -294,24 +296,27 @@ def reset_sequence(
     Numbers issued before stay valid: they belong to the previous epoch, and the document's
     `resets` list records how many numbers had been issued when each epoch began. The reset's
     commit creates a request marker (`admin_marker`, named by the `request_id`, else by a nonce
-    of this call) and needs its business day still open, so that of its attempts at most one
-    applies, never in a later day (`_reset_once`); a retry of a `request_id` finds the marker
-    and only records the reset again. Once the reset applied, a failure to record it is
-    `OutcomeUnknown`.
+    of this call) and needs the business day it read still open, so that of its attempts at
+    most one applies, never in a later day (`_reset_once`); a retry of a `request_id` finds the
+    marker and only records the reset again. Once the reset applied, a failure to record it (or
+    to read it back) is `OutcomeUnknown`.
     """
-    cache = ctx.sequences
-    found = _ready_for_today(db, ctx.names, tenant, now, cache, ctx.writing.clock)
     marker = shards.admin_marker(db, ctx.names, uid, "reset_sequence", tenant,
                                  request_id or ctx.writing.nonce())
     assert marker is not None
     earlier = marker[0].get() if request_id is not None else None
+    cache = ctx.sequences
     if earlier is not None and earlier.exists:  # this request reset the sequence before
-        applied = earlier
+        applied: _Applied | None = None
+        found = cache.get(db, ctx.names, tenant)[0]
     else:
+        found = _ready_for_today(db, ctx.names, tenant, now, cache, ctx.writing.clock)
         applied = _reset_once(ctx.writing, db, found, marker, request_id=request_id)
     with writes.after_applied(request_id, ctx.writing.protections,
                               what=f"tenant {tenant!r} was reset"):
-        reset = _record_reset(db, ctx.names, found, applied)
+        if applied is None:  # an attempt of this request applied: read it back
+            applied = _read_back_reset(db, ctx.names, tenant, marker[0].get())
+        reset = _record_reset(db, ctx.names, tenant, applied, uid=uid)
     cache.saw(db, found, reset.business_day.toordinal())
     return reset
 
@@ -331,14 +336,27 @@ def _opening(day: dt.date) -> dict[str, Any]:
     return {"business_day": day.isoformat(), config.EXPIRES_AT: _expiry()}
 
 
+@dataclass(frozen=True)
+class _Applied:
+    """A reset that applied: its business day, its commit time, and (when known) the epoch it
+    began and the numbers issued that day before it."""
+
+    day: dt.date
+    at: dt.datetime
+    epoch: int | None
+    issued: int | None
+
+
 def _reset_once(writing: Writing, db: firestore.Client, found: SequenceConfig,
                 marker: tuple[firestore.DocumentReference, dict[str, Any]], *,
-                request_id: str | None) -> Snapshot:
+                request_id: str | None) -> _Applied | None:
     """Commit a reset of the sequence's open day: its write to the sequence (`_RESET_WRITE`),
     the creation of the request's `marker` (so of its attempts at most one applies, and one
-    that fails on it finds it applied) and an update of the day's open marker (which fails
-    once the day closed, so no attempt restarts a later day). Returns the request's marker as
-    the reset's commit created it."""
+    that fails on it finds it applied) and an update of the day's open marker (which fails once
+    the day closed, so no attempt restarts a later day). Returns what the commit applied, from
+    its own results; None when an attempt of this request applied before (its marker was
+    there). A day that closed since its read is FAILED_PRECONDITION: nothing was reset, and the
+    new day is not reset in its place."""
     ref = sequence_ref(db, writing.names, found.tenant)
     for _ in range(config.SEQUENCE_OPEN_DAY_ATTEMPTS):
         snapshot = ref.get()
@@ -346,55 +364,77 @@ def _reset_once(writing: Writing, db: firestore.Client, found: SequenceConfig,
         _config_from(found.tenant, data)
         day = dt.date.fromordinal(int(data.get("day") or 1))
         opened = _open_marker_ref(db, writing.names, found.tenant, day)
-        if not opened.get().exists:  # a day opened before open markers: mark it, while open
-            batch = db.batch()
-            batch.set(opened, _opening(day))
-            batch.update(ref, {"day": day.toordinal()},
-                         option=db.write_option(last_update_time=snapshot.update_time))
-            with contextlib.suppress(gexc.FailedPrecondition, gexc.NotFound):
-                batch.commit(retry=writes.IDEMPOTENT)
-            continue
+        if opened.get().exists:
+            break
+        # A day opened before open markers: it gets one at the sequence's version read.
         batch = db.batch()
-        encoding.update(batch, ref, _RESET_WRITE)
-        batch.update(opened, {"last_reset": marker[0].id})  # needs the day open
-        encoding.create(batch, marker[0], {**marker[1], "reset_day": day.isoformat()})
-        try:
-            writing.resending(functools.partial(writing.send, batch), request_id=request_id)
-        except gexc.AlreadyExists as error:  # the marker: an attempt of this request applied
-            with writes.finding_out(error, request_id=request_id):
-                return marker[0].get()
-        except writes.PRECONDITIONS:
-            continue  # the day closed since the read (or the sequence is gone): read again
-        applied: Snapshot = marker[0].get()
-        return applied
-    raise FailedPrecondition(f"tenant: could not reset {found.tenant!r} (too much contention)")
-
-
-def _record_reset(db: firestore.Client, names: Names, found: SequenceConfig,
-                  applied: Snapshot) -> Reset:
-    """Record a reset that applied (`applied`: the request marker its commit created) in the
-    sequence's `resets`, read from the sequence as that commit left it (at the marker's create
-    time); an ArrayUnion of the same entry, so recording it again changes nothing, and only
-    while its day is still open (with the open marker: a closed day's record is its archive).
-    A reset older than a snapshot read reaches is answered without its epoch."""
-    mark = applied.to_dict() or {}
-    day = dt.date.fromisoformat(str(mark["reset_day"]))
-    ref = sequence_ref(db, names, found.tenant)
-    try:
-        after = ref.get(read_time=applied.create_time).to_dict() or {}
-    except (gexc.FailedPrecondition, gexc.InvalidArgument):
-        after = {}  # past the hour a snapshot read reaches: long recorded or archived
-    reset = Reset(tenant=found.tenant, business_day=day, epoch=int(after.get("epoch", 0)))
-    if int(after.get("day", 0)) != day.toordinal():
-        return reset
+        batch.set(opened, _opening(day))
+        batch.update(ref, {"day": day.toordinal()},
+                     option=db.write_option(last_update_time=snapshot.update_time))
+        with contextlib.suppress(gexc.FailedPrecondition, gexc.NotFound):
+            batch.commit(retry=writes.IDEMPOTENT)
+    else:
+        raise FailedPrecondition(f"tenant: could not reset {found.tenant!r} (too much "
+                                 "contention); nothing was reset")
     batch = db.batch()
-    batch.update(ref, {"resets": firestore.ArrayUnion([{
-        "business_day": day.isoformat(), "epoch": reset.epoch,
-        "issued_before": int(after.get("issued", 0)), "at": mark.get("at"),
-        "by": mark.get("uid", "")}])})
-    batch.update(_open_marker_ref(db, names, found.tenant, day), {"recorded": True})
-    with contextlib.suppress(gexc.NotFound):  # the day closed: its archive keeps its resets
+    encoding.update(batch, ref, _RESET_WRITE)
+    batch.update(opened, {"last_reset": marker[0].id})  # needs the day open
+    encoding.create(batch, marker[0], {**marker[1], "reset_day": day.isoformat()})
+    try:
+        results = writing.resending(functools.partial(writing.send, batch),
+                                    request_id=request_id)
+    except gexc.AlreadyExists:
+        return None  # the marker: an attempt of this request applied
+    except gexc.NotFound as error:
+        with writes.finding_out(error, request_id=request_id):
+            mine = marker[0].get().exists  # an earlier attempt applied before the day closed
+        if mine:
+            return None
+        raise FailedPrecondition(f"tenant: {found.tenant!r}: business day {day} closed while "
+                                 "it was being reset; nothing was reset") from error
+    after = _transformed(_RESET_WRITE, results[0])
+    return _Applied(day=dt.date.fromordinal(after["day"]), at=results[0].update_time,
+                    epoch=after["epoch"], issued=after["issued"])
+
+
+def _read_back_reset(db: firestore.Client, names: Names, tenant: str,
+                     marker: Snapshot) -> _Applied:
+    """A reset of an earlier attempt, from its request marker (created by the reset's commit)
+    and the sequence as that commit left it (read at the marker's create time; past the hour a
+    snapshot read reaches, without its epoch)."""
+    day = dt.date.fromisoformat(str((marker.to_dict() or {})["reset_day"]))
+    at = marker.create_time
+    try:
+        after = sequence_ref(db, names, tenant).get(read_time=at).to_dict() or {}
+    except (gexc.FailedPrecondition, gexc.InvalidArgument):
+        return _Applied(day=day, at=at, epoch=None, issued=None)
+    if int(after.get("day", 0)) != day.toordinal():
+        return _Applied(day=day, at=at, epoch=None, issued=None)
+    return _Applied(day=day, at=at, epoch=int(after.get("epoch", 0)),
+                    issued=int(after.get("issued", 0)))
+
+
+def _record_reset(db: firestore.Client, names: Names, tenant: str, applied: _Applied, *,
+                  uid: str) -> Reset:
+    """Record a reset that applied in its day's `resets`: the sequence's while the day is open
+    (with its open marker, so never in a later day's), else the closed day's archive. An
+    ArrayUnion of the same entry (its commit time is in it), so recording it again changes
+    nothing."""
+    reset = Reset(tenant=tenant, business_day=applied.day, epoch=applied.epoch or 0)
+    if applied.epoch is None or applied.issued is None:
+        return reset  # read back past the hour: recorded long ago, or archived without it
+    entry = firestore.ArrayUnion([{
+        "business_day": applied.day.isoformat(), "epoch": applied.epoch,
+        "issued_before": applied.issued, "at": applied.at, "by": uid}])
+    batch = db.batch()
+    batch.update(sequence_ref(db, names, tenant), {"resets": entry})
+    batch.update(_open_marker_ref(db, names, tenant, applied.day), {"recorded": True})
+    try:
         batch.commit(retry=writes.IDEMPOTENT)
+    except gexc.NotFound:  # the day closed: its archive keeps its resets
+        with contextlib.suppress(gexc.NotFound):
+            business_day_ref(db, names, tenant, applied.day).update(
+                {"resets": entry}, retry=writes.IDEMPOTENT)
     return reset
 
 
@@ -458,10 +498,14 @@ def _open_day(db: firestore.Client, names: Names, tenant: str, today: dt.date) -
             continue  # another writer (or our own earlier attempt) changed it: look again
         except writes.FAILED as error:
             if writes.refused(error):
+                if uncertain:
+                    raise writes.lost(None) from error
                 raise
             uncertain = True  # it may have applied: the next read finds out
             continue
         return today.toordinal()
+    if uncertain:
+        raise writes.lost(None)
     raise FailedPrecondition(f"tenant: could not open business day {today} (too much contention)")
 
 

@@ -135,7 +135,7 @@ def after_applied(request_id: str | None, protections: Protections, *,
         raise OutcomeUnknown(
             f"{what}, but a later step failed ({type(error).__name__}); "
             + ("retry with the same request_id to finish it" if request_id is not None else
-               "it is in force: a retry with a request_id finishes the rest"),
+               "it is in force: do not repeat it (with a request_id, its retry finishes it)"),
             request_id=request_id) from error
 
 

@@ -39,13 +39,16 @@ from counting.writepath.context import Writing
 log = logging.getLogger(__name__)
 Snapshot = firestore.DocumentSnapshot[Any]
 # On voter and pacing markers: the nonces of the requests that wrote them in the last
-# NONCE_KEEP_S, each as `nonce:ms` (its writer's clock when it planned the write, in ms since the
-# epoch). A request checks for its own nonce only while its call runs (its resends for
-# RESEND_FOR_S, the last attempt's wait, the reads after: within a callable's 60 s); twice that
-# keeps it there whenever its request looks, with instances' clocks a minute apart. At most
-# MAX_NONCES (a user rewriting their marker faster than that makes their own lost answers
-# UNKNOWN: `Guarded._found`).
+# NONCE_KEEP_S (`nonces`, as before), and beside them when each was written (`nonces_ms`: its
+# writer's clock when it planned the write, in ms since the epoch). A request checks for its
+# own nonce only while its call runs (its resends for RESEND_FOR_S, the last attempt's wait, the
+# reads after: within a callable's 60 s); twice that keeps it there whenever its request looks,
+# with instances' clocks a minute apart. A nonce whose time is not known (written before times
+# were kept, or by a version that kept 8 without them) is kept. At most MAX_NONCES (a user
+# rewriting their marker faster than that makes their own lost answers UNKNOWN:
+# `Guarded._found`).
 NONCES = "nonces"
+NONCES_MS = "nonces_ms"
 NONCE_KEEP_S = 120
 MAX_NONCES = 64
 
@@ -338,30 +341,33 @@ def nonce_of(marker: Snapshot) -> str | None:
     return nonce if isinstance(nonce, str) else None
 
 
-def recent_nonces(found: Snapshot | None, nonce: str, now: dt.datetime) -> list[str]:
-    """The nonces a marker keeps after this request's write, planned at `now` (the writer's
-    clock): those of `found` written in the NONCE_KEEP_S before, then this one, the newest
-    MAX_NONCES."""
-    at = _ms(now)
-    kept = [entry for entry in _entries(found)
-            if int(entry.rpartition(":")[2] or 0) >= at - NONCE_KEEP_S * 1000]
-    return [*kept, f"{nonce}:{at}"][-MAX_NONCES:]
+def recent_nonces(found: Snapshot | None, nonce: str, now: dt.datetime) -> dict[str, Any]:
+    """A marker's nonce fields after this request's write, planned at `now` (the writer's
+    clock): the nonces of `found` written in the NONCE_KEEP_S before (or when, unknown), then
+    this one, the newest MAX_NONCES."""
+    at = round(now.timestamp() * 1000)
+    kept = [(n, ms) for n, ms in _timed(found)
+            if ms is None or ms >= at - NONCE_KEEP_S * 1000][-(MAX_NONCES - 1):]
+    return {NONCES: [*(n for n, _ in kept), nonce],
+            NONCES_MS: [*(ms if ms is not None else 0 for _, ms in kept), at]}
 
 
 def nonces_of(marker: Snapshot | None) -> list[str]:
     """The nonces a marker keeps (`recent_nonces`)."""
-    return [entry.partition(":")[0] for entry in _entries(marker)]
+    return [n for n, _ in _timed(marker)]
 
 
-def _entries(marker: Snapshot | None) -> list[str]:
+def _timed(marker: Snapshot | None) -> list[tuple[str, int | None]]:
+    """A marker's nonces with the times they were written (None: not known)."""
     if marker is None or not marker.exists:
         return []
-    kept = (marker.to_dict() or {}).get(NONCES)
-    return [str(n) for n in kept] if isinstance(kept, list) else []
-
-
-def _ms(instant: dt.datetime) -> int:
-    return int(instant.timestamp() * 1000)
+    data = marker.to_dict() or {}
+    kept, times = data.get(NONCES), data.get(NONCES_MS)
+    nonces = [str(n) for n in kept] if isinstance(kept, list) else []
+    if not isinstance(times, list) or len(times) != len(nonces) \
+            or not all(isinstance(t, int) and not isinstance(t, bool) for t in times):
+        return [(n, None) for n in nonces]  # written without times, or by a version without
+    return [(n, t if t > 0 else None) for n, t in zip(nonces, times, strict=True)]
 
 
 def write_at_version(db: firestore.Client, batch: firestore.WriteBatch,
@@ -383,7 +389,7 @@ CONFIGURE_ATTEMPTS = 5  # reads of one configuration's document, each after a wr
 
 def configure(writing: Writing, db: firestore.Client, ref: firestore.DocumentReference,
               fields: dict[str, Any], *, missing: Exception | None, what: str,
-              marker: tuple[firestore.DocumentReference, dict[str, Any]] | None = None) -> None:
+              marker: tuple[firestore.DocumentReference, dict[str, Any]] | None = None) -> bool:
     """Write a configuration's `fields` into `ref` at the version read (created when missing,
     unless `missing` is raised then), so that no attempt of it can land over a newer write: a
     resend after a lost answer, or a commit that lands late, fails its precondition once anything
@@ -392,14 +398,16 @@ def configure(writing: Writing, db: firestore.Client, ref: firestore.DocumentRef
     applied; anything else, it is written again at the new version. Aborted after
     CONFIGURE_ATTEMPTS reads. With `marker` (an admin request's marker and its fields,
     `admin_marker`), the commit creates it too: a retry of that request_id finds it and writes
-    nothing, even after another configuration."""
+    nothing, even after another configuration. True when this call wrote it, False when that
+    retry found it."""
     if marker is not None and marker[0].get().exists:
-        return  # this request applied before
+        return False  # this request applied before
+    request_id = marker[1]["request_id"] if marker is not None else None
     if not writing.protections.versioned_overwrites:  # as before: a blind merge, resent
         if missing is not None and not ref.get().exists:
             raise missing
         ref.set(fields, merge=True, retry=writes.IDEMPOTENT)
-        return
+        return True
     nonce = writing.nonce()
     for _ in range(CONFIGURE_ATTEMPTS):
         found = ref.get()
@@ -416,12 +424,14 @@ def configure(writing: Writing, db: firestore.Client, ref: firestore.DocumentRef
         if marker is not None:
             encoding.create(batch, marker[0], {**marker[1], writes.NONCE: nonce})
         try:
-            writing.resending(functools.partial(writing.send, batch), request_id=None)
-            return
+            writing.resending(functools.partial(writing.send, batch), request_id=request_id)
+            return True
         except writes.PRECONDITIONS as error:
-            with writes.finding_out(error, request_id=None):
+            with writes.finding_out(error, request_id=request_id):
                 again = ref.get()
                 mine = marker is not None and marker[0].get().exists  # or a twin attempt's
             if mine or (again.exists and (again.to_dict() or {}).get(CONFIGURED_BY) == nonce):
-                return
+                return True
+            if getattr(error, "after_unknown", False):
+                raise writes.lost(request_id) from error
     raise Aborted(f"{what}: other writes kept getting in the way; retry")
