@@ -42,7 +42,7 @@ from counter_bench import own_db
 from counters_cli.load import percentile
 from counting.features import counters, shard_choice
 from counting.features.context import Context
-from counting.features.sequences import SequenceCache
+from counting.features.sequences.caching import SequenceCache
 from counting.foundation import config
 from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import cadence, repartition

@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from counting.features import sequences
 from counting.features.context import Context
+from counting.features.sequences import issuing, opening
 from google.cloud import firestore
 from readiness import wait_ready
 
@@ -45,19 +45,19 @@ def rate_of(work: Callable[[int], None], clients: int, per_client: int) -> float
 def one_tenant_vs_bare(db: firestore.Client, per_client: int, rounds: int) -> dict[str, float]:
     ctx = Context.offline()
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    sequences.configure_sequence(ctx, db, tenant, timezone="Europe/Paris")
+    opening.configure_sequence(ctx, db, tenant, timezone="Europe/Paris")
     bare_ref = db.collection("bench").document(f"bare-{uuid.uuid4().hex[:8]}")
     bare_ref.set({"n": 0})
     numbers: list[int] = []
 
     def domain(_: int) -> None:
-        numbers.append(sequences.next_number(ctx, db, tenant).number)
+        numbers.append(issuing.next_number(ctx, db, tenant).number)
 
     def bare(_: int) -> None:
         bare_ref.update({"n": firestore.Increment(1)})
 
     def with_request_id(_: int) -> None:
-        numbers.append(sequences.next_number(ctx, db, tenant, request_id=f"r{uuid.uuid4().hex}",
+        numbers.append(issuing.next_number(ctx, db, tenant, request_id=f"r{uuid.uuid4().hex}",
                                              uid="bench").number)
 
     rate_of(domain, CLIENTS, 10)  # warm up connections and the tenant cache
@@ -85,11 +85,11 @@ def many_tenants(db: firestore.Client, tenants: int, per_tenant: int) -> dict[st
     ctx = Context.offline()
     names = [f"bench-{uuid.uuid4().hex[:8]}-{i}" for i in range(tenants)]
     for name in names:
-        sequences.configure_sequence(ctx, db, name, timezone="America/New_York", reset_time="04:00")
+        opening.configure_sequence(ctx, db, name, timezone="America/New_York", reset_time="04:00")
     got: dict[str, list[int]] = {name: [] for name in names}
 
     def number(i: int) -> None:
-        got[names[i]].append(sequences.next_number(ctx, db, names[i]).number)
+        got[names[i]].append(issuing.next_number(ctx, db, names[i]).number)
 
     rate_of(number, tenants, 2)  # warm up
     per_s = rate_of(number, tenants, per_tenant)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import datetime as dt
 
 from callables import sign_up
-from counting.features import collections, counters, declarations, sequences, trends
+from counting.features import collections, counters, declarations, trends
 from counting.features.context import Context
+from counting.features.sequences import documents, opening
 from counting.foundation.config import Placement
 from counting.writepath.policy import Policy
 from google.api_core import exceptions as gexc
@@ -56,8 +57,8 @@ def seed(project: str) -> None:
     ctx = Context.for_process(placement=Placement())  # this repository's stack: the defaults
     for counter, policy in DEMO_POST_COUNTERS.items():
         counters.create_counter(ctx, db, counter, policy=policy)  # leaves an existing one as is
-    if not sequences.sequence_ref(db, ctx.names, DEMO_TENANT).get().exists:
-        sequences.configure_sequence(ctx, db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
+    if not documents.sequence_ref(db, ctx.names, DEMO_TENANT).get().exists:
+        opening.configure_sequence(ctx, db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
                                      reset_time=DEMO_RESET_TIME)
     email, password = DEMO_STAFF
     sign_up({"tenants": [DEMO_TENANT]}, email=email, password=password, project=project)

@@ -9,7 +9,7 @@
   and is delivered again. A partition index beyond P costs nothing: nothing enqueues to it.
 - `rollup`, scheduled by Cloud Scheduler every minute: the backstop, and the housekeeping of a
   rollup nobody writes to, for every partition; then the sequence numbers no commit carried into
-  their records (`counting.features.sequences.record_issued`), a run of the exactness audit
+  their records (`counting.features.sequences.housekeeping`), a run of the exactness audit
   (`counting.rollup.audit`) and the extension counters' sweep (`counting.features.extension`).
 """
 
@@ -22,7 +22,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import cast
 
-from counting.features import extension, sequences
+from counting.features import extension
+from counting.features.sequences import housekeeping
 from counting.foundation import config
 from counting.rollup import audit, cadence
 from counting.writepath import partitions
@@ -85,7 +86,8 @@ def rollup(event: scheduler_fn.ScheduledEvent) -> None:
         # same minute (no scheduler job of their own): a few reads each. A housekeeping that
         # failed keeps neither from its run, nor one the other.
         try:
-            sequences.record_issued(db(), placement().names, dt.datetime.now(dt.UTC))
+            housekeeping.record_issued(db(), placement().names, dt.datetime.now(dt.UTC),
+                                       context().sequence_limits)
         finally:
             try:
                 audit.run(context().writing, db())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from counting.features import sequences
+from counting.features.sequences import issuing, opening, resetting
 from counting.foundation import inputs
 
 from handlers import Request, caller, client_callable, context, db, require_admin
@@ -24,7 +24,7 @@ def require_member(req: Request, tenant: str) -> str:
 def configure_sequence(req: Request) -> dict[str, Any]:
     uid = require_admin(req)
     data = inputs.payload(req.data, {"tenant", "timezone", "reset_time", "request_id"})
-    configured = sequences.configure_sequence(
+    configured = opening.configure_sequence(
         context(),
         db(),
         inputs.tenant_id(inputs.required(data, "tenant")),
@@ -44,7 +44,7 @@ def next_number(req: Request) -> dict[str, Any]:
     tenant = inputs.tenant_id(inputs.required(data, "tenant"))
     request_id = inputs.request_id(data.get("request_id"))
     uid = require_member(req, tenant)
-    ticket = sequences.next_number(context(), db(), tenant, request_id=request_id, uid=uid)
+    ticket = issuing.next_number(context(), db(), tenant, request_id=request_id, uid=uid)
     return {"tenant": ticket.tenant, "number": ticket.number,
             "business_day": ticket.business_day.isoformat()}
 
@@ -56,5 +56,5 @@ def reset_sequence(req: Request) -> dict[str, Any]:
     tenant = inputs.tenant_id(inputs.required(data, "tenant"))
     request_id = inputs.request_id(data.get("request_id"))
     uid = require_member(req, tenant)
-    reset = sequences.reset_sequence(context(), db(), tenant, uid=uid, request_id=request_id)
+    reset = resetting.reset_sequence(context(), db(), tenant, uid=uid, request_id=request_id)
     return {"tenant": reset.tenant, "business_day": reset.business_day.isoformat()}

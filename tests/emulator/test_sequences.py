@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import requests
 from callables import Callables, CallError, User, sign_up
-from counting.features import sequences
 from counting.features.context import Context
+from counting.features.sequences import documents, housekeeping, issuing, limits, opening, resetting
 from counting.foundation import config
 from counting.foundation.config import Names
 from google.cloud import firestore
@@ -273,14 +273,14 @@ def test_numbers_restart_when_a_business_day_ends(isolated_db: firestore.Client,
     the closed day with a TTL date; a retried request_id still gets its first number."""
     db, tenant = isolated_db, "bistro"
     # New York skips 02:00-03:00 on 2024-03-10: a 02:30 reset starts that day at 03:30 EDT.
-    sequences.configure_sequence(ctx, db, tenant, timezone=NEW_YORK, reset_time="02:30",
+    opening.configure_sequence(ctx, db, tenant, timezone=NEW_YORK, reset_time="02:30",
                                  now=utc("2024-03-09T20:00"))
-    before = [sequences.next_number(ctx, db, tenant,
+    before = [issuing.next_number(ctx, db, tenant,
                                     now=utc("2024-03-10T07:29:59")) for _ in range(3)]
-    kept = sequences.next_number(ctx, db, tenant, request_id="r1", uid="u",
+    kept = issuing.next_number(ctx, db, tenant, request_id="r1", uid="u",
                                  now=utc("2024-03-10T07:29:59"))
-    after = [sequences.next_number(ctx, db, tenant, now=utc("2024-03-10T07:30")) for _ in range(2)]
-    retried = sequences.next_number(ctx, db, tenant, request_id="r1", uid="u",
+    after = [issuing.next_number(ctx, db, tenant, now=utc("2024-03-10T07:30")) for _ in range(2)]
+    retried = issuing.next_number(ctx, db, tenant, request_id="r1", uid="u",
                                     now=utc("2024-03-10T07:31"))
 
     assert [(t.business_day.isoformat(), t.number) for t in [*before, kept, *after]] == [
@@ -288,9 +288,9 @@ def test_numbers_restart_when_a_business_day_ends(isolated_db: firestore.Client,
         ("2024-03-10", 1), ("2024-03-10", 2),
     ]
     assert retried == kept
-    doc = sequences.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
+    doc = documents.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
     assert (doc["business_day"], doc["last_number"], doc["issued"]) == ("2024-03-10", 2, 2)
-    closed = sequences.business_day_ref(db, NAMES, tenant,
+    closed = documents.business_day_ref(db, NAMES, tenant,
                                         dt.date(2024, 3, 9)).get().to_dict() or {}
     assert (closed["last_number"], closed["issued"]) == (4, 4)
     # Expires the retention period after the day's end (2024-03-10 03:30 EDT = 07:30 UTC).
@@ -304,14 +304,14 @@ def test_concurrent_requests_across_the_boundary_open_the_day_once(
     """8 threads whose clocks straddle midnight: no duplicate in either day, and the new day
     counts 1..n with no gap (it was opened exactly once)."""
     db, tenant = isolated_db, "diner"
-    sequences.configure_sequence(ctx, db, tenant, timezone="UTC", now=utc("2024-05-01T12:00"))
+    opening.configure_sequence(ctx, db, tenant, timezone="UTC", now=utc("2024-05-01T12:00"))
     clocks = [utc("2024-05-01T23:59:59"), utc("2024-05-02T00:00:00")]
-    tickets: list[sequences.Ticket] = []
+    tickets: list[documents.Ticket] = []
     lock = threading.Lock()
 
     def worker(i: int) -> None:
         for n in range(10):
-            ticket = sequences.next_number(ctx, db, tenant, now=clocks[(i + n) % 2 if n < 5 else 1])
+            ticket = issuing.next_number(ctx, db, tenant, now=clocks[(i + n) % 2 if n < 5 else 1])
             with lock:
                 tickets.append(ticket)
 
@@ -332,15 +332,15 @@ def test_a_reset_keeps_earlier_numbers_on_record(isolated_db: firestore.Client,
     """Numbers before a reset keep their epoch; the day's record says how many came before."""
     db, tenant = isolated_db, "cafe"
     now = utc("2024-07-01T10:00")
-    sequences.configure_sequence(ctx, db, tenant, timezone="Asia/Tokyo", reset_time="05:00",
+    opening.configure_sequence(ctx, db, tenant, timezone="Asia/Tokyo", reset_time="05:00",
                                  now=now)
-    first = [sequences.next_number(ctx, db, tenant, now=now) for _ in range(5)]
-    reset = sequences.reset_sequence(ctx, db, tenant, uid="manager", now=now)
-    second = [sequences.next_number(ctx, db, tenant, now=now) for _ in range(2)]
+    first = [issuing.next_number(ctx, db, tenant, now=now) for _ in range(5)]
+    reset = resetting.reset_sequence(ctx, db, tenant, uid="manager", now=now)
+    second = [issuing.next_number(ctx, db, tenant, now=now) for _ in range(2)]
     assert [(t.epoch, t.number) for t in first + second] == [
         (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (1, 1), (1, 2)]
     assert (reset.business_day, reset.epoch) == (dt.date(2024, 7, 1), 1)
-    doc = sequences.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
+    doc = documents.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
     assert (doc["last_number"], doc["issued"], doc["epoch"]) == (2, 7, 1)
     assert [(r["epoch"], r["issued_before"], r["by"]) for r in doc["resets"]] == [
         (1, 5, "manager")]
@@ -352,10 +352,10 @@ def issue_without_answer(db: firestore.Client, tenant: str, request_id: str) -> 
     commit, and no number in the record."""
     nonce = f"nonce-{request_id}"
     batch = db.batch()
-    batch.create(sequences.request_ref(db, NAMES, tenant, "u", request_id),
+    batch.create(documents.request_ref(db, NAMES, tenant, "u", request_id),
                  {"uid": "u", "request_id": request_id, "state": "issuing", "nonce": nonce,
                   "claimed_at": firestore.SERVER_TIMESTAMP})
-    batch.update(sequences.sequence_ref(db, NAMES, tenant),
+    batch.update(documents.sequence_ref(db, NAMES, tenant),
                  {"day": firestore.Increment(0), "epoch": firestore.Increment(0),
                   "issued": firestore.Increment(1), "last_number": firestore.Increment(1),
                   "last_claim": nonce})
@@ -367,15 +367,15 @@ def test_a_retry_gets_the_number_a_lost_answer_carried(isolated_db: firestore.Cl
     """A retry of a request whose number was issued but never answered gets that number (read
     back from the sequence as the request's own commit left it), and no other is used up."""
     db, tenant = isolated_db, "kiosk"
-    sequences.configure_sequence(ctx, db, tenant, timezone="UTC")
-    assert sequences.next_number(ctx, db, tenant).number == 1
+    opening.configure_sequence(ctx, db, tenant, timezone="UTC")
+    assert issuing.next_number(ctx, db, tenant).number == 1
     issue_without_answer(db, tenant, "lost")
-    sequences.next_number(ctx, db, tenant)  # 3: the lost one was 2
-    first = sequences.next_number(ctx, db, tenant, request_id="lost", uid="u")
-    again = sequences.next_number(ctx, db, tenant, request_id="lost", uid="u")
+    issuing.next_number(ctx, db, tenant)  # 3: the lost one was 2
+    first = issuing.next_number(ctx, db, tenant, request_id="lost", uid="u")
+    again = issuing.next_number(ctx, db, tenant, request_id="lost", uid="u")
     assert first.number == 2 and again == first
-    assert sequences.next_number(ctx, db, tenant).number == 4
-    doc = sequences.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
+    assert issuing.next_number(ctx, db, tenant).number == 4
+    doc = documents.sequence_ref(db, NAMES, tenant).get().to_dict() or {}
     assert doc["issued"] == 4
 
 
@@ -383,34 +383,34 @@ def test_a_number_goes_into_its_record_with_the_next_commit_or_the_housekeeping(
         isolated_db: firestore.Client) -> None:
     """Numbers for request ids, in one process: each commit carries the numbers issued before
     it into their records; the last, which no commit carried, is written by the housekeeping
-    once RECORD_AFTER_S old (read back at its record's create time), as is one whose process
+    once `record_after_s` old (read back at its record's create time), as is one whose process
     went away. A retry gets its number either way, once."""
     db, ctx = isolated_db, Context.offline()
-    sequences.configure_sequence(ctx, db, "shop", timezone="UTC")
+    opening.configure_sequence(ctx, db, "shop", timezone="UTC")
 
     def number(request_id: str, context: Context = ctx) -> int:
-        return sequences.next_number(context, db, "shop", request_id=request_id,
+        return issuing.next_number(context, db, "shop", request_id=request_id,
                                      uid="u").number
 
     def record(request_id: str) -> dict[str, Any]:
-        return sequences.request_ref(db, NAMES, "shop", "u", request_id).get().to_dict() or {}
+        return documents.request_ref(db, NAMES, "shop", "u", request_id).get().to_dict() or {}
 
     assert [number(r) for r in ("a", "b", "c")] == [1, 2, 3]
     assert [record(r).get("number") for r in ("a", "b")] == [1, 2]
     assert record("c")["state"] == "issuing"
     now = dt.datetime.now(dt.UTC)
     # Too young: its process's to carry.
-    assert sequences.record_issued(db, NAMES, now).recorded == 0
+    assert housekeeping.record_issued(db, NAMES, now).recorded == 0
     assert number("c") == 3  # a retry before the housekeeping reads it back, and records it
     assert record("c")["number"] == 3
     assert number("d") == 4
     assert number("e", Context.offline()) == 5  # another process: "d" is not its to carry
     assert (record("d")["state"], record("e")["state"]) == ("issuing", "issuing")
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=sequences.RECORD_AFTER_S)
-    assert sequences.record_issued(db, NAMES, later).recorded == 2
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=limits.LIMITS.record_after_s)
+    assert housekeeping.record_issued(db, NAMES, later).recorded == 2
     assert (record("d")["number"], record("e")["number"]) == (4, 5)
     assert (number("d"), number("e"), number("f")) == (4, 5, 6)
-    assert sequences.lost_records(db, NAMES) == 0  # the count `counters status` shows
+    assert housekeeping.lost_records(db, NAMES) == 0  # the count `counters status` shows
 
 
 def test_a_retried_reset_resets_once(configured: str, member: Callables,

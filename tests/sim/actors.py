@@ -25,7 +25,7 @@
   sometimes minutes late or also delivered to a second instance, their creation sometimes
   refused), the instances that keep a holder per partition between tasks, and Cloud Scheduler's
   housekeeping of every partition each minute (never two at once), followed by the sequence
-  numbers no commit carried into their records (`sequences.record_issued`), a run of the
+  numbers no commit carried into their records (`housekeeping.record_issued`), a run of the
   exactness audit and, once deployed, the extension counters' sweep.
 - `Chaos`: writers killed or frozen before their next request; rollup invocations killed or
   paused a moment after they start; an instance of the extension shards' trigger killed (its
@@ -55,11 +55,11 @@ from counting.features import (
     counters,
     declarations,
     extension,
-    sequences,
     shard_choice,
     trends,
 )
 from counting.features.context import RETURNING_TTL_S, Context
+from counting.features.sequences import caching, housekeeping, issuing, opening, resetting
 from counting.foundation import config
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Names
@@ -227,7 +227,7 @@ class Stage:
             writing = dataclasses.replace(writing, clock=dataclasses.replace(
                 writing.clock, now=lambda: self.sim.wall() + skew))
         return Context(writing=writing, configs=shard_choice.ConfigCache(clock=clock),
-                       picker=picker, sequences=sequences.SequenceCache(clock=clock),
+                       picker=picker, sequences=caching.SequenceCache(clock=clock),
                        returning=TtlCache(RETURNING_TTL_S, clock=clock))
 
 
@@ -358,7 +358,7 @@ class Writers:
         kind = "next_number_id" if with_id else "next_number"
         stage.ops[kind] += 1
         stage.ask(Request(kind=kind, request_id=request_id, tenant=tenant),
-                  lambda: sequences.next_number(process.ctx, stage.db, tenant,
+                  lambda: issuing.next_number(process.ctx, stage.db, tenant,
                                                 request_id=request_id, uid=uid,
                                                 now=process.now()))
 
@@ -499,7 +499,7 @@ class Operator:
             stage.ops["configure_sequence"] += 1
             fresh = stage.context(self.ctx.picker)  # a command of its own: a cold cache
             call = stage.ask(Request(kind="configure_sequence"), functools.partial(
-                sequences.configure_sequence, fresh, db, tenant, timezone=zone,
+                opening.configure_sequence, fresh, db, tenant, timezone=zone,
                 reset_time=reset_time, now=stage.sim.wall()), admin=True)
             assert call.answer is Answer.OK, f"could not configure {tenant}: {call}"
 
@@ -644,7 +644,7 @@ class Operator:
         request_id = self._admin_id()
         with self._later_step_fails():
             stage.ask(Request(kind="reset_sequence", tenant=tenant, request_id=request_id),
-                      lambda: sequences.reset_sequence(
+                      lambda: resetting.reset_sequence(
                           stage.context(self.ctx.picker), stage.db, tenant, uid="operator",
                           request_id=request_id, now=stage.sim.wall()), admin=True)
 
@@ -1021,7 +1021,7 @@ class Rollup:
             try:  # then the numbers no commit carried into their records, as deployed
                 self.stage.ops["record_issued"] += 1
                 began = self.stage.sim.now_us
-                kept = sequences.record_issued(self.stage.db, NAMES, self.stage.sim.wall())
+                kept = housekeeping.record_issued(self.stage.db, NAMES, self.stage.sim.wall())
                 self.stage.model.records_runs.append((began, self.stage.sim.now_us, kept.failed))
             finally:
                 self.stage.ops["audit"] += 1

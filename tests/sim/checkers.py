@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from counting.features import collections, sequences
+from counting.features import collections
+from counting.features.sequences import documents, limits
 from counting.foundation import config
 from counting.rollup import audit
 from counting.writepath import partitions
@@ -385,7 +387,7 @@ class Sequences:
         return found
 
     @staticmethod
-    def _key(request: Request, ticket: sequences.Ticket) -> tuple[str, int, int, int]:
+    def _key(request: Request, ticket: documents.Ticket) -> tuple[str, int, int, int]:
         return (str(request.tenant), ticket.business_day.toordinal(), ticket.epoch,
                 ticket.number)
 
@@ -438,7 +440,7 @@ class SequenceRecords:
         state = data.get("state")
         last_call = request.calls[-1]
         got = last_call.value if last_call.answer is Answer.OK else None
-        if isinstance(got, sequences.Ticket) and \
+        if isinstance(got, documents.Ticket) and \
                 (got.business_day.toordinal(), got.epoch, got.number) != (day, epoch, last):
             return [Finding(self.name, "doubled", f"{calls}: used {number}, retry got {got}")]
         if state == "issued":
@@ -447,7 +449,7 @@ class SequenceRecords:
             if held != (day, epoch, last):
                 return [Finding(self.name, "doubled", f"{calls}: used {number}, its record "
                                 f"holds {held}")]
-        elif state == sequences.LOST:
+        elif state == documents.LOST:
             if not self._unreadable(run, attempt, path[1]):
                 return [Finding(self.name, "lost", f"{calls}: used {number}, its record was "
                                 f"marked lost ({data.get('lost_reason')})")]
@@ -464,10 +466,10 @@ class SequenceRecords:
     def _unreadable(self, run: Evidence, attempt: Attempt, tenant: str) -> bool:
         """Whether the record could not be read back: an import after its commit, or no run of
         the housekeeping went through the tenant's records while it could (its query down, the
-        scheduled instance killed or paused, for all the hour from RECORD_AFTER_S after the
+        scheduled instance killed or paused, for all the hour from `record_after_s` after the
         commit)."""
         commit = attempt.commit_us or 0
-        opens = commit + micros(sequences.RECORD_AFTER_S)
+        opens = commit + micros(limits.LIMITS.record_after_s)
         closes = commit + micros(3600.0 - self.MARGIN_S)
         return any(at >= commit for at in run.model.imports) or not any(
             began >= opens and ended <= closes and tenant not in failed
@@ -705,14 +707,18 @@ class Promptness:
         latest state, returns it."""
         # stripe -> (read, since, the partitions whose lease named the query's owner then)
         queries: dict[int, list[tuple[int, int, tuple[partitions.Part, ...]]]] = defaultdict(list)
-        leases = {LEASES[path]: ([v.commit_us for v in versions],
-                                 [(v.data or {}).get("owner") for v in versions])
-                  for path, versions in run.model.docs.items() if path in LEASES}
+        # owner -> the partitions whose lease ever named it, with their commits and owners
+        leases: dict[str, list[tuple[partitions.Part, list[int], list[Any]]]] = defaultdict(list)
+        for path, versions in run.model.docs.items():
+            if path in LEASES:
+                owners = [(v.data or {}).get("owner") for v in versions]
+                for owner in {owner for owner in owners if isinstance(owner, str)}:
+                    leases[owner].append((LEASES[path], [v.commit_us for v in versions], owners))
         for query in run.model.change_queries:
             since = us_of(query.since)
-            held = tuple(part for part, (commits, owners) in leases.items()
-                         if query.owner is not None
-                         and (at := bisect.bisect_right(commits, query.read_us)) > 0
+            mine = () if query.owner is None else leases.get(query.owner, ())
+            held = tuple(part for part, commits, owners in mine
+                         if (at := bisect.bisect_right(commits, query.read_us)) > 0
                          and owners[at - 1] == query.owner)
             for stripe in query.stripes:
                 queries[stripe].append((query.read_us, since, held))
@@ -738,7 +744,8 @@ class Promptness:
                     if due is not None else len(reads)
                 # The first such query of a partition that owns the shard's key: another
                 # partition's drops it.
-                first = next((r for r in reads[at:] if any(p.owns(home) for p in r[2])), None)
+                first = next((r for r in itertools.islice(reads, at, None)
+                              if any(p.owns(home) for p in r[2])), None)
                 if first is None:
                     continue
                 read, since, _ = first

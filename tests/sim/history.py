@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from counting.features import sequences
+from counting.features.sequences import issuing
 from counting.foundation import errors
 from google.api_core import exceptions as gexc
 
@@ -52,7 +52,7 @@ def answer_to(error: BaseException, kind: str) -> Answer:
     unknown = getattr(errors, "OutcomeUnknown", None)
     if unknown is not None and isinstance(error, unknown):
         return Answer.UNSURE
-    if isinstance(error, sequences.Unreadable):
+    if isinstance(error, issuing.Unreadable):
         return Answer.UNSURE  # a number was given, which its record can no longer tell
     if isinstance(error, REFUSALS):
         return Answer.REFUSED

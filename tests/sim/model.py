@@ -41,6 +41,7 @@ limits, transactions (the domain uses none), listeners.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import functools
 import operator
@@ -61,7 +62,7 @@ from google.cloud.firestore_v1.types import write as write_pb
 from google.protobuf import timestamp_pb2
 
 from .faults import COMMIT_TIMEOUT_S, Draws, Fate, LibraryRetry, Requests
-from .virtual import Killed, Sim, micros
+from .virtual import ORIGIN, Killed, Sim, micros
 
 Path = tuple[str, ...]
 DEFAULT: Any = method.DEFAULT
@@ -77,9 +78,10 @@ READ_WINDOW_US = 3600 * 1_000_000
 def clone(value: Any) -> Any:
     """A copy of a document value: maps and arrays are copied, everything else is immutable."""
     if isinstance(value, dict):
-        return {key: clone(inner) for key, inner in value.items()}
+        return {key: clone(inner) if isinstance(inner, (dict, list)) else inner
+                for key, inner in value.items()}
     if isinstance(value, list):
-        return [clone(inner) for inner in value]
+        return [clone(inner) if isinstance(inner, (dict, list)) else inner for inner in value]
     return value
 
 
@@ -202,10 +204,8 @@ class Model:
             return None
         if at_us is None:
             return versions[-1]
-        for version in reversed(versions):
-            if version.commit_us <= at_us:
-                return version
-        return None
+        at = bisect.bisect_right(versions, at_us, key=lambda version: version.commit_us)
+        return versions[at - 1] if at else None
 
     def read(self, paths: list[Path], read_time: dt.datetime | None) -> list[Snapshot]:
         def serve(arrived: int) -> list[Snapshot] | gexc.GoogleAPICallError:
@@ -452,7 +452,7 @@ class Model:
                 raise failure(gexc.FailedPrecondition, f"{where} changed since it was read")
         results = []
         for w in writes:
-            transformed: list[document_pb.Value] = []
+            transformed: list[Any] = []
             if w.op == "delete":
                 states[w.path] = None
             else:
@@ -462,9 +462,7 @@ class Model:
                                               stamp=stamp, results=transformed)
             if states[w.path] is None:
                 created.pop(w.path, None)
-            results.append(write_pb.WriteResult(
-                update_time=self.sim.instant(commit_us) if w.op != "delete" else None,
-                transform_results=transformed))
+            results.append(write_result(commit_us if w.op != "delete" else None, transformed))
         # A write that leaves a document as it was keeps its version, as Firestore does ("if the
         # write did not actually change the document", WriteResult.update_time is the previous
         # one): no new version, no event, and a precondition on the old version still holds.
@@ -473,9 +471,8 @@ class Model:
                      and same(data, last.data)}
         for i, w in enumerate(writes):
             if w.path in unchanged and w.op != "delete":
-                results[i] = write_pb.WriteResult(
-                    update_time=self.sim.instant(unchanged[w.path]),
-                    transform_results=results[i].transform_results)
+                results[i] = write_result(unchanged[w.path],
+                                          list(write_pb.WriteResult.pb(results[i]).transform_results))
         changes = []
         for path, data in states.items():
             if path in unchanged:
@@ -492,6 +489,23 @@ class Model:
             self.docs.setdefault(path, []).append(after)
             changes.append((path, before, after))
         return results, changes
+
+
+# The protobuf classes under proto-plus's: built directly, a WriteResult costs a tenth (the
+# wrappers marshal every field, the simulation's hottest code).
+VALUE: Any = document_pb.Value.pb()
+WRITE_RESULT: Any = write_pb.WriteResult.pb()
+ORIGIN_US = round(ORIGIN.timestamp() * 1_000_000)
+
+
+def write_result(update_us: int | None, transformed: list[Any]) -> write_pb.WriteResult:
+    """A commit's WriteResult: updated at `update_us` (None: a delete's), with the transforms'
+    results (protobuf Values)."""
+    result = WRITE_RESULT(transform_results=transformed)
+    if update_us is not None:
+        result.update_time.FromMicroseconds(ORIGIN_US + update_us)
+    wrapped: write_pb.WriteResult = write_pb.WriteResult.wrap(result)
+    return wrapped
 
 
 def past_the_window() -> gexc.GoogleAPICallError:
@@ -532,7 +546,7 @@ def incremented(old: Any, by: int | float) -> int | float:
 
 
 def apply_fields(base: dict[str, Any], fields: dict[str, Any], *, nested: bool,
-                 stamp: dt.datetime, results: list[document_pb.Value]) -> dict[str, Any]:
+                 stamp: dt.datetime, results: list[Any]) -> dict[str, Any]:
     """Apply a set (nested maps merge) or an update (keys are field paths) to `base`, with
     transforms' results in field path order, as Firestore returns them."""
     for key, value in sorted(fields.items()):
@@ -547,19 +561,18 @@ def apply_fields(base: dict[str, Any], fields: dict[str, Any], *, nested: bool,
                                         nested=True, stamp=stamp, results=results)
         elif isinstance(value, transforms.Increment):
             target[name] = incremented(target.get(name), value.value)
-            results.append(document_pb.Value(integer_value=target[name])
-                           if type(target[name]) is int
-                           else document_pb.Value(double_value=target[name]))
+            results.append(VALUE(integer_value=target[name]) if type(target[name]) is int
+                           else VALUE(double_value=target[name]))
         elif isinstance(value, transforms.ArrayUnion):
             old = target.get(name)
             target[name] = list(old) if isinstance(old, list) else []
             target[name] += [clone(v) for v in value.values if v not in target[name]]
-            results.append(document_pb.Value(null_value=0))
+            results.append(VALUE(null_value=0))
         elif value is transforms.SERVER_TIMESTAMP:
             target[name] = stamp
             seconds = timestamp_pb2.Timestamp()
             seconds.FromDatetime(stamp)
-            results.append(document_pb.Value(timestamp_value=seconds))
+            results.append(VALUE(timestamp_value=seconds))
         elif value is transforms.DELETE_FIELD:
             target.pop(name, None)
         else:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import datetime as dt
 from collections import deque
 
-from counting.features import counter_refs, counters, sequences
+from counting.features import counter_refs, counters
+from counting.features.sequences import days, documents, issuing, opening, resetting
 from counting.foundation.errors import FailedPrecondition, OutcomeUnknown
 from counting.writepath.policy import Policy
 from google.api_core import exceptions as gexc
@@ -49,23 +50,23 @@ def test_a_sequence_reset_whose_record_fails_is_unknown_and_its_retry_resets_onc
     number is issued; the retry with the same id answers the same reset without a second one:
     the next number goes on from there, and `resets` holds one entry."""
     late = Late()
-    late.run(lambda: sequences.configure_sequence(late.ctx, late.db, "t", timezone="UTC"))
+    late.run(lambda: opening.configure_sequence(late.ctx, late.db, "t", timezone="UTC"))
     late.at(1)
     for _ in range(3):
-        late.run(lambda: sequences.next_number(late.ctx, late.db, "t"))
-    answer = late.run(lambda: sequences.reset_sequence(late.ctx, late.db, "t", uid="m",
+        late.run(lambda: issuing.next_number(late.ctx, late.db, "t"))
+    answer = late.run(lambda: resetting.reset_sequence(late.ctx, late.db, "t", uid="m",
                                                        request_id="r1"),
                       CALM_FATE, *ABORTED_ALL)
     assert isinstance(answer, OutcomeUnknown), answer
     late.at(2)
-    first = late.run(lambda: sequences.next_number(late.ctx, late.db, "t"))
-    assert isinstance(first, sequences.Ticket) and (first.number, first.epoch) == (1, 1)
-    again = late.run(lambda: sequences.reset_sequence(late.ctx, late.db, "t", uid="m",
+    first = late.run(lambda: issuing.next_number(late.ctx, late.db, "t"))
+    assert isinstance(first, documents.Ticket) and (first.number, first.epoch) == (1, 1)
+    again = late.run(lambda: resetting.reset_sequence(late.ctx, late.db, "t", uid="m",
                                                       request_id="r1"))
-    assert isinstance(again, sequences.Reset) and again.epoch == 1
-    second = late.run(lambda: sequences.next_number(late.ctx, late.db, "t"))
-    assert isinstance(second, sequences.Ticket) and (second.number, second.epoch) == (2, 1)
-    document = sequences.sequence_ref(late.db, NAMES, "t").get().to_dict() or {}
+    assert isinstance(again, documents.Reset) and again.epoch == 1
+    second = late.run(lambda: issuing.next_number(late.ctx, late.db, "t"))
+    assert isinstance(second, documents.Ticket) and (second.number, second.epoch) == (2, 1)
+    document = documents.sequence_ref(late.db, NAMES, "t").get().to_dict() or {}
     assert [(r["epoch"], r["issued_before"], r["by"]) for r in document["resets"]] == [
         (1, 3, "m")]
 
@@ -75,19 +76,19 @@ def test_a_reset_never_lands_in_the_next_business_day() -> None:
     lost in flight (its first attempt lands 45 s later, in the next day); its resend applies in
     the day it was asked in. The next day's numbers run 1, 2, never restarted by the late one."""
     late = Late()
-    late.run(lambda: sequences.configure_sequence(late.ctx, late.db, "t", timezone="UTC",
+    late.run(lambda: opening.configure_sequence(late.ctx, late.db, "t", timezone="UTC",
                                                   reset_time="12:01"))
     late.at(30)
-    reset = late.run(lambda: sequences.reset_sequence(late.ctx, late.db, "t"),
+    reset = late.run(lambda: resetting.reset_sequence(late.ctx, late.db, "t"),
                      lost_in_flight(45.0))
-    assert isinstance(reset, sequences.Reset), reset
+    assert isinstance(reset, documents.Reset), reset
     assert reset.business_day.isoformat() == "2026-02-28"
     late.at(61)
-    first = late.run(lambda: sequences.next_number(late.ctx, late.db, "t"))
+    first = late.run(lambda: issuing.next_number(late.ctx, late.db, "t"))
     late.at(80)
     assert late.flying() == []  # the first attempt has landed
-    second = late.run(lambda: sequences.next_number(late.ctx, late.db, "t"))
-    assert isinstance(first, sequences.Ticket) and isinstance(second, sequences.Ticket)
+    second = late.run(lambda: issuing.next_number(late.ctx, late.db, "t"))
+    assert isinstance(first, documents.Ticket) and isinstance(second, documents.Ticket)
     assert [(t.business_day.isoformat(), t.epoch, t.number) for t in (first, second)] == [
         ("2026-03-01", 0, 1), ("2026-03-01", 0, 2)]
 
@@ -96,13 +97,13 @@ def test_a_configuration_whose_day_cannot_open_is_answered_in_force() -> None:
     """configure_sequence's rule commits; opening the day after it meets ABORTED. The rule is in
     force, and the answer says so; the first number opens the day."""
     late = Late()
-    configured = late.run(lambda: sequences.configure_sequence(
+    configured = late.run(lambda: opening.configure_sequence(
         late.ctx, late.db, "t", timezone="Asia/Tokyo", request_id="c1"),
         CALM_FATE, *ABORTED_ALL)
-    assert isinstance(configured, sequences.SequenceConfig), configured
+    assert isinstance(configured, days.SequenceConfig), configured
     late.at(1)
-    ticket = late.run(lambda: sequences.next_number(late.ctx, late.db, "t"))
-    assert isinstance(ticket, sequences.Ticket) and ticket.number == 1
+    ticket = late.run(lambda: issuing.next_number(late.ctx, late.db, "t"))
+    assert isinstance(ticket, documents.Ticket) and ticket.number == 1
 
 
 def test_a_configure_retried_after_a_newer_one_writes_nothing() -> None:
@@ -154,15 +155,15 @@ def test_a_reset_whose_day_closes_under_it_resets_nothing() -> None:
     commit fails on the closed day's open marker: FAILED_PRECONDITION, nothing reset, and the
     new day is not reset in its place (its numbers go on 1, 2)."""
     late = Late()
-    late.run(lambda: sequences.configure_sequence(late.ctx, late.db, "t", timezone="UTC",
+    late.run(lambda: opening.configure_sequence(late.ctx, late.db, "t", timezone="UTC",
                                                   reset_time="12:01"))
     late.at(59.9)
     opened: list[object] = []
     late.sim.at(60_500_000, lambda: opened.append(
-        sequences.next_number(Late().ctx, late.db, "t", now=late.sim.wall())))
-    answer = late.run(lambda: sequences.reset_sequence(late.ctx, late.db, "t"),
+        issuing.next_number(Late().ctx, late.db, "t", now=late.sim.wall())))
+    answer = late.run(lambda: resetting.reset_sequence(late.ctx, late.db, "t"),
                       Fate(delay_us=1_000_000))
     assert isinstance(answer, FailedPrecondition), answer
-    second = late.run(lambda: sequences.next_number(late.ctx, late.db, "t"))
+    second = late.run(lambda: issuing.next_number(late.ctx, late.db, "t"))
     assert [(t.business_day.isoformat(), t.epoch, t.number) for t in (*opened, second)
-            if isinstance(t, sequences.Ticket)] == [("2026-03-01", 0, 1), ("2026-03-01", 0, 2)]
+            if isinstance(t, documents.Ticket)] == [("2026-03-01", 0, 1), ("2026-03-01", 0, 2)]

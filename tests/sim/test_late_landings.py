@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import TypeVar, cast
 
 import pytest
-from counting.features import counter_refs, counters, sequences
+from counting.features import counter_refs, counters
 from counting.features.context import Context
+from counting.features.sequences import days, documents, opening
 from counting.features.trends import tracking
 from counting.foundation.clock import Clock
 from counting.foundation.config import Names, Protections
@@ -195,16 +196,16 @@ def test_a_late_configure_sequence_never_reverts_a_newer_rule() -> None:
     """Admin A's configure_sequence is lost in flight (A is answered by a resend); admin B's
     commits; A's first attempt lands after it. The tenant's timezone and reset time are B's."""
     late = Late()
-    late.run(lambda: sequences.configure_sequence(late.ctx, late.db, "t", timezone="UTC"))
+    late.run(lambda: opening.configure_sequence(late.ctx, late.db, "t", timezone="UTC"))
     late.at(1)
-    configured = late.run(lambda: sequences.configure_sequence(
+    configured = late.run(lambda: opening.configure_sequence(
         late.ctx, late.db, "t", timezone="Europe/Paris", reset_time="06:00"),
         lost_in_flight(40.0))
-    assert isinstance(configured, sequences.SequenceConfig), configured
-    tenant = sequences.sequence_ref(late.db, NAMES, "t")
+    assert isinstance(configured, days.SequenceConfig), configured
+    tenant = documents.sequence_ref(late.db, NAMES, "t")
     assert late.flying() == [[tenant.path]]  # A's first attempt
     late.at(late.sim.monotonic() + 0.1)
-    late.run(lambda: sequences.configure_sequence(late.ctx, late.db, "t",
+    late.run(lambda: opening.configure_sequence(late.ctx, late.db, "t",
                                                   timezone="America/New_York", reset_time="04:00"))
     late.at(60)
     assert late.flying() == []

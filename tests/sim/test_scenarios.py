@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import TypeVar, cast
 
 import pytest
-from counting.features import counter_refs, counters, sequences
+from counting.features import counter_refs, counters
 from counting.features.context import Context
+from counting.features.sequences import caching, documents, housekeeping, issuing, limits, opening
 from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Names, Protections
 from counting.foundation.errors import FailedPrecondition, PermissionDenied, ResourceExhausted
@@ -639,9 +640,9 @@ def test_a_retry_of_an_applied_paced_request_is_not_too_soon(returning: bool) ->
 def sequence_t(scene: Scene) -> None:
     """Tenant t's sequence, configured and open for TODAY (as `configure_sequence` leaves it,
     a step at a time: a scene's reads at an instant do not see that instant's commits)."""
-    sequences.sequence_ref(scene.db, NAMES, "t").set({"timezone": "UTC", "reset_time": "00:00"})
+    documents.sequence_ref(scene.db, NAMES, "t").set({"timezone": "UTC", "reset_time": "00:00"})
     scene.at(1)
-    sequences._open_day(scene.db, NAMES, "t", TODAY.date())
+    opening.open_day(scene.db, NAMES, "t", TODAY.date())
     scene.at(2)
 
 
@@ -649,12 +650,12 @@ TODAY = dt.datetime(2026, 11, 27, 12, tzinfo=dt.UTC)  # the business day the num
 
 
 def number(scene: Scene, request_id: str) -> int:
-    return sequences.next_number(scene.ctx, scene.db, "t", request_id=request_id, uid="u",
+    return issuing.next_number(scene.ctx, scene.db, "t", request_id=request_id, uid="u",
                                  now=TODAY).number
 
 
 def recorded_number(scene: Scene, request_id: str) -> int | None:
-    record = sequences.request_ref(scene.db, NAMES, "t", "u", request_id).get().to_dict() or {}
+    record = documents.request_ref(scene.db, NAMES, "t", "u", request_id).get().to_dict() or {}
     return record.get("number") if record.get("state") == "issued" else None
 
 
@@ -681,22 +682,21 @@ def test_a_refused_commit_gives_back_the_records_it_carried() -> None:
 
 
 def test_a_process_holds_at_most_max_unrecorded_numbers_and_the_housekeeping_records_the_rest(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past MAX_UNRECORDED, a process drops its oldest unrecorded numbers (memory is bounded
-    however its commits fail); the housekeeping writes them once they are RECORD_AFTER_S old.
-    Here no commit carries any (RECORDS_PER_COMMIT 0), so they pile up."""
-    monkeypatch.setattr(sequences, "MAX_UNRECORDED", 3)
-    monkeypatch.setattr(sequences, "RECORDS_PER_COMMIT", 0)
+) -> None:
+    """Past `max_unrecorded`, a process drops its oldest unrecorded numbers (memory is bounded
+    however its commits fail); the housekeeping writes them once they are `record_after_s`
+    old. Here no commit carries any (`records_per_commit` 0), so they pile up."""
     scene = Scene()
+    scene.ctx = dataclasses.replace(scene.ctx, sequence_limits=limits.SequenceLimits(
+        max_unrecorded=3, records_per_commit=0))
     sequence_t(scene)
     numbers = {f"r{n}": number(scene, f"r{n}") for n in range(6)}
-    monkeypatch.setattr(sequences, "RECORDS_PER_COMMIT", 8)
-    held = [ref.id for ref, _ in scene.ctx.unrecorded.take()]
-    assert held == [sequences.request_ref(scene.db, NAMES, "t", "u", f"r{n}").id
+    held = [ref.id for ref, _ in scene.ctx.unrecorded.take(limits.LIMITS)]
+    assert held == [documents.request_ref(scene.db, NAMES, "t", "u", f"r{n}").id
                     for n in (3, 4, 5)]  # the newest three
-    scene.at(3 + sequences.RECORD_AFTER_S)
-    assert sequences.record_issued(scene.db, NAMES, scene.sim.wall()).recorded == 6
-    scene.at(4 + sequences.RECORD_AFTER_S)
+    scene.at(3 + limits.LIMITS.record_after_s)
+    assert housekeeping.record_issued(scene.db, NAMES, scene.sim.wall()).recorded == 6
+    scene.at(4 + limits.LIMITS.record_after_s)
     assert {request_id: recorded_number(scene, request_id) for request_id in numbers} == numbers
 
 
@@ -705,34 +705,34 @@ def test_a_process_holds_at_most_max_unrecorded_numbers_and_the_housekeeping_rec
 
 def open_sequence(scene: Scene, tenant: str) -> None:
     """`tenant`'s sequence, configured and open for TODAY (as `sequence_t`)."""
-    sequences.sequence_ref(scene.db, NAMES, tenant).set({"timezone": "UTC",
+    documents.sequence_ref(scene.db, NAMES, tenant).set({"timezone": "UTC",
                                                          "reset_time": "00:00"})
     scene.at(scene.sim.monotonic() + 1)
-    sequences._open_day(scene.db, NAMES, tenant, TODAY.date())
+    opening.open_day(scene.db, NAMES, tenant, TODAY.date())
     scene.at(scene.sim.monotonic() + 1)
 
 
 def died(scene: Scene, tenant: str, request_id: str) -> int:
     """A number for `request_id` from a process that dies once it has it: no later commit of
     its own carries the number into its record."""
-    process = dataclasses.replace(scene.ctx, unrecorded=sequences.Unrecorded())
-    return sequences.next_number(process, scene.db, tenant, request_id=request_id, uid="u",
+    process = dataclasses.replace(scene.ctx, unrecorded=caching.Unrecorded())
+    return issuing.next_number(process, scene.db, tenant, request_id=request_id, uid="u",
                                  now=TODAY).number
 
 
 def retried(scene: Scene, tenant: str, request_id: str) -> int:
-    return sequences.next_number(scene.ctx, scene.db, tenant, request_id=request_id, uid="u",
+    return issuing.next_number(scene.ctx, scene.db, tenant, request_id=request_id, uid="u",
                                  now=TODAY).number
 
 
 def record_of(scene: Scene, tenant: str, request_id: str) -> dict[str, object]:
-    return sequences.request_ref(scene.db, NAMES, tenant, "u", request_id).get().to_dict() or {}
+    return documents.request_ref(scene.db, NAMES, tenant, "u", request_id).get().to_dict() or {}
 
 
-def housekeeping(scene: Scene, at: float) -> sequences.Housekept:
+def housekeep(scene: Scene, at: float) -> housekeeping.Housekept:
     """A run of `record_issued` at `at`, then the clock a second on (its commits seen)."""
     scene.at(at)
-    done = sequences.record_issued(scene.db, NAMES, scene.sim.wall())
+    done = housekeeping.record_issued(scene.db, NAMES, scene.sim.wall())
     scene.at(at + 1)
     return done
 
@@ -745,32 +745,32 @@ def test_records_past_the_read_window_are_marked_lost_and_keep_no_other_tenant_w
     scene = Scene()
     open_sequence(scene, "t")
     open_sequence(scene, "t2")
-    for n in range(sequences.RECORDS_PER_RUN):
+    for n in range(limits.LIMITS.records_per_run):
         died(scene, "t", f"s{n}")
     scene.at(3700)  # the housekeeping was down for over an hour
     fresh = died(scene, "t2", "f")
-    first = housekeeping(scene, 3760)
-    housekeeping(scene, 3820)
+    first = housekeep(scene, 3760)
+    housekeep(scene, 3820)
     assert record_of(scene, "t2", "f").get("number") == fresh
     assert retried(scene, "t2", "f") == fresh
-    assert first.lost == sequences.RECORDS_PER_RUN
-    assert housekeeping(scene, 3880) == sequences.Housekept()  # each marked once: nothing left
-    assert sequences.lost_records(scene.db, NAMES) == sequences.RECORDS_PER_RUN
+    assert first.lost == limits.LIMITS.records_per_run
+    assert housekeep(scene, 3880) == housekeeping.Housekept()  # each marked once: nothing left
+    assert housekeeping.lost_records(scene.db, NAMES) == limits.LIMITS.records_per_run
     with pytest.raises(FailedPrecondition):
         retried(scene, "t", "s0")
 
 
 def test_records_younger_than_the_grace_do_not_fill_the_housekeepings_page() -> None:
     """A page's worth of records still in their process's hands (younger than
-    RECORD_AFTER_S) does not keep an older record of another tenant from being written."""
+    `record_after_s`) does not keep an older record of another tenant from being written."""
     scene = Scene()
     open_sequence(scene, "t")
     open_sequence(scene, "t2")
     old = died(scene, "t2", "old")
-    scene.at(scene.sim.monotonic() + sequences.RECORD_AFTER_S + 5)
-    for n in range(sequences.RECORDS_PER_RUN):
+    scene.at(scene.sim.monotonic() + limits.LIMITS.record_after_s + 5)
+    for n in range(limits.LIMITS.records_per_run):
         died(scene, "t", f"y{n}")
-    done = housekeeping(scene, scene.sim.monotonic() + 1)
+    done = housekeep(scene, scene.sim.monotonic() + 1)
     assert (done.recorded, done.lost) == (1, 0)
     assert record_of(scene, "t2", "old").get("number") == old
     assert record_of(scene, "t", "y0").get("state") == "issuing"  # its process's to carry
@@ -785,7 +785,7 @@ def test_a_record_whose_sequence_is_missing_is_marked_lost_and_stops_no_other_te
         "uid": "u", "request_id": "stray", "state": "issuing", "nonce": "n", "spread": 0,
         "claimed_at": scene.sim.wall()})])
     number = died(scene, "t", "a")
-    done = housekeeping(scene, scene.sim.monotonic() + sequences.RECORD_AFTER_S + 1)
+    done = housekeep(scene, scene.sim.monotonic() + limits.LIMITS.record_after_s + 1)
     assert (done.recorded, done.lost, done.failed) == (1, 1, ())
     assert record_of(scene, "t", "a").get("number") == number
 
@@ -798,10 +798,10 @@ def test_an_error_for_one_tenant_leaves_its_records_for_the_next_run_and_no_othe
     open_sequence(scene, "t2")
     numbers = {"t": died(scene, "t", "a"), "t2": died(scene, "t2", "b")}
     scene.model.draws.script.append(Fate(delay_us=1_000, refused=gexc.PermissionDenied))
-    done = housekeeping(scene, scene.sim.monotonic() + sequences.RECORD_AFTER_S + 1)
+    done = housekeep(scene, scene.sim.monotonic() + limits.LIMITS.record_after_s + 1)
     assert (done.recorded, done.failed) == (1, ("t",))
     assert record_of(scene, "t2", "b").get("number") == numbers["t2"]
-    assert housekeeping(scene, scene.sim.monotonic() + 60).recorded == 1
+    assert housekeep(scene, scene.sim.monotonic() + 60).recorded == 1
     assert record_of(scene, "t", "a").get("number") == numbers["t"]
 
 
@@ -820,7 +820,7 @@ def test_an_import_never_hands_a_request_another_requests_number() -> None:
     for request_id in ("a", "b"):
         with pytest.raises(FailedPrecondition):
             retried(scene, "t", request_id)
-    done = housekeeping(scene, scene.sim.monotonic() + sequences.RECORD_AFTER_S + 1)
+    done = housekeep(scene, scene.sim.monotonic() + limits.LIMITS.record_after_s + 1)
     assert (done.recorded, done.lost) == (1, 2)
     assert retried(scene, "t", "c") == 3
     assert [record_of(scene, "t", r).get("state") for r in "abc"] == ["lost", "lost", "issued"]

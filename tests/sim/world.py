@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from counting.features import collections, sequences, shard_choice
+from counting.features import collections, shard_choice
+from counting.features.sequences import issuing
 from counting.foundation import config
 from counting.foundation.clock import Clock
 from counting.foundation.config import Names, Protections
@@ -199,7 +200,7 @@ def retry_numbers(stage: Stage) -> None:
             continue
         stage.ops["final_retry"] += 1
         stage.ask(request, functools.partial(
-            sequences.next_number, process, stage.db, key[0], request_id=key[1], uid=uids[key],
+            issuing.next_number, process, stage.db, key[0], request_id=key[1], uid=uids[key],
             now=stage.sim.wall()))
 
 

@@ -10,22 +10,22 @@ import itertools
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+from unittest.mock import sentinel
 
 import click
 import numpy
 import pytest
 from click.testing import CliRunner, Result
-from counters_cli import PROJECT_COMMANDS, cli, install, installed_backend, session
-from counters_cli import status as status_command
+from counters_cli import PROJECT_COMMANDS, cli, install, installed_backend
 from counters_cli.claims import changed_claims
 from counters_cli.load import percentile, run_load
-from counters_cli.session import Target, resolve_target
-from counting.features import counters, trends
+from counters_cli.session import Domain, Target, resolve_target
+from counting.features import trends
 from counting.foundation import config, kinds
 from counting.foundation.errors import NotFound
 from counting.rollup import repartition, status
-from counting.writepath import partitions, waking
+from counting.writepath import partitions
 from counting.writepath.partitions import WHOLE, Part
 from hypothesis import given
 from hypothesis import strategies as st
@@ -144,12 +144,26 @@ def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str) -> 
 AS_OF = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 
 
-@pytest.fixture
-def domain(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
-    """Fakes for the domain calls the commands make (each records its arguments); no Firestore
-    is contacted. A `top_tags` answer is empty unless a test puts items in `calls["items"]`."""
-    calls: dict[str, list[Any]] = {"top_tags": [], "track": [], "items": []}
+def unfaked(*args: object, **kwargs: object) -> NoReturn:
+    pytest.fail("the command made a domain call the test does not fake (it would contact "
+                "Firestore or Cloud Tasks)")
 
+
+# The domain none of whose calls may be made.
+NOTHING = Domain(**{field.name: unfaked for field in dataclasses.fields(Domain)})
+
+
+@pytest.fixture
+def calls() -> dict[str, list[Any]]:
+    """What the faked `top_tags` and `track` were asked, and the items `top_tags` answers (none
+    unless a test puts some in `calls["items"]`)."""
+    return {"top_tags": [], "track": [], "items": []}
+
+
+@pytest.fixture
+def domain(calls: dict[str, list[Any]]) -> Domain:
+    """The domain calls the commands make, faked: a client of nothing, tags (recorded in
+    `calls`) and no counter; a test gives the others it needs (`dataclasses.replace`)."""
     def top_tags(db: object, names: object, region: str | None, k: int,
                  window: kinds.Window) -> trends.TopTags:
         calls["top_tags"].append(region)
@@ -162,18 +176,17 @@ def domain(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         return 0 if request_id == "seen" else len(tags)
 
     def get_count(db: object, names: object, counter: str,
-                  consistency: str = "rollup") -> object:
+                  consistency: str = "rollup") -> NoReturn:
         raise NotFound(f"counter: {counter!r} does not exist")
 
-    monkeypatch.setattr(session, "connect", lambda target, placement, firebase_json: object())
-    monkeypatch.setattr(trends, "top_tags", top_tags)
-    monkeypatch.setattr(trends, "track", track)
-    monkeypatch.setattr(counters, "get_count", get_count)
-    return calls
+    return dataclasses.replace(
+        NOTHING, connect=lambda target, placement, firebase_json: sentinel.client,
+        top_tags=top_tags, track=track, get_count=get_count)
 
 
-def invoke(*args: str, code: int = 0) -> Result:
-    result = CliRunner().invoke(cli, list(args), env={"FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
+def invoke(domain: Domain, *args: str, code: int = 0) -> Result:
+    result = CliRunner().invoke(cli, list(args), obj=domain,
+                                env={"FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
     assert result.exit_code == code, result.output
     assert "Traceback" not in result.output
     return result
@@ -181,87 +194,85 @@ def invoke(*args: str, code: int = 0) -> Result:
 
 @pytest.mark.parametrize("region", [[], ["--region", "global"], ["--region", "GLOBAL"]])
 def test_top_without_a_region_or_with_global_reads_all_regions(
-    domain: dict[str, list[Any]], region: list[str]
+    calls: dict[str, list[Any]], domain: Domain, region: list[str]
 ) -> None:
     """`global`, in any case, is what no --region means: the sum of all regions."""
-    invoke("top", *region)
-    assert domain["top_tags"] == [None]
+    invoke(domain, "top", *region)
+    assert calls["top_tags"] == [None]
 
 
 @pytest.mark.parametrize("typed", ["EU", "eu", " Eu "])
-def test_region_names_are_case_insensitive(domain: dict[str, list[Any]], typed: str) -> None:
+def test_region_names_are_case_insensitive(
+    calls: dict[str, list[Any]], domain: Domain, typed: str
+) -> None:
     """A region is read and tracked in lowercase, however it was typed."""
-    invoke("top", "--region", typed)
-    invoke("track", typed, "coffee")
-    assert domain["top_tags"] == ["eu"]
-    assert domain["track"] == [("eu", ["coffee"], None)]
+    invoke(domain, "top", "--region", typed)
+    invoke(domain, "track", typed, "coffee")
+    assert calls["top_tags"] == ["eu"]
+    assert calls["track"] == [("eu", ["coffee"], None)]
 
 
-def test_top_with_no_tags_says_nothing_yet(domain: dict[str, list[Any]]) -> None:
+def test_top_with_no_tags_says_nothing_yet(domain: Domain) -> None:
     """An empty list is one sentence, not an empty table."""
-    result = invoke("top", "--region", "eu", "--window", "1h")
+    result = invoke(domain, "top", "--region", "eu", "--window", "1h")
     assert result.stdout == "nothing yet: no tags in eu in the last 1h\n"
 
 
-def test_top_lists_tags_in_a_table(domain: dict[str, list[Any]]) -> None:
+def test_top_lists_tags_in_a_table(calls: dict[str, list[Any]], domain: Domain) -> None:
     """Listed tags are shown ranked, with their counts, the scope, the window and the time."""
-    domain["items"] += [trends.TagCount(tag="coffee", count=3),
-                        trends.TagCount(tag="brunch", count=2)]
-    out = invoke("top").stdout
+    calls["items"] += [trends.TagCount(tag="coffee", count=3),
+                       trends.TagCount(tag="brunch", count=2)]
+    out = invoke(domain, "top").stdout
     assert table_rows(out) == [["1", "coffee", "3"], ["2", "brunch", "2"]]
     lines = out.splitlines()
     assert (lines[0], lines[-1]) == ("top 10 in global, last 24h", "as of 2024-05-01T12:00:00Z")
 
 
-def test_top_json_is_one_line_for_programs(domain: dict[str, list[Any]]) -> None:
+def test_top_json_is_one_line_for_programs(calls: dict[str, list[Any]], domain: Domain) -> None:
     """With --json, stdout is the answer as one line of JSON and nothing else."""
-    domain["items"] += [trends.TagCount(tag="coffee", count=3)]
-    result = invoke("top", "--region", "eu", "-k", "5", "--json")
+    calls["items"] += [trends.TagCount(tag="coffee", count=3)]
+    result = invoke(domain, "top", "--region", "eu", "-k", "5", "--json")
     assert result.stdout == (
         '{"region": "eu", "window": "24h", "items": [{"tag": "coffee", "count": 3}], '
         '"as_of": "2024-05-01T12:00:00Z"}\n')
 
 
 def test_track_counts_each_tag_once_and_says_what_it_recorded(
-    domain: dict[str, list[Any]]
+    calls: dict[str, list[Any]], domain: Domain
 ) -> None:
     """Tags are normalised and deduplicated, and the target is announced first."""
-    result = invoke("track", "us", "#Coffee", "coffee", "Brunch", "--request-id", "r-1")
-    assert domain["track"] == [("us", ["coffee", "brunch"], "r-1")]
+    result = invoke(domain, "track", "us", "#Coffee", "coffee", "Brunch", "--request-id", "r-1")
+    assert calls["track"] == [("us", ["coffee", "brunch"], "r-1")]
     assert result.stderr.startswith("target: Firestore emulator 127.0.0.1:1")
     assert result.stdout.startswith("us: recorded coffee, brunch")
 
 
-def test_track_retried_request_records_nothing(domain: dict[str, list[Any]]) -> None:
+def test_track_retried_request_records_nothing(domain: Domain) -> None:
     """A request id that was applied already is reported as such."""
-    result = invoke("track", "us", "coffee", "--request-id", "seen")
+    result = invoke(domain, "track", "us", "coffee", "--request-id", "seen")
     assert result.stdout == "us: request seen was applied already; nothing recorded\n"
 
 
 @pytest.mark.parametrize("check", ["--check", "--no-check"])
-def test_load_on_a_missing_counter_is_one_clear_error(
-    domain: dict[str, list[Any]], check: str
-) -> None:
+def test_load_on_a_missing_counter_is_one_clear_error(domain: Domain, check: str) -> None:
     """No load runs against a counter that does not exist; the error says how to create it."""
-    result = invoke("load", "nothing-here", check, "--seconds", "0.1", code=1)
+    result = invoke(domain, "load", "nothing-here", check, "--seconds", "0.1", code=1)
     assert result.stderr.splitlines()[-1] == (
         "Error: counter: 'nothing-here' does not exist (`counters create nothing-here` "
         "creates it)")
 
 
 @pytest.mark.parametrize("stale", [None, "no tick for 200 s: the housekeeping has stopped"])
-def test_status_exits_non_zero_when_the_rollup_is_stale(
-    domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch, stale: str | None
-) -> None:
+def test_status_exits_non_zero_when_the_rollup_is_stale(domain: Domain, stale: str | None) -> None:
     """`status` prints the rollup's health and fails, saying why, when it looks stuck."""
     found = status.RollupStatus(holder="h-1-x", active=True, last_tick_at=AS_OF,
                                  last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0, holder_since=AS_OF,
                                  errors=["2026-01-01T00:00:00Z big: sum outside 64-bit"],
                                  stale=stale)
-    monkeypatch.setattr(status_command, "read_statuses", lambda db, names: [(WHOLE, found)])
-    monkeypatch.setattr(status_command, "audit_figures", lambda db, names: AUDITED)
-    monkeypatch.setattr(status_command, "sequence_figures", lambda db, names: {"records_lost": 2})
-    result = invoke("status", code=1 if stale else 0)
+    domain = dataclasses.replace(domain, read_statuses=lambda db, names: [(WHOLE, found)],
+                                 audit_state=lambda db, names: AUDITED,
+                                 lost_records=lambda db, names: 2)
+    result = invoke(domain, "status", code=1 if stale else 0)
     assert table_rows(result.stdout) == [
         ["state", "active"], ["holder", "h-1-x"], ["holder_since", "2024-05-01T12:00:00Z"],
         ["last_tick_at", "2024-05-01T12:00:00Z"], ["last_tick_age_s", "0.4"], ["tick_s", "0.03"],
@@ -299,43 +310,37 @@ def test_claims_grant_takes_exactly_one_role(roles: list[str]) -> None:
     assert "target:" not in result.output
 
 
-AUDITED: dict[str, Any] = {"last_run_at": "2024-05-01T12:00:00Z", "checked": 12, "suspects": [],
-                           "last_drift_at": None, "drift": []}
+AUDITED: dict[str, Any] = {"last_run_at": AS_OF, "checked": 12}
 
 
-def test_status_fails_on_drift_the_audit_found(
-    domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_status_fails_on_drift_the_audit_found(domain: Domain) -> None:
     """Drift recorded by the exactness audit fails `status`, naming the counter."""
     healthy = status.RollupStatus(holder="h-1-x", active=True, last_tick_at=AS_OF,
                                   last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0,
                                   holder_since=AS_OF, errors=[], stale=None)
-    drift = {"counter": "likes", "published": 4, "shards": 8, "as_of": "2024-05-01T11:59:00Z",
-             "found_at": "2024-05-01T12:00:00Z"}
-    monkeypatch.setattr(status_command, "read_statuses", lambda db, names: [(WHOLE, healthy)])
-    monkeypatch.setattr(status_command, "audit_figures",
-                        lambda db, names: {**AUDITED, "last_drift_at": drift["found_at"],
-                                    "drift": [drift]})
-    monkeypatch.setattr(status_command, "sequence_figures", lambda db, names: {})
-    result = invoke("status", "--json", code=1)
-    assert json.loads(result.stdout)["audit"]["drift"] == [drift]
+    drift = {"counter": "likes", "published": 4, "shards": 8,
+             "as_of": AS_OF - dt.timedelta(minutes=1), "found_at": AS_OF}
+    domain = dataclasses.replace(
+        domain, read_statuses=lambda db, names: [(WHOLE, healthy)],
+        audit_state=lambda db, names: {**AUDITED, "last_drift_at": AS_OF, "drift": [drift]},
+        lost_records=lambda db, names: 0)
+    result = invoke(domain, "status", "--json", code=1)
+    assert json.loads(result.stdout)["audit"]["drift"] == [{
+        **drift, "as_of": "2024-05-01T11:59:00Z", "found_at": "2024-05-01T12:00:00Z"}]
     assert "'counter': 'likes'" in result.stderr.splitlines()[-1]
 
 
-def test_status_of_partitions_names_the_stale_one(
-    domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_status_of_partitions_names_the_stale_one(domain: Domain) -> None:
     """With P partitions, one table each; one stuck partition fails the command, named."""
     healthy = status.RollupStatus(holder="h-1-x", active=True, last_tick_at=AS_OF,
                                   last_tick_age_s=0.4, tick_s=0.03, lag_s=1.0,
                                   holder_since=AS_OF, errors=[], stale=None)
     stuck = dataclasses.replace(healthy, active=False, last_tick_age_s=200.0,
                                 stale="no tick for 200 s", errors=["boom"])
-    monkeypatch.setattr(status_command, "read_statuses", lambda db, names: [
-        (Part(2, 0), healthy), (Part(2, 1), stuck)])
-    monkeypatch.setattr(status_command, "audit_figures", lambda db, names: AUDITED)
-    monkeypatch.setattr(status_command, "sequence_figures", lambda db, names: {})
-    result = invoke("status", "--json", code=1)
+    domain = dataclasses.replace(
+        domain, read_statuses=lambda db, names: [(Part(2, 0), healthy), (Part(2, 1), stuck)],
+        audit_state=lambda db, names: AUDITED, lost_records=lambda db, names: 0)
+    result = invoke(domain, "status", "--json", code=1)
     figures = json.loads(result.stdout)
     assert (figures["partitions"], figures["state"]) == (2, "active")
     assert figures["stale"] == "partition 2 of 2: no tick for 200 s"
@@ -344,36 +349,33 @@ def test_status_of_partitions_names_the_stale_one(
         "active", "idle (ticks when written)"]
 
 
-def test_partitions_shows_and_changes_the_count(
-    domain: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_partitions_shows_and_changes_the_count(domain: Domain) -> None:
     """`partitions` prints P; `partitions N` changes it and wakes each new partition; a P the
     deploy has no tick functions for is refused before anything is written."""
-    monkeypatch.setattr(partitions, "read_count", lambda db, names: 1)
-    assert invoke("partitions").stdout == "partitions: 1\n"
     changes: list[int] = []
     woken: list[Part] = []
 
     def change(db: Any, names: Any, new: int, *, known: partitions.Known) -> repartition.Changed:
         changes.append(new)
         return repartition.Changed(before=1, after=new, watermark=AS_OF, spread=4,
-                                  narrow_at=AS_OF)
+                                   narrow_at=AS_OF)
 
     def enqueue(db: Any, placement: Any, reason: str, part: Part, slot: int | None = None) -> bool:
         woken.append(part)
         return True
 
-    monkeypatch.setattr(repartition, "change", change)
-    monkeypatch.setattr(waking, "enqueue_tick", enqueue)
-    result = invoke("partitions", "4", "--json")
+    domain = dataclasses.replace(domain, read_count=lambda db, names: 1, repartition=change,
+                                 enqueue_tick=enqueue)
+    assert invoke(domain, "partitions").stdout == "partitions: 1\n"
+    result = invoke(domain, "partitions", "4", "--json")
     assert json.loads(result.stdout)["woken"] == 4
     assert changes == [4] and woken == partitions.parts(4)
-    invoke("partitions", "3", code=2)  # not a power of two
+    invoke(domain, "partitions", "3", code=2)  # not a power of two
     # The emulator serves 32 tick functions (functions/.env.local over .env's 16): 64 partitions
     # would have none.
-    refused = invoke("partitions", "64", code=1)
+    refused = invoke(domain, "partitions", "64", code=1)
     assert "ROLLUP_PARTITIONS_MAX=64" in refused.output and "deploy first" in refused.output
-    invoke("partitions", "32")
+    invoke(domain, "partitions", "32")
     assert changes == [4, 32]
 
 
@@ -412,9 +414,9 @@ def test_this_repositorys_stack_states_its_own_backend() -> None:
 def test_outside_a_project_every_command_refuses_and_contacts_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(session, "connect", lambda *args: pytest.fail("contacted Firestore"))
     for name in sorted(set(cli.commands) - PROJECT_COMMANDS):
-        result = CliRunner().invoke(cli, [name], env={"FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
+        result = CliRunner().invoke(cli, [name], obj=NOTHING,
+                                    env={"FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"})
         assert result.exit_code == 2, (name, result.output)
         assert "no Firebase project here" in result.stderr and "Traceback" not in result.output
     assert CliRunner().invoke(cli, ["get", "--help"]).exit_code == 0  # help needs no backend

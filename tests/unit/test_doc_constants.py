@@ -21,7 +21,8 @@ INPUTS, PARTITIONS = "counting.foundation.inputs.", "counting.writepath.partitio
 AUDIT, LEDGER, TICK = "counting.rollup.audit.", "counting.rollup.ledger.", "counting.rollup.tick."
 COUNTERS, COLLECTIONS = "counting.features.counters.", "counting.features.collections."
 DECLARATIONS = "counting.features.declarations."
-SEQUENCES = "counting.features.sequences."
+SEQUENCES = "counting.features.sequences.limits.LIMITS."
+RECORDS = "counting.features.sequences.documents."
 _NUMBER = re.compile(r"\d(?:[\d,]*\d)?(?:\.\d+)?")  # 1,000,000 and 0.5; "1..128" is two numbers
 
 
@@ -49,12 +50,12 @@ QUOTED: list[tuple[str, str, str, Callable[[Any], float] | None]] = [
     (ARCH, "Each attempt waits 10 s at most for its answer (`COMMIT_TIMEOUT_S`)",
      WRITES + "COMMIT_TIMEOUT_S", None),
     (ARCH, "go on for up to 20 s (`RESEND_FOR_S`)", WRITES + "RESEND_FOR_S", None),
-    (ARCH, "a `request_id` (up to 8 records a commit", SEQUENCES + "RECORDS_PER_COMMIT", None),
-    (ARCH, "(`record_issued`: records still `issuing` after 10 s", SEQUENCES + "RECORD_AFTER_S",
+    (ARCH, "a `request_id` (up to 8 records a commit", SEQUENCES + "records_per_commit", None),
+    (ARCH, "(`record_issued`: records still `issuing` after 10 s", SEQUENCES + "record_after_s",
      None),
-    (ARCH, "at most 300 records a run", SEQUENCES + "RECORDS_PER_RUN", None),
-    (ARCH, "spread over 10 values of `spread`", SEQUENCES + "RECORD_SPREAD", None),
-    (ARCH, "any error still there 2 h after its claim", SEQUENCES + "RECORD_GIVE_UP_S",
+    (ARCH, "at most 300 records a run", SEQUENCES + "records_per_run", None),
+    (ARCH, "spread over 10 values of `spread`", RECORDS + "RECORD_SPREAD", None),
+    (ARCH, "any error still there 2 h after its claim", SEQUENCES + "record_give_up_s",
      lambda seconds: seconds / 3600),
     (ARCH, "a hint kept 60 s", "counting.features.context.RETURNING_TTL_S", None),
     (ARCH, "is kept) in the last 120 s", "counting.writepath.shards.NONCE_KEEP_S", None),

@@ -121,7 +121,7 @@ SEQUENTIAL = {
     ("trend_hours", "hour"), ("trend_hours", "expires_at"),
     ("sequences", "configured_at"), ("sequences", "opened_at"), ("sequences", "resets"),
     ("business_days", "closed_at"), ("business_days", "expires_at"),
-    ("number_requests", "claimed_at"), ("number_requests", "issued_at"),
+    ("number_requests", "claimed_at"),
     ("number_requests", "expires_at"), ("counted_docs", "expires_at"), ("counted_docs", "at"),
     ("memory", "at"),
 }

@@ -6,7 +6,7 @@ import datetime as dt
 import zoneinfo
 
 import pytest
-from counting.features.sequences import business_day_for, business_day_start
+from counting.features.sequences.days import business_day_for, business_day_start
 from counting.foundation import inputs
 from counting.foundation.errors import InvalidArgument
 from hypothesis import given, settings

@@ -51,7 +51,8 @@ PROJECT_COMMANDS = {"init", "remove", "emulator-rules"}
 @click.pass_context
 def cli(ctx: click.Context, project: str | None, backend: Path | None) -> None:
     """Operate distributed counters, ticket sequences and trending tags."""
-    ctx.obj = Session(resolve_target(project, os.environ))
+    # A test's invocation gives the domain it fakes as the context's object (else None).
+    ctx.obj = Session(resolve_target(project, os.environ), ctx.obj)
     if ctx.invoked_subcommand in PROJECT_COMMANDS or ctx.meta.get(HELP_ASKED):
         return  # they work on a host project's files, whatever state its install is in
     named = backend is not None

@@ -75,9 +75,9 @@ def get(session: Session, counter: str, strong: bool, as_json: bool) -> None:
     """Print COUNTER's rollup (one read), and with --strong its exact value."""
     counter = inputs.counter_id(counter)
     db = session.db()
-    found = [counters.get_count(db, session.names, counter, "rollup")]
+    found = [session.domain.get_count(db, session.names, counter, "rollup")]
     if strong:
-        found.append(counters.get_count(db, session.names, counter, "strong"))
+        found.append(session.domain.get_count(db, session.names, counter, "strong"))
     table = Table("consistency", "count", "as of", "documents read", title=counter)
     for c in found:
         table.add_row(c.consistency, str(c.count), iso(c.as_of), str(c.documents_read))

@@ -134,12 +134,12 @@ def load(session: Session, counter: str, rate: float, seconds: float, concurrenc
         raise click.UsageError("--rate must be >= 0, --seconds > 0, --concurrency 1..256")
     db, ctx = session.db(), session.context()
     try:
-        counters.get_count(db, ctx.names, counter)
+        session.domain.get_count(db, ctx.names, counter)
     except NotFound:
         # One error before starting, rather than a summary of nothing but failed increments.
         raise click.ClickException(f"counter: {counter!r} does not exist (`counters create "
                                    f"{counter}` creates it)") from None
-    before = counters.get_count(db, ctx.names, counter, "strong").count if check else None
+    before = session.domain.get_count(db, ctx.names, counter, "strong").count if check else None
 
     def call() -> bool:
         """One increment with a request_id of its own, sent again (same id) while its outcome
@@ -171,7 +171,7 @@ def load(session: Session, counter: str, rate: float, seconds: float, concurrenc
     summary: dict[str, Any] = {"counter": counter, "by": by,
                                "target_rate_per_s": rate or None, **result.summary()}
     if before is not None:
-        after = counters.get_count(db, ctx.names, counter, "strong").count
+        after = session.domain.get_count(db, ctx.names, counter, "strong").count
         expected = before + result.applied * by
         summary.update(strong_before=before, strong_after=after, expected=expected,
                        check="ok" if after == expected else "MISMATCH")

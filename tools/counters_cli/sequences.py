@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from counting.features import sequences
+from counting.features.sequences import issuing, opening, resetting
 from counting.foundation import config, inputs
 
 from .session import CLI_UID, CommandGroup, Session, json_option, pass_session
@@ -27,7 +27,7 @@ def configure(session: Session, tenant: str, timezone: str, reset_time: str | No
     tenant = inputs.tenant_id(tenant)
     timezone = inputs.timezone(timezone)
     reset_time = inputs.reset_time(reset_time)
-    found = sequences.configure_sequence(session.context(), session.db(), tenant, timezone=timezone,
+    found = opening.configure_sequence(session.context(), session.db(), tenant, timezone=timezone,
                                          reset_time=reset_time)
     session.report(
         as_json, {"tenant": found.tenant, "timezone": found.timezone,
@@ -44,7 +44,7 @@ def next_number(session: Session, tenant: str, request_id: str | None, as_json: 
     """Issue TENANT's next number."""
     tenant = inputs.tenant_id(tenant)
     request_id = inputs.request_id(request_id)
-    ticket = sequences.next_number(session.context(), session.db(), tenant,
+    ticket = issuing.next_number(session.context(), session.db(), tenant,
                                    request_id=request_id, uid=CLI_UID)
     day = ticket.business_day.isoformat()
     session.report(
@@ -61,7 +61,7 @@ def reset(session: Session, tenant: str, yes: bool, as_json: bool) -> None:
     """Restart TENANT's numbering at 1 within the business day (a shift change)."""
     tenant = inputs.tenant_id(tenant)
     session.confirm_destructive(f"restart numbering of {tenant}", yes)
-    done = sequences.reset_sequence(session.context(), session.db(), tenant, uid=CLI_UID)
+    done = resetting.reset_sequence(session.context(), session.db(), tenant, uid=CLI_UID)
     day = done.business_day.isoformat()
     session.report(as_json, {"tenant": done.tenant, "business_day": day},
                    f"{done.tenant}: numbering restarts at 1 (business day {day})")

@@ -1,5 +1,5 @@
-"""What every command shares: the target it talks to, the session (client and consoles), domain
-errors as one-line messages, and how an answer is printed (JSON or text)."""
+"""What every command shares: the target it talks to, the session (client, domain calls and
+consoles), domain errors as one-line messages, and how an answer is printed (JSON or text)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,16 @@ from typing import Any
 import click
 from counting.features import declarations
 from counting.features.context import Context
+from counting.features.counters import Count, get_count
+from counting.features.sequences.housekeeping import lost_records
+from counting.features.trends import TopTags, top_tags, track
 from counting.foundation import config
 from counting.foundation.errors import CounterError
+from counting.rollup import audit
+from counting.rollup.repartition import Changed, change
+from counting.rollup.status import RollupStatus, read_statuses
+from counting.writepath.partitions import Part, read_count
+from counting.writepath.waking import enqueue_tick
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
@@ -79,11 +87,45 @@ def default_project(firebaserc: Path) -> str | None:
     return default if isinstance(default, str) and default else None
 
 
-class Session:
-    """Per-invocation state: the target, its client (made on first use) and the consoles."""
+@dataclass(frozen=True, kw_only=True)
+class Domain:
+    """The calls through which the commands reach Firestore and Cloud Tasks and whose answers
+    they print: the client's maker and the domain's functions (`real_domain`). A command makes
+    them through its session, not by importing them, so that a test gives fakes
+    (`CliRunner.invoke(cli, ..., obj=Domain(...))`) and no Firestore is contacted."""
 
-    def __init__(self, target: Target) -> None:
+    connect: Callable[..., firestore.Client]
+    get_count: Callable[..., Count]
+    track: Callable[..., int]
+    top_tags: Callable[..., TopTags]
+    read_statuses: Callable[..., list[tuple[Part, RollupStatus]]]
+    audit_state: Callable[..., dict[str, Any]]
+    lost_records: Callable[..., int]
+    read_count: Callable[..., int]
+    repartition: Callable[..., Changed]
+    enqueue_tick: Callable[..., bool]
+
+
+def real_domain() -> Domain:
+    """The real calls: a client of the target, and the domain's functions (`counting`)."""
+    return Domain(connect=connect, get_count=get_count, track=track, top_tags=top_tags,
+                  read_statuses=read_statuses, audit_state=audit_state,
+                  lost_records=lost_records, read_count=read_count, repartition=change,
+                  enqueue_tick=enqueue_tick)
+
+
+def audit_state(db: firestore.Client, names: config.Names) -> dict[str, Any]:
+    """The exactness audit's record (internal/audit; {} before its first run)."""
+    return audit.audit_ref(db, names).get().to_dict() or {}
+
+
+class Session:
+    """Per-invocation state: the target, its client (made on first use), the domain's calls and
+    the consoles."""
+
+    def __init__(self, target: Target, domain: Domain | None = None) -> None:
         self.target = target
+        self.domain = domain or real_domain()
         self.out = Console(highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._db: firestore.Client | None = None
@@ -140,7 +182,7 @@ class Session:
         if self._db is None:
             self.err.print(f"{self.target.describe()}; backend {self.backend}",
                            style="bold red" if self.production else None)
-            self._db = connect(self.target, self.placement, self.firebase_json)
+            self._db = self.domain.connect(self.target, self.placement, self.firebase_json)
         return self._db
 
     def context(self) -> Context:

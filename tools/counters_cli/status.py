@@ -6,12 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from counting.features.sequences import lost_records
 from counting.foundation import inputs
-from counting.foundation.config import Names, Placement
-from counting.rollup import audit, repartition
-from counting.rollup.status import RollupStatus, read_statuses
-from counting.writepath import partitions, waking
+from counting.rollup import audit
+from counting.rollup.status import RollupStatus
+from counting.writepath import partitions
 from counting.writepath.partitions import Part
 from rich.table import Table
 
@@ -47,7 +45,7 @@ def table_of(title: str, figures: dict[str, Any]) -> Table:
 def status(session: Session, as_json: bool) -> None:
     """Print the rollup's health, per partition; exit 1 when one looks stuck (for scripts and
     probes)."""
-    found = read_statuses(session.db(), session.names)
+    found = session.domain.read_statuses(session.db(), session.names)
     stale = next((f"partition {part}: {state.stale}" if len(found) > 1 else state.stale
                   for part, state in found if state.stale), None)
     errors = [f"{part}: {error}" if len(found) > 1 else error
@@ -63,9 +61,12 @@ def status(session: Session, as_json: bool) -> None:
                    "stale": stale, "errors": errors, "by_partition": each}
         tables = [table_of(f"rollup partition {part}", one)
                   for (part, _), one in zip(found, each, strict=True)]
-    audited = audit_figures(session.db(), session.names)
+    audited = audit_figures(session.domain.audit_state(session.db(), session.names))
     figures["audit"] = audited
-    figures["sequences"] = numbered = sequence_figures(session.db(), session.names)
+    # The sequences' housekeeping: request ids whose number it could never read back into
+    # their records, marked lost, of the last SEQUENCE_RETENTION_DAYS (docs/operations.md).
+    figures["sequences"] = numbered = {
+        "records_lost": session.domain.lost_records(session.db(), session.names)}
     session.report(as_json, figures, *tables,
                    *([f"  {error}" for error in errors] or ["no recent errors"]),
                    table_of("exactness audit", {k: v for k, v in audited.items()
@@ -78,15 +79,9 @@ def status(session: Session, as_json: bool) -> None:
         raise click.ClickException(f"the audit found drift: {audited['drift'][-1]}")
 
 
-def sequence_figures(db: Any, names: Names) -> dict[str, Any]:
-    """The sequences' housekeeping: request ids whose number it could never read back into
-    their records, marked lost, of the last SEQUENCE_RETENTION_DAYS (docs/operations.md)."""
-    return {"records_lost": lost_records(db, names)}
-
-
-def audit_figures(db: Any, names: Names) -> dict[str, Any]:
-    """The exactness audit's state (internal/audit): its last run, suspects and drift."""
-    state = audit.audit_ref(db, names).get().to_dict() or {}
+def audit_figures(state: dict[str, Any]) -> dict[str, Any]:
+    """The exactness audit's state (internal/audit) as shown: its last run, suspects and
+    drift."""
     return {"last_run_at": iso(state.get("last_run_at")), "checked": state.get("checked", 0),
             "suspects": sorted(state.get("suspects") or {}),
             "last_drift_at": iso(state.get("last_drift_at")),
@@ -151,7 +146,7 @@ def partitions_command(session: Session, count: str | None, as_json: bool) -> No
     where the oldest of them was: no count is lost or doubled."""
     db = session.db()
     if count is None:
-        current = partitions.read_count(db, session.names)
+        current = session.domain.read_count(db, session.names)
         session.report(as_json, {"partitions": current}, f"partitions: {current}")
         return
     most = deployed_max(session)
@@ -159,12 +154,12 @@ def partitions_command(session: Session, count: str | None, as_json: bool) -> No
         raise click.ClickException(
             f"partitions: {count} is more than the {most} tick functions the deploy makes: set "
             f"{partitions.MAX_ENV}={count} in {session.backend}/.env and deploy first")
-    changed = repartition.change(db, session.names, int(count),
-                                 known=session.context().writing.known)
+    changed = session.domain.repartition(db, session.names, int(count),
+                                         known=session.context().writing.known)
     woken = 0
     if changed.after != changed.before:
         for part in partitions.parts(changed.after):
-            woken += wake(db, session.placement, part)
+            woken += wake(session, part)
     figures = {"before": changed.before, "partitions": changed.after,
                "watermark": iso(changed.watermark), "spread": changed.spread,
                "narrow_at": iso(changed.narrow_at), "woken": woken}
@@ -174,10 +169,10 @@ def partitions_command(session: Session, count: str | None, as_json: bool) -> No
                        if changed.after != changed.before else " (unchanged)"))
 
 
-def wake(db: Any, placement: Placement, part: Part) -> bool:
+def wake(session: Session, part: Part) -> bool:
     """Ask for a tick of `part` at once (the scheduled run ticks it within a minute anyway)."""
     try:
-        return waking.enqueue_tick(db, placement, "partitions", part)
+        return session.domain.enqueue_tick(session.db(), session.placement, "partitions", part)
     except Exception as error:
         click.echo(f"could not enqueue a tick of partition {part} (the scheduled run ticks it "
                    f"within a minute): {error!r}", err=True)

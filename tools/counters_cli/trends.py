@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from counting.features import trends
 from counting.foundation import config, inputs, kinds
 from rich.table import Table
 
@@ -35,8 +34,8 @@ def track(session: Session, region: str, tags: tuple[str, ...], request_id: str 
     region = region_name(region)
     counted = inputs.tags(list(tags))
     request_id = inputs.request_id(request_id)
-    recorded = trends.track(session.context(), session.db(), region, counted,
-                            request_id=request_id, uid=CLI_UID)
+    recorded = session.domain.track(session.context(), session.db(), region, counted,
+                                    request_id=request_id, uid=CLI_UID)
     session.report(
         as_json, {"region": region, "tags": counted, "recorded": recorded},
         f"{region}: request {request_id} was applied already; nothing recorded" if recorded == 0
@@ -56,7 +55,7 @@ def top(session: Session, region: str | None, k: int | None, window: str | None,
     scope = scope_name(region)
     k = inputs.top_k(k)
     chosen = inputs.choice(window, "window", kinds.WINDOWS, kinds.DEFAULT_WINDOW)
-    ranking = trends.top_tags(session.db(), session.names, scope, k, chosen)
+    ranking = session.domain.top_tags(session.db(), session.names, scope, k, chosen)
     table = Table("#", "tag", "count", title=f"top {k} in {ranking.region}, last {ranking.window}",
                   caption=f"as of {iso(ranking.as_of)}")
     for rank, item in enumerate(ranking.items, 1):

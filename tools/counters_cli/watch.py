@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-from counting.features import counter_refs, counters
+from counting.features import counter_refs
 from counting.foundation import inputs
 from counting.rollup import ledger
 from rich.live import Live
@@ -71,7 +71,7 @@ def watch(session: Session, counter: str, duration: float | None) -> None:
     counter = inputs.counter_id(counter)
     db = session.db()
     # NotFound before listening to a document that isn't there.
-    counters.get_count(db, session.names, counter)
+    session.domain.get_count(db, session.names, counter)
     updates: queue.Queue[dict[str, Any] | None] = queue.Queue()
 
     def on_snapshot(docs: list[Any], changes: Any, read_time: Any) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from counting.features.sequences import SequenceCache, Unrecorded
+from counting.features.sequences.caching import SequenceCache, Unrecorded
+from counting.features.sequences.limits import LIMITS, SequenceLimits
 from counting.features.shard_choice import ConfigCache, ShardPicker
 from counting.foundation.clock import SYSTEM, Clock
 from counting.foundation.config import Names, Placement, Protections
@@ -32,6 +33,7 @@ class Context:
     returning: TtlCache[str, bool] = field(default_factory=lambda: TtlCache(RETURNING_TTL_S))
     # Numbers issued for request ids here that their records do not hold yet.
     unrecorded: Unrecorded = field(default_factory=Unrecorded)
+    sequence_limits: SequenceLimits = LIMITS
 
     @property
     def placement(self) -> Placement:
