@@ -545,12 +545,18 @@ def incremented(old: Any, by: int | float) -> int | float:
     return float(old) + float(by)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def field_parts(path: str) -> tuple[str, ...]:
+    """The names of a field path (`a.b`, `` `x.y` ``), parsed once."""
+    return tuple(parse_field_path(path))
+
+
 def apply_fields(base: dict[str, Any], fields: dict[str, Any], *, nested: bool,
                  stamp: dt.datetime, results: list[Any]) -> dict[str, Any]:
     """Apply a set (nested maps merge) or an update (keys are field paths) to `base`, with
     transforms' results in field path order, as Firestore returns them."""
     for key, value in sorted(fields.items()):
-        parts = [key] if nested else parse_field_path(key)
+        parts = (key,) if nested else field_parts(key)
         target = base
         for part in parts[:-1]:
             target = target.setdefault(part, {})
