@@ -47,7 +47,7 @@ from counting.foundation import config
 from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import cadence, repartition
 from counting.rollup.tick import TickStats
-from counting.writepath import partitions
+from counting.writepath import partitions, waking
 from counting.writepath.context import Writing
 from google.cloud import firestore
 
@@ -73,7 +73,10 @@ FIRST_MEETING_P = int(os.environ.get("SCALE_FIRST_MEETING_P", 16))
 # an index: a query costs what it returns).
 FIRST_MEETING_TIMEOUT_S = 3600.0
 SCALED_DOWN = os.environ.get("SCALE_WHY", "")  # why the sizes were scaled down, when they were
-PARTS = ("capacity", "lag", "first_meeting")
+PARTS = ("capacity", "lag", "first_meeting", "waker")
+# The waker's part: a write touching every partition, each task creation taking this long.
+WAKER_CREATE_S = 0.05
+WAKER_WRITES = 20
 LAG_S = float(os.environ.get("SCALE_LAG_S", 30))
 RATE = int(os.environ.get("SCALE_RATE", 1000))  # distinct counters a second, in the lag run
 LAG_COUNTERS = 3 * RATE  # each changed every 3 s on average: warm, and distinct within a second
@@ -788,6 +791,34 @@ def first_meeting_run() -> dict[str, Any]:
     }
 
 
+def waker_run() -> dict[str, Any]:
+    """How long a write touching all 128 partitions waits for its tick tasks, each creation
+    taking WAKER_CREATE_S (a Cloud Tasks call): with the waker's own pool and with 4 threads
+    (its pool before issue 54), side by side. The first write of a waker starts its threads."""
+    count = partitions.CHOICES[-1]
+    db: Any = type("Db", (), {"project": "bench-waker"})()
+
+    def created(_: Any, part: partitions.Part, slot: int) -> bool:
+        time.sleep(WAKER_CREATE_S)
+        return True
+
+    def waits(waker: waking.Waker) -> list[float]:
+        taken = []
+        for n in range(WAKER_WRITES):  # each in a slot of its own: every partition is due
+            began = time.perf_counter()
+            waker.after_write(db, dt.datetime.fromtimestamp(1_800_000_000 + n, dt.UTC),
+                              range(count))
+            taken.append(time.perf_counter() - began)
+        return taken
+
+    mine = waits(waking.Waker(created, count=lambda _: count))
+    four = waits(waking.Waker(created, count=lambda _: count,
+                              pools=lambda _, name: ThreadPoolExecutor(4, name)))
+    return {"partitions": count, "create_s": WAKER_CREATE_S, "writes": WAKER_WRITES,
+            "first_wait_s": round(mine[0], 4), "wait_s": round(statistics.median(mine[1:]), 4),
+            "wait_s_4_threads": round(statistics.median(four[1:]), 4)}
+
+
 def parts_to_run() -> tuple[str, ...]:
     """SCALE_PARTS: the parts to run (all of PARTS unless told)."""
     chosen = tuple(part.strip() for part in os.environ.get("SCALE_PARTS", "").split(",")
@@ -853,6 +884,12 @@ def run() -> dict[str, Any]:
         balances["first_meeting"] = meeting["changed_per_partition"]
         balances["first_meeting_max_over_mean"] = balance(meeting["changed_per_partition"])
         run_s["first_meeting"] = time.monotonic() - part_began
+    if "waker" in chosen:
+        part_began = time.monotonic()
+        print(f"== scale: waker, a write to {partitions.CHOICES[-1]} partitions", flush=True)
+        figures["waker"] = waker_run()
+        print(json.dumps(figures["waker"], indent=1), flush=True)
+        run_s["waker"] = time.monotonic() - part_began
     sizes = {**(figures.get("sizes") or {}), "counters": COUNTERS, "lag_s": LAG_S, "rate": RATE,
              "steps": list(STEPS), "repeats": REPEATS, "rounds": ROUNDS}
     if "first_meeting" in chosen:

@@ -160,3 +160,19 @@ def test_a_write_waits_a_bounded_time_for_a_slow_cloud_tasks() -> None:
     assert waker.after_write(Db(), NOW, {0}) is False  # type: ignore[arg-type]
     assert time.monotonic() - began < 2
     release.set()
+
+
+def test_a_write_to_every_partition_creates_their_tasks_at_once() -> None:
+    """A write touching all 128 partitions has all their creations in flight together, under
+    one deadline: each creation here waits for all the others to have started, which a pool
+    running them a few at a time never lets happen (its creations would time out, none made)."""
+    count = partitions.CHOICES[-1]
+    started = threading.Barrier(count)
+
+    def enqueue(db: Any, part: Part, slot: int) -> bool:
+        started.wait(5)
+        return True
+
+    waker = waking.Waker(enqueue, count=lambda db: count, timeout_s=10)
+    assert waker.after_write(Db(), NOW, range(count)) is True  # type: ignore[arg-type]
+    assert waker.created == count

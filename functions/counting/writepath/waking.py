@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from typing import Protocol
 
 import firebase_admin
@@ -111,8 +111,10 @@ class Waker:
         self._count = count
         self._timeout_s = timeout_s
         # The Admin SDK waits up to 120 s for Cloud Tasks and retries: a write waits this
-        # long at most (the call goes on in the background).
-        self._calls = pools(4, "tick-enqueue")
+        # long at most for all its creations together (the calls go on in the background).
+        # They run at once, one thread each (up to the largest P), so that the wait does not
+        # grow with the partitions a write touches.
+        self._calls = pools(partitions.CHOICES[-1], "tick-enqueue")
         self._lock = threading.Lock()
         # Per database and partition: the last slot enqueued.
         self._last: dict[tuple[str, str, Part], int] = {}
@@ -135,11 +137,15 @@ class Waker:
                     self._last[key] = slot
                     due.append(part)
         calls = [self._calls.submit(self._enqueue, db, part, slot) for part in due]
+        answered, waiting = wait(calls, self._timeout_s)
+        if waiting:
+            log.warning("%d of the rollup's tick tasks not created within %.0f s (the scheduler "
+                        "ticks within a minute)", len(waiting), self._timeout_s)
         created = False
-        for call in calls:
+        for call in answered:
             try:
-                made = call.result(self._timeout_s)
-            except Exception as error:  # refused, failed, or still waiting (TimeoutError)
+                made = call.result()
+            except Exception as error:  # refused or failed
                 log.warning("could not enqueue the rollup's tick (the scheduler ticks within a "
                             "minute): %r", error)
                 continue
