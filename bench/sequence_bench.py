@@ -58,7 +58,7 @@ def one_tenant_vs_bare(db: firestore.Client, per_client: int, rounds: int) -> di
 
     def with_request_id(_: int) -> None:
         numbers.append(issuing.next_number(ctx, db, tenant, request_id=f"r{uuid.uuid4().hex}",
-                                             uid="bench").number)
+                                           uid="bench").number)
 
     # Warm up connections, the tenant cache and the emulator's JIT: a round of each (a bare
     # Increment's first hundreds of commits run at half its speed, which flattered the ratios).

@@ -59,7 +59,7 @@ def seed(project: str) -> None:
         counters.create_counter(ctx, db, counter, policy=policy)  # leaves an existing one as is
     if not documents.sequence_ref(db, ctx.names, DEMO_TENANT).get().exists:
         opening.configure_sequence(ctx, db, DEMO_TENANT, timezone=DEMO_TIMEZONE,
-                                     reset_time=DEMO_RESET_TIME)
+                                   reset_time=DEMO_RESET_TIME)
     email, password = DEMO_STAFF
     sign_up({"tenants": [DEMO_TENANT]}, email=email, password=password, project=project)
     email, password = DEMO_ADMIN

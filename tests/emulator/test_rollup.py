@@ -326,7 +326,7 @@ def test_the_audit_turns_a_lasting_mismatch_into_drift(
     step = Rollup(db, lease_for(db), writing=ctx.writing)
     write_shard(db, "liked", 0, 3)
     step.tick()
-    assert audit.run(ctx.writing, db, per_run=10) == audit.Run(
+    assert audit.run(ctx.writing, db, size=10) == audit.Run(
         checked=[audit.check_counter(db, NAMES,
                                      "liked")], suspects=[], drift=[])  # type: ignore[list-item]
     forged = counter_refs.shard_ref(db, NAMES, "liked", 1)
@@ -335,10 +335,10 @@ def test_the_audit_turns_a_lasting_mismatch_into_drift(
     step.tick()
     found = audit.check_counter(db, NAMES, "liked")
     assert found is not None and (found.published, found.shards) == (4, 8)
-    assert audit.run(ctx.writing, db, per_run=10).suspects == ["liked"]
+    assert audit.run(ctx.writing, db, size=10).suspects == ["liked"]
     monkeypatch.setattr(audit, "CONFIRM_AFTER_S", 0.0)
     with caplog.at_level(logging.ERROR, logger="counting.rollup.audit"):
-        confirmed = audit.run(ctx.writing, db, per_run=10)
+        confirmed = audit.run(ctx.writing, db, size=10)
     assert [c.counter for c in confirmed.drift] == ["liked"] and confirmed.suspects == []
     assert any(r.getMessage().startswith(audit.DRIFT_LOG_PREFIX) for r in caplog.records)
     state = audit.audit_ref(db, NAMES).get().to_dict() or {}

@@ -274,14 +274,14 @@ def test_numbers_restart_when_a_business_day_ends(isolated_db: firestore.Client,
     db, tenant = isolated_db, "bistro"
     # New York skips 02:00-03:00 on 2024-03-10: a 02:30 reset starts that day at 03:30 EDT.
     opening.configure_sequence(ctx, db, tenant, timezone=NEW_YORK, reset_time="02:30",
-                                 now=utc("2024-03-09T20:00"))
+                               now=utc("2024-03-09T20:00"))
     before = [issuing.next_number(ctx, db, tenant,
-                                    now=utc("2024-03-10T07:29:59")) for _ in range(3)]
+                                  now=utc("2024-03-10T07:29:59")) for _ in range(3)]
     kept = issuing.next_number(ctx, db, tenant, request_id="r1", uid="u",
-                                 now=utc("2024-03-10T07:29:59"))
+                               now=utc("2024-03-10T07:29:59"))
     after = [issuing.next_number(ctx, db, tenant, now=utc("2024-03-10T07:30")) for _ in range(2)]
     retried = issuing.next_number(ctx, db, tenant, request_id="r1", uid="u",
-                                    now=utc("2024-03-10T07:31"))
+                                  now=utc("2024-03-10T07:31"))
 
     assert [(t.business_day.isoformat(), t.number) for t in [*before, kept, *after]] == [
         ("2024-03-09", 1), ("2024-03-09", 2), ("2024-03-09", 3), ("2024-03-09", 4),
@@ -333,7 +333,7 @@ def test_a_reset_keeps_earlier_numbers_on_record(isolated_db: firestore.Client,
     db, tenant = isolated_db, "cafe"
     now = utc("2024-07-01T10:00")
     opening.configure_sequence(ctx, db, tenant, timezone="Asia/Tokyo", reset_time="05:00",
-                                 now=now)
+                               now=now)
     first = [issuing.next_number(ctx, db, tenant, now=now) for _ in range(5)]
     reset = resetting.reset_sequence(ctx, db, tenant, uid="manager", now=now)
     second = [issuing.next_number(ctx, db, tenant, now=now) for _ in range(2)]
@@ -390,7 +390,7 @@ def test_a_number_goes_into_its_record_with_the_next_commit_or_the_housekeeping(
 
     def number(request_id: str, context: Context = ctx) -> int:
         return issuing.next_number(context, db, "shop", request_id=request_id,
-                                     uid="u").number
+                                   uid="u").number
 
     def record(request_id: str) -> dict[str, Any]:
         return documents.request_ref(db, NAMES, "shop", "u", request_id).get().to_dict() or {}

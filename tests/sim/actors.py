@@ -359,8 +359,8 @@ class Writers:
         stage.ops[kind] += 1
         stage.ask(Request(kind=kind, request_id=request_id, tenant=tenant),
                   lambda: issuing.next_number(process.ctx, stage.db, tenant,
-                                                request_id=request_id, uid=uid,
-                                                now=process.now()))
+                                              request_id=request_id, uid=uid,
+                                              now=process.now()))
 
     def _order(self, process: Process) -> None:
         """The app writes its own documents (the library's retry and all); the trigger counts

@@ -77,7 +77,7 @@ def test_a_reset_never_lands_in_the_next_business_day() -> None:
     the day it was asked in. The next day's numbers run 1, 2, never restarted by the late one."""
     late = Late()
     late.run(lambda: opening.configure_sequence(late.ctx, late.db, "t", timezone="UTC",
-                                                  reset_time="12:01"))
+                                                reset_time="12:01"))
     late.at(30)
     reset = late.run(lambda: resetting.reset_sequence(late.ctx, late.db, "t"),
                      lost_in_flight(45.0))
@@ -156,7 +156,7 @@ def test_a_reset_whose_day_closes_under_it_resets_nothing() -> None:
     new day is not reset in its place (its numbers go on 1, 2)."""
     late = Late()
     late.run(lambda: opening.configure_sequence(late.ctx, late.db, "t", timezone="UTC",
-                                                  reset_time="12:01"))
+                                                reset_time="12:01"))
     late.at(59.9)
     opened: list[object] = []
     late.sim.at(60_500_000, lambda: opened.append(

@@ -206,7 +206,7 @@ def test_a_late_configure_sequence_never_reverts_a_newer_rule() -> None:
     assert late.flying() == [[tenant.path]]  # A's first attempt
     late.at(late.sim.monotonic() + 0.1)
     late.run(lambda: opening.configure_sequence(late.ctx, late.db, "t",
-                                                  timezone="America/New_York", reset_time="04:00"))
+                                                timezone="America/New_York", reset_time="04:00"))
     late.at(60)
     assert late.flying() == []
     document = tenant.get().to_dict() or {}

@@ -651,7 +651,7 @@ TODAY = dt.datetime(2026, 11, 27, 12, tzinfo=dt.UTC)  # the business day the num
 
 def number(scene: Scene, request_id: str) -> int:
     return issuing.next_number(scene.ctx, scene.db, "t", request_id=request_id, uid="u",
-                                 now=TODAY).number
+                               now=TODAY).number
 
 
 def recorded_number(scene: Scene, request_id: str) -> int | None:
@@ -717,12 +717,12 @@ def died(scene: Scene, tenant: str, request_id: str) -> int:
     its own carries the number into its record."""
     process = dataclasses.replace(scene.ctx, unrecorded=caching.Unrecorded())
     return issuing.next_number(process, scene.db, tenant, request_id=request_id, uid="u",
-                                 now=TODAY).number
+                               now=TODAY).number
 
 
 def retried(scene: Scene, tenant: str, request_id: str) -> int:
     return issuing.next_number(scene.ctx, scene.db, tenant, request_id=request_id, uid="u",
-                                 now=TODAY).number
+                               now=TODAY).number
 
 
 def record_of(scene: Scene, tenant: str, request_id: str) -> dict[str, object]:
@@ -842,7 +842,7 @@ def test_a_counter_the_audit_cannot_check_keeps_no_other_from_its_check() -> Non
     scene.at(3)
     scene.model.unreadable.add(("counters", "a", "shards", "0"))
     scene.at(4)
-    done = audit.run(scene.holding, scene.db, per_run=3)
+    done = audit.run(scene.holding, scene.db, size=3)
     assert sorted(found.counter for found in done.checked) == ["b", "c"]
     scene.at(5)
     assert (audit.audit_ref(scene.db, NAMES).get().to_dict() or {})["cursor"] == "c"
@@ -863,3 +863,42 @@ def test_the_extension_checker_finds_an_amount_taken_twice() -> None:
     other = ("pages", "p", "_counter_shards_", "t")
     assert takes.seen(other, 0, 2, took=False) is None
     assert takes.seen(other, 2, 0, took=True) is None  # a delete of what it held
+
+
+def test_the_audit_sizes_its_runs_for_a_rotation_a_day_and_counts_once_a_rotation() -> None:
+    """The first run counts the counters (one aggregation) and checks `per_run` of them; the
+    runs of a rotation use that count; the run that begins the rotation again counts anew, so
+    counters created since size the next one. 4,400 counters: 4 a run (a day: 1,440 runs)."""
+    assert [audit.per_run(n) for n in (0, 4320, 4321, 1_000_000, 5_000_000)] == \
+        [3, 3, 4, 695, 1000]
+    scene = Scene()
+
+    def made(names: range) -> None:
+        for start in range(names.start, names.stop, 500):
+            batch = scene.db.batch()
+            for n in range(start, min(start + 500, names.stop)):
+                batch.set(scene.db.collection("counters").document(f"c{n:05}"), {"count": 0})
+            batch.commit()
+
+    made(range(4400))
+    scene.at(1)
+    first = audit.run(scene.holding, scene.db)
+    scene.at(2)
+    state = audit.audit_ref(scene.db, NAMES).get().to_dict() or {}
+    assert (state["counters"], state["cursor"], len(first.checked)) == (4400, "c00003", 0)
+    made(range(4400, 8700))  # more counters: this rotation keeps its size
+    scene.at(3)
+    audit.run(scene.holding, scene.db)
+    scene.at(4)
+    state = audit.audit_ref(scene.db, NAMES).get().to_dict() or {}
+    assert (state["counters"], state["cursor"]) == (4400, "c00007")
+    audit.audit_ref(scene.db, NAMES).update({"cursor": "c08698"})  # the rotation's end
+    scene.at(5)
+    audit.run(scene.holding, scene.db)  # c08699, then the first three again: counted anew
+    scene.at(6)
+    state = audit.audit_ref(scene.db, NAMES).get().to_dict() or {}
+    assert (state["counters"], state["cursor"]) == (8700, "c00002")
+    scene.at(7)
+    audit.run(scene.holding, scene.db)
+    scene.at(8)
+    assert (audit.audit_ref(scene.db, NAMES).get().to_dict() or {})["cursor"] == "c00009"

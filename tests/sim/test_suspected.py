@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from counting.features import counter_refs, counters
-from counting.features.sequences import documents, issuing, opening
+from counting.features.sequences import documents, issuing, opening, resetting
 from counting.foundation.errors import FailedPrecondition, OutcomeUnknown
 from counting.writepath import shards
 from counting.writepath.policy import Policy
@@ -108,6 +108,33 @@ def test_a_day_that_cannot_open_never_refuses_a_number_its_first_attempt_then_is
         assert isinstance(again, FailedPrecondition), again
     else:  # UNKNOWN: its retry settles it, with r1's one number
         assert is_ticket(again), again
+
+
+def test_a_reset_retried_while_its_day_cannot_open_is_never_refused_then_applied() -> None:
+    """The same for reset_sequence: its first attempt at 50 s is lost in flight (it lands 40 s
+    later, in the day it read, whose open marker is still there: the new day never opened);
+    the retry in the new business day loses every race to open it. A refusal then would be
+    contradicted by the reset landing; the retry is UNKNOWN, and the next one finds it."""
+    late = Late()
+    late.run(lambda: opening.configure_sequence(late.ctx, late.db, "t", timezone="UTC",
+                                                reset_time="12:01"))
+    number(late, "r0")
+    late.at(50)
+
+    def reset(*fates: Fate) -> Any:
+        return late.run(lambda: resetting.reset_sequence(late.ctx, late.db, "t", uid="m",
+                                                         request_id="x1"), *fates)
+
+    first = reset(lost_in_flight(40.0), *REFUSED_ALL_WINDOW)
+    assert isinstance(first, OutcomeUnknown), first
+    assert late.sim.monotonic() > 60 and len(late.flying()) == 1
+    retried = reset(*LOST_RACES)
+    assert isinstance(retried, OutcomeUnknown), retried
+    assert retried.request_id == "x1"
+    late.at(95)
+    assert late.flying() == []  # the first attempt has landed
+    again = reset()
+    assert isinstance(again, documents.Reset) and again.epoch == 1, again
 
 
 def test_a_role_refusal_answers_the_call_and_the_request_keeps_its_one_number(

@@ -118,6 +118,19 @@ def test_a_plain_re_run_of_init_changes_nothing(host: Path, args: tuple[str, ...
     assert tree(host) == before
 
 
+def test_an_upgrade_deletes_the_modules_no_longer_shipped(host: Path) -> None:
+    """A module an earlier version shipped and this one does not (`features/sequences.py`, a
+    package since) is deleted by the next `counters init`, not deployed beside the package."""
+    counters("init", str(host))
+    old = host / "counters/counting/features/sequences.py"
+    old.write_text("# a module of an earlier version\n")
+    assert "delete counters/counting/features/sequences.py" in counters(
+        "init", str(host), "--dry-run").output
+    counters("init", str(host))
+    assert not old.exists()
+    assert (host / "counters/counting/features/sequences/issuing.py").exists()
+
+
 def test_a_record_init_would_refuse_is_refused_in_its_own_terms(host: Path) -> None:
     """A changed install.json is named with its field, not an option the user did not give."""
     counters("init", str(host), "--prefix", "ctr_")

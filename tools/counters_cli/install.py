@@ -387,8 +387,15 @@ def plan_init(root: Path, install: Install) -> Changes:
     packages = {"counting": Path(counting.__file__).resolve().parent,
                 "handlers": source("handlers")}
     for name, package in packages.items():
-        for path in sorted(package.rglob("*.py")):
-            changes.put(folder / name / path.relative_to(package), path.read_text())
+        shipped = {folder / name / path.relative_to(package): path
+                   for path in sorted(package.rglob("*.py"))}
+        for target, path in shipped.items():
+            changes.put(target, path.read_text())
+        # An upgrade deletes the modules this version no longer ships (a module become a
+        # package would otherwise be deployed beside it, dead).
+        for stale in sorted((folder / name).rglob("*.py")):
+            if stale not in shipped:
+                changes.put(stale, None)
     for name in ("main.py", "requirements.txt"):
         changes.put(folder / name, source(name).read_text())
     changes.put(folder / config.PLACEMENT_FILE, placement_file(install, folder))

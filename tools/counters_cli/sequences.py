@@ -28,7 +28,7 @@ def configure(session: Session, tenant: str, timezone: str, reset_time: str | No
     timezone = inputs.timezone(timezone)
     reset_time = inputs.reset_time(reset_time)
     found = opening.configure_sequence(session.context(), session.db(), tenant, timezone=timezone,
-                                         reset_time=reset_time)
+                                       reset_time=reset_time)
     session.report(
         as_json, {"tenant": found.tenant, "timezone": found.timezone,
                   "reset_time": found.reset_time},
@@ -45,7 +45,7 @@ def next_number(session: Session, tenant: str, request_id: str | None, as_json: 
     tenant = inputs.tenant_id(tenant)
     request_id = inputs.request_id(request_id)
     ticket = issuing.next_number(session.context(), session.db(), tenant,
-                                   request_id=request_id, uid=CLI_UID)
+                                 request_id=request_id, uid=CLI_UID)
     day = ticket.business_day.isoformat()
     session.report(
         as_json, {"tenant": ticket.tenant, "number": ticket.number, "business_day": day},

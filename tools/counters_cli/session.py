@@ -89,10 +89,12 @@ def default_project(firebaserc: Path) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class Domain:
-    """The calls through which the commands reach Firestore and Cloud Tasks and whose answers
-    they print: the client's maker and the domain's functions (`real_domain`). A command makes
-    them through its session, not by importing them, so that a test gives fakes
-    (`CliRunner.invoke(cli, ..., obj=Domain(...))`) and no Firestore is contacted."""
+    """The client's maker and the reads and calls whose answers the commands that test_cli
+    covers print (`get`, `track`, `top`, `status`, `partitions`; `real_domain`). Those commands
+    make them through their session, not by importing them, so that a test gives fakes
+    (`CliRunner.invoke(cli, ..., obj=Domain(...))`). The other commands call the domain
+    themselves, on the client `connect` makes (a fake's too); `watched_db` and the context's
+    waker are not in it."""
 
     connect: Callable[..., firestore.Client]
     get_count: Callable[..., Count]

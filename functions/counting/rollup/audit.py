@@ -3,8 +3,9 @@
 Nothing here runs on real Firestore before it is deployed, so what only production can get wrong
 (a commit later than any model drew, a path nobody thought of) is looked for where it would
 show: a published count that is not the sum of its counter's shards. Each scheduled run (inside
-the `rollup` function, after the housekeeping) takes the next AUDIT_PER_RUN counters in id order,
-round and round, and for each compares `count` with the sum of its shards read at the publish's
+the `rollup` function, after the housekeeping) takes the next counters in id order, round and
+round, as many as make one rotation a day of the counters there were at the last rotation's end
+(`per_run`), and for each compares `count` with the sum of its shards read at the publish's
 own instant `updated_at` (a snapshot read: one aggregation query, billed as one read per 1,000
 shards). A mismatch there is not yet drift: a write whose commit came late after its timestamp
 joins the rollup only at the next sweep. So a mismatch is a suspect, checked again at every run;
@@ -42,7 +43,11 @@ from counting.writepath.context import Writing
 log = logging.getLogger(__name__)
 
 AUDIT_DOC = "audit"  # internal/audit
-AUDIT_PER_RUN = 3  # counters a scheduled run checks: about 2 reads each
+# Counters a scheduled run (one a minute) checks, about 2 reads each: enough for a rotation a day
+# of the counters counted when the last one ended, at least the first, at most the second.
+AUDIT_PER_RUN_MIN, AUDIT_PER_RUN_MAX = 3, 1000
+RUNS_PER_ROTATION = 24 * 60
+AUDIT_THREADS = 16  # the checks of a run in parallel: 1,000 take about as long as 63
 DRIFT_KEPT = 20  # drift entries kept on the document, newest last
 SUSPECTS_KEPT = 50  # suspects re-checked at each run; beyond, the oldest are dropped
 DRIFT_LOG_PREFIX = "counters audit: drift"
@@ -154,10 +159,23 @@ def check_counter(db: firestore.Client, names: Names, counter: str) -> Checked |
     return check(db, names, snapshot, progress) if snapshot.exists else None
 
 
+def per_run(total: int) -> int:
+    """Counters a run checks so that `total` counters take a day (within the bounds)."""
+    return max(AUDIT_PER_RUN_MIN, min(AUDIT_PER_RUN_MAX, -(-total // RUNS_PER_ROTATION)))
+
+
+def counted(db: firestore.Client, names: Names) -> int:
+    """How many counters exist: a count aggregation (a read per 1,000), once a rotation."""
+    # Typed Any: the library declares count() as returning a class, not an instance.
+    query: Any = db.collection(names.counters)
+    [[result]] = query.count(alias="counters").get()
+    return int(result.value or 0)
+
+
 def next_counters(db: firestore.Client, names: Names, after: str, n: int
-                  ) -> list[firestore.DocumentSnapshot[Any]]:
+                  ) -> tuple[list[firestore.DocumentSnapshot[Any]], bool]:
     """The next `n` counter documents in id order after `after`, from the first again at the
-    end."""
+    end, and whether the rotation began again (or began)."""
     coll = db.collection(names.counters)
 
     def page(start: str | None, limit: int) -> list[firestore.DocumentSnapshot[Any]]:
@@ -167,14 +185,16 @@ def next_counters(db: firestore.Client, names: Names, after: str, n: int
         return list(query.limit(limit).stream())
 
     found = page(after, n)
+    wrapped = not after or len(found) < n
     if len(found) < n and after:
         seen = {snapshot.id for snapshot in found}
         found += [s for s in page(None, n - len(found)) if s.id not in seen]
-    return found
+    return found, wrapped
 
 
-def run(writing: Writing, db: firestore.Client, per_run: int = AUDIT_PER_RUN) -> Run:
-    """One scheduled run: the next counters of the rotation and every suspect, checked and
+def run(writing: Writing, db: firestore.Client, size: int | None = None) -> Run:
+    """One scheduled run: the next counters of the rotation (`size`, or `per_run` of the
+    counters counted when the last rotation ended) and every suspect, checked in parallel and
     recorded in one write; a drifting counter's shards are touched with `writing`, in the
     collections of its placement."""
     names = writing.names
@@ -183,13 +203,21 @@ def run(writing: Writing, db: firestore.Client, per_run: int = AUDIT_PER_RUN) ->
     now: dt.datetime = state_snapshot.read_time
     suspects: dict[str, dict[str, Any]] = dict(state.get("suspects") or {})
     progress = watermarks(db, names)
-    rotation = next_counters(db, names, str(state.get("cursor") or ""), per_run)
+    total = state.get("counters")
+    if not isinstance(total, int):
+        total = counted(db, names)
+    rotation, wrapped = next_counters(db, names, str(state.get("cursor") or ""),
+                                      size or per_run(total))
+    if wrapped and isinstance(state.get("counters"), int):
+        total = counted(db, names)  # a rotation ended: the next one is sized on a new count
     again = [db.collection(names.counters).document(c) for c in suspects
              if c not in {s.id for s in rotation}]
     documents = [*rotation, *(s for s in db.get_all(again, field_paths=["count", "updated_at"])
                               if s.exists)]
-    checked = [found for found in (checked_or_none(db, names, snapshot, progress)
-                                   for snapshot in documents) if found is not None]
+    with writing.pools(AUDIT_THREADS, "audit") as pool:
+        checked = [found for found in pool.map(
+            lambda snapshot: checked_or_none(db, names, snapshot, progress), documents)
+            if found is not None]
     live = {snapshot.id for snapshot in documents}
     drift: list[Checked] = []
     for found in checked:
@@ -211,7 +239,7 @@ def run(writing: Writing, db: firestore.Client, per_run: int = AUDIT_PER_RUN) ->
                 log.exception("counters audit: could not repair counter %r", found.counter)
     suspects = {c: entry for c, entry in suspects.items() if c in live}  # deleted: none
     kept = dict(sorted(suspects.items(), key=lambda item: item[1]["found_at"])[-SUSPECTS_KEPT:])
-    record(db, names, state, now, rotation, checked, kept, drift)
+    record(db, names, state, now, rotation, checked, kept, drift, total)
     return Run(checked=checked, suspects=sorted(kept), drift=drift)
 
 
@@ -245,7 +273,7 @@ def touch(writing: Writing, db: firestore.Client,
 
 def record(db: firestore.Client, names: Names, state: dict[str, Any], now: dt.datetime,
            rotation: Iterable[firestore.DocumentSnapshot[Any]], checked: list[Checked],
-           suspects: dict[str, dict[str, Any]], drift: list[Checked]) -> None:
+           suspects: dict[str, dict[str, Any]], drift: list[Checked], total: int) -> None:
     """Write the run's outcome to internal/audit (a set of absolute values: safe to resend)."""
     ids = [snapshot.id for snapshot in rotation]
     history = [*(state.get("drift") or []), *(found.entry(now) for found in drift)][-DRIFT_KEPT:]
@@ -256,5 +284,6 @@ def record(db: firestore.Client, names: Names, state: dict[str, Any], now: dt.da
         "suspects": suspects,
         "drift": history,
         "last_drift_at": now if drift else state.get("last_drift_at"),
+        "counters": total,  # counted when the last rotation ended: this one's size
     }
     audit_ref(db, names).set(fields, retry=writes.IDEMPOTENT)

@@ -24,7 +24,6 @@ class SequenceConfig:
         return dt.time.fromisoformat(self.reset_time)
 
 
-
 def business_day_start(day: dt.date, reset_at: dt.time, zone: zoneinfo.ZoneInfo) -> dt.datetime:
     """The UTC instant business day `day` starts: `reset_at` local time on local date `day`.
 

@@ -54,6 +54,7 @@ class Reset:
     business_day: dt.date
     epoch: int
 
+
 def sequence_ref(db: firestore.Client, names: Names, tenant: str) -> firestore.DocumentReference:
     return db.collection(names.sequences).document(tenant)
 

@@ -27,11 +27,11 @@ from counting.features.sequences.documents import (
     write_configured,
 )
 from counting.features.sequences.limits import SequenceLimits
-from counting.features.sequences.opening import Contended, ready_for_today
+from counting.features.sequences.opening import ready_for_request
 from counting.foundation import config, encoding, writes
 from counting.foundation.clock import instant
 from counting.foundation.config import Names
-from counting.foundation.errors import FailedPrecondition, OutcomeUnknown
+from counting.foundation.errors import FailedPrecondition
 from counting.writepath.context import Writing
 
 if TYPE_CHECKING:
@@ -51,14 +51,7 @@ def next_number(
 ) -> Ticket:
     """Issue the tenant's next number of the business day `now` (server time) falls in."""
     cache = ctx.sequences
-    try:
-        found = ready_for_today(db, ctx.names, tenant, now, cache, ctx.writing.clock)
-    except (Contended, OutcomeUnknown) as error:
-        if request_id is None:
-            raise
-        # An earlier attempt of this request may still land in the day it read: no refusal,
-        # which a number for it would contradict; a retry settles it.
-        raise writes.lost(request_id) from error
+    found = ready_for_request(db, ctx.names, tenant, now, cache, ctx.writing.clock, request_id)
     if request_id is None:
         batch = db.batch()
         encoding.update(batch, sequence_ref(db, ctx.names, tenant), NUMBER_WRITE)

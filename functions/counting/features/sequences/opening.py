@@ -87,6 +87,25 @@ def ready_for_today(
     return found
 
 
+def ready_for_request(
+    db: firestore.Client, names: Names, tenant: str, now: dt.datetime | None,
+    cache: SequenceCache, clock: Clock, request_id: str | None,
+) -> SequenceConfig:
+    """`ready_for_today` for an operation that may be a retry of `request_id`: a day that cannot
+    be opened (every race lost, or the opening's outcome unknown) is `OutcomeUnknown`, never a
+    refusal, since an earlier attempt of the request may still land in the day it read, which a
+    refusal would contradict; a retry with the id settles it."""
+    try:
+        return ready_for_today(db, names, tenant, now, cache, clock)
+    except (Contended, OutcomeUnknown) as error:
+        if request_id is None:
+            raise
+        raise OutcomeUnknown(
+            f"tenant {tenant!r}: the business day could not be opened ({error}); an earlier "
+            "attempt of this request may still apply: retry with the same request_id",
+            request_id=request_id) from error
+
+
 def open_day(db: firestore.Client, names: Names, tenant: str, today: dt.date) -> int:
     """Move the tenant's document to business day `today` unless it is there (or later) already.
 

@@ -24,7 +24,7 @@ from counting.features.sequences.documents import (
     sequence_ref,
     transformed,
 )
-from counting.features.sequences.opening import ready_for_today
+from counting.features.sequences.opening import ready_for_request
 from counting.foundation import config, encoding, writes
 from counting.foundation.config import Names
 from counting.foundation.errors import FailedPrecondition
@@ -65,7 +65,8 @@ def reset_sequence(
         applied: _Applied | None = None
         found = cache.get(db, ctx.names, tenant)[0]
     else:
-        found = ready_for_today(db, ctx.names, tenant, now, cache, ctx.writing.clock)
+        found = ready_for_request(db, ctx.names, tenant, now, cache, ctx.writing.clock,
+                                  request_id)
         applied = _reset_once(ctx.writing, db, found, marker, request_id=request_id)
     with writes.after_applied(request_id, ctx.writing.protections,
                               what=f"tenant {tenant!r} was reset"):
