@@ -300,6 +300,14 @@ class ConfigurationsInForce:
         return found
 
 
+def opens_a_day(attempt: Attempt) -> bool:
+    """A commit that opens a tenant's business day (`opening.open_day`: the sequence's new day,
+    with `opened_at`): shared work, done once by whichever call comes first, which no call's
+    answer is about (docs/api.md, "What an answer promises"): a retry finds the day open."""
+    return any(len(w.path) == 2 and w.path[0] == config.SEQUENCES and "opened_at" in w.fields
+               for w in attempt.writes)
+
+
 class Answers:
     name = "answers"
 
@@ -322,7 +330,7 @@ class Answers:
                 elif call.answer is Answer.RETRY:
                     # Told nothing was written, retry: nothing this call sent may have applied
                     # (a reset's first commit, with its later step failing, say).
-                    wrote = [a for a in run.landed(call) if a.changes]
+                    wrote = [a for a in run.landed(call) if a.changes and not opens_a_day(a)]
                     if wrote:
                         found.append(Finding(self.name, "answer", (
                             f"{call!r}, told nothing was written, yet "
