@@ -487,7 +487,7 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str, *, uid: str 
     if earlier is not None and earlier.exists:  # this request reset the counter before
         read_at = _read_at(earlier)
     else:
-        read_at = _take_back(ctx, db, counter, marker)
+        read_at = _take_back(ctx, db, counter, marker, request_id)
     with writes.after_applied(request_id, ctx.writing.protections,
                               what=f"counter {counter!r} was reset"):
         forget_users(db, ctx.names, counter, read_at,
@@ -495,10 +495,10 @@ def reset_counter(ctx: Context, db: firestore.Client, counter: str, *, uid: str 
 
 
 def _take_back(ctx: Context, db: firestore.Client, counter: str,
-               marker: tuple[firestore.DocumentReference, dict[str, Any]] | None
-               ) -> dt.datetime:
-    """A reset's commit (`reset_counter`), creating `marker` too: the read time of the shards it
-    took back."""
+               marker: tuple[firestore.DocumentReference, dict[str, Any]] | None,
+               request_id: str | None) -> dt.datetime:
+    """A reset's commit (`reset_counter`), creating `marker` (`request_id`'s) too: the read time
+    of the shards it took back."""
     ref = counter_ref(db, ctx.names, counter)
     snapshot = ref.get()
     if not snapshot.exists:
@@ -532,9 +532,9 @@ def _take_back(ctx: Context, db: firestore.Client, counter: str,
             write.add_to(batch)
         try:
             results = writing.resending(functools.partial(writing.send, batch),
-                                        request_id=marker and marker[1]["request_id"])
+                                        request_id=request_id)
         except (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound) as error:
-            with writes.finding_out(error, request_id=marker and marker[1]["request_id"]):
+            with writes.finding_out(error, request_id=request_id):
                 again = record.get()
                 twin = marker[0].get() if marker is not None else None
             if twin is not None and twin.exists:  # an attempt of this request applied
@@ -547,7 +547,7 @@ def _take_back(ctx: Context, db: firestore.Client, counter: str,
                 # An attempt whose answer was lost may have applied, its nonce since
                 # overwritten by another reset: taking the shards back again could undo
                 # increments made in between.
-                raise writes.lost(marker and marker[1]["request_id"]) from error
+                raise writes.lost(request_id) from error
             if isinstance(error, gexc.NotFound) or nonce_of(again) != nonce_of(found):
                 continue  # a shard folded away, or another reset committed: read again
             raise
