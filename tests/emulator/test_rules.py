@@ -196,7 +196,9 @@ def test_extension_clients_write_only_their_shards_field_by_the_declared_bound(
     assert increment(f"{shards}/{'a' * 65}", me, 1) == 403
     assert increment(f"{shards}/{'a' * 64}", me, 1) == 200
     assert status("DELETE", mine, me) == 403
-    assert status("GET", mine, None) == 200
+    # Read, signed out: the trigger may have moved the shard into its page meanwhile (404, the
+    # read let through all the same; a refusal is 403 whether the document exists or not).
+    assert status("GET", mine, None) in (200, 404)
     assert status("GET", f"pages/rules-{suffix}", None) in (200, 404)
     assert status("PATCH", f"pages/rules-{suffix}", me, fields(visits=100)) == 403
     assert status("PATCH", f"pages/rules-{suffix}", admin_user.id_token, fields(visits=1)) == 200
