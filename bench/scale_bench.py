@@ -40,13 +40,16 @@ import capacity_model
 import stack
 from counter_bench import own_db
 from counters_cli.load import percentile
-from counting.features import counters, shard_choice
+from counting.features import counter_refs, counters, shard_choice
 from counting.features.context import Context
 from counting.features.sequences.caching import SequenceCache
 from counting.foundation import config
 from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import cadence, repartition
-from counting.rollup.tick import TickStats
+from counting.rollup.lease import Lease, state_ref
+from counting.rollup.ledger import Ledger, ShardValue
+from counting.rollup.store import Store
+from counting.rollup.tick import Rollup, TickStats, to_micros
 from counting.writepath import partitions, waking
 from counting.writepath.context import Writing
 from google.cloud import firestore
@@ -73,7 +76,7 @@ FIRST_MEETING_P = int(os.environ.get("SCALE_FIRST_MEETING_P", 16))
 # an index: a query costs what it returns).
 FIRST_MEETING_TIMEOUT_S = 3600.0
 SCALED_DOWN = os.environ.get("SCALE_WHY", "")  # why the sizes were scaled down, when they were
-PARTS = ("capacity", "lag", "first_meeting", "waker")
+PARTS = ("capacity", "lag", "first_meeting", "waker", "ledger", "watch", "meeting")
 # The waker's part: a write touching every partition, each task creation taking this long.
 WAKER_CREATE_S = 0.05
 WAKER_WRITES = 20
@@ -819,6 +822,161 @@ def waker_run() -> dict[str, Any]:
             "wait_s_4_threads": round(statistics.median(four[1:]), 4)}
 
 
+# The meeting's part: MEETING_COUNTERS counters of MEETING_SHARDS shards each written once, met
+# by a holder that held its lease before they were made; then written once more (known); and as
+# many made without their birth stamp (how counters were made before it), then met.
+MEETING_COUNTERS = 3000
+MEETING_SHARDS = 4
+
+
+def meeting_run() -> dict[str, Any]:
+    """The reads and the holder's CPU of meeting MEETING_COUNTERS new counters (born while it
+    held its lease: no read of theirs), of the same counters changed again (known), and of as
+    many new counters without a birth stamp (each read: its document and memory), on one
+    project, one holder ticked by hand."""
+    db = own_db()
+    ctx = Context.offline()
+    lease = Lease(db, state_ref(db, NAMES), "bench-meeting", config.ROLLUP.lease_s)
+    assert lease.acquire()
+    step = Rollup(db, lease, writing=ctx.writing)
+
+    def made(prefix: str, *, stamped: bool) -> list[str]:
+        names = [f"{prefix}-{n:05d}" for n in range(MEETING_COUNTERS)]
+        with ThreadPoolExecutor(CREATE_THREADS) as pool:
+            list(pool.map(lambda name: counters.create_counter(ctx, db, name,
+                                                               shards=MEETING_SHARDS), names))
+            if not stamped:
+                list(pool.map(lambda name: [
+                    shard.reference.update({config.SHARD_BORN_FIELD: firestore.DELETE_FIELD})
+                    for shard in counter_refs.counter_ref(db, NAMES, name)
+                    .collection(NAMES.shards).stream()], names))
+        return names
+
+    def met(names: list[str]) -> dict[str, Any]:
+        step.tick()  # a sweep due now is this tick's, not the measured one's
+        for start in range(0, len(names), config.MAX_BATCH):
+            counters.increment_many(ctx, db, [(name, 1) for name in names[start:start + 500]])
+        time.sleep(1.0)  # past the overlap: one tick takes them all in
+        began, stats = time.process_time(), step.tick()
+        return {"reads": stats.reads, "cpu_s": round(time.process_time() - began, 4),
+                "tick_s": round(stats.seconds, 4), "written": stats.written}
+
+    try:
+        step.tick()  # holding the lease before they are born
+        plain = made("plain", stamped=False)
+        born = made("born", stamped=True)
+        unstamped = met(plain)
+        new = met(born)
+        known = met(born)
+    finally:
+        step.close()
+        clear(db.project)
+    return {"counters": MEETING_COUNTERS, "shards": MEETING_SHARDS, "new": new, "known": known,
+            "new_unstamped": unstamped,
+            "reads_ratio": round(new["reads"] / known["reads"], 3),
+            "cpu_ratio": round(new["cpu_s"] / known["cpu_s"], 3),
+            "reads_ratio_unstamped": round(unstamped["reads"] / known["reads"], 3),
+            "cpu_ratio_unstamped": round(unstamped["cpu_s"] / known["cpu_s"], 3),
+            "targets": {"reads_ratio": 1.1, "cpu_ratio": 1.25}}
+
+
+# The watch's part: WATCH_COUNTERS counters above their minimum (4 shards, minimum 1), watched by
+# each partition of WATCH_P once; and by a query of every partition's (the shape before each
+# partition queried its own homes, which P = 1 still asks).
+WATCH_COUNTERS = 4000
+WATCH_P = 4
+
+
+def watch_run() -> dict[str, Any]:
+    """The documents one round of the watch reads at P = WATCH_P (each partition its own homes'
+    counters), beside WATCH_P reads of every counter above its minimum (a watch filtered by home
+    after reading), on one project."""
+    db = own_db()
+    names = [f"watch-{n:05d}" for n in range(WATCH_COUNTERS)]
+    ctx = Context.offline()
+    try:
+        with ThreadPoolExecutor(CREATE_THREADS) as pool:
+            list(pool.map(lambda name: counters.create_counter(ctx, db, name, shards=4), names))
+        as_of = to_micros(dt.datetime.now(dt.UTC))
+        found: dict[str, int] = {}
+        reads: dict[str, int] = {}
+        for part in [*partitions.parts(WATCH_P), partitions.WHOLE]:
+            lease = Lease(db, state_ref(db, NAMES, part), "bench-watch", config.ROLLUP.lease_s)
+            assert lease.acquire()
+            store = Store(db, lease, ctx.writing, renew_s=config.ROLLUP.renew_s)
+            store.take_usage()
+            watched = store.above_min(part.homes(), as_of)
+            reads[str(part)] = store.take_usage().reads
+            found[str(part)] = sum(part.owns(partitions.home_of(name)) for name in watched)
+            store.close()
+    finally:
+        clear(db.project)
+    per_round = sum(n for part, n in reads.items() if part != str(partitions.WHOLE))
+    return {"counters": WATCH_COUNTERS, "partitions": WATCH_P, "reads_by_partition": reads,
+            "owned_found": found, "reads_per_round": per_round,
+            "reads_per_round_filtered_after": WATCH_P * reads[str(partitions.WHOLE)],
+            "target": 4200}
+
+
+# The pure ledger's part: ticks of LEDGER_CHANGED changed counters (8 shards, one written a
+# tick) beside counters held idle, above their minimum and cooling down (nothing due for them in
+# the run), at each of LEDGER_HELD; the CPU of each tick's ledger work (apply, plan, folds,
+# end), LEDGER_TICKS ticks with a sweep every 50.
+LEDGER_CHANGED = 800
+LEDGER_HELD = (1_000, 100_000)
+LEDGER_TICKS = 120
+LEDGER_SHARDS = 8
+
+
+def ledger_ticks(held: int) -> list[float]:
+    """The CPU seconds of each tick of a ledger holding `held` counters, LEDGER_CHANGED of them
+    changed every tick."""
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    book = Ledger()
+    document = {"count": 0, "num_shards": LEDGER_SHARDS, "rate": 0.5, "rate_at": start,
+                "low_since": start, "above_min": True, partitions.SHRINK_HOME: 0}
+    zero = {str(n): ShardValue(count=0, writes=0) for n in range(LEDGER_SHARDS)}
+    names = [f"c{n}" for n in range(held)]
+    for name in names:
+        book.hold(name, document, {config.SHARD_COUNTS_FIELD: {}}, since=start)
+        book.hold_shards(name, dict(zero))
+    hot = names[:LEDGER_CHANGED]
+    values = {name: 0 for name in hot}
+    taken = []
+    for tick in range(1, LEDGER_TICKS + 1):
+        since, as_of = start + dt.timedelta(seconds=tick - 1), start + dt.timedelta(seconds=tick)
+        changes = {}
+        for n, name in enumerate(hot):
+            values[name] += 1
+            changes[name] = {str((tick + n) % LEDGER_SHARDS): ShardValue(count=values[name],
+                                                                        writes=values[name])}
+        began = time.process_time()
+        sums, _ = book.apply(changes, since, as_of)
+        plan = book.plan(sums, as_of, flush=tick % 50 == 0)
+        for counter, publish in plan.updates.items():
+            book.published(counter, publish)
+        book.folds_due(as_of)
+        book.end_tick(changes)
+        taken.append(time.process_time() - began)
+    return taken
+
+
+def ledger_run() -> dict[str, Any]:
+    """The pure ledger's tick CPU with LEDGER_CHANGED changed counters, at each of LEDGER_HELD
+    held; alternated twice, so that the machine's drift falls on both."""
+    runs: dict[int, list[float]] = defaultdict(list)
+    for held in [*LEDGER_HELD, *reversed(LEDGER_HELD)]:
+        runs[held] += ledger_ticks(held)[1:]  # the first tick meets every counter
+    medians = {held: statistics.median(taken) for held, taken in runs.items()}
+    low, high = LEDGER_HELD[0], LEDGER_HELD[-1]
+    return {"changed": LEDGER_CHANGED, "shards": LEDGER_SHARDS, "ticks": LEDGER_TICKS,
+            "tick_cpu_ms": {str(held): round(1000 * median, 3)
+                            for held, median in medians.items()},
+            "tick_cpu_p99_ms": {str(held): round(1000 * percentile(taken, 99), 3)
+                                for held, taken in runs.items()},
+            "growth": round(medians[high] / medians[low], 3), "target": 1.10}
+
+
 def parts_to_run() -> tuple[str, ...]:
     """SCALE_PARTS: the parts to run (all of PARTS unless told)."""
     chosen = tuple(part.strip() for part in os.environ.get("SCALE_PARTS", "").split(",")
@@ -880,7 +1038,9 @@ def run() -> dict[str, Any]:
         meeting = first_meeting_run()
         series["published"], series["committed"] = meeting.pop("published"), \
             meeting.pop("committed")
-        figures["first_meeting"] = meeting
+        figures["first_meeting"] = {**meeting, **{
+            key: value for key, value in (figures.get("first_meeting") or {}).items()
+            if key == "vs_known"}}
         balances["first_meeting"] = meeting["changed_per_partition"]
         balances["first_meeting_max_over_mean"] = balance(meeting["changed_per_partition"])
         run_s["first_meeting"] = time.monotonic() - part_began
@@ -890,6 +1050,29 @@ def run() -> dict[str, Any]:
         figures["waker"] = waker_run()
         print(json.dumps(figures["waker"], indent=1), flush=True)
         run_s["waker"] = time.monotonic() - part_began
+    if "meeting" in chosen:
+        part_began = time.monotonic()
+        print(f"== scale: meeting {MEETING_COUNTERS:,} new counters against known ones",
+              flush=True)
+        vs_known = meeting_run()
+        figures["first_meeting"] = {**(figures.get("first_meeting") or {}),
+                                    "vs_known": vs_known}
+        print(json.dumps(vs_known, indent=1), flush=True)
+        run_s["meeting"] = time.monotonic() - part_began
+    if "watch" in chosen:
+        part_began = time.monotonic()
+        print(f"== scale: the watch, {WATCH_COUNTERS:,} counters above their minimum, "
+              f"P = {WATCH_P}", flush=True)
+        figures["watch"] = watch_run()
+        print(json.dumps(figures["watch"], indent=1), flush=True)
+        run_s["watch"] = time.monotonic() - part_began
+    if "ledger" in chosen:
+        part_began = time.monotonic()
+        print(f"== scale: the pure ledger, {LEDGER_CHANGED} changed among {LEDGER_HELD} held",
+              flush=True)
+        figures["ledger"] = ledger_run()
+        print(json.dumps(figures["ledger"], indent=1), flush=True)
+        run_s["ledger"] = time.monotonic() - part_began
     sizes = {**(figures.get("sizes") or {}), "counters": COUNTERS, "lag_s": LAG_S, "rate": RATE,
              "steps": list(STEPS), "repeats": REPEATS, "rounds": ROUNDS}
     if "first_meeting" in chosen:

@@ -23,6 +23,7 @@ from counting.foundation.config import AutoscaleParams, Names
 from counting.rollup import cadence
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Rollup
+from counting.writepath import partitions
 from counting.writepath.context import Writing
 from google.cloud import firestore
 
@@ -234,6 +235,32 @@ def test_fold_moves_late_increments_exactly(isolated_db: firestore.Client, ctx: 
         counters.increment(dataclasses.replace(ctx, configs=stale), db, "c", 1)
     step.tick()
     assert strong_count(db, "c") == rollup_count(db, "c") == 144
+
+
+def test_each_partition_watches_only_its_own_counters_above_their_minimum(
+    isolated_db: firestore.Client, ctx: Context
+) -> None:
+    """A counter created above its minimum carries its home (`shrink_home`); a partition's watch
+    finds the idle ones of its own homes, and shrinks them, and no other; one shrunk and folded
+    back to its minimum no longer carries it."""
+    db = isolated_db
+    part = partitions.Part(4, 1)
+    names = [f"w{n}" for n in range(40)]
+    mine = {name for name in names if part.owns(partitions.home_of(name))}
+    assert 3 <= len(mine) <= len(names) - 3
+    for name in names:
+        counters.create_counter(ctx, db, name, shards=4)
+    assert {counter_doc(db, name)["shrink_home"] for name in names} \
+        == {partitions.home_of(name) for name in names}
+    lease = Lease(db, state_ref(db, NAMES, part), "test", config.ROLLUP.lease_s)
+    assert lease.acquire()
+    params = AutoscaleParams(shard_write_rate=1000.0, cool_down_s=0.0, fold_grace_s=0.5)
+    step = Rollup(db, lease, params, part=part, writing=ctx.writing)
+    step.tick()  # its first tick watches: nobody wrote, the rate is 0, the cool-down 0
+    assert {name for name in names if num_shards(db, name) == 1} == mine
+    assert eventually(lambda: step.tick().folded, timeout_s=10) == 3 * len(mine)
+    assert all(counter_doc(db, name)["shrink_home"] is None for name in mine)
+    assert all(counter_doc(db, name)["above_min"] is False for name in mine)
 
 
 def test_an_increment_racing_a_fold_is_not_lost(

@@ -70,7 +70,7 @@ DOCUMENT_ID = FieldPath.document_id()  # "__name__": the document order queries 
 # Fields whose `==` and `in` filters pick their candidates from an index rather than a scan of
 # the collection: the change queries' stripes and the rollup's watch of counters above their
 # minimum.
-INDEXED = ("stripe", "above_min")
+INDEXED = ("stripe", "above_min", "shrink_home")
 # Firestore serves reads at a read time this far back at most (without point-in-time recovery).
 READ_WINDOW_US = 3600 * 1_000_000
 

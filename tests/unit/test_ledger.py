@@ -13,6 +13,7 @@ from counting.foundation import config
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import ledger
 from counting.rollup.ledger import Ledger, Publish, ShardValue
+from counting.writepath import partitions
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -93,7 +94,8 @@ def test_a_busy_counter_grows_and_an_idle_one_shrinks_then_folds() -> None:
     assert plan is not None and plan.grows and plan.grows[0].new > 1
     grow = book.bounded(plan.grows[0], {"max_shards": 4})
     assert grow is not None and grow.new == 4
-    assert book.completing(grow) == {"num_shards": 4, "above_min": True}
+    assert book.completing(grow) == {"num_shards": 4, "above_min": True,
+                                     "shrink_home": partitions.home_of("hot")}
     book.grown(grow)
     book.hold_shards("hot", {"0": value(writes, writes), "1": value(0, 0), "2": value(6, 1),
                              "3": value(0, 0)})
@@ -129,10 +131,8 @@ def test_an_idle_counters_rate_is_decayed_by_its_readers_not_written() -> None:
     for second in range(2, 80):
         sums, _ = book.apply({}, at(second - 1), at(second))
         assert book.plan(sums, at(second), flush=second % 50 == 0).updates == {}
-        state = book.held["once"].scaling
-        assert state is not None
         shown = ledger.shown_rate(rate, rate_at.timestamp(), at(second).timestamp())
-        assert shown == pytest.approx(state.rate, rel=0.01)
+        assert shown == pytest.approx(book.rate("once", at(second)), rel=0.01)
     assert ledger.publishable(shown) == 0.0
     for _ in range(ledger.IDLE_TICKS_KEPT + 1):
         book.end_tick({})
@@ -386,3 +386,82 @@ def test_the_dashboards_decay_is_the_rollups() -> None:
     constants = dict(re.findall(r"export const (\w+) = ([\d.]+);", source))
     assert float(constants["FALL_TAU_S"]) == config.AUTOSCALE.fall_tau_s
     assert float(constants["SHOWN_MIN"]) == config.RATE_PUBLISH_ABS
+
+
+def test_a_tick_visits_what_changed_and_what_is_due_not_what_is_held() -> None:
+    """Counters held idle are visited when something is due for them (their falling rate
+    crossing the shrink line, their cool-down's end, their fold), not every tick; what they
+    decide then is what a visit every tick decided: a shrink when the cool-down ends."""
+    params = AutoscaleParams(cool_down_s=30.0, fold_grace_s=5.0)
+    book = Ledger(params)
+    for n in range(1000):
+        book.hold(f"idle{n}", {"count": 0, "num_shards": 1, "rate": 0.0, "rate_at": at(0)},
+                  since=at(0))
+    book.hold("wide", {"count": 0, "num_shards": 4, "rate": 4.0, "rate_at": at(0),
+                       "above_min": True}, since=at(0))
+    held(book, "hot", {"0": value(0, 0)}, num_shards=1)
+    visited, shrunk = [], None
+    for second in range(1, 60):
+        changes = {"hot": {"0": value(second, second)}}
+        sums, _ = book.apply(changes, at(second - 1), at(second))
+        plan = book.plan(sums, at(second))
+        for counter, publish in plan.updates.items():
+            book.published(counter, publish)
+        if "num_shards" in plan.updates.get("wide", Publish()).public:
+            shrunk = second
+        for counter, num_shards in book.folds_due(at(second)):
+            book.folded(counter, [str(n) for n in range(num_shards, 4)], {}, complete=True)
+        visited.append(book.visited)
+        book.end_tick(changes)
+    assert visited[0] == 1002  # each met once
+    # The shrink line (1 write/s at 4 shards) is crossed at 10 ln 4 = 13.9 s: a visit at 14, a
+    # cool-down of 30 s, a shrink at 44, its fold due at 49; "hot" every tick.
+    assert [second for second, n in enumerate(visited, 1) if n > 1] == [1, 14, 44, 49]
+    assert shrunk == 44 and max(visited[1:]) == 2
+    state = book.held["wide"].scaling
+    assert state is not None and state.num_shards == 1
+
+
+def test_a_failed_tick_forgets_its_counters_only() -> None:
+    """The counters a failed tick had in hand are read whole by later ticks (deferred), and a
+    successor starts no later than the failed tick's reach; the others keep their state."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    held(book, "kept", {"0": value(5, 5)}, written=5)
+    held(book, "hand", {"0": value(2, 2)}, written=2)
+    sums, _ = book.apply({}, at(-1), at(0))  # both met
+    book.plan(sums, at(0))
+    book.end_tick({})
+    book.apply({"hand": {"0": value(3, 3)}}, at(0), at(1))
+    book.forget_counters({"hand"}, at(-0.5))
+    assert set(book.held) == {"kept"} and book.deferred == {"hand"}
+    assert book.durable(at(1)) == at(-0.5) and not book.fresh
+    book.hold("hand", {"count": 2}, {"shard_counts": {"0": 2}})
+    assert book.first_loads({}, at(1)) == ["hand"]  # read whole, then published
+
+
+def test_a_counter_born_while_the_ledger_held_its_lease_is_met_with_no_read() -> None:
+    """A changed counter whose shards carry a birth stamp from after the ledger's first tick (and
+    after its last IDLE_TICKS_KEPT ticks began) is held from the stamp: its other shards hold 0,
+    its count is published at its first visit. One born before, or deferred, is read."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    born = {"at": at(5), "num_shards": 4, "strategy": "random", "min_shards": 1,
+            "max_shards": 1000}
+    changes = {"new": {"2": value(0, 2)}, "old": {"0": value(1, 1)}}
+    assert book.meet_born(changes, {"new": born}) == []  # no tick yet: born before it?
+    book.apply({}, at(0), at(1))
+    book.end_tick({})
+    births = {"new": born, "old": {**born, "at": at(0.5)}}
+    assert book.meet_born(changes, births) == ["new"]
+    assert book.unseen(list(changes)) == ["old"]
+    sums, _ = book.apply({"new": changes["new"]}, at(5), at(6))
+    plan = book.plan(sums, at(6))
+    assert plan.updates["new"].public["count"] == 0  # written though the sum is what was
+    book.published("new", plan.updates["new"])
+    state = book.held["new"].scaling
+    assert state is not None and state.num_shards == 4 and book.held["new"].total() == 0
+    book.deferred.add("late")
+    assert book.meet_born({"late": {"0": value(1, 1)}}, {"late": born}) == []
+    for _ in range(ledger.IDLE_TICKS_KEPT + 1):  # the stamp is older than the ticks kept now
+        book.apply({}, at(7), at(8))
+        book.end_tick({})
+    assert book.meet_born({"gone": {"0": value(1, 1)}}, {"gone": born}) == []

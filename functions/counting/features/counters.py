@@ -126,7 +126,7 @@ def create_counter(
             "rate": 0.0,
             "min_shards": min_shards,
             "max_shards": max_shards,
-            "above_min": num_shards > min_shards,
+            **partitions.watched(counter, num_shards > min_shards),
             "policy": (policy or Policy()).to_document(),
             "created_at": firestore.SERVER_TIMESTAMP,
             "updated_at": firestore.SERVER_TIMESTAMP,
@@ -139,9 +139,12 @@ def create_counter(
     # answer was lost, sent again, fails on the documents it created and finds its nonce there.
     writing = ctx.writing
     nonce = writing.nonce()
+    born = {"at": firestore.SERVER_TIMESTAMP, "num_shards": num_shards, "strategy": strategy,
+            "min_shards": min_shards, "max_shards": max_shards}
     for n in range(num_shards):
         batch.create(shard_ref(db, ctx.names, counter, n),
-                     {"count": 0, **({writes.NONCE: nonce} if n == 0 else {})})
+                     {"count": 0, config.SHARD_BORN_FIELD: born,
+                      **({writes.NONCE: nonce} if n == 0 else {})})
     try:
         writing.resending(functools.partial(writing.send, batch), request_id=None)
     except gexc.AlreadyExists:

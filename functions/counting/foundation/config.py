@@ -31,6 +31,10 @@ MEMORY_DOC = "rollup"
 RESET_DOC = "reset"  # counters/{id}/memory/reset: the last reset of the counter (its one writer)
 SHARD_COUNTS_FIELD = "shard_counts"
 SHARD_LOAD_FIELD = "shard_load"
+# A shard made with its counter carries the counter's scaling state as created and its server
+# timestamp (`at`): a holder that was holding its lease before then meets the counter from it,
+# with no read (`rollup.ledger.Ledger.meet_born`).
+SHARD_BORN_FIELD = "born"
 
 # Requests one callable (or trigger) instance serves at once; functions/.env gives its Python
 # worker as many threads (THREADS).

@@ -13,14 +13,15 @@ it with values alone.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from counting.foundation import config, kinds
 from counting.foundation.config import AutoscaleParams
-from counting.writepath import autoscale
+from counting.writepath import autoscale, partitions
 
 # A counter not changed for this many ticks is dropped from the ledger (unless it still has
 # shards to shed).
@@ -36,6 +37,8 @@ FIRST_LOADS_PER_TICK = 200
 MAX_SAMPLE_S = 60.0
 
 INT64 = (-(2**63), 2**63 - 1)
+# What a shard's birth stamp carries of its counter's document, besides its instant.
+BORN_FIELDS = ("num_shards", "strategy", "min_shards", "max_shards")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +86,9 @@ class Scaling:
     low_since: float | None  # epoch seconds
     shrunk_at: float | None  # epoch seconds; surplus shards are folded `fold_grace_s` later
     shard_load: dict[str, float] = field(default_factory=dict)
+    # Whether its document carries the watch's `shrink_home` as `partitions.watched` writes it
+    # (a counter from before it says `above_min` only: its next publish adds it).
+    watched: bool = True
 
     @classmethod
     def from_document(cls, data: dict[str, Any], *, now: float | None = None,
@@ -98,6 +104,7 @@ class Scaling:
         published = float(data.get("rate") or 0.0)
         published_at = seconds(data.get("rate_at")) or seconds(data.get("updated_at"))
         num_shards = int(data.get("num_shards") or 1)
+        above = bool(data.get("above_min"))
         low_since = seconds(data.get("low_since"))
         if low_since is None and published_at is not None and now is not None:
             crossed = low_from(published, published_at, num_shards, params)
@@ -113,6 +120,7 @@ class Scaling:
             published_at=published_at,
             low_since=low_since,
             shrunk_at=seconds(data.get("shrunk_at")),
+            watched=not above or partitions.SHRINK_HOME in data,
         )
 
     @property
@@ -142,6 +150,14 @@ class Held:
     # Its shards were read whole (a first load without shard counts, a catch-up): what that
     # took in may be older than the last sweep, so its counts go with its next publish.
     read_whole: bool = False
+    # The instant its next visit is due at (a cool-down ending, a fold, the shrink line
+    # crossed: `Ledger._next_due`), None: none; the heap's entry of it that is not stale.
+    due: float | None = None
+    # The tick at which its eviction is looked at next (one entry in the idle wheel at a time).
+    idle_check: int = 0
+    # Met from its shards' birth stamp (`Ledger.meet_born`): its count is published at its first
+    # visit whatever `written` says, and a publish that fails has its document read.
+    born: bool = False
 
     def total(self) -> int:
         return sum(shard.count for shard in (self.shards or {}).values())
@@ -228,6 +244,23 @@ class Ledger:
         self.ticks = 0
         # No tick since it was made or forgot: its first reads back from the last sweep.
         self.fresh = True
+        # What a tick visits besides the counters that changed: a held counter nobody writes to
+        # changes only by time (its rate decays as readers decay it), so it is visited when
+        # something is due for it (`_next_due`), from a heap of (instant, counter); its eviction
+        # is looked at from a wheel of ticks. Counters held since the last tick are visited
+        # once (their bounds clamped, their cool-down scheduled); those whose counts moved
+        # since the last sweep are written by the next one. A tick's work is then what changed
+        # and what is due, never what is held (docs/architecture.md, "Rollup").
+        self._due: list[tuple[float, str]] = []
+        self._idle: dict[int, list[str]] = defaultdict(list)
+        self._met: set[str] = set()
+        self._unpersisted: set[str] = set()
+        self._visiting: set[str] = set()  # of the tick under way (`apply`)
+        # The instant of this ledger's first tick (None: none since it was made or forgot), and
+        # those of its last IDLE_TICKS_KEPT + 1 ticks: a counter born after both was met by no
+        # holder before it, nor evicted by it (`meet_born`).
+        self._started: float | None = None
+        self._instants: deque[float] = deque(maxlen=IDLE_TICKS_KEPT + 1)
 
     def forget(self) -> None:
         """Drop everything; the next ticks read the changed counters whole. Counters still
@@ -235,7 +268,34 @@ class Ledger:
         self.held.clear()
         self.deferred |= self.retry
         self.retry.clear()
+        self._due.clear()
+        self._idle.clear()
+        self._met.clear()
+        self._unpersisted.clear()
+        self._visiting.clear()
+        self._started = None
+        self._instants.clear()
         self.fresh = True
+
+    def in_hand(self) -> set[str]:
+        """The counters the tick under way visits (`apply`)."""
+        return set(self._visiting)
+
+    def forget_counters(self, counters: set[str], since: dt.datetime) -> None:
+        """Drop these counters only (a tick failed while it had them in hand: what was
+        committed of them is not known): later ticks read them whole and publish them, as they
+        do a deferred counter (`first_loads`); a successor starts no later than `since`. The
+        others keep what the ledger knows."""
+        dropped = {counter for counter in counters if self.held.pop(counter, None) is not None}
+        dropped |= counters & self.retry
+        self.retry -= dropped
+        self._unpersisted -= dropped
+        self._met -= dropped
+        self._visiting -= dropped
+        if dropped:
+            self.deferred |= dropped
+            if self.deferred_since is None or since < self.deferred_since:
+                self.deferred_since = since
 
     def durable(self, watermark: dt.datetime) -> dt.datetime:
         """The watermark a successor may start from: everything before it is published."""
@@ -284,6 +344,35 @@ class Ledger:
         if self.deferred_since is None:
             self.deferred_since = since
 
+    def meet_born(self, changes: Changes, births: dict[str, dict[str, Any]]) -> list[str]:
+        """Hold, with no read, the changed counters met for the first time whose changed shards
+        carry their birth stamp (`births`: config.SHARD_BORN_FIELD) from after this ledger's
+        first tick and after its last IDLE_TICKS_KEPT ticks began: no holder met them before
+        (a predecessor's commits all came before this ledger's lease), none of their shard
+        writes escaped this ledger's change queries (every one is stamped after the birth) and
+        none was evicted from it; so every shard it has not seen holds 0, and its document holds
+        what the stamp says (its count, 0 or an earlier sum, is written at its first visit
+        anyway). A deferred counter (its changes dropped) is read whole instead. Returns those
+        held."""
+        if self._started is None:
+            return []
+        after = max(self._started, self._instants[0]) \
+            if len(self._instants) == self._instants.maxlen else self._started
+        met = []
+        for counter, born in births.items():
+            at = born.get("at")
+            if counter in self.held or counter in self.deferred or counter not in changes \
+                    or not isinstance(at, dt.datetime) or at.timestamp() <= after:
+                continue
+            document: dict[str, Any] = {
+                "count": 0, "rate": 0.0, "updated_at": at,
+                **{name: born[name] for name in BORN_FIELDS if name in born}}
+            self.hold(counter, document, {config.SHARD_COUNTS_FIELD: {}})
+            held = self.held[counter]
+            held.shards, held.born = {}, True
+            met.append(counter)
+        return met
+
     def unseen(self, counters: list[str]) -> list[str]:
         """Counters whose document the ledger does not hold."""
         return [c for c in dict.fromkeys(counters) if c not in self.held]
@@ -295,6 +384,8 @@ class Ledger:
         start of the interval the tick measures (a cool-down derived from the document begins
         by then; `Scaling.from_document`)."""
         legacy = document is not None and any(name in document for name in LEGACY_FIELDS)
+        self._met.add(counter)
+        self._idle[self.ticks + IDLE_TICKS_KEPT + 1].append(counter)
         self.held[counter] = Held(
             shards=None,
             written=None if document is None else int(document.get("count") or 0),
@@ -304,6 +395,7 @@ class Ledger:
                 document, now=None if since is None else since.timestamp(), params=self.params),
             last_changed=self.ticks,
             legacy=legacy and memory is None,
+            idle_check=self.ticks + IDLE_TICKS_KEPT + 1,
         )
 
     def hold_shards(self, counter: str, shards: dict[str, ShardValue]) -> None:
@@ -315,10 +407,18 @@ class Ledger:
 
     def apply(self, changes: Changes, since: dt.datetime, as_of: dt.datetime
               ) -> tuple[dict[str, int], dict[str, int]]:
-        """Take in the shards the query returned; measure every held counter's rate. Returns
-        the new sums, and per counter how many of its shards changed since they were last read
-        (a shard the overlap or a sweep returns again is unchanged)."""
+        """Take in the shards the query returned; measure the rates of the counters visited:
+        those that changed, those met since the last tick and those something is due for (a
+        counter nobody writes to is brought up to date when it is next visited: its rate
+        decays over the whole pause). Returns the new sums, and per counter how many of its
+        shards changed since they were last read (a shard the overlap or a sweep returns again
+        is unchanged)."""
         begin, end = since.timestamp(), as_of.timestamp()
+        if self._started is None:
+            self._started = end
+        self._instants.append(end)
+        visiting = {*changes, *self._met, *self._pop_due(end)}
+        self._met.clear()
         sums: dict[str, int] = {}
         grown: dict[str, int] = {}
         for counter, shards in changes.items():
@@ -342,10 +442,44 @@ class Ledger:
             sums[counter] = held.total()
             if held.scaling is not None:
                 self._advance(held.scaling, writes, begin, end)
-        for counter, held in self.held.items():
-            if counter not in changes and held.scaling is not None:
-                self._advance(held.scaling, {}, begin, end)
+        for counter in visiting - changes.keys():
+            idle = self.held.get(counter)
+            if idle is not None and idle.scaling is not None:
+                self._advance(idle.scaling, {}, begin, end)
+        self._visiting = visiting
         return sums, grown
+
+    def _pop_due(self, end: float) -> set[str]:
+        """The held counters whose visit is due by `end` (stale entries dropped)."""
+        due = set()
+        while self._due and self._due[0][0] <= end:
+            when, counter = heapq.heappop(self._due)
+            held = self.held.get(counter)
+            if held is not None and held.due == when:
+                held.due = None
+                due.add(counter)
+        return due
+
+    def _schedule(self, counter: str, when: float | None) -> None:
+        held = self.held[counter]
+        if when is None or when == held.due:
+            return
+        if held.due is None or when < held.due:
+            held.due = when
+            heapq.heappush(self._due, (when, counter))
+
+    def _next_due(self, state: Scaling, now: float) -> float | None:
+        """When a counter nobody writes to needs its next visit: its fold's grace ending, its
+        cool-down ending, or its falling rate crossing the shrink line (its cool-down starts
+        then); None when nothing will change without a write."""
+        times = []
+        if state.shrunk_at is not None and state.shrunk_at + self.params.fold_grace_s > now:
+            # (A fold due by now is this tick's: `folds_due` and `folded` see to the next.)
+            times.append(state.shrunk_at + self.params.fold_grace_s)
+        if self.params.enabled and state.num_shards > state.min_shards:
+            times.append(state.low_since + self.params.cool_down_s if state.low_since is not None
+                         else max(now, low_from(state.rate, now, state.num_shards, self.params)))
+        return min(times, default=None)
 
     def _advance(self, state: Scaling, writes: dict[str, int], begin: float, end: float) -> None:
         """Bring a counter's rate from its instant to `end`, with the writes the tick saw in
@@ -397,23 +531,29 @@ class Ledger:
         for counter in self.retry - sums.keys():
             if counter in self.held:
                 sums[counter] = self.held[counter].total()
+        visiting = {counter for counter in {*self._visiting, *sums} if counter in self.held}
+        self._visiting = visiting
         for counter, total in sums.items():
             held = self.held[counter]
             if held.written is None:
                 continue  # no document to publish to
             held.unpersisted = held.unpersisted or held.counts() != held.persisted
+            if held.unpersisted:
+                self._unpersisted.add(counter)
             if not INT64[0] <= total <= INT64[1]:
                 # Firestore stores 64-bit integers: this count cannot be published (clients
                 # are kept from getting here by the bounds on increments).
                 problems.append(f"{counter}: sum {total} is outside 64-bit integers")
                 self.retry.add(counter)
-            elif held.written != total:
+            elif held.written != total or held.born:
                 updates[counter].update({"count": total, "updated_at": as_of})
-        for counter, held in self.held.items():
+        for counter in (visiting | self._unpersisted) if flush else visiting:
+            held = self.held[counter]
             if ((held.unpersisted and (flush or held.read_whole)) or held.legacy) \
                     and held.shards is not None and held.written is not None:
                 memories[counter][config.SHARD_COUNTS_FIELD] = held.counts()
-            state = held.scaling
+        for counter in visiting:
+            state = self.held[counter].scaling
             if state is None:
                 continue
             fields = updates.get(counter, {})
@@ -427,8 +567,12 @@ class Ledger:
                 elif decision.num_shards < state.num_shards:
                     state.num_shards, state.shrunk_at = decision.num_shards, now
                     fields.update({"num_shards": state.num_shards, "shrunk_at": as_of,
-                                   "above_min": True})
+                                   **partitions.watched(counter, True)})
+                    state.watched = True
                 state.low_since = decision.low_since
+            if fields and not state.watched:
+                fields.update(partitions.watched(counter, state.above_min))
+                state.watched = True
             if fields or rate_departs(state.rate, shown_rate(
                     state.published_rate, state.published_at, now, self.params)):
                 # The rate and its instant, and the cool-down's start, ride along.
@@ -438,6 +582,7 @@ class Ledger:
                 if state.strategy == "least_loaded":
                     memories[counter][config.SHARD_LOAD_FIELD] = state.published_load()
                 updates[counter] = fields
+            self._schedule(counter, self._next_due(state, now))
         return Plan(updates={c: Publish(public=updates.get(c, {}), memory=memories.get(c, {}),
                                         drop_legacy=c in memories and self.held[c].legacy)
                              for c in sorted({*updates, *memories})
@@ -449,10 +594,11 @@ class Ledger:
         self.retry.discard(counter)
         held = self.held[counter]
         if "count" in publish.public:
-            held.written = publish.public["count"]
+            held.written, held.born = publish.public["count"], False
         if config.SHARD_COUNTS_FIELD in publish.memory:
             held.persisted = dict(publish.memory[config.SHARD_COUNTS_FIELD])
             held.unpersisted = held.read_whole = held.legacy = False
+            self._unpersisted.discard(counter)
 
     def failed(self, counter: str) -> None:
         """A counter's own write failed: publish it again next tick, its shard counts with it
@@ -460,6 +606,9 @@ class Ledger:
         self.retry.add(counter)
         if counter in self.held:
             self.held[counter].persisted = None
+            if self.held[counter].born:  # its document, which may be gone, is read
+                self.forget_counters({counter}, dt.datetime.fromtimestamp(
+                    self._started or 0.0, dt.UTC))
 
     def bounded(self, grow: Grow, bounds: dict[str, Any]) -> Grow | None:
         """Take in the counter's current bounds before a grow (an operator may have pinned it
@@ -475,28 +624,53 @@ class Ledger:
         """The counter document's update that completes a grow once its new shards exist."""
         state = self.held[grow.counter].scaling
         assert state is not None
-        return {"num_shards": grow.new,
-                "above_min": grow.new > state.min_shards or state.shrunk_at is not None}
+        return {"num_shards": grow.new, **partitions.watched(
+            grow.counter, grow.new > state.min_shards or state.shrunk_at is not None)}
 
     def grown(self, grow: Grow) -> None:
         """A grow was committed."""
         state = self.held[grow.counter].scaling
         assert state is not None
         state.num_shards = grow.new
+        self._met.add(grow.counter)  # visited next tick: its cool-down is scheduled from there
+
+    @property
+    def visited(self) -> int:
+        """The counters the tick under way (or the last one) visits: changed, met or due."""
+        return len(self._visiting)
+
+    def rate(self, counter: str, as_of: dt.datetime) -> float:
+        """A held counter's measured rate as of `as_of`: decayed from its last visit, as its
+        next visit will (`_advance`) when nobody wrote to it since."""
+        state = self.held[counter].scaling
+        assert state is not None
+        if state.measured_at is None or as_of.timestamp() <= state.measured_at:
+            return state.rate
+        return autoscale.measured_rate(state.rate, 0.0, as_of.timestamp() - state.measured_at,
+                                       self.params)
 
     def above_min(self, counter: str) -> bool:
         state = self.held[counter].scaling
         return state is not None and state.above_min
 
     def folds_due(self, as_of: dt.datetime) -> list[tuple[str, int]]:
-        """(counter, num_shards) of the counters whose shrink is older than the grace period,
-        but those whose changes are not taken in yet (deferred, or owed a publish): a fold
-        moves their shard counts, which must first be the sums published."""
+        """(counter, num_shards) of the counters visited this tick whose shrink is older than
+        the grace period, but those whose changes are not taken in yet (deferred, or owed a
+        publish: visited again next tick): a fold moves their shard counts, which must first be
+        the sums published."""
         now = as_of.timestamp()
-        return [(counter, held.scaling.num_shards) for counter, held in self.held.items()
-                if held.scaling is not None and held.scaling.shrunk_at is not None
-                and now >= held.scaling.shrunk_at + self.params.fold_grace_s
-                and counter not in self.deferred and counter not in self.retry]
+        due = []
+        for counter in sorted(self._visiting):
+            held = self.held.get(counter)
+            state = None if held is None else held.scaling
+            if state is None or state.shrunk_at is None \
+                    or now < state.shrunk_at + self.params.fold_grace_s:
+                continue
+            if counter in self.deferred or counter in self.retry:
+                self._schedule(counter, now)
+            else:
+                due.append((counter, state.num_shards))
+        return due
 
     def counts_kept(self, counter: str) -> str | None:
         """Where the counter's `shard_counts` are, which a fold moves too: "memory", "document"
@@ -529,6 +703,8 @@ class Ledger:
                                                    writes=before.writes)
         if complete:
             state.shrunk_at = None
+        elif state.shrunk_at is not None:  # more to fold: the next tick goes on
+            self._schedule(counter, state.shrunk_at + self.params.fold_grace_s)
 
     def end_tick(self, changes: Changes) -> None:
         """Count the tick, and drop the counters nobody has written to for a while."""
@@ -538,10 +714,21 @@ class Ledger:
         self.ticks += 1
         for counter in changes:
             self.held[counter].last_changed = self.ticks
-        for counter, held in list(self.held.items()):
-            if self.ticks - held.last_changed <= IDLE_TICKS_KEPT or held.unpersisted:
-                continue  # recent, or its counts still to be written by a sweep
-            state = held.scaling
-            if state is not None and state.above_min:
-                continue  # it still has shards to shed
-            del self.held[counter]
+        for counter in self._idle.pop(self.ticks, ()):
+            held = self.held.get(counter)
+            if held is None or held.idle_check != self.ticks:
+                continue  # gone, or looked at later
+            if self.ticks - held.last_changed <= IDLE_TICKS_KEPT:
+                self._check_idle(held, counter, held.last_changed + IDLE_TICKS_KEPT + 1)
+            elif held.unpersisted:  # its counts still to be written by a sweep
+                self._check_idle(held, counter, self.ticks + 1)
+            elif held.scaling is not None and held.scaling.above_min:
+                # It still has shards to shed (its visits are due: `_next_due`).
+                self._check_idle(held, counter, self.ticks + IDLE_TICKS_KEPT)
+            else:
+                del self.held[counter]
+                self._met.discard(counter)
+
+    def _check_idle(self, held: Held, counter: str, tick: int) -> None:
+        held.idle_check = tick
+        self._idle[tick].append(counter)

@@ -37,7 +37,10 @@ Snapshot = firestore.DocumentSnapshot[Any]
 READ_THREADS = 8  # reads of many small queries (a counter's shards) run this many at once
 # The fields of a counter document the rollup reads (not its policy: the write path's).
 COUNTER_FIELDS = ["count", "num_shards", "strategy", "min_shards", "max_shards", "rate",
-                  "rate_at", "low_since", "shrunk_at", "updated_at", *LEGACY_FIELDS]
+                  "rate_at", "low_since", "shrunk_at", "updated_at", "above_min",
+                  partitions.SHRINK_HOME, *LEGACY_FIELDS]
+# Counters a page of the watch returns (`Store.above_min`).
+WATCH_PAGE = 1000
 # Documents per `get_all` of first loads; the chunks are read several at once.
 DOCUMENTS_PER_READ = 100
 
@@ -157,11 +160,25 @@ class Store:
         return [snapshot for found in self.each(lambda q: self.query(q, as_of), queries)
                 for snapshot in found]
 
-    def above_min(self, as_of: dt.datetime) -> list[str]:
-        """The counters above their minimum of shards (`above_min`), read at `as_of`."""
-        query = (self.db.collection(self.names.counters)
-                 .where(filter=FieldFilter("above_min", "==", True)).select(["above_min"]))
-        return [snapshot.id for snapshot in self.query(query, as_of)]
+    def above_min(self, homes: list[int], as_of: dt.datetime) -> list[str]:
+        """The counters of `homes` above their minimum of shards (`partitions.watched`), read at
+        `as_of`, WATCH_PAGE to a query: the lease is renewed between pages however many there
+        are. Every home's (P = 1) are asked for at once, by `above_min`: one query, not one per
+        30 homes."""
+        found: list[str] = []
+        counters = self.db.collection(self.names.counters)
+        every = len(homes) == partitions.HOMES
+        for chunk in [homes] if every else partitions.chunks(homes):
+            query = (counters.where(filter=FieldFilter("above_min", "==", True)) if every
+                     else counters.where(filter=FieldFilter(partitions.SHRINK_HOME, "in", chunk)))
+            query = query.select(["above_min"]).limit(WATCH_PAGE)
+            page = self.query(query, as_of)
+            while True:
+                found += [snapshot.id for snapshot in page]
+                if len(page) < WATCH_PAGE:
+                    break
+                page = self.query(query.start_after(page[-1]), as_of)
+        return found
 
     def counters(self, ids: list[str], as_of: dt.datetime
                  ) -> list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]]:

@@ -30,7 +30,7 @@ from counting.foundation.clock import instant
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import ledger as ledger_module
 from counting.rollup.folding import fold_surplus
-from counting.rollup.lease import Lease, Progress
+from counting.rollup.lease import Lease, LeaseLost, Progress
 from counting.rollup.ledger import Changes, Grow, Ledger, Publish, ShardValue
 from counting.rollup.store import Store
 from counting.rollup.trend_step import TrendRollup, TrendStats
@@ -162,16 +162,20 @@ class Rollup:
         # (in the memories) only what that sweep's tick or an earlier one could have.
         known_from = min(since, self.swept) if ledger.fresh else since
         reach = min(reach, known_from - dt.timedelta(seconds=self.overlap_s))
-        changes, trend_changes = self._changed_shards(reach, as_of,
-                                                      known_from if sweep else None)
+        changes, births, trend_changes = self._changed_shards(reach, as_of,
+                                                              known_from if sweep else None)
+        in_hand = set(changes)  # what a failure forgets (the ledger adds what it visited)
         try:
+            ledger.meet_born(changes, births)
             watched: list[str] = []
             if ledger.params.enabled and ledger.ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
                 watched = self._above_min(as_of)
+                in_hand.update(watched)
             # A counter deferred now is owed from this query's reach: a successor starts there.
             ledger.spread_first_loads(changes, reach)
             self._hold([*changes, *watched], since, as_of)
             whole = ledger.first_loads(changes, reach)
+            in_hand.update(whole)
             self._hold(whole, since, as_of)  # deferred counters caught up
             self._read_whole(whole, as_of)
             sums, grown = ledger.apply(changes, since, as_of)
@@ -191,8 +195,14 @@ class Rollup:
                 trend_changes, as_of, republish=lease.record.republish and self.part.index == 0)
             if trends.republished:
                 lease.note(republish=False)
-        except BaseException:
+        except LeaseLost:
             self.forget()
+            raise
+        except BaseException:
+            # The counters in hand are read whole again; the others are as they were: nothing of
+            # theirs was read or written by the tick.
+            ledger.forget_counters(in_hand | ledger.in_hand(), reach)
+            self._trends.forget()
             raise
         self.watermark = as_of
         if sweep:
@@ -236,9 +246,10 @@ class Rollup:
 
     def _changed_shards(
         self, reach: dt.datetime, as_of: dt.datetime, swept_from: dt.datetime | None
-    ) -> tuple[Changes, dict[str, dict[str, Any]]]:
+    ) -> tuple[Changes, dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
         """Counter shards and trend minute-bucket shards whose `updated_at` is in
-        (reach, as_of].
+        (reach, as_of], and the birth stamps of the counters all of whose shards returned
+        carry one (`Ledger.meet_born`).
 
         `stripe in [its stripes]` is one query that the (stripe, updated_at) index serves as one
         range scan per stripe; what another partition owns (a shard written before its key's
@@ -250,6 +261,7 @@ class Rollup:
         is what the sweep is for, and a new holder does not read whole every counter written in
         the last minutes."""
         changes: Changes = defaultdict(dict)
+        stamps: dict[str, dict[str, Any] | None] = {}
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
         overlap = dt.timedelta(seconds=self.overlap_s)
         stripes = self.stripes(reach, as_of, sweep=swept_from is not None)
@@ -272,16 +284,20 @@ class Rollup:
             # carried the home hold a random stripe.
             kind = parent.parent.id
             if kind == self.store.names.counters and self.part.owns(partitions.home_of(parent.id)):
-                changes[parent.id][snapshot.id] = ShardValue.of(snapshot.to_dict())
+                data = snapshot.to_dict() or {}
+                changes[parent.id][snapshot.id] = ShardValue.of(data)
+                born = data.get(config.SHARD_BORN_FIELD)
+                stamps[parent.id] = born if stamps.get(parent.id, born) is not None else None
             elif kind == self.store.names.trend_minutes and self.part.owns(
                     partitions.tag_home_of_hex(parent.id)):
                 trend_changes[parent.id][snapshot.id] = snapshot
-        return changes, trend_changes
+        births = {counter: born for counter, born in stamps.items() if isinstance(born, dict)}
+        return changes, births, trend_changes
 
     def _above_min(self, as_of: dt.datetime) -> list[str]:
-        """Counters that may have shards to shed, whether or not anyone writes to them."""
-        return [counter for counter in self.store.above_min(as_of)
-                if self.part.owns(partitions.home_of(counter))]
+        """Counters this partition owns that may have shards to shed, whether or not anyone
+        writes to them: found by their home (`partitions.watched`), not among all."""
+        return self.store.above_min(self.part.homes(), as_of)
 
     def _hold(self, counters: list[str], since: dt.datetime, as_of: dt.datetime) -> None:
         """Read, at `as_of`, the documents and memories of the counters this holder has not
@@ -356,6 +372,7 @@ class Rollup:
             folded += len(result.deleted)
             if result.complete:
                 self.store.update_counter(counter, {
-                    "shrunk_at": None, "above_min": self.ledger.above_min(counter)})
+                    "shrunk_at": None,
+                    **partitions.watched(counter, self.ledger.above_min(counter))})
                 log.info("folded %s down to %d shards", counter, num_shards)
         return folded

@@ -50,6 +50,8 @@ WIDE_SPREAD = 29
 # (functions/.env; each function costs nothing while P leaves it unused).
 MAX_ENV = "ROLLUP_PARTITIONS_MAX"
 DEFAULT_MAX = 16
+# A counter above its minimum of shards carries its home in this field (`watched`).
+SHRINK_HOME = "shrink_home"
 PARTITIONS_DOC = "rollup_partitions"  # internal/rollup_partitions: {count, changed_at}
 # Firestore's `in` takes at most 30 values: a wider set of stripes is read in several queries.
 IN_VALUES = 30
@@ -138,6 +140,10 @@ class Part:
     def owns(self, home: int) -> bool:
         return home % self.count == self.index
 
+    def homes(self) -> list[int]:
+        """The homes of the counters it owns."""
+        return [home for home in range(HOMES) if self.owns(home)]
+
     def tag_homes(self) -> list[int]:
         """The homes of its trending tags (none beyond the first 16 partitions)."""
         return [home for home in range(BASE_HOMES) if self.owns(home)]
@@ -180,6 +186,13 @@ def stripe(home: int, count: int, rng: random.Random) -> int:
     """The stripe of a shard write whose key lives at `home`, by a writer that knows P = count."""
     size = resolution(count)
     return home % size + size * rng.randrange(spread_of(count))
+
+
+def watched(counter: str, above: bool) -> dict[str, object]:
+    """The fields by which the rollup's watch finds a counter above its minimum of shards
+    (`rollup.store.Store.above_min`): `above_min`, and `shrink_home`, its home while it is above
+    (None otherwise), which the watch of the partition owning it queries."""
+    return {"above_min": above, SHRINK_HOME: home_of(counter) if above else None}
 
 
 def chunks(values: list[int]) -> list[list[int]]:
