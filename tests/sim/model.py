@@ -697,12 +697,14 @@ class Query:
         self._order: list[tuple[str, str]] = []
         self._limit: int | None = None
         self._after: Path | None = None
+        self._after_values: tuple[Any, ...] = ()  # the cursor's values of the order's fields
         self._inclusive = False  # start_at: from `_after` itself
 
     def _copy(self) -> Query:
         query = Query(self._model, self._base, self._collection_id, self._group)
         query._filters, query._order = list(self._filters), list(self._order)
         query._limit, query._after, query._inclusive = self._limit, self._after, self._inclusive
+        query._after_values = self._after_values
         return query
 
     def where(self, *, filter: FieldFilter) -> Query:  # the client's keyword
@@ -724,11 +726,17 @@ class Query:
         return query
 
     def start_after(self, cursor: Snapshot | dict[str, DocumentReference]) -> Query:
-        """Documents after a snapshot's, or after `{FieldPath.document_id(): ref}`, in document
-        order (the queries that page use no other order)."""
+        """Documents after a snapshot's (in the query's order, then document order, as the
+        client's cursor from a snapshot: ascending orders only), or after
+        `{FieldPath.document_id(): ref}` in document order."""
         query = self._copy()
-        query._after = cursor.reference._path if isinstance(cursor, Snapshot) \
-            else cursor[DOCUMENT_ID]._path
+        if isinstance(cursor, Snapshot):
+            assert all(direction == "ASCENDING" for _, direction in self._order)
+            query._after = cursor.reference._path
+            query._after_values = tuple(cursor.get(field_path) for field_path, _ in self._order
+                                        if field_path != DOCUMENT_ID)
+        else:
+            query._after = cursor[DOCUMENT_ID]._path
         query._inclusive = False
         return query
 
@@ -743,13 +751,21 @@ class Query:
         found = self._model.scan(
             self._model.candidates(self._base, self._collection_id, self._filters),
             self._filters, read_time, self._group)
-        if after is not None:
-            found = [snapshot for snapshot in found if snapshot.reference._path > after
-                     or (self._inclusive and snapshot.reference._path == after)]
+        fields = [field_path for field_path, _ in self._order if field_path != DOCUMENT_ID]
         for field_path, direction in reversed(self._order):  # stable sorts, last key first
             if field_path != DOCUMENT_ID:  # found in document order already
                 found.sort(key=operator.methodcaller("get", field_path),
                            reverse=direction == "DESCENDING")
+        if after is not None:
+            assert len(self._after_values) == len(fields)  # a snapshot's cursor, or no order
+            cursor = (*self._after_values, after)
+
+            def key(snapshot: Snapshot) -> tuple[Any, ...]:
+                return (*(snapshot.get(field_path) for field_path in fields),
+                        snapshot.reference._path)
+
+            found = [snapshot for snapshot in found if key(snapshot) > cursor
+                     or (self._inclusive and key(snapshot) == cursor)]
         return iter(found[:self._limit] if self._limit is not None else found)
 
     def sum(self, field_path: str, alias: str) -> Aggregation:

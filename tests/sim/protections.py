@@ -36,7 +36,7 @@ NAMES = tuple(f.name for f in dataclasses.fields(Protections))
 ALL = Protections()
 UNPROTECTED = dataclasses.replace(ALL, overlap=False, touch=False, sweep=False)
 # First-load budgets of 3 documents and 2 whole reads a tick (5000 and 200 in production).
-LIMITS = Limits(document_loads_per_tick=3, first_loads_per_tick=2)
+LIMITS = Limits(document_loads_per_tick=3, first_loads_per_tick=2, change_page=4)
 
 
 def alone_off(name: str) -> Protections:

@@ -310,7 +310,7 @@ class Ledger:
         would otherwise hold up every counter's publish). Changed counters past the budget are
         dropped from `changes` and remembered; later ticks read them whole at their own instant,
         which includes what was dropped, and publish them."""
-        unseen = [c for c in changes if c not in self.held]
+        unseen = sorted(c for c in changes if c not in self.held)  # whatever the reads' order
         for counter in unseen[self.document_loads_per_tick:]:
             self._defer(changes, counter, since)
 

@@ -39,6 +39,9 @@ READ_THREADS = 8  # reads of many small queries (a counter's shards) run this ma
 COUNTER_FIELDS = ["count", "num_shards", "strategy", "min_shards", "max_shards", "rate",
                   "rate_at", "low_since", "shrunk_at", "updated_at", "above_min",
                   partitions.SHRINK_HOME, *LEGACY_FIELDS]
+# Shards a page of a change query returns (`Store.changed_shards`): about a quarter of a second
+# of the client's decoding.
+CHANGE_PAGE = 5000
 # Counters a page of the watch returns (`Store.above_min`).
 WATCH_PAGE = 1000
 # Documents per `get_all` of first loads; the chunks are read several at once.
@@ -47,7 +50,7 @@ DOCUMENTS_PER_READ = 100
 
 class Store:
     def __init__(self, db: firestore.Client, lease: Lease, writing: Writing, *,
-                 renew_s: float) -> None:
+                 renew_s: float, change_page: int = CHANGE_PAGE) -> None:
         """`lease` was just written (taken); it is renewed before a read when its last write is
         `renew_s` old on `writing`'s clock. `writing` names the collections (its placement's),
         stripes the writes of a fold and makes the pool of its reads."""
@@ -56,6 +59,7 @@ class Store:
         self.names = writing.names
         self._writing = writing
         self._renew_s = renew_s
+        self._change_page = change_page
         self._monotonic = writing.clock.monotonic
         self._written = self._monotonic()  # when this holder last wrote the lease
         self._usage = Usage()
@@ -151,14 +155,26 @@ class Store:
                        as_of: dt.datetime) -> list[Snapshot]:
         """Every shard (counters' and trend buckets') in `stripes` whose `updated_at` is after
         `since`, read at `as_of`: one query, more while a partition also reads an earlier spread
-        (`partitions`), run at once."""
+        (`partitions`), run at once; each in pages of `change_page` in `updated_at` order, so
+        that no one read lasts long however much changed (a sweep, a new holder's first tick):
+        the lease is renewed between pages."""
         queries = [
             self.db.collection_group(self.names.shards)
             .where(filter=FieldFilter("stripe", "in", chunk))
             .where(filter=FieldFilter("updated_at", ">", since))
+            .order_by("updated_at").limit(self._change_page)
             for chunk in partitions.chunks(stripes)]
-        return [snapshot for found in self.each(lambda q: self.query(q, as_of), queries)
-                for snapshot in found]
+
+        def read(query: Any) -> list[Snapshot]:
+            found: list[Snapshot] = []
+            page = self.query(query, as_of)
+            while True:
+                found += page
+                if len(page) < self._change_page:
+                    return found
+                page = self.query(query.start_after(page[-1]), as_of)
+
+        return [snapshot for found in self.each(read, queries) for snapshot in found]
 
     def above_min(self, homes: list[int], as_of: dt.datetime) -> list[str]:
         """The counters of `homes` above their minimum of shards (`partitions.watched`), read at

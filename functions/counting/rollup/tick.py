@@ -29,6 +29,7 @@ from counting.foundation import config
 from counting.foundation.clock import instant
 from counting.foundation.config import AutoscaleParams
 from counting.rollup import ledger as ledger_module
+from counting.rollup import store as store_module
 from counting.rollup.folding import fold_surplus
 from counting.rollup.lease import Lease, LeaseLost, Progress
 from counting.rollup.ledger import Changes, Grow, Ledger, Publish, ShardValue
@@ -87,6 +88,7 @@ class Limits:
     document_loads_per_tick: int = ledger_module.DOCUMENT_LOADS_PER_TICK
     first_loads_per_tick: int = ledger_module.FIRST_LOADS_PER_TICK
     publishes_per_commit: int = PUBLISHES_PER_COMMIT
+    change_page: int = store_module.CHANGE_PAGE
 
 
 class Rollup:
@@ -102,7 +104,7 @@ class Rollup:
         self.part = part
         self.writing = writing
         self.limits = limits = limits or Limits()
-        self.store = Store(db, lease, writing, renew_s=renew_s)
+        self.store = Store(db, lease, writing, renew_s=renew_s, change_page=limits.change_page)
         self.ledger = Ledger(scaling, document_loads_per_tick=limits.document_loads_per_tick,
                              first_loads_per_tick=limits.first_loads_per_tick)
         # `trends` (tests: a TrendRollup with a clock) is called with the store and `part`.
