@@ -76,7 +76,7 @@ FIRST_MEETING_P = int(os.environ.get("SCALE_FIRST_MEETING_P", 16))
 # an index: a query costs what it returns).
 FIRST_MEETING_TIMEOUT_S = 3600.0
 SCALED_DOWN = os.environ.get("SCALE_WHY", "")  # why the sizes were scaled down, when they were
-PARTS = ("capacity", "lag", "first_meeting", "waker", "ledger", "watch", "meeting")
+PARTS = ("capacity", "lag", "first_meeting", "waker", "ledger", "watch", "meeting", "handover")
 # The waker's part: a write touching every partition, each task creation taking this long.
 WAKER_CREATE_S = 0.05
 WAKER_WRITES = 20
@@ -880,6 +880,87 @@ def meeting_run() -> dict[str, Any]:
             "targets": {"reads_ratio": 1.1, "cpu_ratio": 1.25}}
 
 
+# The handover's part: HANDOVER_CHANGED of HANDOVER_COUNTERS counters (4 shards) written each
+# second for HANDOVER_S, one holder ticking every second, killed (its lease not let go) at half
+# time; a successor takes the lease once it expires and ticks on.
+HANDOVER_COUNTERS = 1000
+HANDOVER_CHANGED = 300
+HANDOVER_S = 180.0
+
+
+def handover_run() -> dict[str, Any]:
+    """Each tick's seconds and reads over HANDOVER_S of steady writes that include sweeps and a
+    forced handover (one process: the writes from a thread, the holders ticked in turn)."""
+    db = own_db()
+    ctx = Context.offline()
+    names = [f"handover-{n:05d}" for n in range(HANDOVER_COUNTERS)]
+    with ThreadPoolExecutor(CREATE_THREADS) as pool:
+        list(pool.map(lambda name: counters.create_counter(ctx, db, name, shards=4), names))
+    stop = threading.Event()
+    sent: dict[str, int] = defaultdict(int)
+
+    def write() -> None:
+        rng = random.Random(5)
+        while not stop.is_set():
+            began = time.monotonic()
+            chosen = rng.sample(names, HANDOVER_CHANGED)
+            counters.increment_many(ctx, db, [(name, 1) for name in chosen])
+            for name in chosen:
+                sent[name] += 1
+            stop.wait(max(0.0, 1.0 - (time.monotonic() - began)))
+
+    def holder(owner: str) -> Rollup:
+        lease = Lease(db, state_ref(db, NAMES), owner, config.ROLLUP.lease_s)
+        while not lease.acquire():
+            time.sleep(0.5)
+        return Rollup(db, lease, writing=ctx.writing)
+
+    ticks: list[dict[str, Any]] = []
+    writer = threading.Thread(target=write)
+    writer.start()
+    began = time.monotonic()
+    try:
+        current, killed_at = holder("first"), None
+        while time.monotonic() - began < HANDOVER_S:
+            if killed_at is None and time.monotonic() - began >= HANDOVER_S / 2:
+                current.close()  # killed: its lease is not let go
+                killed_at = time.monotonic() - began
+                current = holder("successor")
+            swept, tick_began = current.swept, time.monotonic()
+            stats = current.tick()
+            ticks.append({"at_s": round(tick_began - began, 2), "seconds": stats.seconds,
+                          "reads": stats.reads, "changed": stats.changed_counters,
+                          "sweep": current.swept != swept,
+                          "holder": "successor" if killed_at is not None else "first"})
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick_began)))
+        stop.set()
+        writer.join()
+        for _ in range(3):  # past the last write
+            time.sleep(1.0)
+            current.tick()
+        current.close()
+        check = exactness(db, sent, names)
+    finally:
+        stop.set()
+        writer.join()
+        clear(db.project)
+    seconds = [t["seconds"] for t in ticks]
+    reads = [t["reads"] for t in ticks]
+    handover = next(t for t in ticks if t["holder"] == "successor")
+    return {
+        "counters": HANDOVER_COUNTERS, "changed_per_s": HANDOVER_CHANGED, "run_s": HANDOVER_S,
+        "killed_at_s": killed_at, "ticks": len(ticks),
+        "sweeps": sum(t["sweep"] for t in ticks),
+        "tick_s_median": round(statistics.median(seconds), 4),
+        "tick_s_max": round(max(seconds), 4),
+        "worst_over_median": round(max(seconds) / statistics.median(seconds), 2),
+        "reads_median": statistics.median(reads), "reads_max": max(reads),
+        "sweep_reads": [t["reads"] for t in ticks if t["sweep"]],
+        "handover_tick": handover, "target_worst_over_median": 3.0, "exact": check["exact"],
+        "series": ticks,
+    }
+
+
 # The watch's part: WATCH_COUNTERS counters above their minimum (4 shards, minimum 1), watched by
 # each partition of WATCH_P once; and by a query of every partition's (the shape before each
 # partition queried its own homes, which P = 1 still asks).
@@ -1059,6 +1140,15 @@ def run() -> dict[str, Any]:
                                     "vs_known": vs_known}
         print(json.dumps(vs_known, indent=1), flush=True)
         run_s["meeting"] = time.monotonic() - part_began
+    if "handover" in chosen:
+        part_began = time.monotonic()
+        print(f"== scale: a handover under {HANDOVER_CHANGED} changed counters a second",
+              flush=True)
+        handover = handover_run()
+        series["handover_ticks"] = handover.pop("series")
+        figures["handover"] = handover
+        print(json.dumps(handover, indent=1), flush=True)
+        run_s["handover"] = time.monotonic() - part_began
     if "watch" in chosen:
         part_began = time.monotonic()
         print(f"== scale: the watch, {WATCH_COUNTERS:,} counters above their minimum, "

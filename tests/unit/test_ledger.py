@@ -104,10 +104,17 @@ def test_a_busy_counter_grows_and_an_idle_one_shrinks_then_folds() -> None:
     for second in range(6, 40):
         sums, _ = book.apply({}, at(second - 1), at(second))
         plan = book.plan(sums, at(second))
-        if "num_shards" in plan.updates.get("hot", Publish()).public:
+        if plan.shrinks:
             shrunk_at = second
             break
     assert shrunk_at is not None and book.held["hot"].scaling is not None
+    shrink = plan.shrinks[0]
+    assert book.shrinking(shrink, {"min_shards": 4}, at(shrunk_at)) is None  # pinned meanwhile
+    assert book.held["hot"].scaling.low_since is None  # its cool-down starts again
+    book.held["hot"].scaling.min_shards = 1  # unpinned
+    fields = book.shrinking(shrink, {}, at(shrunk_at))
+    assert fields is not None and fields["num_shards"] == 1 and fields["shrink_home"] is not None
+    book.shrunk(shrink, fields)
     assert book.folds_due(at(shrunk_at)) == []
     due = book.folds_due(at(shrunk_at + FAST.fold_grace_s))
     assert due == [("hot", 1)]
@@ -407,8 +414,11 @@ def test_a_tick_visits_what_changed_and_what_is_due_not_what_is_held() -> None:
         plan = book.plan(sums, at(second))
         for counter, publish in plan.updates.items():
             book.published(counter, publish)
-        if "num_shards" in plan.updates.get("wide", Publish()).public:
+        for shrink in plan.shrinks:
             shrunk = second
+            fields = book.shrinking(shrink, {}, at(second))
+            assert fields is not None
+            book.shrunk(shrink, fields)
         for counter, num_shards in book.folds_due(at(second)):
             book.folded(counter, [str(n) for n in range(num_shards, 4)], {}, complete=True)
         visited.append(book.visited)
@@ -465,3 +475,21 @@ def test_a_counter_born_while_the_ledger_held_its_lease_is_met_with_no_read() ->
         book.apply({}, at(7), at(8))
         book.end_tick({})
     assert book.meet_born({"gone": {"0": value(1, 1)}}, {"gone": born}) == []
+
+
+def test_a_born_counter_whose_publish_fails_is_read_whole_after_the_tick() -> None:
+    """Its document may be gone: from the end of the tick it is read whole (deferred), the tick
+    itself goes on with it held, and a successor starts no later than its birth."""
+    book = Ledger(AutoscaleParams(enabled=False))
+    book.apply({}, at(0), at(1))
+    book.end_tick({})
+    born = {"at": at(5), "num_shards": 1}
+    changes = {"gone": {"0": value(1, 1)}}
+    assert book.meet_born(changes, {"gone": born}) == ["gone"]
+    sums, _ = book.apply(changes, at(5), at(6))
+    book.plan(sums, at(6))
+    book.failed("gone")
+    assert "gone" in book.held and book.folds_due(at(6)) == []
+    book.end_tick(changes)
+    assert "gone" not in book.held and book.deferred == {"gone"}
+    assert book.durable(at(6)) == at(5)

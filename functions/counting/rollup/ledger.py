@@ -155,9 +155,10 @@ class Held:
     due: float | None = None
     # The tick at which its eviction is looked at next (one entry in the idle wheel at a time).
     idle_check: int = 0
-    # Met from its shards' birth stamp (`Ledger.meet_born`): its count is published at its first
-    # visit whatever `written` says, and a publish that fails has its document read.
-    born: bool = False
+    # Met from its shards' birth stamp (`Ledger.meet_born`), the stamp's instant: its count is
+    # published at its first visit whatever `written` says, and a publish that fails has it read
+    # whole. None once published, or met otherwise.
+    born: float | None = None
 
     def total(self) -> int:
         return sum(shard.count for shard in (self.shards or {}).values())
@@ -168,6 +169,13 @@ class Held:
 
 @dataclass(frozen=True, kw_only=True)
 class Grow:
+    counter: str
+    old: int
+    new: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shrink:
     counter: str
     old: int
     new: int
@@ -187,10 +195,12 @@ class Publish:
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """A tick's writes: counters' publishes, then the grows."""
+    """A tick's writes: counters' publishes, then the grows and the shrinks (each after a read
+    of the counter's bounds: an operator may have pinned it since the ledger met it)."""
 
     updates: dict[str, Publish]
     grows: list[Grow]
+    shrinks: list[Shrink]
     problems: list[str]  # counters that cannot be published, and why
 
 
@@ -261,6 +271,8 @@ class Ledger:
         # holder before it, nor evicted by it (`meet_born`).
         self._started: float | None = None
         self._instants: deque[float] = deque(maxlen=IDLE_TICKS_KEPT + 1)
+        # Met from their stamp, whose publish failed: read whole from the next tick on.
+        self._unborn: set[str] = set()
 
     def forget(self) -> None:
         """Drop everything; the next ticks read the changed counters whole. Counters still
@@ -275,6 +287,7 @@ class Ledger:
         self._visiting.clear()
         self._started = None
         self._instants.clear()
+        self._unborn.clear()
         self.fresh = True
 
     def in_hand(self) -> set[str]:
@@ -367,9 +380,9 @@ class Ledger:
             document: dict[str, Any] = {
                 "count": 0, "rate": 0.0, "updated_at": at,
                 **{name: born[name] for name in BORN_FIELDS if name in born}}
-            self.hold(counter, document, {config.SHARD_COUNTS_FIELD: {}})
+            self.hold(counter, document, {config.SHARD_COUNTS_FIELD: {}}, since=at)
             held = self.held[counter]
-            held.shards, held.born = {}, True
+            held.shards, held.born = {}, at.timestamp()
             met.append(counter)
         return met
 
@@ -417,7 +430,7 @@ class Ledger:
         if self._started is None:
             self._started = end
         self._instants.append(end)
-        visiting = {*changes, *self._met, *self._pop_due(end)}
+        visiting = self._visiting = {*changes, *self._met, *self._pop_due(end)}
         self._met.clear()
         sums: dict[str, int] = {}
         grown: dict[str, int] = {}
@@ -446,7 +459,6 @@ class Ledger:
             idle = self.held.get(counter)
             if idle is not None and idle.scaling is not None:
                 self._advance(idle.scaling, {}, begin, end)
-        self._visiting = visiting
         return sums, grown
 
     def _pop_due(self, end: float) -> set[str]:
@@ -527,6 +539,7 @@ class Ledger:
         updates: dict[str, dict[str, Any]] = defaultdict(dict)
         memories: dict[str, dict[str, Any]] = defaultdict(dict)
         grows: list[Grow] = []
+        shrinks: list[Shrink] = []
         problems: list[str] = []
         for counter in self.retry - sums.keys():
             if counter in self.held:
@@ -545,7 +558,7 @@ class Ledger:
                 # are kept from getting here by the bounds on increments).
                 problems.append(f"{counter}: sum {total} is outside 64-bit integers")
                 self.retry.add(counter)
-            elif held.written != total or held.born:
+            elif held.written != total or held.born is not None:
                 updates[counter].update({"count": total, "updated_at": as_of})
         for counter in (visiting | self._unpersisted) if flush else visiting:
             held = self.held[counter]
@@ -565,10 +578,10 @@ class Ledger:
                     grows.append(Grow(counter=counter, old=state.num_shards,
                                       new=decision.num_shards))
                 elif decision.num_shards < state.num_shards:
-                    state.num_shards, state.shrunk_at = decision.num_shards, now
-                    fields.update({"num_shards": state.num_shards, "shrunk_at": as_of,
-                                   **partitions.watched(counter, True)})
-                    state.watched = True
+                    shrinks.append(Shrink(counter=counter, old=state.num_shards,
+                                          new=decision.num_shards))
+                    decision = autoscale.Decision(num_shards=state.num_shards,
+                                                  low_since=state.low_since)
                 state.low_since = decision.low_since
             if fields and not state.watched:
                 fields.update(partitions.watched(counter, state.above_min))
@@ -582,19 +595,49 @@ class Ledger:
                 if state.strategy == "least_loaded":
                     memories[counter][config.SHARD_LOAD_FIELD] = state.published_load()
                 updates[counter] = fields
-            self._schedule(counter, self._next_due(state, now))
+            if not shrinks or shrinks[-1].counter != counter:  # (a shrink's step schedules it;
+                # one that fails is owed a publish: visited again)
+                self._schedule(counter, self._next_due(state, now))
         return Plan(updates={c: Publish(public=updates.get(c, {}), memory=memories.get(c, {}),
                                         drop_legacy=c in memories and self.held[c].legacy)
                              for c in sorted({*updates, *memories})
                              if updates.get(c) or memories.get(c)},
-                    grows=grows, problems=problems)
+                    grows=grows, shrinks=shrinks, problems=problems)
+
+    def shrinking(self, shrink: Shrink, bounds: dict[str, Any], as_of: dt.datetime
+                  ) -> dict[str, Any] | None:
+        """Take in the counter's current bounds before a shrink: the counter document's update
+        that shrinks it, or None when the bounds leave nothing of it (its cool-down then starts
+        again: a pinned counter is not looked at every tick)."""
+        state = self.held[shrink.counter].scaling
+        assert state is not None
+        state.min_shards = int(bounds.get("min_shards") or state.min_shards)
+        state.max_shards = int(bounds.get("max_shards") or state.max_shards)
+        new = max(shrink.new, state.min_shards)
+        if new >= shrink.old:
+            state.low_since = None
+            self._schedule(shrink.counter, self._next_due(state, as_of.timestamp()))
+            return None
+        return {"num_shards": new, "shrunk_at": as_of, "low_since": None,
+                "rate": publishable(state.rate), "rate_at": as_of,
+                **partitions.watched(shrink.counter, True)}
+
+    def shrunk(self, shrink: Shrink, fields: dict[str, Any]) -> None:
+        """A shrink (`shrinking`'s update) was committed: its surplus is folded after the
+        grace."""
+        state = self.held[shrink.counter].scaling
+        assert state is not None
+        now = fields["shrunk_at"].timestamp()
+        state.num_shards, state.shrunk_at, state.low_since = fields["num_shards"], now, None
+        state.published_rate, state.published_at, state.watched = fields["rate"], now, True
+        self._schedule(shrink.counter, self._next_due(state, now))
 
     def published(self, counter: str, publish: Publish) -> None:
         """A counter's publish was committed."""
         self.retry.discard(counter)
         held = self.held[counter]
         if "count" in publish.public:
-            held.written, held.born = publish.public["count"], False
+            held.written, held.born = publish.public["count"], None
         if config.SHARD_COUNTS_FIELD in publish.memory:
             held.persisted = dict(publish.memory[config.SHARD_COUNTS_FIELD])
             held.unpersisted = held.read_whole = held.legacy = False
@@ -606,9 +649,8 @@ class Ledger:
         self.retry.add(counter)
         if counter in self.held:
             self.held[counter].persisted = None
-            if self.held[counter].born:  # its document, which may be gone, is read
-                self.forget_counters({counter}, dt.datetime.fromtimestamp(
-                    self._started or 0.0, dt.UTC))
+            if self.held[counter].born is not None:  # its document, which may be gone, is read
+                self._unborn.add(counter)
 
     def bounded(self, grow: Grow, bounds: dict[str, Any]) -> Grow | None:
         """Take in the counter's current bounds before a grow (an operator may have pinned it
@@ -636,7 +678,7 @@ class Ledger:
 
     @property
     def visited(self) -> int:
-        """The counters the tick under way (or the last one) visits: changed, met or due."""
+        """The counters the tick under way visits: changed, met, owed or due."""
         return len(self._visiting)
 
     def rate(self, counter: str, as_of: dt.datetime) -> float:
@@ -712,8 +754,14 @@ class Ledger:
             self.deferred_since = None
         self.fresh = False
         self.ticks += 1
+        self._visiting = set()
         for counter in changes:
             self.held[counter].last_changed = self.ticks
+        for counter in self._unborn:
+            born = self.held[counter].born if counter in self.held else None
+            if born is not None:  # (not published since)
+                self.forget_counters({counter}, dt.datetime.fromtimestamp(born, dt.UTC))
+        self._unborn.clear()
         for counter in self._idle.pop(self.ticks, ()):
             held = self.held.get(counter)
             if held is None or held.idle_check != self.ticks:

@@ -32,7 +32,7 @@ from counting.rollup import ledger as ledger_module
 from counting.rollup import store as store_module
 from counting.rollup.folding import fold_surplus
 from counting.rollup.lease import Lease, LeaseLost, Progress
-from counting.rollup.ledger import Changes, Grow, Ledger, Publish, ShardValue
+from counting.rollup.ledger import Changes, Grow, Ledger, Publish, ShardValue, Shrink
 from counting.rollup.store import Store
 from counting.rollup.trend_step import TrendRollup, TrendStats
 from counting.rollup.usage import Usage
@@ -187,6 +187,8 @@ class Rollup:
             self._commit(plan.updates)
             for grow in plan.grows:
                 self._isolated(grow.counter, functools.partial(self._grow, grow))
+            for shrink in plan.shrinks:
+                self._isolated(shrink.counter, functools.partial(self._shrink, shrink, as_of))
             folded = self._fold_due(as_of)
             # Partition 0's first tick after a change of P publishes every trends/{scope}
             # (`repartition.change` sets `republish`). Done, the record says so from its next
@@ -220,8 +222,7 @@ class Rollup:
             usage=self.store.take_usage(),
             seconds=(dt.datetime.now(dt.UTC) - started).total_seconds(),
             published=len(plan.updates),
-            rescaled=len(plan.grows) + sum(1 for publish in plan.updates.values()
-                                           if "num_shards" in publish.public),
+            rescaled=len(plan.grows) + len(plan.shrinks),
             folded=folded,
             owed=len(ledger.deferred),
             trends=trends,
@@ -363,6 +364,18 @@ class Rollup:
         self.store.update_counter(grow.counter, self.ledger.completing(bounded))
         self.ledger.grown(bounded)
         log.info("grew %s from %d to %d shards", grow.counter, bounded.old, bounded.new)
+
+    def _shrink(self, shrink: Shrink, as_of: dt.datetime) -> None:
+        """Lower num_shards, after a read of the bounds (as a grow: an operator may have pinned
+        the counter since this holder met it; shrinks are rare); the surplus shards are folded
+        after the grace."""
+        fields = self.ledger.shrinking(shrink, self.store.bounds(shrink.counter), as_of)
+        if fields is None:
+            return
+        self.store.update_counter(shrink.counter, fields)
+        self.ledger.shrunk(shrink, fields)
+        log.info("shrank %s from %d to %d shards", shrink.counter, shrink.old,
+                 fields["num_shards"])
 
     def _fold_due(self, as_of: dt.datetime) -> int:
         """Fold the surplus shards of counters whose shrink is older than the grace period."""
