@@ -493,3 +493,19 @@ def test_a_born_counter_whose_publish_fails_is_read_whole_after_the_tick() -> No
     book.end_tick(changes)
     assert "gone" not in book.held and book.deferred == {"gone"}
     assert book.durable(at(6)) == at(5)
+
+
+def test_a_counter_held_for_its_scaling_only_whose_shrink_fails_publishes_no_count() -> None:
+    """A watched counter (its shards not read) whose shrink fails is visited again, not owed a
+    publish of a sum it never read; bounds that are not positive integers are not taken in."""
+    book = Ledger(AutoscaleParams(cool_down_s=0.0))
+    book.hold("idle", {"count": 42, "num_shards": 4, "rate": 0.0, "rate_at": at(0),
+                       "above_min": True}, since=at(0))
+    sums, _ = book.apply({}, at(0), at(1))
+    plan = book.plan(sums, at(1))
+    assert [shrink.counter for shrink in plan.shrinks] == ["idle"]
+    assert book.shrinking(plan.shrinks[0], {"min_shards": "x", "max_shards": True}, at(1))
+    book.failed("idle")
+    sums, _ = book.apply({}, at(1), at(2))
+    again = book.plan(sums, at(2))
+    assert "idle" not in again.updates and [s.counter for s in again.shrinks] == ["idle"]

@@ -204,6 +204,14 @@ class Plan:
     problems: list[str]  # counters that cannot be published, and why
 
 
+def bound(bounds: dict[str, Any], name: str, current: int) -> int:
+    """A counter's `min_shards` or `max_shards` as an operator left it: a positive integer, or
+    else what the ledger had (a hand-edited document may hold anything)."""
+    value = bounds.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 \
+        else current
+
+
 def timestamp(seconds: float | None) -> dt.datetime | None:
     return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.UTC)
 
@@ -611,8 +619,8 @@ class Ledger:
         again: a pinned counter is not looked at every tick)."""
         state = self.held[shrink.counter].scaling
         assert state is not None
-        state.min_shards = int(bounds.get("min_shards") or state.min_shards)
-        state.max_shards = int(bounds.get("max_shards") or state.max_shards)
+        state.min_shards = bound(bounds, "min_shards", state.min_shards)
+        state.max_shards = bound(bounds, "max_shards", state.max_shards)
         new = max(shrink.new, state.min_shards)
         if new >= shrink.old:
             state.low_since = None
@@ -645,7 +653,12 @@ class Ledger:
 
     def failed(self, counter: str) -> None:
         """A counter's own write failed: publish it again next tick, its shard counts with it
-        (the rollup removes them from the document meanwhile)."""
+        (the rollup removes them from the document meanwhile); one held for its scaling only
+        (its shards not read: nothing of its count to publish) is visited again next tick."""
+        held = self.held.get(counter)
+        if held is not None and held.shards is None:
+            self._schedule(counter, 0.0)
+            return
         self.retry.add(counter)
         if counter in self.held:
             self.held[counter].persisted = None
@@ -657,8 +670,8 @@ class Ledger:
         since the ledger met it): the grow to commit, or None when nothing is left of it."""
         state = self.held[grow.counter].scaling
         assert state is not None  # only counters with a document are scaled
-        state.min_shards = int(bounds.get("min_shards") or state.min_shards)
-        state.max_shards = int(bounds.get("max_shards") or state.max_shards)
+        state.min_shards = bound(bounds, "min_shards", state.min_shards)
+        state.max_shards = bound(bounds, "max_shards", state.max_shards)
         new = min(grow.new, state.max_shards)
         return Grow(counter=grow.counter, old=grow.old, new=new) if new > grow.old else None
 
