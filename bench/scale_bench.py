@@ -931,6 +931,7 @@ def handover_run() -> dict[str, Any]:
             swept, tick_began = current.swept, time.monotonic()
             stats = current.tick()
             ticks.append({"at_s": round(tick_began - began, 2), "seconds": stats.seconds,
+                          "longest_call_s": round(stats.longest_call_s, 4),
                           "reads": stats.reads, "changed": stats.changed_counters,
                           "sweep": current.swept != swept,
                           "holder": "successor" if killed_at is not None else "first"})
@@ -960,6 +961,8 @@ def handover_run() -> dict[str, Any]:
         "sweep_reads": [t["reads"] for t in ticks if t["sweep"]],
         "handover_tick": handover, "target_worst_over_median": 3.0, "exact": check["exact"],
         "worst_ticks": sorted(ticks, key=lambda t: -t["seconds"])[:5],
+        "longest_call_s": max(t["longest_call_s"] for t in ticks),
+        "lease_s": config.ROLLUP.lease_s,
         "series": ticks,
     }
 

@@ -63,6 +63,7 @@ class Store:
         self._monotonic = writing.clock.monotonic
         self._written = self._monotonic()  # when this holder last wrote the lease
         self._usage = Usage()
+        self._longest = 0.0  # seconds: the longest call since the last `take_longest`
         self._lock = threading.Lock()
         self._renewing = threading.Lock()
         self._pool = writing.pools(READ_THREADS, "store")
@@ -79,6 +80,18 @@ class Store:
         with self._lock:
             usage, self._usage = self._usage, Usage()
         return usage
+
+    def take_longest(self) -> float:
+        """The seconds of the longest Firestore call since the last time it was taken (each
+        read, page and commit is one)."""
+        with self._lock:
+            longest, self._longest = self._longest, 0.0
+        return longest
+
+    def _took(self, began: float) -> None:
+        taken = self._monotonic() - began
+        with self._lock:
+            self._longest = max(self._longest, taken)
 
     def _bill(self, reads: int = 0, writes: int = 0, deletes: int = 0) -> None:
         with self._lock:
@@ -100,6 +113,7 @@ class Store:
         """Renew the lease, persisting its record; returns the renewal's commit time."""
         written = self._monotonic()
         instant = self.lease.renew()
+        self._took(written)
         self._written = written
         self._bill(writes=1)
         return instant
@@ -115,14 +129,18 @@ class Store:
 
     def query(self, query: Any, read_time: dt.datetime | None = None) -> list[Snapshot]:
         self._keep()
+        began = self._monotonic()
         found = list(query.stream(read_time=read_time) if read_time else query.stream())
+        self._took(began)
         self._bill(reads=max(1, len(found)))
         return found
 
     def get(self, ref: firestore.DocumentReference,
             field_paths: list[str] | None = None) -> Snapshot:
         self._keep()
+        began = self._monotonic()
         snapshot: Snapshot = ref.get(field_paths=field_paths)
+        self._took(began)
         self._bill(reads=1)
         return snapshot
 
@@ -133,7 +151,9 @@ class Store:
             return []
         self._keep()
         options: dict[str, Any] = {} if read_time is None else {"read_time": read_time}
+        began = self._monotonic()
         found = list(self.db.get_all(list(refs), field_paths=field_paths, **options))
+        self._took(began)
         self._bill(reads=len(refs))
         return found
 
@@ -145,6 +165,7 @@ class Store:
         """Commit `batch`, which holds `deletes` deletes, fenced by the lease (`Lease.commit`)."""
         written = self._monotonic()
         results = self.lease.commit(batch)
+        self._took(written)
         self._written = written
         self._bill(writes=len(results) - deletes, deletes=deletes)
         return results

@@ -67,6 +67,7 @@ class TickStats:
     owed: int = 0  # changed counters deferred to later ticks (the first-load budget)
     trends: TrendStats | None = None
     problems: tuple[str, ...] = ()  # counters skipped this tick, and why
+    longest_call_s: float = 0.0  # its longest Firestore call (a read, a page, a commit)
 
     @property
     def reads(self) -> int:
@@ -153,6 +154,7 @@ class Rollup:
         old (the progress persisted, the lease kept live however long the tick reads)."""
         started = dt.datetime.now(dt.UTC)
         self.store.take_usage()
+        self.store.take_longest()
         self._problems = []
         since = self.watermark
         as_of = to_micros(self.store.begin(self.durable_progress))
@@ -227,6 +229,7 @@ class Rollup:
             owed=len(ledger.deferred),
             trends=trends,
             problems=tuple(self._problems),
+            longest_call_s=self.store.take_longest(),
         )
 
     def stripes(self, reach: dt.datetime, as_of: dt.datetime, *, sweep: bool) -> list[int]:
