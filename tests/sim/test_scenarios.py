@@ -902,3 +902,37 @@ def test_the_audit_sizes_its_runs_for_a_rotation_a_day_and_counts_once_a_rotatio
     audit.run(scene.holding, scene.db)
     scene.at(8)
     assert (audit.audit_ref(scene.db, NAMES).get().to_dict() or {})["cursor"] == "c00009"
+
+
+def test_a_counter_born_before_its_holder_is_met_from_its_memory_not_its_stamp() -> None:
+    """A counter made and written (its shard 0) under a first holder, whose sweep persisted its
+    counts, then handed over: the successor meets it through a write to its shard 1, and, the
+    birth stamp being older than its first tick, reads its memory rather than taking shard 0
+    for 0 (`Ledger.meet_born`)."""
+    scene = Scene()
+    scene.at(1)
+    first = scene.holder("first")
+    scene.at(2)
+    first.tick()
+    scene.at(3)
+    counters.create_counter(scene.ctx, scene.db, "old", shards=2)
+    scene.write_shard("old", 0, 5)
+    t = 4.0
+    swept = first.swept
+    while first.swept == swept:
+        scene.at(t)
+        first.tick()
+        t += 1
+    assert scene.published("old") == 5
+    successor = scene.hand_over(first, t)
+    t += 1  # the lease taken
+    for _ in range(3):
+        t += 1
+        scene.at(t)
+        successor.tick()
+    scene.write_shard("old", 1, 3)
+    for _ in range(3):
+        t += 1
+        scene.at(t)
+        successor.tick()
+    assert scene.published("old") == scene.shards("old") == 8
