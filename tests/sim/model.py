@@ -25,7 +25,8 @@ What it models:
   delay and fate, so attempts can land out of order. `library_retries` counts the resends.
 - Who sent what: every attempt records its sender, the lease owner it acted for and the client
   call under way (`virtual.Actor.call`), so that checkers attribute each committed write.
-- Queries: filters, order, limits, document-order cursors, `sum` and `count` aggregations.
+- Queries: filters, order, limits, cursors (a snapshot's, in the query's order, ascending), `sum`
+  and `count` aggregations.
 - Reads that fail: a read at a read time more than an hour back (FAILED_PRECONDITION), a
   collection group's queries during an outage the run draws (`outages`: UNAVAILABLE), and reads
   of the documents a directed scenario makes `unreadable` (UNAVAILABLE).
