@@ -30,7 +30,7 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
@@ -1131,44 +1131,34 @@ def run() -> dict[str, Any]:
         balances["first_meeting"] = meeting["changed_per_partition"]
         balances["first_meeting_max_over_mean"] = balance(meeting["changed_per_partition"])
         run_s["first_meeting"] = time.monotonic() - part_began
+    def part(name: str, title: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run a part that `chosen` names, printing its figures (but its series) and timing it."""
+        part_began = time.monotonic()
+        print(f"== scale: {title}", flush=True)
+        found = measure()
+        print(json.dumps({k: v for k, v in found.items() if k != "series"}, indent=1),
+              flush=True)
+        run_s[name] = time.monotonic() - part_began
+        return found
+
     if "waker" in chosen:
-        part_began = time.monotonic()
-        print(f"== scale: waker, a write to {partitions.CHOICES[-1]} partitions", flush=True)
-        figures["waker"] = waker_run()
-        print(json.dumps(figures["waker"], indent=1), flush=True)
-        run_s["waker"] = time.monotonic() - part_began
+        figures["waker"] = part("waker", f"waker, a write to {partitions.CHOICES[-1]} partitions",
+                                waker_run)
     if "meeting" in chosen:
-        part_began = time.monotonic()
-        print(f"== scale: meeting {MEETING_COUNTERS:,} new counters against known ones",
-              flush=True)
-        vs_known = meeting_run()
-        figures["first_meeting"] = {**(figures.get("first_meeting") or {}),
-                                    "vs_known": vs_known}
-        print(json.dumps(vs_known, indent=1), flush=True)
-        run_s["meeting"] = time.monotonic() - part_began
+        figures["first_meeting"] = {**(figures.get("first_meeting") or {}), "vs_known": part(
+            "meeting", f"meeting {MEETING_COUNTERS:,} new counters against known ones",
+            meeting_run)}
     if "handover" in chosen:
-        part_began = time.monotonic()
-        print(f"== scale: a handover under {HANDOVER_CHANGED} changed counters a second",
-              flush=True)
-        handover = handover_run()
+        handover = part("handover", f"a handover under {HANDOVER_CHANGED} changed counters a "
+                        "second", handover_run)
         series["handover_ticks"] = handover.pop("series")
         figures["handover"] = handover
-        print(json.dumps(handover, indent=1), flush=True)
-        run_s["handover"] = time.monotonic() - part_began
     if "watch" in chosen:
-        part_began = time.monotonic()
-        print(f"== scale: the watch, {WATCH_COUNTERS:,} counters above their minimum, "
-              f"P = {WATCH_P}", flush=True)
-        figures["watch"] = watch_run()
-        print(json.dumps(figures["watch"], indent=1), flush=True)
-        run_s["watch"] = time.monotonic() - part_began
+        figures["watch"] = part("watch", f"the watch, {WATCH_COUNTERS:,} counters above their "
+                                f"minimum, P = {WATCH_P}", watch_run)
     if "ledger" in chosen:
-        part_began = time.monotonic()
-        print(f"== scale: the pure ledger, {LEDGER_CHANGED} changed among {LEDGER_HELD} held",
-              flush=True)
-        figures["ledger"] = ledger_run()
-        print(json.dumps(figures["ledger"], indent=1), flush=True)
-        run_s["ledger"] = time.monotonic() - part_began
+        figures["ledger"] = part("ledger", f"the pure ledger, {LEDGER_CHANGED} changed among "
+                                 f"{LEDGER_HELD} held", ledger_run)
     sizes = {**(figures.get("sizes") or {}), "counters": COUNTERS, "lag_s": LAG_S, "rate": RATE,
              "steps": list(STEPS), "repeats": REPEATS, "rounds": ROUNDS}
     if "first_meeting" in chosen:
