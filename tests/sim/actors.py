@@ -77,7 +77,7 @@ from . import protections
 from .faults import Chaos, Fate
 from .history import Answer, Call, History, Request
 from .model import Attempt, Model, Path, Snapshot, Version
-from .virtual import Actor, Condition, Sim, micros
+from .virtual import ORIGIN, Actor, Condition, Sim, micros
 
 # This repository's collection counters (functions/declarations.json).
 OWN = declarations.Declared.of_codebase(declarations.CODEBASE)
@@ -923,7 +923,7 @@ class Rollup:
         self.dispatching: set[int] = set()  # the partition indexes whose queue dispatches one
         self.last_owner: dict[Path, str] = {}  # a lease's path -> its last holder
         self.wide: dict[Part, bool] = {}  # whether each partition's last tick read wide
-        self.swept: dict[Part, list[int]] = {}  # when each partition's sweeps ended
+        self.swept: dict[Part, list[int]] = {}  # up to when each sweep found every commit
         self.writers: Writers | None = None  # whose P counts for `narrowed`
         self._sweeper: Context | None = None  # the scheduled function's context
 
@@ -1047,11 +1047,12 @@ class Rollup:
     def _ticked(self, holder: cadence.Holder, stats: Any) -> None:
         """Note each partition's sweeps, and count a narrowing: a partition's ticks went from
         the wide stripe set (the old P's too) to the narrow one while a writer that last used
-        another P is alive. Sweeps read every stripe and are neither."""
+        another P is alive (a sweep's cells are apart from the ticks' stripes)."""
         rollup = holder.rollup
-        if rollup is not None and rollup.swept == stats.as_of:
-            self.swept.setdefault(holder.part, []).append(self.stage.sim.now_us)
-        if rollup is None or rollup.swept == stats.as_of:
+        if stats.swept is not None:  # the instant up to which the sweep found every commit
+            self.swept.setdefault(holder.part, []).append(
+                (stats.swept - ORIGIN) // dt.timedelta(microseconds=1))
+        if rollup is None:
             return
         partitioning, part = holder.lease.record.partitioning, holder.part
         wide = getattr(stats, "wide", None)

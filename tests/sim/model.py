@@ -281,7 +281,8 @@ class Model:
                         if f.field_path == "stripe" and f.op_string == "in"), None)
         since = next((f.value for f in filters
                       if f.field_path == "updated_at" and f.op_string == ">"), None)
-        if stripes is not None and since is not None:
+        bounded = any(f.field_path == "updated_at" and f.op_string == "<=" for f in filters)
+        if stripes is not None and since is not None and not bounded:  # (a sweep's cell is not)
             self.change_queries.append(ChangeQuery(
                 read_us=at_us, stripes=frozenset(stripes), since=since, owner=owner))
 

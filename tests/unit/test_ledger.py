@@ -137,7 +137,7 @@ def test_an_idle_counters_rate_is_decayed_by_its_readers_not_written() -> None:
     assert first.public["count"] == 1 and rate > 0.3 and rate_at == at(1)
     for second in range(2, 80):
         sums, _ = book.apply({}, at(second - 1), at(second))
-        assert book.plan(sums, at(second), flush=second % 50 == 0).updates == {}
+        assert book.plan(sums, at(second), checkpoint=at(0)).updates == {}
         shown = ledger.shown_rate(rate, rate_at.timestamp(), at(second).timestamp())
         assert shown == pytest.approx(book.rate("once", at(second)), rel=0.01)
     assert ledger.publishable(shown) == 0.0
@@ -278,9 +278,9 @@ def test_a_counter_with_shard_counts_is_not_read_whole() -> None:
     assert sums == {"c": 13}
 
 
-def test_shard_counts_go_to_the_memory_with_the_next_sweep() -> None:
-    """Shard counts that moved wait for the next sweep's tick (`flush`), which writes them to
-    the memory, all of them, even when the sum did not move (+1 on one shard, -1 on another):
+def test_shard_counts_go_to_the_memory_with_the_next_round() -> None:
+    """Shard counts that moved wait for the next round of memories, which writes them to the
+    memory, all of them, even when the sum did not move (+1 on one shard, -1 on another):
     not with every publish. Once written, they are not written again until one moves, and a
     counter is not dropped from the ledger while they wait."""
     book = Ledger(AutoscaleParams(enabled=False))
@@ -294,16 +294,17 @@ def test_shard_counts_go_to_the_memory_with_the_next_sweep() -> None:
     for _ in range(ledger.IDLE_TICKS_KEPT + 1):
         book.end_tick({})
     assert "c" in book.held
-    publish = book.plan({}, at(2), flush=True).updates["c"]
+    publish = book.plan({}, at(2), checkpoint=at(2 - ledger.FLUSH_S)).updates["c"]
     assert publish.memory == {"shard_counts": {"0": 1, "1": -1}}
     book.published("c", publish)
     sums, _ = book.apply({"c": {"0": value(1, 0)}}, at(2), at(3))
-    assert not book.plan(sums, at(3), flush=True).updates.get("c", Publish()).memory
+    assert not book.plan(sums, at(3), checkpoint=at(3 - ledger.FLUSH_S)).updates.get(
+        "c", Publish()).memory
     book.end_tick({})
     assert "c" not in book.held
 
 
-def test_a_counter_without_shard_counts_gets_them_with_the_next_sweep() -> None:
+def test_a_counter_without_shard_counts_gets_them_with_its_next_publish() -> None:
     """A counter whose memory has no shard_counts (dropped after a failed publish) is read
     whole, then given them."""
     book = Ledger(AutoscaleParams(enabled=False))
@@ -311,7 +312,7 @@ def test_a_counter_without_shard_counts_gets_them_with_the_next_sweep() -> None:
     assert book.first_loads({"old": {"0": value(3, 3)}}, at(0)) == ["old"]
     book.hold_shards("old", {"0": value(3, 3), "1": value(0, 0)})
     sums, _ = book.apply({"old": {"0": value(3, 3)}}, at(0), at(1))
-    assert book.plan(sums, at(1), flush=True).updates["old"].memory == \
+    assert book.plan(sums, at(1), checkpoint=None).updates["old"].memory == \
         {"shard_counts": {"0": 3, "1": 0}}
 
 
@@ -447,6 +448,45 @@ def test_a_failed_tick_forgets_its_counters_only() -> None:
     assert book.durable(at(1)) == at(-0.5) and not book.fresh
     book.hold("hand", {"count": 2}, {"shard_counts": {"0": 2}})
     assert book.first_loads({}, at(1)) == ["hand"]  # read whole, then published
+
+
+def test_memories_are_written_a_share_a_tick_and_then_the_checkpoint_moves(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round of memories starts once the checkpoint is FLUSH_S old, with the counters whose
+    counts moved; each tick writes the share due by then (at least MEMORIES_PER_TICK), and the
+    tick that writes the last reports the round's instant as the new checkpoint. A counter that
+    moves after the round began waits for the next; a failed tick starts the round again."""
+    monkeypatch.setattr(ledger, "MEMORIES_PER_TICK", 2)
+    book = Ledger(AutoscaleParams(enabled=False))
+    names = [f"c{n}" for n in range(10)]
+    for name in names:
+        book.hold(name, {"count": 0}, {"shard_counts": {}})
+    book.first_loads({name: {} for name in names}, at(0))
+    start = at(1 - ledger.FLUSH_S)
+
+    def tick(seconds: float, changed: list[str], checkpoint: dt.datetime) -> list[str]:
+        changes = {name: {"0": value(int(seconds * 10), 0)} for name in changed}
+        sums, _ = book.apply(changes, at(seconds - 1), at(seconds))
+        plan = book.plan(sums, at(seconds), checkpoint=checkpoint)
+        for counter, publish in plan.updates.items():
+            book.published(counter, publish)
+        book.end_tick(changes)
+        return sorted(c for c, publish in plan.updates.items() if publish.memory)
+
+    assert tick(1, names, start) == ["c0", "c1"] and book.checkpointed is None
+    assert tick(1 + ledger.FLUSH_S / 2, [], start) == ["c2", "c3", "c4"]
+    # c9 moves again: written with its current counts when its turn comes; nothing else waits.
+    assert tick(2 + ledger.FLUSH_S / 2, ["c9"], start) == ["c5", "c6"]
+    assert book.checkpointed is None
+    assert tick(1 + ledger.FLUSH_S, [], start) == ["c7", "c8", "c9"]
+    assert book.checkpointed == at(1)
+    # The checkpoint is FLUSH_S old already: the next round starts, with what moved since.
+    assert tick(2 + ledger.FLUSH_S, names[:3], at(1)) == ["c0", "c1"]
+    # A failed tick: which of its share were written is not known; the round starts again.
+    book.forget_counters({"c0"}, at(1))
+    assert book.checkpointed is None
+    assert tick(3 + ledger.FLUSH_S, [], at(1)) == ["c2"]  # (c0 is read whole, then written)
+    assert book.checkpointed == at(3 + ledger.FLUSH_S)
 
 
 def test_a_counter_born_while_the_ledger_held_its_lease_is_met_with_no_read() -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
+import functools
+import itertools
 import logging
 import random
 import re
@@ -345,6 +347,31 @@ def test_a_sweep_reads_a_wider_ps_stripes_for_an_hour_after_the_change() -> None
     assert later == list(range(256)) and len(partitions.chunks(later)) == 9
     tick = Rollup.stripes(fake, narrow_at + 2 * hour, late, sweep=False)  # type: ignore[arg-type]
     assert tick == list(range(16))
+
+
+def test_a_sweeps_cells_cover_its_stripes_and_stamps_in_even_shares() -> None:
+    """A sweep's cells (`Rollup.cells`) cover each stripe it reads over its whole range of
+    stamps, end to end; the stripes every tick reads, where nearly every shard is, are cut into
+    slices spread over the sweep: no tick's share (50 ticks) holds more than 2 of them."""
+    since = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    fake = SimpleNamespace(
+        part=WHOLE, writing=SimpleNamespace(protections=Protections()),
+        store=SimpleNamespace(lease=SimpleNamespace(record=SimpleNamespace(
+            partitioning=Partitioning(spread=1, narrow_at=since, since=since)))))
+    fake.stripes = functools.partial(Rollup.stripes, fake)
+    start, end = since + dt.timedelta(hours=3), since + dt.timedelta(hours=3, seconds=320)
+    cells = Rollup.cells(fake, start, end)  # type: ignore[arg-type]
+    stripes = Rollup.stripes(fake, start, end, sweep=True)  # type: ignore[arg-type]
+    assert sorted({cell.stripe for cell in cells}) == stripes == list(range(256))
+    for stripe in stripes:
+        ranges = sorted((cell.start, cell.end) for cell in cells if cell.stripe == stripe)
+        assert ranges[0][0] == start and ranges[-1][1] == end
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    dense = [n for n, cell in enumerate(cells) if cell.stripe < 16]
+    assert len(dense) == 64
+    shares = [sum(1 for n in dense if len(cells) * k // 50 <= n < len(cells) * (k + 1) // 50)
+              for k in range(50)]
+    assert max(shares) <= 2 and sum(shares) == 64
 
 
 def test_the_dashboard_knows_every_p() -> None:

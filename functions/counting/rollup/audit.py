@@ -51,9 +51,10 @@ AUDIT_THREADS = 16  # the checks of a run in parallel: 1,000 take about as long 
 DRIFT_KEPT = 20  # drift entries kept on the document, newest last
 SUSPECTS_KEPT = 50  # suspects re-checked at each run; beyond, the oldest are dropped
 DRIFT_LOG_PREFIX = "counters audit: drift"
-# A mismatch still there this long after it was first seen is drift: longer than a sweep period
+# A mismatch still there this long after it was first seen is drift: longer than two sweep
+# periods (a sweep begun before a commit does not reach it; the next one's cells take a period)
 # plus the reach of a sweep behind its instant, plus a run's period.
-CONFIRM_AFTER_S = config.ROLLUP_SWEEP_EVERY_S + config.MAX_REQUEST_S + 60.0
+CONFIRM_AFTER_S = 2 * config.ROLLUP_SWEEP_EVERY_S + config.MAX_REQUEST_S + 60.0
 # Firestore serves snapshot reads up to an hour back (without point-in-time recovery): a publish
 # older than that is compared with the shards as they were this long ago, when nothing has been
 # published since (an unchanged sum, or drift).

@@ -10,8 +10,8 @@ Expiry is judged on server time from commit times only: the lease is free once a
 to it), never from the `renewed_at` it writes for operators: that is a server timestamp, which
 Firestore takes when a request starts, before its commit (docs/architecture.md, "Exact on real
 Firestore"). Every write persists the whole record (`Record.fields`): the progress (`watermark`,
-and `swept`, the instant of the last sweep), the partitioning (`spread` and `narrow_at` after a
-change of P, `retired` once replaced), `republish`, and the health. A holder keeps the lease
+`swept`, `checkpoint` and the sweep under way), the partitioning (`spread` and `narrow_at`
+after a change of P, `retired` once replaced), `republish`, and the health. A holder keeps the lease
 between ticks (a warm instance keeps its ledger): `held` reads the document and tells whether
 nobody has written it since the holder's own last write, and gives that read's time, which the
 rollup uses as the instant of its snapshot reads.
@@ -50,11 +50,17 @@ class LeaseLost(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class Progress:
-    """Where a successor starts: everything before `watermark` is published, and the last sweep
-    read at `swept` (docs/architecture.md, "Exact on real Firestore")."""
+    """Where a successor starts (docs/architecture.md, "Exact on real Firestore" and "The
+    holder's memory"): everything before `watermark` is published; every write committed by
+    `swept` was read by a sweep; the counters' memories hold every change taken in up to
+    `checkpoint`; the sweep under way began at `sweep_at` (None: none) and has read
+    `sweep_done` of its cells."""
 
     watermark: dt.datetime = EPOCH
     swept: dt.datetime = EPOCH
+    checkpoint: dt.datetime = EPOCH
+    sweep_at: dt.datetime | None = None
+    sweep_done: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +104,8 @@ class Record:
         return {
             "owner": self.owner,
             "watermark": self.progress.watermark, "swept": self.progress.swept,
+            "checkpoint": self.progress.checkpoint, "sweep_at": self.progress.sweep_at,
+            "sweep_done": self.progress.sweep_done,
             "spread": self.partitioning.spread, "narrow_at": self.partitioning.narrow_at,
             "partitioned_at": self.partitioning.since, "retired": self.partitioning.retired,
             "republish": self.republish,
@@ -108,10 +116,15 @@ class Record:
     @classmethod
     def of(cls, data: dict[str, Any]) -> Record:
         watermark = data.get("watermark") or EPOCH
+        # A lease from before sweeps existed sweeps from its watermark on; one from before the
+        # checkpoint wrote every memory on its sweeps' ticks.
+        swept = data.get("swept") or watermark
         return cls(
             owner=data.get("owner"),
-            # A lease from before sweeps existed sweeps from its watermark on.
-            progress=Progress(watermark=watermark, swept=data.get("swept") or watermark),
+            progress=Progress(watermark=watermark, swept=swept,
+                              checkpoint=data.get("checkpoint") or swept,
+                              sweep_at=data.get("sweep_at"),
+                              sweep_done=int(data.get("sweep_done") or 0)),
             partitioning=Partitioning(spread=int(data.get("spread") or 1),
                                       narrow_at=data.get("narrow_at") or EPOCH,
                                       since=data.get("partitioned_at") or EPOCH,

@@ -35,6 +35,11 @@ DOCUMENT_LOADS_PER_TICK = 5000
 FIRST_LOADS_PER_TICK = 200
 # A rate sample never spans more than this (the first tick after a long pause).
 MAX_SAMPLE_S = 60.0
+# The memories of the counters whose counts moved are written in rounds of this long, a share of
+# the round each tick (at least MEMORIES_PER_TICK), a round starting once the checkpoint is this
+# old: a successor reads at most about twice this of changes, and no tick writes them all.
+FLUSH_S = config.ROLLUP_SWEEP_EVERY_S / 2
+MEMORIES_PER_TICK = 250
 
 INT64 = (-(2**63), 2**63 - 1)
 # What a shard's birth stamp carries of its counter's document, besides its instant.
@@ -147,8 +152,9 @@ class Held:
     legacy: bool = False
     # Its counts moved since `persisted` was written: written with the next sweep.
     unpersisted: bool = False
-    # Its shards were read whole (a first load without shard counts, a catch-up): what that
-    # took in may be older than the last sweep, so its counts go with its next publish.
+    # Its shards were read whole (a first load without shard counts, a catch-up), or a sweep's
+    # cell changed it: what that took in may be older than the checkpoint, so its counts go with
+    # its next publish.
     read_whole: bool = False
     # The instant its next visit is due at (a cool-down ending, a fold, the shrink line
     # crossed: `Ledger._next_due`), None: none; the heap's entry of it that is not stale.
@@ -281,6 +287,13 @@ class Ledger:
         self._instants: deque[float] = deque(maxlen=IDLE_TICKS_KEPT + 1)
         # Met from their stamp, whose publish failed: read whole from the next tick on.
         self._unborn: set[str] = set()
+        # The round of memories under way (`_flushing`): the counters whose counts had moved at
+        # its instant, still to be written; and the instant of the last round done (`end_tick`),
+        # which the rollup persists as its checkpoint.
+        self._round: deque[str] = deque()
+        self._round_at: dt.datetime | None = None
+        self._round_total = 0
+        self.checkpointed: dt.datetime | None = None
 
     def forget(self) -> None:
         """Drop everything; the next ticks read the changed counters whole. Counters still
@@ -296,6 +309,7 @@ class Ledger:
         self._started = None
         self._instants.clear()
         self._unborn.clear()
+        self._round_at = None
         self.fresh = True
 
     def in_hand(self) -> set[str]:
@@ -305,8 +319,11 @@ class Ledger:
     def forget_counters(self, counters: set[str], since: dt.datetime) -> None:
         """Drop these counters only (a tick failed while it had them in hand: what was
         committed of them is not known): later ticks read them whole and publish them, as they
-        do a deferred counter (`first_loads`); a successor starts no later than `since`. The
-        others keep what the ledger knows."""
+        do a deferred counter (`first_loads`); a successor starts no later than `since` (the
+        checkpoint or earlier: what a dropped counter took in since is in no memory). The
+        others keep what the ledger knows; the round of memories under way starts again (which
+        of this tick's share were written is not known)."""
+        self._round_at = None
         dropped = {counter for counter in counters if self.held.pop(counter, None) is not None}
         dropped |= counters & self.retry
         self.retry -= dropped
@@ -426,14 +443,16 @@ class Ledger:
 
     # -- a tick --
 
-    def apply(self, changes: Changes, since: dt.datetime, as_of: dt.datetime
-              ) -> tuple[dict[str, int], dict[str, int]]:
+    def apply(self, changes: Changes, since: dt.datetime, as_of: dt.datetime,
+              swept: frozenset[str] = frozenset()) -> tuple[dict[str, int], dict[str, int]]:
         """Take in the shards the query returned; measure the rates of the counters visited:
         those that changed, those met since the last tick and those something is due for (a
         counter nobody writes to is brought up to date when it is next visited: its rate
         decays over the whole pause). Returns the new sums, and per counter how many of its
         shards changed since they were last read (a shard the overlap or a sweep returns again
-        is unchanged)."""
+        is unchanged). A counter of `swept` (returned by a sweep's cell) that changed has its
+        counts written with its next publish: what the sweep found may be older than the
+        checkpoint, and a successor's query would not reach it again."""
         begin, end = since.timestamp(), as_of.timestamp()
         if self._started is None:
             self._started = end
@@ -461,6 +480,8 @@ class Ledger:
                     or before.writes not in (None, value.writes)
                 held.shards[shard] = value
             sums[counter] = held.total()
+            if grown[counter] and counter in swept:
+                held.read_whole = True
             if held.scaling is not None:
                 self._advance(held.scaling, writes, begin, end)
         for counter in visiting - changes.keys():
@@ -528,15 +549,20 @@ class Ledger:
             if load or sample:
                 state.shard_load[shard] = autoscale.ewma(load, sample, dt_s, params.fall_tau_s)
 
-    def plan(self, sums: dict[str, int], as_of: dt.datetime, *, flush: bool = False) -> Plan:
-        """The counters' publishes of this tick, and the grows to commit after them. A sweep's
-        tick (`flush`) also writes the shard counts of every counter whose counts moved since
-        they were last written: then every memory holds every change taken in up to it, and a
-        successor (or this holder after forgetting) that reads back from that sweep misses
-        nothing (docs/architecture.md, "The holder's memory"). Between sweeps they wait: a busy
-        counter would otherwise pay a second write per counter-second. A counter read whole (its
-        first load without shard counts, a catch-up of deferred changes) has them written with
-        its next publish: that read took in changes older than the last sweep.
+    def plan(self, sums: dict[str, int], as_of: dt.datetime, *,
+             checkpoint: dt.datetime | None = None) -> Plan:
+        """The counters' publishes of this tick, and the grows to commit after them. The tick
+        also writes its share of the round of memories under way (`_flushing`; one starts once
+        `checkpoint`, up to which every memory holds every change taken in, is FLUSH_S old;
+        None: none starts):
+        the shard counts of the counters whose counts had moved at the round's instant. When
+        they are written, every memory holds every change taken in up to that instant, the next
+        checkpoint, from which a successor (or this holder after forgetting) reads back and
+        misses nothing (docs/architecture.md, "The holder's memory"). A busy counter's counts
+        wait for the round: it would otherwise pay a second write per counter-second. A counter
+        read whole (its first load without shard counts, a catch-up of deferred changes) or
+        changed by a sweep's cell (`apply`'s `swept`) has them written with its next publish:
+        that read took in changes older than the checkpoint.
 
         A publish carries the counter's rate and its instant (`rate_at`), from which readers
         decay it (`shown_rate`); a rate is not written alone while it falls (every counter
@@ -568,9 +594,10 @@ class Ledger:
                 self.retry.add(counter)
             elif held.written != total or held.born is not None:
                 updates[counter].update({"count": total, "updated_at": as_of})
-        for counter in (visiting | self._unpersisted) if flush else visiting:
+        flushing = self._flushing(as_of, checkpoint)
+        for counter in visiting | flushing:
             held = self.held[counter]
-            if ((held.unpersisted and (flush or held.read_whole)) or held.legacy) \
+            if ((held.unpersisted and (counter in flushing or held.read_whole)) or held.legacy) \
                     and held.shards is not None and held.written is not None:
                 memories[counter][config.SHARD_COUNTS_FIELD] = held.counts()
         for counter in visiting:
@@ -611,6 +638,27 @@ class Ledger:
                              for c in sorted({*updates, *memories})
                              if updates.get(c) or memories.get(c)},
                     grows=grows, shrinks=shrinks, problems=problems)
+
+    def _flushing(self, as_of: dt.datetime, checkpoint: dt.datetime | None) -> set[str]:
+        """This tick's share of the round of memories: the round's part due by `as_of` (all of
+        it FLUSH_S after its start), at least MEMORIES_PER_TICK. A round starts with the
+        counters whose counts moved (this tick's included) once the checkpoint is FLUSH_S
+        old."""
+        if self._round_at is None:
+            if checkpoint is None or (as_of - checkpoint).total_seconds() < FLUSH_S:
+                return set()
+            self._round = deque(sorted(self._unpersisted))
+            self._round_at, self._round_total = as_of, len(self._round)
+        elapsed = min(1.0, (as_of - self._round_at).total_seconds() / FLUSH_S)
+        written = self._round_total - len(self._round)
+        share = max(math.ceil(self._round_total * elapsed) - written, MEMORIES_PER_TICK)
+        flushing = set()
+        while self._round and share > 0:
+            counter = self._round.popleft()
+            if counter in self.held:  # (one forgotten is read whole and written so)
+                flushing.add(counter)
+            share -= 1
+        return flushing
 
     def shrinking(self, shrink: Shrink, bounds: dict[str, Any], as_of: dt.datetime
                   ) -> dict[str, Any] | None:
@@ -762,9 +810,13 @@ class Ledger:
             self._schedule(counter, state.shrunk_at + self.params.fold_grace_s)
 
     def end_tick(self, changes: Changes) -> None:
-        """Count the tick, and drop the counters nobody has written to for a while."""
+        """Count the tick, close the round of memories whose last share it wrote, and drop the
+        counters nobody has written to for a while."""
         if not self.deferred:
             self.deferred_since = None
+        self.checkpointed = None
+        if self._round_at is not None and not self._round:
+            self.checkpointed, self._round_at = self._round_at, None
         self.fresh = False
         self.ticks += 1
         self._visiting = set()

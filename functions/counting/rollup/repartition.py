@@ -82,7 +82,8 @@ def _change_once(db: firestore.Client, names: Names, new: int) -> Changed:
     olds = [by_path[lease_ref(db, names, part).path] for part in parts(before)]
     found = [lease.Record.of(snapshot.to_dict() or {}) for snapshot in olds]
     progress = lease.Progress(watermark=min(r.progress.watermark for r in found),
-                              swept=min(r.progress.swept for r in found))
+                              swept=min(r.progress.swept for r in found),
+                              checkpoint=min(r.progress.checkpoint for r in found))
     # Still within an earlier change's grace (its ticks' until narrow_at, its sweeps' for
     # WIDE_SWEEP_S after): keep reading that spread too, or a write of a P two changes back that
     # lands late would be in no partition's stripes.

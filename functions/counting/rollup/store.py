@@ -172,19 +172,21 @@ class Store:
 
     # -- counters --
 
-    def changed_shards(self, stripes: list[int], since: dt.datetime,
-                       as_of: dt.datetime) -> list[Snapshot]:
+    def changed_shards(self, stripes: list[int], since: dt.datetime, as_of: dt.datetime,
+                       until: dt.datetime | None = None) -> list[Snapshot]:
         """Every shard (counters' and trend buckets') in `stripes` whose `updated_at` is after
-        `since`, read at `as_of`: one query, more while a partition also reads an earlier spread
-        (`partitions`), run at once; each in pages of `change_page` in `updated_at` order, so
-        that no one read lasts long however much changed (a sweep, a new holder's first tick):
-        the lease is renewed between pages."""
-        queries = [
-            self.db.collection_group(self.names.shards)
-            .where(filter=FieldFilter("stripe", "in", chunk))
-            .where(filter=FieldFilter("updated_at", ">", since))
-            .order_by("updated_at").limit(self._change_page)
-            for chunk in partitions.chunks(stripes)]
+        `since` (and at most `until`: a sweep's cell), read at `as_of`: one query, more while a
+        partition also reads an earlier spread (`partitions`), run at once; each in pages of
+        `change_page` in `updated_at` order, so that no one read lasts long however much changed
+        (a new holder's first tick): the lease is renewed between pages."""
+        queries = []
+        for chunk in partitions.chunks(stripes):
+            query = self.db.collection_group(self.names.shards) \
+                .where(filter=FieldFilter("stripe", "in", chunk)) \
+                .where(filter=FieldFilter("updated_at", ">", since))
+            if until is not None:
+                query = query.where(filter=FieldFilter("updated_at", "<=", until))
+            queries.append(query.order_by("updated_at").limit(self._change_page))
 
         def read(query: Any) -> list[Snapshot]:
             found: list[Snapshot] = []

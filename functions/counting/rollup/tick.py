@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import functools
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from counting.rollup import store as store_module
 from counting.rollup.folding import fold_surplus
 from counting.rollup.lease import Lease, LeaseLost, Progress
 from counting.rollup.ledger import Changes, Grow, Ledger, Publish, ShardValue, Shrink
-from counting.rollup.store import Store
+from counting.rollup.store import Snapshot, Store
 from counting.rollup.trend_step import TrendRollup, TrendStats
 from counting.rollup.usage import Usage
 from counting.writepath import partitions
@@ -43,6 +44,10 @@ from counting.writepath.partitions import WHOLE, Part
 # Counters published per commit (two writes each at most: document and memory) beside the
 # lease's fencing write.
 PUBLISHES_PER_COMMIT = (config.ROLLUP_COMMIT_WRITES - 1) // 2
+
+# A sweep cuts the stripes every tick reads into this many cells at least (`Rollup.cells`): one
+# a tick or so at a tick a second, each a slice of the sweep's stamps.
+SWEEP_DENSE_CELLS = 50
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +73,24 @@ class TickStats:
     trends: TrendStats | None = None
     problems: tuple[str, ...] = ()  # counters skipped this tick, and why
     longest_call_s: float = 0.0  # its longest Firestore call (a read, a page, a commit)
+    sweep_cells: int = 0  # cells of the sweep under way it read
+    sweep_reads: int = 0  # what they billed
+    # The instant up to which a sweep it completed found every commit (None: none completed).
+    swept: dt.datetime | None = None
 
     @property
     def reads(self) -> int:
         return self.usage.reads
 
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Part of a sweep: the shard writes of one stripe stamped in (start, end]."""
+
+    stripe: int
+    start: dt.datetime
+    end: dt.datetime
 
 
 def to_micros(instant: dt.datetime) -> dt.datetime:
@@ -110,9 +128,13 @@ class Rollup:
                              first_loads_per_tick=limits.first_loads_per_tick)
         # `trends` (tests: a TrendRollup with a clock) is called with the store and `part`.
         self._trends = (trends or TrendRollup)(self.store, part=part)
-        self.watermark = lease.record.progress.watermark
-        self.swept = lease.record.progress.swept  # the instant of the last sweep
+        progress = lease.record.progress
+        self.watermark = progress.watermark
+        self.swept = progress.swept  # every commit up to it was read by a sweep
+        self.checkpoint = progress.checkpoint  # every memory holds what was taken in up to it
+        self.sweep_at, self.sweep_done = progress.sweep_at, progress.sweep_done
         self._problems: list[str] = []  # of the tick under way
+        self._sweep_reads = 0  # of the tick under way: its sweep's cells
 
     def close(self) -> None:
         self.store.close()
@@ -127,26 +149,42 @@ class Rollup:
         """How far before the last tick's instant the change query reaches."""
         return config.CHANGE_OVERLAP_S if self.writing.protections.overlap else 0.0
 
-    def sweeps_at(self, as_of: dt.datetime) -> bool:
-        """Whether the tick at `as_of` is a sweep (docs/architecture.md, "Exact on real
-        Firestore")."""
-        return self.writing.protections.sweep and \
-            (as_of - self.swept).total_seconds() >= config.ROLLUP_SWEEP_EVERY_S
+    def sweep_cells(self, as_of: dt.datetime) -> tuple[int, list[Cell], bool]:
+        """The sweep under way (docs/architecture.md, "Exact on real Firestore"), begun at
+        `sweep_at`, reads shard writes stamped from MAX_REQUEST_S before the last sweep's
+        instant up to its own, in cells (`cells`) spread over ROLLUP_SWEEP_EVERY_S: the tick at
+        `as_of` reads those due by then that are not read yet. Returns how many are read once it
+        has, those it reads, and whether that completes the sweep (never with the sweep off)."""
+        if not self.writing.protections.sweep or self.sweep_at is None:
+            return self.sweep_done, [], False
+        cells = self.cells(self.swept - dt.timedelta(seconds=config.MAX_REQUEST_S), self.sweep_at)
+        elapsed = (as_of - self.sweep_at).total_seconds() / config.ROLLUP_SWEEP_EVERY_S
+        due = math.ceil(len(cells) * min(1.0, elapsed))
+        done = min(self.sweep_done, due)
+        return due, cells[done:due], due == len(cells)
 
-    def reach(self, since: dt.datetime, as_of: dt.datetime) -> dt.datetime:
-        """How far back the change query of the tick at `as_of` looks: CHANGE_OVERLAP_S before
-        the last tick's instant, and on a sweep MAX_REQUEST_S before the last sweep's. A shard
-        write whose commit came at most that long after its `updated_at` and after the last
-        (sweep) instant is returned."""
-        reach = since - dt.timedelta(seconds=self.overlap_s)
-        if self.sweeps_at(as_of):
-            reach = min(reach, self.swept - dt.timedelta(seconds=config.MAX_REQUEST_S))
-        return reach
+    def cells(self, start: dt.datetime, end: dt.datetime) -> list[Cell]:
+        """A sweep's cells over the stamps in (`start`, `end`]: each stripe it reads, those every
+        tick reads (where nearly every shard is) cut into SWEEP_SLICES ranges of stamps, the
+        others whole; ordered so that each tick's share holds as many of either as the next."""
+        stripes = self.stripes(start, end, sweep=True)
+        every_tick = set(self.part.ticks())
+        dense = [stripe for stripe in stripes if stripe in every_tick]
+        sparse = [stripe for stripe in stripes if stripe not in every_tick]
+        slices = max(1, math.ceil(SWEEP_DENSE_CELLS / max(1, len(dense))))
+        bounds = [to_micros(start + (end - start) * k / slices) for k in range(slices)] + [end]
+        ranked = [((n + 0.5) / (len(dense) * slices), Cell(stripe, bounds[k], bounds[k + 1]))
+                  for n, (k, stripe) in enumerate((k, s) for k in range(slices) for s in dense)]
+        ranked += [((n + 0.5) / len(sparse), Cell(stripe, start, end))
+                   for n, stripe in enumerate(sparse)]
+        return [cell for _, cell in sorted(ranked, key=lambda pair: pair[0])]
 
     @property
     def durable_progress(self) -> Progress:
         """Where a successor may start: everything before its watermark is published."""
-        return Progress(watermark=self.ledger.durable(self.watermark), swept=self.swept)
+        return Progress(watermark=self.ledger.durable(self.watermark), swept=self.swept,
+                        checkpoint=self.checkpoint, sweep_at=self.sweep_at,
+                        sweep_done=self.sweep_done)
 
     def tick(self) -> TickStats:
         """One tick at the instant the lease is read and found still ours. The lease is written
@@ -155,19 +193,20 @@ class Rollup:
         started = dt.datetime.now(dt.UTC)
         self.store.take_usage()
         self.store.take_longest()
-        self._problems = []
+        self._problems, self._sweep_reads = [], 0
         since = self.watermark
         as_of = to_micros(self.store.begin(self.durable_progress))
-        reach = self.reach(since, as_of)
-        sweep = self.sweeps_at(as_of)
+        if self.sweep_at is None:
+            self.sweep_at, self.sweep_done = as_of, 0
         ledger = self.ledger
-        # What a ledger knows starts at the last sweep, whose tick wrote every memory's shard
-        # counts (`Ledger.plan`): its first tick reads back from there, and takes as taken in
-        # (in the memories) only what that sweep's tick or an earlier one could have.
-        known_from = min(since, self.swept) if ledger.fresh else since
-        reach = min(reach, known_from - dt.timedelta(seconds=self.overlap_s))
-        changes, births, trend_changes = self._changed_shards(reach, as_of,
-                                                              known_from if sweep else None)
+        # What a ledger knows starts at the checkpoint, up to which every memory holds what was
+        # taken in (`Ledger.plan`): its first tick reads back from there, and takes as taken in
+        # (in the memories) only what a tick up to it could have.
+        known_from = min(since, self.checkpoint) if ledger.fresh else since
+        reach = known_from - dt.timedelta(seconds=self.overlap_s)
+        done, cells, sweep_complete = self.sweep_cells(as_of)
+        changes, births, trend_changes, swept = self._changed_shards(reach, as_of, known_from,
+                                                                     cells)
         in_hand = set(changes)  # what a failure forgets (the ledger adds what it visited)
         try:
             ledger.meet_born(changes, births)
@@ -182,8 +221,8 @@ class Rollup:
             in_hand.update(whole)
             self._hold(whole, since, as_of)  # deferred counters caught up
             self._read_whole(whole, as_of)
-            sums, grown = ledger.apply(changes, since, as_of)
-            plan = ledger.plan(sums, as_of, flush=sweep)
+            sums, grown = ledger.apply(changes, since, as_of, swept=frozenset(swept))
+            plan = ledger.plan(sums, as_of, checkpoint=self.checkpoint)
             for problem in plan.problems:
                 self._report(problem)
             self._commit(plan.updates)
@@ -207,13 +246,17 @@ class Rollup:
         except BaseException:
             # The counters in hand are read whole again; the others are as they were: nothing of
             # theirs was read or written by the tick.
-            ledger.forget_counters(in_hand | ledger.in_hand(), reach)
+            ledger.forget_counters(in_hand | ledger.in_hand(), min(reach, self.checkpoint))
             self._trends.forget()
             raise
         self.watermark = as_of
-        if sweep:
-            self.swept = as_of
+        swept_to, self.sweep_done = None, done
+        if sweep_complete and self.sweep_at is not None:
+            swept_to = self.swept = self.sweep_at  # and the next sweep begins
+            self.sweep_at, self.sweep_done = as_of, 0
         ledger.end_tick(changes)
+        if ledger.checkpointed is not None:
+            self.checkpoint = ledger.checkpointed
         written = {counter for counter, publish in plan.updates.items()
                    if "count" in publish.public}
         return TickStats(
@@ -230,6 +273,9 @@ class Rollup:
             trends=trends,
             problems=tuple(self._problems),
             longest_call_s=self.store.take_longest(),
+            sweep_cells=len(cells),
+            sweep_reads=self._sweep_reads,
+            swept=swept_to,
         )
 
     def stripes(self, reach: dt.datetime, as_of: dt.datetime, *, sweep: bool) -> list[int]:
@@ -251,54 +297,67 @@ class Rollup:
         return self.part.ticks()
 
     def _changed_shards(
-        self, reach: dt.datetime, as_of: dt.datetime, swept_from: dt.datetime | None
-    ) -> tuple[Changes, dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        self, reach: dt.datetime, as_of: dt.datetime, known_from: dt.datetime, cells: list[Cell]
+    ) -> tuple[Changes, dict[str, dict[str, Any]], dict[str, dict[str, Any]], set[str]]:
         """Counter shards and trend minute-bucket shards whose `updated_at` is in
-        (reach, as_of], and the birth stamps of the counters all of whose shards returned
-        carry one (`Ledger.meet_born`).
+        (reach, as_of], and those of the sweep's `cells`; the birth stamps of the counters all of
+        whose shards returned carry one (`Ledger.meet_born`); and the counters a cell returned.
 
         `stripe in [its stripes]` is one query that the (stripe, updated_at) index serves as one
         range scan per stripe; what another partition owns (a shard written before its key's
-        stripe was its home's) is left to it. On a sweep (`swept_from`: the last tick's
-        instant, or on a fresh ledger's first tick the last sweep's, up to which the memories
-        hold everything), a shard a past tick has already taken in is dropped: committed by
-        then, soon enough after its timestamp for that tick's overlap to have found it, and in
-        a stripe every tick reads. What is left
-        is what the sweep is for, and a new holder does not read whole every counter written in
-        the last minutes."""
+        stripe was its home's) is left to it. Of a cell, a shard a past tick has already taken
+        in is dropped (`known_from`: the last tick's instant, or on a fresh ledger's first tick
+        the checkpoint, up to which the memories hold everything): committed by then, soon
+        enough after its timestamp for that tick's overlap to have found it, and in a stripe
+        every tick reads. What is left is what the sweep is for, and a new holder does not read
+        whole every counter written in the last minutes."""
         changes: Changes = defaultdict(dict)
         stamps: dict[str, dict[str, Any] | None] = {}
         trend_changes: dict[str, dict[str, Any]] = defaultdict(dict)
+        swept: set[str] = set()
         overlap = dt.timedelta(seconds=self.overlap_s)
-        stripes = self.stripes(reach, as_of, sweep=swept_from is not None)
         # Only a write in a stripe every tick reads, committed since this partitioning began, can
         # have been taken in by a past tick: one in another P's stripe (a writer that knew
         # another P), or committed while ticks of another P read other stripes, is the sweep's
         # to find.
         every_tick = set(self.part.ticks())
         partitioned_at = self.store.lease.record.partitioning.since
-        for snapshot in self.store.changed_shards(stripes, reach, as_of):
-            if swept_from is not None and snapshot.get("stripe") in every_tick:
-                committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
-                if partitioned_at < committed <= swept_from and committed - stamped < overlap \
-                        and stamped <= swept_from - overlap:
+        reads: list[tuple[bool, list[Snapshot]]] = [
+            (False, self.store.changed_shards(self.stripes(reach, as_of, sweep=False), reach,
+                                              as_of))]
+        by_range: dict[tuple[dt.datetime, dt.datetime], list[int]] = defaultdict(list)
+        for cell in cells:
+            by_range[(cell.start, cell.end)].append(cell.stripe)
+        before = self.store.usage.reads
+        reads += [(True, self.store.changed_shards(stripes, start, as_of, until=end))
+                  for (start, end), stripes in by_range.items()]
+        self._sweep_reads = self.store.usage.reads - before
+        for of_sweep, snapshots in reads:
+            for snapshot in snapshots:
+                if of_sweep and snapshot.get("stripe") in every_tick:
+                    committed, stamped = instant(snapshot.update_time), snapshot.get("updated_at")
+                    if partitioned_at < committed <= known_from \
+                            and committed - stamped < overlap and stamped <= known_from - overlap:
+                        continue
+                parent = snapshot.reference.parent.parent
+                if parent is None:
                     continue
-            parent = snapshot.reference.parent.parent
-            if parent is None:
-                continue
-            # Its key's home from its id, not from its stripe: shards written before stripes
-            # carried the home hold a random stripe.
-            kind = parent.parent.id
-            if kind == self.store.names.counters and self.part.owns(partitions.home_of(parent.id)):
-                data = snapshot.to_dict() or {}
-                changes[parent.id][snapshot.id] = ShardValue.of(data)
-                born = data.get(config.SHARD_BORN_FIELD)
-                stamps[parent.id] = born if stamps.get(parent.id, born) is not None else None
-            elif kind == self.store.names.trend_minutes and self.part.owns(
-                    partitions.tag_home_of_hex(parent.id)):
-                trend_changes[parent.id][snapshot.id] = snapshot
+                # Its key's home from its id, not from its stripe: shards written before stripes
+                # carried the home hold a random stripe.
+                kind = parent.parent.id
+                if kind == self.store.names.counters \
+                        and self.part.owns(partitions.home_of(parent.id)):
+                    data = snapshot.to_dict() or {}
+                    changes[parent.id][snapshot.id] = ShardValue.of(data)
+                    if of_sweep:
+                        swept.add(parent.id)
+                    born = data.get(config.SHARD_BORN_FIELD)
+                    stamps[parent.id] = born if stamps.get(parent.id, born) is not None else None
+                elif kind == self.store.names.trend_minutes and self.part.owns(
+                        partitions.tag_home_of_hex(parent.id)):
+                    trend_changes[parent.id][snapshot.id] = snapshot
         births = {counter: born for counter, born in stamps.items() if isinstance(born, dict)}
-        return changes, births, trend_changes
+        return changes, births, trend_changes, swept
 
     def _above_min(self, as_of: dt.datetime) -> list[str]:
         """Counters this partition owns that may have shards to shed, whether or not anyone
