@@ -19,6 +19,7 @@ from counting.foundation.clock import Clock
 from counting.foundation.config import AutoscaleParams, Names, Protections
 from counting.foundation.errors import FailedPrecondition, PermissionDenied, ResourceExhausted
 from counting.rollup import audit, folding, repartition
+from counting.rollup import ledger as ledger_module
 from counting.rollup.lease import Lease, state_ref
 from counting.rollup.tick import Limits, Rollup, TickStats
 from counting.writepath import partitions, shards
@@ -146,9 +147,10 @@ class Scene:
 
 
 def test_a_counter_a_sweep_deferred_survives_a_handover() -> None:
-    """After a gap with no tick, the first tick is a sweep that finds an untouched slow write
-    but defers its counter (past the first-load budget) and hands over: the successor still
-    publishes it, because the watermark it starts from is the sweep's reach."""
+    """After a gap with no tick, the first tick reads every cell of the sweep under way, which
+    finds an untouched slow write, but defers its counter (past the first-load budget) and
+    hands over: the successor still publishes it, because the watermark it starts from is the
+    sweep's reach."""
     scene = Scene(limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
     for name in ("a-other", "b-slow"):
         counters.create_counter(scene.ctx, scene.db, name, shards=1)
@@ -217,6 +219,136 @@ def test_what_a_sweeps_cell_finds_reaches_the_memory_with_its_publish() -> None:
         successor.tick()
     scene.at(t + 7)
     assert scene.published("late") == scene.shards("late") == 2
+
+
+def test_a_counter_a_sweeps_cell_deferred_is_found_again_by_the_successor() -> None:
+    """A write committed 269 s after its stamp, after the cells of the sweep under way that
+    cover it were read, is returned by the next sweep's first cell; its counter is deferred
+    (past the first-load budget) and the holder hands over: the cell counts as read, so the
+    watermark persisted goes back to the sweep's reach, not the tick's, and the successor
+    finds the write (with the tick's reach it publishes 1 where the shards hold 2)."""
+    scene = Scene(limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
+    for name in ("a-other", "b-slow"):
+        counters.create_counter(scene.ctx, scene.db, name, shards=2)
+    counter_refs.memory_ref(scene.db, NAMES, "a-other").update(
+        {"shard_counts": firestore.DELETE_FIELD})
+    t = 1.0
+    first = scene.holder_of(WHOLE, at=t)
+
+    def until_swept() -> None:
+        nonlocal t
+        while True:
+            t += 1
+            scene.at(t)
+            if first.tick().swept is not None and t >= 300:
+                return
+
+    until_swept()
+    began = t
+    while t < began + 20:
+        t += 1
+        scene.at(t)
+        first.tick()
+    scene.slow_write("b-slow", began - 249)
+    until_swept()
+    counters.increment(scene.ctx, scene.db, "a-other", 1)
+    t += 1
+    scene.at(t)
+    first.tick()
+    assert first.ledger.deferred == {"b-slow"}
+    t += 1
+    successor = scene.hand_over(first, t)
+    t += 1  # the lease taken
+    for _ in range(10):
+        t += 1
+        scene.at(t)
+        successor.tick()
+    scene.write_shard("b-slow", 1, 1)
+    for _ in range(3):
+        t += 1
+        scene.at(t)
+        successor.tick()
+    scene.at(t + 1)
+    assert scene.published("b-slow") == scene.shards("b-slow") == 2
+
+
+def test_what_a_successor_took_in_from_before_the_checkpoint_is_read_again_by_the_next() -> None:
+    """A holder defers `b` (past the budget) right after a round of memories: its watermark is
+    before `b`'s write, its checkpoint after. Its successor reads back to the watermark, takes
+    `b` in from its memory and the changed shard and publishes it, and hands over before its
+    own round writes that memory: the checkpoint it persists is no later than where it read
+    back from, so the next holder finds the write too (with the predecessor's checkpoint it
+    meets `b` later from the memory alone: published 1 where the shards hold 2)."""
+    scene = Scene(limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
+    for name in ("a", "b"):
+        counters.create_counter(scene.ctx, scene.db, name, shards=2)
+    t = 1.0
+    first = scene.holder_of(WHOLE, at=t)
+    for _ in range(130):  # a and b leave its ledger (idle)
+        t += 1
+        scene.at(t)
+        first.tick()
+    while (scene.sim.instant(round((t + 1) * 1_000_000)) - first.checkpoint).total_seconds() \
+            < ledger_module.FLUSH_S:
+        t += 1
+        scene.at(t)
+        first.tick()
+    # `a` takes the tick's one whole read (it has no shard_counts), so `b` is deferred.
+    counter_refs.memory_ref(scene.db, NAMES, "a").update({"shard_counts": firestore.DELETE_FIELD})
+    scene.at(t + 0.3)
+    scene.write_shard("a", 0, 1)
+    scene.write_shard("b", 0, 1)
+    t += 1
+    scene.at(t)
+    first.tick()
+    progress = first.durable_progress
+    assert first.ledger.deferred == {"b"} and progress.watermark < progress.checkpoint
+    t += 1
+    scene.limits = None  # the next holders' budgets are production's
+    successor = scene.hand_over(first, t)
+    t += 2  # the lease taken a second ago
+    scene.at(t)
+    successor.tick()
+    t += 1
+    scene.at(t)  # its commits are done
+    assert scene.published("b") == 1
+    second = scene.hand_over(successor, t)
+    t += 1  # the lease taken
+    for _ in range(3):
+        t += 1
+        scene.at(t)
+        second.tick()
+    scene.write_shard("b", 1, 1)
+    for _ in range(3):
+        t += 1
+        scene.at(t)
+        second.tick()
+    scene.at(t + 1)
+    assert scene.published("b") == scene.shards("b") == 2
+
+
+def test_holders_of_one_tick_each_move_the_checkpoint() -> None:
+    """With no warm holder (the scheduled runs only, each a holder of one tick), 300 counters
+    written each minute: each run writes every memory due at once (its checkpoint is a minute
+    old), so the checkpoint follows the runs and a run reads back one minute, not to the
+    first."""
+    scene = Scene()
+    names = [f"c{n:03d}" for n in range(300)]
+    for name in names:
+        counters.create_counter(scene.ctx, scene.db, name, shards=1)
+    checkpoints = []
+    for minute in range(1, 5):
+        scene.at(60.0 * minute - 10)
+        for name in names:
+            counters.increment(scene.ctx, scene.db, name, 1)
+        run = scene.holder_of(WHOLE, at=60.0 * minute)
+        scene.at(60.0 * minute + 0.5)
+        run.tick()
+        scene.at(60.0 * minute + 1)
+        run.store.lease.release(run.durable_progress)
+        checkpoints.append(run.checkpoint)
+    assert checkpoints == [scene.sim.instant(round((60 * m + 0.5) * 1_000_000))
+                           for m in range(1, 5)], checkpoints
 
 
 def test_a_new_holders_sweep_reads_whole_only_what_no_tick_took_in() -> None:

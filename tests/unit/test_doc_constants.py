@@ -37,8 +37,10 @@ def days(value: dt.timedelta) -> float:
 # (doc, phrase whose last number is quoted, dotted path of the constant, what turns its value
 # into the doc's unit or None). A phrase may span lines of the doc: whitespace runs compare equal.
 QUOTED: list[tuple[str, str, str, Callable[[Any], float] | None]] = [
-    (ARCH, "every `ROLLUP_SWEEP_EVERY_S` (50 s)", CONFIG + "ROLLUP_SWEEP_EVERY_S", None),
-    (ARCH, "`MAX_REQUEST_S` (270 s)", CONFIG + "MAX_REQUEST_S", None),
+    (ARCH, "all of it `ROLLUP_SWEEP_EVERY_S` (50 s)", CONFIG + "ROLLUP_SWEEP_EVERY_S", None),
+    (ARCH, "270 s is `MAX_REQUEST_S`", CONFIG + "MAX_REQUEST_S", None),
+    (ARCH, "checkpoint is `FLUSH_S` (25 s)", LEDGER + "FLUSH_S", None),
+    (ARCH, "at least `MEMORIES_PER_TICK` (250", LEDGER + "MEMORIES_PER_TICK", None),
     (ARCH, "`CHANGE_OVERLAP_S` (0.5 s)", CONFIG + "CHANGE_OVERLAP_S", None),
     (ARCH, "`C - S >= SHARD_TOUCH_AFTER_S` (0.25 s)", CONFIG + "SHARD_TOUCH_AFTER_S", None),
     (ARCH, "The touch is checked the same way, up to 3 times",
@@ -85,7 +87,7 @@ QUOTED: list[tuple[str, str, str, Callable[[Any], float] | None]] = [
      CONFIG + "COUNTED_TOMBSTONE_TTL", days),
     (ARCH, "through the same step as the triggers, on 8 threads",
      CONFIG + "BACKFILL_THREADS", None),
-    (OPS, "on a sweep (every 50 s)", CONFIG + "ROLLUP_SWEEP_EVERY_S", None),
+    (OPS, "a sweep every 50 s", CONFIG + "ROLLUP_SWEEP_EVERY_S", None),
     (OPS, "(the 0.5 s overlap: a shard written once", CONFIG + "CHANGE_OVERLAP_S", None),
     (OPS, "a write of the lease in the last 10 s", CONFIG + "ROLLUP.lease_s", None),
     (OPS, "no write of the lease for 150 s", CONFIG + "ROLLUP_STALE_S", None),

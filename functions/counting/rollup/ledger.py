@@ -1,8 +1,8 @@
 """What one rollup holder knows, and every decision it takes from it: pure, no I/O.
 
 The ledger holds, per counter, the shard values as of the last tick, the published count, the
-per-shard counts persisted by a sweep's tick or a whole read's publish (`shard_counts` in the
-counter's memory document, what a successor starts from) and the autoscaling state. Given the
+per-shard counts persisted by a round of memories or a publish (`shard_counts` in the counter's
+memory document, what a successor starts from) and the autoscaling state. Given the
 shard values a tick read (`apply`), it returns the new sums and measures the rates; `plan` turns
 them into the counters' publishes and the grows to commit; the fold and eviction steps keep it
 equal to the shards that exist. `counting.rollup.tick` does the
@@ -150,7 +150,7 @@ class Held:
     # Its document still carries what a version before the memory kept there (LEGACY_FIELDS),
     # and its counts are there, not in a memory.
     legacy: bool = False
-    # Its counts moved since `persisted` was written: written with the next sweep.
+    # Its counts moved since `persisted` was written: written with the next round.
     unpersisted: bool = False
     # Its shards were read whole (a first load without shard counts, a catch-up), or a sweep's
     # cell changed it: what that took in may be older than the checkpoint, so its counts go with
@@ -266,15 +266,15 @@ class Ledger:
         # persisted for a successor goes no further, so it finds that counter changed too.
         self.deferred_since: dt.datetime | None = None
         self.ticks = 0
-        # No tick since it was made or forgot: its first reads back from the last sweep.
+        # No tick since it was made or forgot: its first reads back from the checkpoint.
         self.fresh = True
         # What a tick visits besides the counters that changed: a held counter nobody writes to
         # changes only by time (its rate decays as readers decay it), so it is visited when
         # something is due for it (`_next_due`), from a heap of (instant, counter); its eviction
         # is looked at from a wheel of ticks. Counters held since the last tick are visited
         # once (their bounds clamped, their cool-down scheduled); those whose counts moved
-        # since the last sweep are written by the next one. A tick's work is then what changed
-        # and what is due, never what is held (docs/architecture.md, "Rollup").
+        # since they were last written are written by the next round. A tick's work is then
+        # what changed and what is due, never what is held (docs/architecture.md, "Rollup").
         self._due: list[tuple[float, str]] = []
         self._idle: dict[int, list[str]] = defaultdict(list)
         self._met: set[str] = set()
@@ -641,15 +641,19 @@ class Ledger:
 
     def _flushing(self, as_of: dt.datetime, checkpoint: dt.datetime | None) -> set[str]:
         """This tick's share of the round of memories: the round's part due by `as_of` (all of
-        it FLUSH_S after its start), at least MEMORIES_PER_TICK. A round starts with the
+        it once the checkpoint is twice FLUSH_S old: at once for a holder that starts after a
+        pause, as a scheduled run's), at least MEMORIES_PER_TICK. A round starts with the
         counters whose counts moved (this tick's included) once the checkpoint is FLUSH_S
         old."""
+        if checkpoint is None:
+            return set()
+        age = (as_of - checkpoint).total_seconds() / FLUSH_S
         if self._round_at is None:
-            if checkpoint is None or (as_of - checkpoint).total_seconds() < FLUSH_S:
+            if age < 1.0:
                 return set()
             self._round = deque(sorted(self._unpersisted))
             self._round_at, self._round_total = as_of, len(self._round)
-        elapsed = min(1.0, (as_of - self._round_at).total_seconds() / FLUSH_S)
+        elapsed = min(1.0, age - 1.0)
         written = self._round_total - len(self._round)
         share = max(math.ceil(self._round_total * elapsed) - written, MEMORIES_PER_TICK)
         flushing = set()
@@ -833,7 +837,7 @@ class Ledger:
                 continue  # gone, or looked at later
             if self.ticks - held.last_changed <= IDLE_TICKS_KEPT:
                 self._check_idle(held, counter, held.last_changed + IDLE_TICKS_KEPT + 1)
-            elif held.unpersisted:  # its counts still to be written by a sweep
+            elif held.unpersisted:  # its counts still to be written by a round
                 self._check_idle(held, counter, self.ticks + 1)
             elif held.scaling is not None and held.scaling.above_min:
                 # It still has shards to shed (its visits are due: `_next_due`).

@@ -165,8 +165,9 @@ class Rollup:
 
     def cells(self, start: dt.datetime, end: dt.datetime) -> list[Cell]:
         """A sweep's cells over the stamps in (`start`, `end`]: each stripe it reads, those every
-        tick reads (where nearly every shard is) cut into SWEEP_SLICES ranges of stamps, the
-        others whole; ordered so that each tick's share holds as many of either as the next."""
+        tick reads (where nearly every shard is) cut into slices of stamps (SWEEP_DENSE_CELLS in
+        all at least), the others whole; ordered so that each tick's share holds as many of
+        either as the next."""
         stripes = self.stripes(start, end, sweep=True)
         every_tick = set(self.part.ticks())
         dense = [stripe for stripe in stripes if stripe in every_tick]
@@ -203,8 +204,14 @@ class Rollup:
         # taken in (`Ledger.plan`): its first tick reads back from there, and takes as taken in
         # (in the memories) only what a tick up to it could have.
         known_from = min(since, self.checkpoint) if ledger.fresh else since
+        # (What it takes in from before the checkpoint, a counter its predecessor deferred, is
+        # in no memory until its round: its successor reads back as far.)
+        self.checkpoint = min(self.checkpoint, known_from)
         reach = known_from - dt.timedelta(seconds=self.overlap_s)
         done, cells, sweep_complete = self.sweep_cells(as_of)
+        # A counter deferred now is owed from this query's reach, or from its sweep's if a cell
+        # may have returned it: a successor reads back there (a cell done is not read again).
+        owed_from = min([reach, *(cell.start for cell in cells)])
         changes, births, trend_changes, swept = self._changed_shards(reach, as_of, known_from,
                                                                      cells)
         in_hand = set(changes)  # what a failure forgets (the ledger adds what it visited)
@@ -214,10 +221,9 @@ class Rollup:
             if ledger.params.enabled and ledger.ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
                 watched = self._above_min(as_of)
                 in_hand.update(watched)
-            # A counter deferred now is owed from this query's reach: a successor starts there.
-            ledger.spread_first_loads(changes, reach)
+            ledger.spread_first_loads(changes, owed_from)
             self._hold([*changes, *watched], since, as_of)
-            whole = ledger.first_loads(changes, reach)
+            whole = ledger.first_loads(changes, owed_from)
             in_hand.update(whole)
             self._hold(whole, since, as_of)  # deferred counters caught up
             self._read_whole(whole, as_of)
