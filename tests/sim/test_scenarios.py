@@ -178,7 +178,7 @@ def test_a_counter_a_sweep_deferred_survives_a_handover() -> None:
     t = swept_at + 301
     scene.at(t)
     first.tick()
-    assert first.ledger.deferred == {"b-slow"}
+    assert list(first.ledger.waiting) == ["b-slow"]  # (past the budget of meetings)
     first.store.lease.release(first.durable_progress)
     t += 1
     scene.at(t)  # the release has committed
@@ -255,7 +255,7 @@ def test_a_counter_a_sweeps_cell_deferred_is_found_again_by_the_successor() -> N
     t += 1
     scene.at(t)
     first.tick()
-    assert first.ledger.deferred == {"b-slow"}
+    assert list(first.ledger.waiting) == ["b-slow"]
     t += 1
     successor = scene.hand_over(first, t)
     t += 1  # the lease taken
@@ -302,7 +302,7 @@ def test_what_a_successor_took_in_from_before_the_checkpoint_is_read_again_by_th
     scene.at(t)
     first.tick()
     progress = first.durable_progress
-    assert first.ledger.deferred == {"b"} and progress.watermark < progress.checkpoint
+    assert list(first.ledger.waiting) == ["b"] and progress.watermark < progress.checkpoint
     t += 1
     scene.limits = None  # the next holders' budgets are production's
     successor = scene.hand_over(first, t)
@@ -676,14 +676,16 @@ def old_stripe_after_narrowing(protected: Protections, first: int = 4, then: int
 
 
 def deferred_across_a_sweep() -> tuple[Scene, Rollup]:
-    """`c` (2 shards) is written at 10 and deferred (document-load budget) by the tick at 11;
-    the sweep at 52 spends the whole-read budget on `x2` (no shard_counts), so `c` is caught up
-    (read whole, published) only at 53, after that sweep. Its memory must hold that write: no
-    later change query reaches it (a review found it waiting for the next sweep)."""
-    scene = Scene(limits=Limits(document_loads_per_tick=1, first_loads_per_tick=1))
+    """`c` (2 shards, no shard_counts) is written at 10 and deferred (whole-read budget) by the
+    tick at 11; the sweep at 52 spends the whole-read budget on `x2` (no shard_counts), so `c`
+    is caught up (read whole, published) only at 53, after that sweep. Its memory must hold
+    that write: no later change query reaches it (a review found it waiting for the next
+    sweep)."""
+    scene = Scene(limits=Limits(first_loads_per_tick=1))
     counters.create_counter(scene.ctx, scene.db, "c", shards=2)
-    for name in ("a1", "x2"):  # no shard_counts: each takes the whole-read budget of a tick
+    for name in ("a1", "x2"):
         counters.create_counter(scene.ctx, scene.db, name, shards=1)
+    for name in ("a1", "x2", "c"):  # no shard_counts: each takes the whole-read budget of a tick
         counter_refs.memory_ref(scene.db, NAMES, name).update(
             {"shard_counts": firestore.DELETE_FIELD})
     scene.at(1)

@@ -254,13 +254,36 @@ def test_first_loads_are_bounded_and_hold_the_durable_watermark_back() -> None:
 
 
 def test_documents_are_bounded_too() -> None:
-    """Past the per-tick budget of documents, changed counters the ledger has not seen wait."""
+    """Past the per-tick budget of documents, changed counters the ledger has not seen wait,
+    with the values read; the next tick meets them first, with what it read since over them."""
     book = Ledger(FAST, document_loads_per_tick=2)
     held(book, "known", {"0": value(1, 1)})
     changes = {name: {"0": value(2, 2)} for name in ("known", "a", "b", "c")}
     book.spread_first_loads(changes, at(0))
-    assert list(changes) == ["known", "a", "b"] and book.deferred == {"c"}
-    assert book.durable(at(5)) == at(0)
+    assert list(changes) == ["known", "a", "b"] and list(book.waiting) == ["c"]
+    assert book.durable(at(5)) == at(0) and book.owed == 1
+    for name in ("a", "b"):
+        book.hold(name, {"count": 0}, {"shard_counts": {}})
+    book.end_tick(changes)
+    later = {"b": {"0": value(3, 3)}, "e": {"0": value(1, 1)}, "c": {"1": value(4, 4)},
+             "d": {"0": value(1, 1)}}
+    book.spread_first_loads(later, at(1))
+    assert later["c"] == {"0": value(2, 2), "1": value(4, 4)} and list(book.waiting) == ["e"]
+
+
+def test_a_new_holder_meets_thousands_over_a_few_ticks() -> None:
+    """A tick meets at most twice the counters the last one changed, no fewer than
+    MEETINGS_MIN: 1,200 unseen counters at once are met 500, then the 700 others."""
+    book = Ledger(FAST)
+    changes = {f"c{n:04d}": {"0": value(1, 1)} for n in range(1200)}
+    book.spread_first_loads(changes, at(0))
+    assert len(changes) == ledger.MEETINGS_MIN == 500 and len(book.waiting) == 700
+    for counter in changes:
+        book.hold(counter, {"count": 0}, {"shard_counts": {}})
+    book.end_tick(changes)
+    more: ledger.Changes = {}
+    book.spread_first_loads(more, at(1))
+    assert len(more) == 700 and not book.waiting
 
 
 def test_a_counter_with_shard_counts_is_not_read_whole() -> None:

@@ -28,7 +28,11 @@ from counting.writepath import autoscale, partitions
 IDLE_TICKS_KEPT = 120
 # Counters first met by a holder: their documents are read, at most this many per tick (in
 # chunks, several at once); a memory's `shard_counts` stands for the shards that did not change.
+# Within that, a tick meets at most twice the counters the last one changed, and no fewer than
+# MEETINGS_MIN: a new holder meeting thousands catches up over a few ticks, none much longer
+# than the others (`spread_first_loads`).
 DOCUMENT_LOADS_PER_TICK = 5000
+MEETINGS_MIN = 500
 # Those whose document has no `shard_counts` (or that are owed a whole read: deferred) are read
 # whole, at most this many per tick (a tick reading 200 counters of 10 shards stays near a
 # second). The others wait for the next ticks.
@@ -261,7 +265,11 @@ class Ledger:
         self.first_loads_per_tick = first_loads_per_tick
         self.held: dict[str, Held] = {}
         self.retry: set[str] = set()  # counters whose sum could not be published: again
-        self.deferred: set[str] = set()  # changed, not read yet (see spread_first_loads)
+        self.deferred: set[str] = set()  # changed, dropped, to be read whole (`first_loads`)
+        # Changed, not met yet: the values read of their changed shards, the oldest first
+        # (`spread_first_loads`).
+        self.waiting: dict[str, dict[str, ShardValue]] = {}
+        self._last_changed = 0  # the counters the last tick changed
         # The `since` of the earliest tick that dropped a counter still deferred: the watermark
         # persisted for a successor goes no further, so it finds that counter changed too.
         self.deferred_since: dt.datetime | None = None
@@ -299,7 +307,8 @@ class Ledger:
         """Drop everything; the next ticks read the changed counters whole. Counters still
         owed a publish are read whole again too."""
         self.held.clear()
-        self.deferred |= self.retry
+        self.deferred |= self.retry | self.waiting.keys()
+        self.waiting.clear()
         self.retry.clear()
         self._due.clear()
         self._idle.clear()
@@ -325,7 +334,9 @@ class Ledger:
         of this tick's share were written is not known)."""
         self._round_at = None
         dropped = {counter for counter in counters if self.held.pop(counter, None) is not None}
-        dropped |= counters & self.retry
+        dropped |= counters & (self.retry | self.waiting.keys())
+        for counter in dropped:
+            self.waiting.pop(counter, None)
         self.retry -= dropped
         self._unpersisted -= dropped
         self._met -= dropped
@@ -334,6 +345,11 @@ class Ledger:
             self.deferred |= dropped
             if self.deferred_since is None or since < self.deferred_since:
                 self.deferred_since = since
+
+    @property
+    def owed(self) -> int:
+        """Changed counters not published yet: deferred, or waiting to be met."""
+        return len(self.deferred) + len(self.waiting)
 
     def durable(self, watermark: dt.datetime) -> dt.datetime:
         """The watermark a successor may start from: everything before it is published."""
@@ -344,13 +360,25 @@ class Ledger:
     # -- what to read --
 
     def spread_first_loads(self, changes: Changes, since: dt.datetime) -> None:
-        """Bound the counter documents read in one tick (a new holder meeting thousands at once
-        would otherwise hold up every counter's publish). Changed counters past the budget are
-        dropped from `changes` and remembered; later ticks read them whole at their own instant,
-        which includes what was dropped, and publish them."""
-        unseen = sorted(c for c in changes if c not in self.held)  # whatever the reads' order
-        for counter in unseen[self.document_loads_per_tick:]:
-            self._defer(changes, counter, since)
+        """Bound the counters met in one tick (their documents read: a new holder meeting
+        thousands at once would otherwise hold up every counter's publish, and make one tick
+        many times as long as the others): at most twice the counters the last tick changed,
+        no fewer than MEETINGS_MIN, no more than `document_loads_per_tick`. Changed counters
+        past it wait with the values read of their changed shards (`waiting`), and are met
+        first by the next ticks, with what their queries return since over those values (a
+        shard's value is absolute); a successor starts no later than `since` meanwhile."""
+        for counter, shards in self.waiting.items():
+            changes[counter] = {**shards, **changes.get(counter, {})}
+        unseen = [*self.waiting,  # the oldest first; the others whatever the reads' order
+                  *sorted(c for c in changes if c not in self.held and c not in self.waiting)]
+        budget = min(self.document_loads_per_tick,
+                     max(MEETINGS_MIN, 2 * self._last_changed))
+        for counter in unseen[:budget]:
+            self.waiting.pop(counter, None)
+        for counter in unseen[budget:]:
+            self.waiting[counter] = changes.pop(counter)
+            if self.deferred_since is None:
+                self.deferred_since = since
 
     def first_loads(self, changes: Changes, since: dt.datetime) -> list[str]:
         """With the changed counters' documents held: a counter whose document has
@@ -399,7 +427,8 @@ class Ledger:
         met = []
         for counter, born in births.items():
             at = born.get("at")
-            if counter in self.held or counter in self.deferred or counter not in changes \
+            if counter in self.held or counter in self.deferred or counter in self.waiting \
+                    or counter not in changes \
                     or not isinstance(at, dt.datetime) or at.timestamp() <= after:
                 continue
             document: dict[str, Any] = {
@@ -816,8 +845,9 @@ class Ledger:
     def end_tick(self, changes: Changes) -> None:
         """Count the tick, close the round of memories whose last share it wrote, and drop the
         counters nobody has written to for a while."""
-        if not self.deferred:
+        if not self.deferred and not self.waiting:
             self.deferred_since = None
+        self._last_changed = len(changes)
         self.checkpointed = None
         if self._round_at is not None and not self._round:
             self.checkpointed, self._round_at = self._round_at, None

@@ -135,6 +135,7 @@ class Rollup:
         self.sweep_at, self.sweep_done = progress.sweep_at, progress.sweep_done
         self._problems: list[str] = []  # of the tick under way
         self._sweep_reads = 0  # of the tick under way: its sweep's cells
+        self._watch_due = False  # the watch of counters above their minimum (`tick`)
 
     def close(self) -> None:
         self.store.close()
@@ -217,12 +218,16 @@ class Rollup:
         in_hand = set(changes)  # what a failure forgets (the ledger adds what it visited)
         try:
             ledger.meet_born(changes, births)
-            watched: list[str] = []
-            if ledger.params.enabled and ledger.ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0:
+            ledger.spread_first_loads(changes, owed_from)
+            in_hand.update(changes)  # (with the waiting counters it meets now)
+            # The watch, every ROLLUP_WATCH_EVERY_TICKS ticks from the first, waits while
+            # counters wait to be met (a new holder catching up: no tick does both).
+            self._watch_due |= ledger.ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0
+            watched: list[str] | None = None
+            if ledger.params.enabled and self._watch_due and not ledger.waiting:
                 watched = self._above_min(as_of)
                 in_hand.update(watched)
-            ledger.spread_first_loads(changes, owed_from)
-            self._hold([*changes, *watched], since, as_of)
+            self._hold([*changes, *(watched or ())], since, as_of)
             whole = ledger.first_loads(changes, owed_from)
             in_hand.update(whole)
             self._hold(whole, since, as_of)  # deferred counters caught up
@@ -256,6 +261,7 @@ class Rollup:
             self._trends.forget()
             raise
         self.watermark = as_of
+        self._watch_due &= watched is None and ledger.params.enabled
         swept_to, self.sweep_done = None, done
         if sweep_complete and self.sweep_at is not None:
             swept_to = self.swept = self.sweep_at  # and the next sweep begins
@@ -275,7 +281,7 @@ class Rollup:
             published=len(plan.updates),
             rescaled=len(plan.grows) + len(plan.shrinks),
             folded=folded,
-            owed=len(ledger.deferred),
+            owed=ledger.owed,
             trends=trends,
             problems=tuple(self._problems),
             longest_call_s=self.store.take_longest(),
