@@ -255,7 +255,7 @@ class Store:
 
     def publish(self, items: list[tuple[str, Publish]]) -> None:
         """One fenced commit of counters' publishes: each counter's document and, when the
-        ledger writes it (a sweep's tick, a whole read, a rate's `shard_load`), its memory."""
+        ledger writes it (a round of memories, a whole read, a rate's `shard_load`), its memory."""
         batch = self.db.batch()
         for counter, publish in items:
             public = dict(publish.public)
