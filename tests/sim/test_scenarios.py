@@ -351,6 +351,144 @@ def test_holders_of_one_tick_each_move_the_checkpoint() -> None:
                            for m in range(1, 5)], checkpoints
 
 
+def ticked_until_the_checkpoint_is_due(scene: Scene, first: Rollup, t: float) -> float:
+    """Tick `first` until its next tick starts a round of memories (after 130 ticks: what it
+    met before has left its ledger); returns the clock."""
+    for _ in range(130):
+        t += 1
+        scene.at(t)
+        first.tick()
+    while (scene.sim.instant(round((t + 1) * 1_000_000)) - first.checkpoint).total_seconds() \
+            < ledger_module.FLUSH_S:
+        t += 1
+        scene.at(t)
+        first.tick()
+    return t
+
+
+def test_a_waiting_counter_met_after_a_round_goes_to_its_memory_with_its_publish() -> None:
+    """`b` waits (past the budget of meetings) on the tick whose round of memories completes
+    (the checkpoint moves to that tick's instant, after `b`'s write); the next tick meets and
+    publishes it, and lets the watermark go. Handed over before the next round, the successor
+    reads back from the checkpoint only, and meets `b` through its other shard: `b`'s memory
+    holds the write (with it left to the next round: published 1, shards 2)."""
+    scene = Scene(limits=Limits(document_loads_per_tick=1))
+    for name in ("a", "b"):
+        counters.create_counter(scene.ctx, scene.db, name, shards=2)
+    first = scene.holder_of(WHOLE, at=1)
+    t = ticked_until_the_checkpoint_is_due(scene, first, 1.0)
+    scene.at(t + 0.3)
+    scene.write_shard("a", 0, 1)
+    scene.write_shard("b", 0, 1)
+    t += 1
+    scene.at(t)
+    first.tick()
+    assert list(first.ledger.waiting) == ["b"]
+    assert first.checkpoint == scene.sim.instant(round(t * 1_000_000))
+    t += 1
+    scene.at(t)
+    first.tick()
+    assert not first.ledger.owed and first.ledger.deferred_since is None
+    scene.limits = None
+    t += 1
+    successor = scene.hand_over(first, t)
+    t += 1
+    for _ in range(3):
+        t += 1
+        scene.at(t)
+        successor.tick()
+    scene.write_shard("b", 1, 1)
+    for _ in range(3):
+        t += 1
+        scene.at(t)
+        successor.tick()
+    scene.at(t + 1)
+    assert scene.published("b") == scene.shards("b") == 2
+
+
+def test_a_waiting_counter_met_by_a_tick_that_fails_is_read_whole_later() -> None:
+    """`b` waits (past the budget of meetings); the next tick meets it and fails reading the
+    documents: `b`'s values read a tick earlier are gone with it, so it is deferred (read whole
+    later), not dropped; the ticks after query from a watermark after its write."""
+    scene = Scene(limits=Limits(document_loads_per_tick=1))
+    for name in ("a", "b"):
+        counters.create_counter(scene.ctx, scene.db, name, shards=2)
+    t = 1.0
+    first = scene.holder_of(WHOLE, at=t)
+    for _ in range(5):
+        t += 1
+        scene.at(t)
+        first.tick()
+    scene.at(t + 0.3)
+    scene.write_shard("a", 0, 1)
+    scene.write_shard("b", 0, 1)
+    t += 1
+    scene.at(t)
+    first.tick()
+    assert list(first.ledger.waiting) == ["b"]
+    store = first.store
+    meet = store.counters
+
+    def unavailable(ids: list[str], as_of: dt.datetime) -> list[Any]:
+        store.counters = meet  # type: ignore[method-assign]
+        raise gexc.ServiceUnavailable("injected")  # type: ignore[no-untyped-call]
+
+    store.counters = unavailable  # type: ignore[method-assign]
+    t += 1
+    scene.at(t)
+    with pytest.raises(gexc.ServiceUnavailable):
+        first.tick()
+    assert first.ledger.deferred == {"b"}
+    for _ in range(10):
+        t += 1
+        scene.at(t)
+        first.tick()
+    scene.at(t + 1)
+    assert scene.published("b") == scene.shards("b") == 1
+
+
+def test_a_cells_finding_that_waits_goes_to_its_memory_with_its_publish() -> None:
+    """As test_what_a_sweeps_cell_finds_reaches_the_memory_with_its_publish, but the tick whose
+    cell finds the slow write also meets a new counter, so `late` waits (a budget of 1) and is
+    met the next tick, by no cell: its counts go with its publish all the same (with them left
+    to the round, the successor publishes 1 where the shards hold 2)."""
+    scene = Scene(limits=Limits(document_loads_per_tick=1))
+    counters.create_counter(scene.ctx, scene.db, "late", shards=2)
+    others = [f"a{n:03d}" for n in range(60)]
+    for name in others:
+        counters.create_counter(scene.ctx, scene.db, name, shards=1)
+    first = scene.holder_of(WHOLE, at=1)
+    t = 1.0
+    for _ in range(3):
+        t += 1
+        scene.at(t)
+        first.tick()
+    scene.slow_write("late", 0.5)
+    for other in others:
+        scene.at(t + 0.3)
+        counters.increment(scene.ctx, scene.db, other, 1)  # a new counter, met first
+        t += 1
+        scene.at(t)
+        first.tick()
+        if "late" in first.ledger.waiting:
+            break
+    assert "late" in first.ledger.waiting
+    t += 1
+    scene.at(t)
+    first.tick()
+    assert not first.ledger.owed
+    scene.at(t + 0.5)
+    assert scene.published("late") == 1
+    scene.limits = None
+    successor = scene.hand_over(first, t + 1)
+    scene.write_shard("late", 1, 1)
+    for second in range(3, 6):
+        scene.at(t + second)
+        successor.tick()
+    scene.at(t + 7)
+    assert scene.published("late") == scene.shards("late") == 2
+
+
 def test_a_new_holders_sweep_reads_whole_only_what_no_tick_took_in() -> None:
     """Counters written minutes ago and published are returned by a new holder's sweep, which
     does not read them whole again (1 + shards reads each); an untouched slow write is."""

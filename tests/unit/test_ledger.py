@@ -271,6 +271,24 @@ def test_documents_are_bounded_too() -> None:
     assert later["c"] == {"0": value(2, 2), "1": value(4, 4)} and list(book.waiting) == ["e"]
 
 
+def test_a_counter_left_waiting_from_an_earlier_reach_moves_the_durable_watermark_back() -> None:
+    """One tick leaves `x` waiting, owed from 10 s; a later one, which read a sweep's cells
+    reaching back to 2 s, leaves `y` waiting too: a successor starts no later than 2 s. And a
+    deferred counter that waits again is not caught up (read whole) while its values wait."""
+    book = Ledger(FAST, document_loads_per_tick=1)
+    first = {"a": {"0": value(1, 1)}, "x": {"0": value(1, 1)}}
+    book.spread_first_loads(first, at(10))
+    book.hold("a", {"count": 0}, {"shard_counts": {}})
+    book.end_tick(first)
+    book.deferred.add("y")
+    second = {"y": {"0": value(1, 1)}}
+    book.spread_first_loads(second, at(2))
+    assert list(second) == ["x"] and list(book.waiting) == ["y"]
+    assert book.durable(at(20)) == at(2)
+    book.hold("x", {"count": 0}, {"shard_counts": {}})
+    assert book.first_loads(second, at(2)) == []
+
+
 def test_a_new_holder_meets_thousands_over_a_few_ticks() -> None:
     """A tick meets at most twice the counters the last one changed, no fewer than
     MEETINGS_MIN: 1,200 unseen counters at once are met 500, then the 700 others."""

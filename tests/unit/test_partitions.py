@@ -358,7 +358,7 @@ def test_a_sweeps_cells_cover_its_stripes_and_stamps_in_even_shares() -> None:
         part=WHOLE, writing=SimpleNamespace(protections=Protections()),
         store=SimpleNamespace(lease=SimpleNamespace(record=SimpleNamespace(
             partitioning=Partitioning(spread=1, narrow_at=since, since=since)))))
-    fake.stripes = functools.partial(Rollup.stripes, fake)
+    fake.stripes = functools.partial(Rollup.stripes, fake)  # type: ignore[arg-type]
     start, end = since + dt.timedelta(hours=3), since + dt.timedelta(hours=3, seconds=320)
     cells = Rollup.cells(fake, start, end)  # type: ignore[arg-type]
     stripes = Rollup.stripes(fake, start, end, sweep=True)  # type: ignore[arg-type]

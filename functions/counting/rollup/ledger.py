@@ -269,6 +269,7 @@ class Ledger:
         # Changed, not met yet: the values read of their changed shards, the oldest first
         # (`spread_first_loads`).
         self.waiting: dict[str, dict[str, ShardValue]] = {}
+        self._from_waiting: set[str] = set()  # of the tick under way: those it meets
         self._last_changed = 0  # the counters the last tick changed
         # The `since` of the earliest tick that dropped a counter still deferred: the watermark
         # persisted for a successor goes no further, so it finds that counter changed too.
@@ -307,8 +308,9 @@ class Ledger:
         """Drop everything; the next ticks read the changed counters whole. Counters still
         owed a publish are read whole again too."""
         self.held.clear()
-        self.deferred |= self.retry | self.waiting.keys()
+        self.deferred |= self.retry | self.waiting.keys() | self._from_waiting
         self.waiting.clear()
+        self._from_waiting.clear()
         self.retry.clear()
         self._due.clear()
         self._idle.clear()
@@ -334,17 +336,23 @@ class Ledger:
         of this tick's share were written is not known)."""
         self._round_at = None
         dropped = {counter for counter in counters if self.held.pop(counter, None) is not None}
-        dropped |= counters & (self.retry | self.waiting.keys())
+        # (One met from `waiting` this tick is held nowhere else: its values are gone with it.)
+        dropped |= counters & (self.retry | self.waiting.keys() | self._from_waiting)
         for counter in dropped:
             self.waiting.pop(counter, None)
         self.retry -= dropped
         self._unpersisted -= dropped
         self._met -= dropped
         self._visiting -= dropped
+        self._from_waiting -= dropped
         if dropped:
             self.deferred |= dropped
-            if self.deferred_since is None or since < self.deferred_since:
-                self.deferred_since = since
+            self._owed_since(since)
+
+    def _owed_since(self, since: dt.datetime) -> None:
+        """A counter is owed from `since`: the durable watermark goes no further."""
+        if self.deferred_since is None or since < self.deferred_since:
+            self.deferred_since = since
 
     @property
     def owed(self) -> int:
@@ -373,12 +381,10 @@ class Ledger:
                   *sorted(c for c in changes if c not in self.held and c not in self.waiting)]
         budget = min(self.document_loads_per_tick,
                      max(MEETINGS_MIN, 2 * self._last_changed))
-        for counter in unseen[:budget]:
-            self.waiting.pop(counter, None)
+        self._from_waiting = {c for c in unseen[:budget] if self.waiting.pop(c, None) is not None}
         for counter in unseen[budget:]:
             self.waiting[counter] = changes.pop(counter)
-            if self.deferred_since is None:
-                self.deferred_since = since
+            self._owed_since(since)
 
     def first_loads(self, changes: Changes, since: dt.datetime) -> list[str]:
         """With the changed counters' documents held: a counter whose document has
@@ -399,7 +405,7 @@ class Ledger:
         for counter in whole[self.first_loads_per_tick:]:
             self._defer(changes, counter, since)
         room = self.first_loads_per_tick - min(len(whole), self.first_loads_per_tick)
-        catch_up = sorted(self.deferred - changes.keys())[:room]
+        catch_up = sorted(self.deferred - changes.keys() - self.waiting.keys())[:room]
         self.deferred -= {*catch_up, *changes}
         self.retry.update(catch_up)  # published from the values read whole
         return [*whole[:self.first_loads_per_tick], *catch_up]
@@ -407,8 +413,7 @@ class Ledger:
     def _defer(self, changes: Changes, counter: str, since: dt.datetime) -> None:
         del changes[counter]
         self.deferred.add(counter)
-        if self.deferred_since is None:
-            self.deferred_since = since
+        self._owed_since(since)
 
     def meet_born(self, changes: Changes, births: dict[str, dict[str, Any]]) -> list[str]:
         """Hold, with no read, the changed counters met for the first time whose changed shards
@@ -479,9 +484,10 @@ class Ledger:
         counter nobody writes to is brought up to date when it is next visited: its rate
         decays over the whole pause). Returns the new sums, and per counter how many of its
         shards changed since they were last read (a shard the overlap or a sweep returns again
-        is unchanged). A counter of `swept` (returned by a sweep's cell) that changed has its
-        counts written with its next publish: what the sweep found may be older than the
-        checkpoint, and a successor's query would not reach it again."""
+        is unchanged). A counter of `swept` (returned by a sweep's cell), or met from
+        `waiting`, that changed has its counts written with its next publish: what the sweep
+        found, or a tick before the last round of memories, may be older than the checkpoint,
+        and a successor's query would not reach it again."""
         begin, end = since.timestamp(), as_of.timestamp()
         if self._started is None:
             self._started = end
@@ -509,7 +515,7 @@ class Ledger:
                     or before.writes not in (None, value.writes)
                 held.shards[shard] = value
             sums[counter] = held.total()
-            if grown[counter] and counter in swept:
+            if grown[counter] and (counter in swept or counter in self._from_waiting):
                 held.read_whole = True
             if held.scaling is not None:
                 self._advance(held.scaling, writes, begin, end)
@@ -848,6 +854,7 @@ class Ledger:
         if not self.deferred and not self.waiting:
             self.deferred_since = None
         self._last_changed = len(changes)
+        self._from_waiting = set()
         self.checkpointed = None
         if self._round_at is not None and not self._round:
             self.checkpointed, self._round_at = self._round_at, None

@@ -69,7 +69,7 @@ class TickStats:
     published: int = 0  # counter documents written (count, rate or scaling state)
     rescaled: int = 0  # counters whose num_shards changed
     folded: int = 0  # surplus shards folded away
-    owed: int = 0  # changed counters deferred to later ticks (the first-load budget)
+    owed: int = 0  # changed counters left to later ticks (waiting to be met, or deferred)
     trends: TrendStats | None = None
     problems: tuple[str, ...] = ()  # counters skipped this tick, and why
     longest_call_s: float = 0.0  # its longest Firestore call (a read, a page, a commit)
@@ -221,7 +221,7 @@ class Rollup:
             ledger.spread_first_loads(changes, owed_from)
             in_hand.update(changes)  # (with the waiting counters it meets now)
             # The watch, every ROLLUP_WATCH_EVERY_TICKS ticks from the first, waits while
-            # counters wait to be met (a new holder catching up: no tick does both).
+            # counters wait to be met (a new holder catching up does not also watch).
             self._watch_due |= ledger.ticks % config.ROLLUP_WATCH_EVERY_TICKS == 0
             watched: list[str] | None = None
             if ledger.params.enabled and self._watch_due and not ledger.waiting:
