@@ -53,6 +53,14 @@ class Scene:
     def at(self, seconds: float) -> None:
         self.sim.now_us = max(self.sim.now_us, round(seconds * 1_000_000))
 
+    def ticked(self, holder: Rollup, t: float, ticks: int) -> float:
+        """`holder` ticks `ticks` times, a second apart, after `t`; returns the last instant."""
+        for _ in range(ticks):
+            t += 1
+            self.at(t)
+            holder.tick()
+        return t
+
     def holder(self, name: str) -> Rollup:
         lease = Lease(self.db, state_ref(self.db, NAMES), name, 10.0)
         assert lease.acquire()
@@ -259,15 +267,9 @@ def test_a_counter_a_sweeps_cell_deferred_is_found_again_by_the_successor() -> N
     t += 1
     successor = scene.hand_over(first, t)
     t += 1  # the lease taken
-    for _ in range(10):
-        t += 1
-        scene.at(t)
-        successor.tick()
+    t = scene.ticked(successor, t, 10)
     scene.write_shard("b-slow", 1, 1)
-    for _ in range(3):
-        t += 1
-        scene.at(t)
-        successor.tick()
+    t = scene.ticked(successor, t, 3)
     scene.at(t + 1)
     assert scene.published("b-slow") == scene.shards("b-slow") == 2
 
@@ -314,15 +316,9 @@ def test_what_a_successor_took_in_from_before_the_checkpoint_is_read_again_by_th
     assert scene.published("b") == 1
     second = scene.hand_over(successor, t)
     t += 1  # the lease taken
-    for _ in range(3):
-        t += 1
-        scene.at(t)
-        second.tick()
+    t = scene.ticked(second, t, 3)
     scene.write_shard("b", 1, 1)
-    for _ in range(3):
-        t += 1
-        scene.at(t)
-        second.tick()
+    t = scene.ticked(second, t, 3)
     scene.at(t + 1)
     assert scene.published("b") == scene.shards("b") == 2
 
@@ -354,10 +350,7 @@ def test_holders_of_one_tick_each_move_the_checkpoint() -> None:
 def ticked_until_the_checkpoint_is_due(scene: Scene, first: Rollup, t: float) -> float:
     """Tick `first` until its next tick starts a round of memories (after 130 ticks: what it
     met before has left its ledger); returns the clock."""
-    for _ in range(130):
-        t += 1
-        scene.at(t)
-        first.tick()
+    t = scene.ticked(first, t, 130)
     while (scene.sim.instant(round((t + 1) * 1_000_000)) - first.checkpoint).total_seconds() \
             < ledger_module.FLUSH_S:
         t += 1
@@ -393,15 +386,9 @@ def test_a_waiting_counter_met_after_a_round_goes_to_its_memory_with_its_publish
     t += 1
     successor = scene.hand_over(first, t)
     t += 1
-    for _ in range(3):
-        t += 1
-        scene.at(t)
-        successor.tick()
+    t = scene.ticked(successor, t, 3)
     scene.write_shard("b", 1, 1)
-    for _ in range(3):
-        t += 1
-        scene.at(t)
-        successor.tick()
+    t = scene.ticked(successor, t, 3)
     scene.at(t + 1)
     assert scene.published("b") == scene.shards("b") == 2
 
@@ -415,10 +402,7 @@ def test_a_waiting_counter_met_by_a_tick_that_fails_is_read_whole_later() -> Non
         counters.create_counter(scene.ctx, scene.db, name, shards=2)
     t = 1.0
     first = scene.holder_of(WHOLE, at=t)
-    for _ in range(5):
-        t += 1
-        scene.at(t)
-        first.tick()
+    t = scene.ticked(first, t, 5)
     scene.at(t + 0.3)
     scene.write_shard("a", 0, 1)
     scene.write_shard("b", 0, 1)
@@ -439,10 +423,7 @@ def test_a_waiting_counter_met_by_a_tick_that_fails_is_read_whole_later() -> Non
     with pytest.raises(gexc.ServiceUnavailable):
         first.tick()
     assert first.ledger.deferred == {"b"}
-    for _ in range(10):
-        t += 1
-        scene.at(t)
-        first.tick()
+    t = scene.ticked(first, t, 10)
     scene.at(t + 1)
     assert scene.published("b") == scene.shards("b") == 1
 
@@ -459,10 +440,7 @@ def test_a_cells_finding_that_waits_goes_to_its_memory_with_its_publish() -> Non
         counters.create_counter(scene.ctx, scene.db, name, shards=1)
     first = scene.holder_of(WHOLE, at=1)
     t = 1.0
-    for _ in range(3):
-        t += 1
-        scene.at(t)
-        first.tick()
+    t = scene.ticked(first, t, 3)
     scene.slow_write("late", 0.5)
     for other in others:
         scene.at(t + 0.3)
