@@ -712,9 +712,12 @@ class Promptness:
     def check(self, run: Evidence) -> list[Finding]:
         """For each shard state that is due (see the module's docstring), the first change
         query reading its stripe at or after it became due, while it was still the shard's
-        latest state, returns it."""
-        # stripe -> (read, since, the partitions whose lease named the query's owner then)
-        queries: dict[int, list[tuple[int, int, tuple[partitions.Part, ...]]]] = defaultdict(list)
+        latest state, returns it (a page that a limit cut short before its stamp does not
+        count: a new holder reads its backlog over several ticks)."""
+        # stripe -> (read, since, the partitions whose lease named the query's owner then,
+        # the stamp up to which it served: None, every one)
+        queries: dict[int, list[tuple[int, int, tuple[partitions.Part, ...], int | None]]] = \
+            defaultdict(list)
         # owner -> the partitions whose lease ever named it, with their commits and owners
         leases: dict[str, list[tuple[partitions.Part, list[int], list[Any]]]] = defaultdict(list)
         for path, versions in run.model.docs.items():
@@ -728,8 +731,9 @@ class Promptness:
             held = tuple(part for part, commits, owners in mine
                          if (at := bisect.bisect_right(commits, query.read_us)) > 0
                          and owners[at - 1] == query.owner)
+            through = None if query.through is None else us_of(query.through)
             for stripe in query.stripes:
-                queries[stripe].append((query.read_us, since, held))
+                queries[stripe].append((query.read_us, since, held, through))
         for found in queries.values():
             found.sort(key=lambda read: read[:2])
         overlap = micros(config.CHANGE_OVERLAP_S)
@@ -753,10 +757,11 @@ class Promptness:
                 # The first such query of a partition that owns the shard's key: another
                 # partition's drops it.
                 first = next((r for r in itertools.islice(reads, at, None)
-                              if any(p.owns(home) for p in r[2])), None)
+                              if any(p.owns(home) for p in r[2])
+                              and (r[3] is None or stamp <= r[3])), None)
                 if first is None:
                     continue
-                read, since, _ = first
+                read, since, _, _ = first
                 superseded = n + 1 < len(versions) and versions[n + 1].commit_us <= read
                 # A stripe that a P in between does not read in its ticks is another P's: once
                 # narrowed, the sweep's (by design).

@@ -140,12 +140,14 @@ class Attempt:
 @dataclass(frozen=True, kw_only=True)
 class ChangeQuery:
     """A rollup change query as served: `stripe in stripes and updated_at > since`, read at
-    `read_us`, for the lease owner `owner` (its partition: the lease that names it)."""
+    `read_us`, for the lease owner `owner` (its partition: the lease that names it); a page its
+    limit cut short served stamps up to `through` (None: every one)."""
 
     read_us: int
     stripes: frozenset[int]
     since: dt.datetime
     owner: str | None = None
+    through: dt.datetime | None = None
 
 
 class Model:
@@ -226,7 +228,12 @@ class Model:
         return found
 
     def scan(self, candidates: Callable[[], Iterable[Path]], filters: list[FieldFilter],
-             read_time: dt.datetime | None, group: str | None) -> list[Snapshot]:
+             read_time: dt.datetime | None, group: str | None,
+             served: Callable[[list[Snapshot]], tuple[list[Snapshot], bool]]
+             ) -> list[Snapshot]:
+        """The documents of `candidates` that match `filters` at `read_time`, as `served`
+        answers them (its order, cursor and limit): billed, and noted when it is a change
+        query."""
         # The lease owner the asking actor acts for: `serve` runs in the scheduler, no actor's.
         owner = getattr(self.sim.current(), "owner", None)
 
@@ -250,8 +257,11 @@ class Model:
                     if path in self.unreadable:
                         return unavailable()
                     found.append(self._snapshot(path, at_us))
+                found, cut = served(found)
                 self.reads += max(1, len(found))
-                self._note_change_query(group, filters, at_us, owner)
+                # A limit that left documents out: the query read up to its last one's stamp.
+                through = (found[-1].to_dict() or {}).get("updated_at") if cut else None
+                self._note_change_query(group, filters, at_us, owner, through)
                 return found
 
         found: list[Snapshot] | gexc.GoogleAPICallError = self._request(serve)
@@ -274,7 +284,7 @@ class Model:
             self.imports.append(now_us)
 
     def _note_change_query(self, group: str | None, filters: list[FieldFilter],
-                           at_us: int, owner: str | None) -> None:
+                           at_us: int, owner: str | None, through: dt.datetime | None) -> None:
         if group != config.SHARDS:
             return
         stripes = next((f.value for f in filters
@@ -284,7 +294,8 @@ class Model:
         bounded = any(f.field_path == "updated_at" and f.op_string == "<=" for f in filters)
         if stripes is not None and since is not None and not bounded:  # (a sweep's cell is not)
             self.change_queries.append(ChangeQuery(
-                read_us=at_us, stripes=frozenset(stripes), since=since, owner=owner))
+                read_us=at_us, stripes=frozenset(stripes), since=since, owner=owner,
+                through=through))
 
     def candidates(self, base: Callable[[], set[Path]], collection_id: str,
                    filters: list[FieldFilter]) -> Callable[[], Iterable[Path]]:
@@ -749,10 +760,14 @@ class Query:
         return query
 
     def stream(self, read_time: dt.datetime | None = None, **_: Any) -> Iterator[Snapshot]:
-        after = self._after
-        found = self._model.scan(
+        return iter(self._model.scan(
             self._model.candidates(self._base, self._collection_id, self._filters),
-            self._filters, read_time, self._group)
+            self._filters, read_time, self._group, self._served))
+
+    def _served(self, found: list[Snapshot]) -> tuple[list[Snapshot], bool]:
+        """What a query answers of the documents that match its filters: in its order, after its
+        cursor, up to its limit; and whether the limit left some out."""
+        after = self._after
         fields = [field_path for field_path, _ in self._order if field_path != DOCUMENT_ID]
         for field_path, direction in reversed(self._order):  # stable sorts, last key first
             if field_path != DOCUMENT_ID:  # found in document order already
@@ -768,7 +783,9 @@ class Query:
 
             found = [snapshot for snapshot in found if key(snapshot) > cursor
                      or (self._inclusive and key(snapshot) == cursor)]
-        return iter(found[:self._limit] if self._limit is not None else found)
+        if self._limit is None or len(found) <= self._limit:
+            return found, False
+        return found[:self._limit], True
 
     def sum(self, field_path: str, alias: str) -> Aggregation:
         return Aggregation(self, field_path, alias)

@@ -1214,3 +1214,61 @@ def test_a_counter_born_before_its_holder_is_met_from_its_memory_not_its_stamp()
         scene.at(t)
         successor.tick()
     assert scene.published("old") == scene.shards("old") == 8
+
+
+def backlog(scene: Scene, names: list[str], first: Rollup, until: float) -> dict[str, int]:
+    """`first` ticks once at 1 s (its checkpoint) and lets go; then a shard of a counter of
+    `names` is written every 0.1 s until `until`, each counter's shards in turn, with no holder.
+    Returns what each counter's shards hold."""
+    scene.at(1.2)
+    first.tick()
+    scene.at(1.5)
+    first.store.lease.release(first.durable_progress)
+    t, n = 1.5, 0
+    while t < until:
+        t += 0.1
+        scene.at(t)
+        name = names[n % len(names)]
+        scene.write_shard(name, (n // len(names)) % 10, 1)
+        n += 1
+    return {name: scene.shards(name) for name in names}
+
+
+def test_a_new_holder_reads_its_backlog_over_ticks_and_publishes_only_whole_sums() -> None:
+    """A successor 40 s behind reads the older part of what is left each tick, in pages of 10
+    (`catch_up_page`), and publishes nothing until its pages reach its instant: every count it
+    publishes is a sum of every shard (here 0 or the final sum, as the writes stopped), never
+    of the shards one tick read and the others' older values. No tick reads the backlog
+    whole (without catching up, the first tick read 251 documents, all of it)."""
+    scene = Scene(limits=Limits(catch_up_page=10))
+    names, first = scene.twenty_counters()
+    truth = backlog(scene, names, first, 41.0)
+    successor = scene.holder("successor")
+    t, reads, silent = 42.0, [], 0
+    while any(scene.published(name) != truth[name] for name in names) and t < 80:
+        t += 1
+        scene.at(t)
+        stats = successor.tick()
+        reads.append(stats.reads)
+        silent += stats.written == 0 and stats.owed > 0
+        scene.at(t + 0.5)  # its commits are done
+        assert {name: scene.published(name) for name in names
+                if scene.published(name) not in (0, truth[name])} == {}
+    assert all(scene.published(name) == truth[name] for name in names)
+    assert silent >= 2 and max(reads) < 200, (silent, reads)
+
+
+def test_a_holder_that_stops_while_catching_up_leaves_its_backlog_to_the_next() -> None:
+    """A successor hands over after two ticks of catching up (its watermark in the middle of its
+    backlog): the counters it found wait in no memory, so the progress it persists goes back to
+    where its catch-up began, and the next holder publishes every sum."""
+    scene = Scene(limits=Limits(catch_up_page=10))
+    names, first = scene.twenty_counters()
+    truth = backlog(scene, names, first, 41.0)
+    successor = scene.holder("successor")
+    t = scene.ticked(successor, 42.0, 2)
+    assert successor.ledger.waiting and successor.watermark > successor.durable_progress.watermark
+    third = scene.hand_over(successor, t)
+    scene.ticked(third, t + 1, 10)
+    scene.at(t + 12)
+    assert {name: scene.published(name) for name in names} == truth

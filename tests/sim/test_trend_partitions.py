@@ -86,12 +86,16 @@ class Scene:
                 tally[(config.GLOBAL_SCOPE, tag)] += 1
 
     def tick(self, held: list[Rollup]) -> list[TickStats]:
-        """Every partition ticks once, a second apart, partition 0 (the merger) last: as its
-        task for the slot of the others' part commits runs after them."""
+        """Every partition ticks once (a new holder until it has caught up), a second apart,
+        partition 0 (the merger) last: as its task for the slot of the others' part commits runs
+        after them."""
         stats = []
         for holder in [*held[1:], held[0]]:
             self.later()
             stats.append(self.act(holder.tick))
+            while holder.catching_up:
+                self.later()
+                stats.append(self.act(holder.tick))
         self.later()
         return stats
 

@@ -31,6 +31,7 @@ NOT_FIRESTORE = {
     ("rollup.ledger:Ledger.plan", "updates[counter]"): "a dict of fields",
     ("rollup.ledger:Ledger.plan", "fields"): "a dict of fields (`updates.get(counter, {})`)",
     ("rollup.trend_ledger:TrendLedger.hold_totals", "self.totals"): "a dict of totals",
+    ("rollup.tick:Rollup._backlog", "self._trend_backlog[bucket]"): "a dict of snapshots",
     ("rollup.trend_ledger:TrendLedger.remember", "self.published"): "a dict of totals",
 }
 # Listed writes whose guard travels with them (they make it themselves), so that their callers

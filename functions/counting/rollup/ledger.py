@@ -28,11 +28,11 @@ from counting.writepath import autoscale, partitions
 IDLE_TICKS_KEPT = 120
 # Counters first met by a holder: their documents are read, at most this many per tick (in
 # chunks, several at once); a memory's `shard_counts` stands for the shards that did not change.
-# Within that, a tick meets at most twice the counters the last one changed, and no fewer than
+# Within that, a tick meets at most as many counters as the last one changed, and no fewer than
 # MEETINGS_MIN: a new holder meeting thousands catches up over a few ticks, none much longer
 # than the others (`spread_first_loads`).
 DOCUMENT_LOADS_PER_TICK = 5000
-MEETINGS_MIN = 500
+MEETINGS_MIN = 250
 # Those whose document has no `shard_counts` (or that are owed a whole read: deferred) are read
 # whole, at most this many per tick (a tick reading 200 counters of 10 shards stays near a
 # second). The others wait for the next ticks.
@@ -370,7 +370,7 @@ class Ledger:
     def spread_first_loads(self, changes: Changes, since: dt.datetime) -> None:
         """Bound the counters met in one tick (their documents read: a new holder meeting
         thousands at once would otherwise hold up every counter's publish, and make one tick
-        many times as long as the others): at most twice the counters the last tick changed,
+        many times as long as the others): at most as many as the last tick changed,
         no fewer than MEETINGS_MIN, no more than `document_loads_per_tick`. Changed counters
         past it wait with the values read of their changed shards (`waiting`), and are met
         first by the next ticks, with what their queries return since over those values (a
@@ -380,11 +380,22 @@ class Ledger:
         unseen = [*self.waiting,  # the oldest first; the others whatever the reads' order
                   *sorted(c for c in changes if c not in self.held and c not in self.waiting)]
         budget = min(self.document_loads_per_tick,
-                     max(MEETINGS_MIN, 2 * self._last_changed))
+                     max(MEETINGS_MIN, self._last_changed))
         self._from_waiting = {c for c in unseen[:budget] if self.waiting.pop(c, None) is not None}
         for counter in unseen[budget:]:
             self.waiting[counter] = changes.pop(counter)
             self._owed_since(since)
+
+    def wait(self, changes: Changes, since: dt.datetime) -> None:
+        """A tick catching up (`Rollup.tick`) read part of what changed: every counter found
+        waits with the values read (none is held yet: a catch-up is a new ledger's), and is met
+        once the rest is read; a successor starts no later than `since` meanwhile."""
+        for counter, shards in changes.items():
+            assert counter not in self.held, counter
+            self.waiting[counter] = {**self.waiting.get(counter, {}), **shards}
+        if changes:
+            self._owed_since(since)
+        changes.clear()
 
     def first_loads(self, changes: Changes, since: dt.datetime) -> list[str]:
         """With the changed counters' documents held: a counter whose document has

@@ -177,8 +177,27 @@ class Store:
         """Every shard (counters' and trend buckets') in `stripes` whose `updated_at` is after
         `since` (and at most `until`: a sweep's cell), read at `as_of`: one query, more while a
         partition also reads an earlier spread (`partitions`), run at once; each in pages of
-        `change_page` in `updated_at` order, so that no one read lasts long however much changed
-        (a new holder's first tick): the lease is renewed between pages."""
+        `change_page` in `updated_at` order, so that no one read lasts long however much changed:
+        the lease is renewed between pages."""
+        return [snapshot for found, _ in self.each(
+            lambda query: self._pages(query, as_of, self._change_page, None),
+            self._change_queries(stripes, since, until, self._change_page))
+            for snapshot in found]
+
+    def catching_up(self, stripes: list[int], since: dt.datetime, as_of: dt.datetime,
+                    page: int, target: Callable[[dt.datetime], dt.datetime]
+                    ) -> tuple[list[Snapshot], dt.datetime | None]:
+        """As `changed_shards` without `until`, in pages of `page`, each query read up to the
+        first page that passes `target` of its first shard's `updated_at` (a new holder's
+        backlog, `Rollup.tick`). Returns the shards, and the `updated_at` up to which every
+        query read everything (None: each read to the end)."""
+        read = self.each(lambda query: self._pages(query, as_of, page, target),
+                         self._change_queries(stripes, since, None, page))
+        reached = [through for _, through in read if through is not None]
+        return [snapshot for found, _ in read for snapshot in found], min(reached, default=None)
+
+    def _change_queries(self, stripes: list[int], since: dt.datetime,
+                        until: dt.datetime | None, page: int) -> list[Any]:
         queries = []
         for chunk in partitions.chunks(stripes):
             query = self.db.collection_group(self.names.shards) \
@@ -186,18 +205,25 @@ class Store:
                 .where(filter=FieldFilter("updated_at", ">", since))
             if until is not None:
                 query = query.where(filter=FieldFilter("updated_at", "<=", until))
-            queries.append(query.order_by("updated_at").limit(self._change_page))
+            queries.append(query.order_by("updated_at").limit(page))
+        return queries
 
-        def read(query: Any) -> list[Snapshot]:
-            found: list[Snapshot] = []
-            page = self.query(query, as_of)
-            while True:
-                found += page
-                if len(page) < self._change_page:
-                    return found
-                page = self.query(query.start_after(page[-1]), as_of)
-
-        return [snapshot for found in self.each(read, queries) for snapshot in found]
+    def _pages(self, query: Any, as_of: dt.datetime, page: int,
+               target: Callable[[dt.datetime], dt.datetime] | None
+               ) -> tuple[list[Snapshot], dt.datetime | None]:
+        """The pages of `query` read at `as_of`: all of them, or up to the first whose last
+        `updated_at` is past `target` of the first's; and that `updated_at` when pages were left
+        (None: read to the end)."""
+        found: list[Snapshot] = []
+        read = self.query(query, as_of)
+        while True:
+            found += read
+            if len(read) < page:
+                return found, None
+            last = read[-1].get("updated_at")
+            if target is not None and last > target(found[0].get("updated_at")):
+                return found, last
+            read = self.query(query.start_after(read[-1]), as_of)
 
     def above_min(self, homes: list[int], as_of: dt.datetime) -> list[str]:
         """The counters of `homes` above their minimum of shards (`partitions.watched`), read at

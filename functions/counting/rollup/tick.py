@@ -49,6 +49,16 @@ PUBLISHES_PER_COMMIT = (config.ROLLUP_COMMIT_WRITES - 1) // 2
 # a tick or so at a tick a second, each a slice of the sweep's stamps.
 SWEEP_DENSE_CELLS = 50
 
+# A new holder reads back from the checkpoint (tens of seconds of writes) over its first ticks
+# rather than in one: each reads, in pages of CATCH_UP_PAGE, the stamps from the first it finds
+# over a quarter of what is left (CATCH_UP_SPLIT) or CATCH_UP_TICKS intervals of ticks, whichever
+# is longer (so that it gains on the writes however fast they come), and the counters found wait
+# (`Ledger.wait`); the first tick whose pages reach its instant, or that has at most
+# CATCH_UP_TICKS intervals left, is a tick as any other and meets them.
+CATCH_UP_PAGE = 500
+CATCH_UP_SPLIT = 4
+CATCH_UP_TICKS = 2
+
 log = logging.getLogger(__name__)
 
 # What one counter's own write can fail with, whatever the others do: its document was deleted,
@@ -108,6 +118,7 @@ class Limits:
     first_loads_per_tick: int = ledger_module.FIRST_LOADS_PER_TICK
     publishes_per_commit: int = PUBLISHES_PER_COMMIT
     change_page: int = store_module.CHANGE_PAGE
+    catch_up_page: int = CATCH_UP_PAGE
 
 
 class Rollup:
@@ -136,6 +147,11 @@ class Rollup:
         self._problems: list[str] = []  # of the tick under way
         self._sweep_reads = 0  # of the tick under way: its sweep's cells
         self._watch_due = False  # the watch of counters above their minimum (`tick`)
+        self._last_as_of: dt.datetime | None = None  # the instant of this holder's last tick
+        # While catching up: where it began (the durable watermark goes no further), and the
+        # trend buckets' shards read meanwhile, handed to the trends when it ends.
+        self._catching: dt.datetime | None = None
+        self._trend_backlog: dict[str, dict[str, Any]] = defaultdict(dict)
 
     def close(self) -> None:
         self.store.close()
@@ -144,6 +160,9 @@ class Rollup:
         """Drop what this holder remembers; the next ticks read the changed counters whole."""
         self.ledger.forget()
         self._trends.forget()
+        if self._catching is not None:
+            self.watermark, self._catching = min(self.watermark, self._catching), None
+        self._trend_backlog.clear()
 
     @property
     def overlap_s(self) -> float:
@@ -182,9 +201,17 @@ class Rollup:
         return [cell for _, cell in sorted(ranked, key=lambda pair: pair[0])]
 
     @property
+    def catching_up(self) -> bool:
+        """Whether its last tick read only part of its backlog (`_caught_up_to`)."""
+        return self._catching is not None
+
+    @property
     def durable_progress(self) -> Progress:
         """Where a successor may start: everything before its watermark is published."""
-        return Progress(watermark=self.ledger.durable(self.watermark), swept=self.swept,
+        watermark = self.ledger.durable(self.watermark)
+        if self._catching is not None:
+            watermark = min(watermark, self._catching)
+        return Progress(watermark=watermark, swept=self.swept,
                         checkpoint=self.checkpoint, sweep_at=self.sweep_at,
                         sweep_done=self.sweep_done)
 
@@ -213,8 +240,13 @@ class Rollup:
         # A counter deferred now is owed from this query's reach, or from its sweep's if a cell
         # may have returned it: a successor reads back there (a cell done is not read again).
         owed_from = min([reach, *(cell.start for cell in cells)])
-        changes, births, trend_changes, swept = self._changed_shards(reach, as_of, known_from,
-                                                                     cells)
+        changes, births, trend_changes, swept, reached = self._changed_shards(
+            reach, as_of, known_from, cells, catching=self._catching_up(as_of, known_from))
+        if reached is not None:
+            return self._caught_up_to(reached, started, as_of, changes, trend_changes,
+                                      owed_from, cells, done, sweep_complete)
+        if self._trend_backlog:
+            trend_changes = self._backlog(trend_changes)
         in_hand = set(changes)  # what a failure forgets (the ledger adds what it visited)
         try:
             ledger.meet_born(changes, births)
@@ -260,12 +292,10 @@ class Rollup:
             ledger.forget_counters(in_hand | ledger.in_hand(), min(reach, self.checkpoint))
             self._trends.forget()
             raise
-        self.watermark = as_of
+        self.watermark = self._last_as_of = as_of
+        self._catching, self._trend_backlog = None, defaultdict(dict)
         self._watch_due &= watched is None and ledger.params.enabled
-        swept_to, self.sweep_done = None, done
-        if sweep_complete and self.sweep_at is not None:
-            swept_to = self.swept = self.sweep_at  # and the next sweep begins
-            self.sweep_at, self.sweep_done = as_of, 0
+        swept_to = self._sweep_read(as_of, done, sweep_complete)
         ledger.end_tick(changes)
         if ledger.checkpointed is not None:
             self.checkpoint = ledger.checkpointed
@@ -290,6 +320,56 @@ class Rollup:
             swept=swept_to,
         )
 
+    def _catching_up(self, as_of: dt.datetime, known_from: dt.datetime) -> bool:
+        """Whether this tick reads only the older part of what is left (`CATCH_UP_PAGE`): a new
+        ledger's first tick, and those after it while more than CATCH_UP_TICKS intervals of
+        ticks are left."""
+        if not self.ledger.fresh and self._catching is None:
+            return False
+        last = self._last_as_of
+        return last is None or as_of - known_from > CATCH_UP_TICKS * (as_of - last)
+
+    def _caught_up_to(self, reached: dt.datetime, started: dt.datetime, as_of: dt.datetime,
+                      changes: Changes, trend_changes: dict[str, dict[str, Any]],
+                      owed_from: dt.datetime, cells: list[Cell], done: int,
+                      sweep_complete: bool) -> TickStats:
+        """A tick catching up, which read every shard stamped up to `reached`: the counters
+        found wait with the values read (one whose other shards changed later is met when those
+        are read too), the trend buckets' shards wait for the tick that ends the catch-up, and
+        the next tick reads from `reached`. Nothing is written."""
+        self.ledger.wait(changes, owed_from)
+        self._backlog(trend_changes)
+        if self._catching is None:
+            self._catching = owed_from
+        # (Shards stamped at `reached` itself may be past the last page.)
+        self.watermark = reached - dt.timedelta(microseconds=1)
+        self._last_as_of = as_of
+        swept_to = self._sweep_read(as_of, done, sweep_complete)
+        self.ledger.end_tick({})
+        return TickStats(
+            as_of=as_of, changed_shards=0, changed_counters=0, written=0,
+            usage=self.store.take_usage(),
+            seconds=(dt.datetime.now(dt.UTC) - started).total_seconds(),
+            owed=self.ledger.owed, longest_call_s=self.store.take_longest(),
+            sweep_cells=len(cells), sweep_reads=self._sweep_reads, swept=swept_to)
+
+    def _backlog(self, trend_changes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The trend buckets' shards read while catching up, with `trend_changes` over them (a
+        shard read later holds its later value)."""
+        for bucket, shards in trend_changes.items():
+            self._trend_backlog[bucket].update(shards)
+        return self._trend_backlog
+
+    def _sweep_read(self, as_of: dt.datetime, done: int, complete: bool) -> dt.datetime | None:
+        """A tick read the sweep's cells up to `done`: when that completes it, the next begins
+        at `as_of`. Returns the instant it completed (None: it did not)."""
+        self.sweep_done = done
+        if not complete or self.sweep_at is None:
+            return None
+        swept = self.swept = self.sweep_at
+        self.sweep_at, self.sweep_done = as_of, 0
+        return swept
+
     def stripes(self, reach: dt.datetime, as_of: dt.datetime, *, sweep: bool) -> list[int]:
         """The stripes this partition reads for writes in (reach, as_of]. A sweep reads those of
         every P up to 16 (or this P), so that a write whose writer still knew another P whenever
@@ -309,11 +389,15 @@ class Rollup:
         return self.part.ticks()
 
     def _changed_shards(
-        self, reach: dt.datetime, as_of: dt.datetime, known_from: dt.datetime, cells: list[Cell]
-    ) -> tuple[Changes, dict[str, dict[str, Any]], dict[str, dict[str, Any]], set[str]]:
+        self, reach: dt.datetime, as_of: dt.datetime, known_from: dt.datetime, cells: list[Cell],
+        *, catching: bool
+    ) -> tuple[Changes, dict[str, dict[str, Any]], dict[str, dict[str, Any]], set[str],
+               dt.datetime | None]:
         """Counter shards and trend minute-bucket shards whose `updated_at` is in
-        (reach, as_of], and those of the sweep's `cells`; the birth stamps of the counters all of
-        whose shards returned carry one (`Ledger.meet_born`); and the counters a cell returned.
+        (reach, as_of] (`catching`: up to about halfway, `Store.catching_up`), and those of the
+        sweep's `cells`; the birth stamps of the counters all of whose shards returned carry one
+        (`Ledger.meet_born`); the counters a cell returned; and where a catch-up's read stopped
+        (None: at `as_of`).
 
         `stripe in [its stripes]` is one query that the (stripe, updated_at) index serves as one
         range scan per stripe; what another partition owns (a shard written before its key's
@@ -334,15 +418,23 @@ class Rollup:
         # to find.
         every_tick = set(self.part.ticks())
         partitioned_at = self.store.lease.record.partitioning.since
-        reads: list[tuple[bool, list[Snapshot]]] = [
-            (False, self.store.changed_shards(self.stripes(reach, as_of, sweep=False), reach,
-                                              as_of))]
+        stripes = self.stripes(reach, as_of, sweep=False)
+        last = self._last_as_of
+        interval = dt.timedelta(0) if last is None else as_of - last
+
+        def target(first: dt.datetime) -> dt.datetime:
+            return first + max((as_of - first) / CATCH_UP_SPLIT, CATCH_UP_TICKS * interval)
+
+        found, reached = self.store.catching_up(stripes, reach, as_of, self.limits.catch_up_page,
+                                                target) \
+            if catching else (self.store.changed_shards(stripes, reach, as_of), None)
+        reads: list[tuple[bool, list[Snapshot]]] = [(False, found)]
         by_range: dict[tuple[dt.datetime, dt.datetime], list[int]] = defaultdict(list)
         for cell in cells:
             by_range[(cell.start, cell.end)].append(cell.stripe)
         before = self.store.usage.reads
-        reads += [(True, self.store.changed_shards(stripes, start, as_of, until=end))
-                  for (start, end), stripes in by_range.items()]
+        reads += [(True, self.store.changed_shards(swept_stripes, start, as_of, until=end))
+                  for (start, end), swept_stripes in by_range.items()]
         self._sweep_reads = self.store.usage.reads - before
         for of_sweep, snapshots in reads:
             for snapshot in snapshots:
@@ -369,7 +461,7 @@ class Rollup:
                         partitions.tag_home_of_hex(parent.id)):
                     trend_changes[parent.id][snapshot.id] = snapshot
         births = {counter: born for counter, born in stamps.items() if isinstance(born, dict)}
-        return changes, births, trend_changes, swept
+        return changes, births, trend_changes, swept, reached
 
     def _above_min(self, as_of: dt.datetime) -> list[str]:
         """Counters this partition owns that may have shards to shed, whether or not anyone
