@@ -108,7 +108,14 @@ def wait_shown(watch: Watch, counter: str, value: int, after: float,
 
 
 def usage(db: firestore.Client) -> dict[str, Any]:
-    return cadence.usage_ref(db, NAMES).get().to_dict() or {}
+    return usage_at(db)[0]
+
+
+def usage_at(db: firestore.Client) -> tuple[dict[str, Any], float]:
+    """The rollup's usage on record, and when it was recorded (epoch seconds; 0: never): a
+    holder records it every `usage_flush_s`, so it leaves out the ticks since."""
+    snapshot = cadence.usage_ref(db, NAMES).get()
+    return snapshot.to_dict() or {}, snapshot.update_time.timestamp() if snapshot.exists else 0.0
 
 
 def scheduled_between(before: dict[str, Any], after: dict[str, Any]) -> float:
@@ -144,17 +151,20 @@ def load(db: firestore.Client, admin: Callables, level: Level) -> dict[str, Any]
     total = warm + round(level.rate * level.seconds)
     started = time.monotonic()
     before: dict[str, Any] = {}
-    began = math.inf
+    began, recorded = math.inf, 0.0
+    acked_at: list[float] = []  # every increment's, warm-up too (epoch seconds)
 
     def send(i: int) -> None:
-        nonlocal before, began
+        nonlocal before, began, recorded
         time.sleep(max(0.0, started + i / level.rate - time.monotonic()))
         if i == warm:
-            before, began = usage(db), time.monotonic()
+            (before, recorded), began = usage_at(db), time.monotonic()
         counter = names[i % len(names)]
         sent = time.monotonic()
         callers[i % SENDERS].call("increment", counter=counter, request_id=uuid.uuid4().hex)
         acked = time.monotonic()
+        with lock:
+            acked_at.append(time.time())
         if i >= warm:
             with lock:
                 acks[counter].append(acked)
@@ -180,19 +190,25 @@ def load(db: firestore.Client, admin: Callables, level: Level) -> dict[str, Any]
         watch.close()
     after = usage(db)
     rollup = cost_model.usage_delta(before, after)
+    # The rollup's usage from its record before the window (up to `usage_flush_s` into the
+    # warm-up) to the one after: its cost is that of the increments since (the last one, of
+    # `record_pending`, included), not of the window's alone (a 60 s run overstated it by 12%).
+    rolled = 1 + sum(1 for at in acked_at if at > recorded)
+    share = len(requests) / rolled  # of the usage on record: the window's increments'
     scheduled = scheduled_between(before, after)
-    rollup_usd = cost_model.rollup_usd(rollup, scheduled)
-    slots = cost_model.slot_tasks(rollup, scheduled)
+    rollup_usd = cost_model.rollup_usd(rollup, scheduled) * share
+    slots = cost_model.slot_tasks(rollup, scheduled) * share
     write_usd = cost_model.write_path_usd(requests, slots, len(names))
     window = level.seconds
     figures = {
         "rate": level.rate, "counters": level.counters, "seconds": window,
         "increments": len(requests), "achieved_rate": len(requests) / sent_s,
         **lag_figures([lag for _, lag in lags], len(requests)),
-        "rollup_usage": rollup, "scheduled_invocations": scheduled,
+        "rollup_usage": rollup, "rollup_increments": rolled, "scheduled_invocations": scheduled,
         "callable_p50_s": sorted(d for _, d in requests)[len(requests) // 2],
         "usd_month": cost_model.month_usd(rollup_usd, window),
         "total_usd_month": cost_model.month_usd(rollup_usd + write_usd, window),
+        "rollup_increments": rolled,
         "rollup_usd_per_million": cost_model.usd_per_million_increments(
             rollup_usd, len(requests)),
         "usd_per_million_increments": cost_model.usd_per_million_increments(
