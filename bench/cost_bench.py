@@ -208,7 +208,6 @@ def load(db: firestore.Client, admin: Callables, level: Level) -> dict[str, Any]
         "callable_p50_s": sorted(d for _, d in requests)[len(requests) // 2],
         "usd_month": cost_model.month_usd(rollup_usd, window),
         "total_usd_month": cost_model.month_usd(rollup_usd + write_usd, window),
-        "rollup_increments": rolled,
         "rollup_usd_per_million": cost_model.usd_per_million_increments(
             rollup_usd, len(requests)),
         "usd_per_million_increments": cost_model.usd_per_million_increments(

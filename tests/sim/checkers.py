@@ -33,7 +33,8 @@ change query served) and what callers were told (`history`).
   straddling state whose writer saw it straddle (its answer reached a caller that was then
   answered, so lived to touch it: the touch); a state with an older P's stripe is left to the
   sweep. Without them counts are still exact at quiescence (the sweep finds the rest), a sweep
-  later.
+  later. A page that a limit cut short (a new holder catching up) can see only the stamps it
+  served.
 - `Audit`: the exactness audit the scheduled run makes (`counting.rollup.audit`) found no drift.
 
 A finding's `kind` says what it costs: `lost`, `doubled`, `fenced`, `answer`, `late`.
@@ -758,7 +759,7 @@ class Promptness:
                 # partition's drops it.
                 first = next((r for r in itertools.islice(reads, at, None)
                               if any(p.owns(home) for p in r[2])
-                              and (r[3] is None or stamp <= r[3])), None)
+                              and (r[3] is None or stamp < r[3])), None)
                 if first is None:
                     continue
                 read, since, _, _ = first

@@ -1272,3 +1272,32 @@ def test_a_holder_that_stops_while_catching_up_leaves_its_backlog_to_the_next() 
     scene.ticked(third, t + 1, 10)
     scene.at(t + 12)
     assert {name: scene.published(name) for name in names} == truth
+
+
+def test_a_new_holder_ticking_faster_than_the_overlap_still_catches_up() -> None:
+    """A successor 40 s behind ticks every 0.3 s (a scheduled run's drain: ticks back to back)
+    while 60 shards a second are written: each tick reads on from the overlap before its last
+    stamp, so it must gain more than that each tick; it catches up within a few dozen ticks,
+    owing all the while (its holder ticks on), and then publishes every sum. (Gaining two
+    intervals from the first stamp, it stayed 2 s behind: still catching up after 200 ticks.)"""
+    scene = Scene(limits=Limits(catch_up_page=10))
+    names, first = scene.twenty_counters()
+    backlog(scene, names, first, 41.0)
+    successor = scene.holder("successor")
+    t, n, ticks = 42.0, 0, 0
+    while ticks < 40:
+        for _ in range(18):
+            t += 0.3 / 18
+            scene.at(t)
+            scene.write_shard(names[n % len(names)], (n // len(names)) % 10, 1)
+            n += 1
+        stats = successor.tick()
+        ticks += 1
+        if not successor.catching_up:
+            break
+        assert stats.owed > 0
+    assert not successor.catching_up, ticks
+    t = scene.ticked(successor, t, 3)
+    scene.at(t + 1)
+    assert {name: scene.published(name) for name in names} == \
+        {name: scene.shards(name) for name in names}

@@ -290,26 +290,43 @@ def test_a_counter_left_waiting_from_an_earlier_reach_moves_the_durable_watermar
 
 
 def test_a_new_holder_meets_thousands_over_a_few_ticks() -> None:
-    """A tick meets at most as many counters as the last one changed, no fewer than
-    MEETINGS_MIN: 1,200 unseen counters at once are met 250, then 250 again, then 500 (as many
-    as the last tick changed: 250 met and the 250 first met, written again)."""
+    """A tick meets as many counters as the last one changed, or a quarter of those to meet,
+    no fewer than MEETINGS_MIN: 1,200 unseen counters at once are met 300 (a quarter), then 300
+    (as many as the last tick changed), then the 600 others (as many as the last tick changed:
+    300 met and the 300 first met, written again)."""
     book = Ledger(FAST)
     changes = {f"c{n:04d}": {"0": value(1, 1)} for n in range(1200)}
     book.spread_first_loads(changes, at(0))
-    assert len(changes) == ledger.MEETINGS_MIN == 250 and len(book.waiting) == 950
+    assert len(changes) == 300 and len(book.waiting) == 900
     for counter in changes:
         book.hold(counter, {"count": 0}, {"shard_counts": {}})
     book.end_tick(changes)
     more: ledger.Changes = {}
     book.spread_first_loads(more, at(1))
-    assert len(more) == 250 and len(book.waiting) == 700
+    assert len(more) == 300 and len(book.waiting) == 600
     for counter in more:
         book.hold(counter, {"count": 0}, {"shard_counts": {}})
     more.update({counter: {"0": value(2, 2)} for counter in changes})
     book.end_tick(more)
     last: ledger.Changes = {}
     book.spread_first_loads(last, at(2))
-    assert len(last) == 500 and len(book.waiting) == 200
+    assert len(last) == 600 and not book.waiting
+
+
+def test_a_holder_meeting_fewer_than_arrive_meets_more_each_tick() -> None:
+    """400 counters the holder does not hold change each tick (more than MEETINGS_MIN), and
+    none it holds: the counters waiting stay under 4 ticks' arrivals (MEETINGS_SPREAD), where a
+    budget of as many as the last tick changed stays at 250 and they grow by 150 a tick (3,000
+    after 20 ticks)."""
+    book = Ledger(FAST)
+    for tick in range(20):
+        changes = {f"t{tick:02d}-{n:03d}": {"0": value(1, 1)} for n in range(400)}
+        book.spread_first_loads(changes, at(tick))
+        for counter in changes:
+            book.hold(counter, {"count": 0}, {"shard_counts": {}})
+        book.end_tick(changes)
+        assert len(book.waiting) <= 4 * 400, (tick, len(book.waiting))
+    assert ledger.MEETINGS_MIN < 400
 
 
 def test_a_counter_with_shard_counts_is_not_read_whole() -> None:

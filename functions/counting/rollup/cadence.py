@@ -147,7 +147,7 @@ class Holder:
             try:
                 end = None if slot is None else waking.slot_end(slot)
                 if end is not None and self.rollup is not None and self.last_as_of is not None \
-                        and self.last_as_of >= end and not self.rollup.ledger.owed:
+                        and self.last_as_of >= end and not self.rollup.owed:
                     run.outcome = Outcome.COVERED
                     return run
                 if not self._take(run, self._timing.busy_wait_s):
@@ -178,7 +178,7 @@ class Holder:
                         self._tick(run, None)
                         # Owed counters are drained here, not left to a task (`drain_s`).
                         drain_until = began + self._timing.drain_s / self.part.count
-                        while self.rollup is not None and self.rollup.ledger.owed \
+                        while self.rollup is not None and self.rollup.owed \
                                 and self._clock.monotonic() < drain_until:
                             self._tick(run, None)
                     finally:

@@ -28,11 +28,13 @@ from counting.writepath import autoscale, partitions
 IDLE_TICKS_KEPT = 120
 # Counters first met by a holder: their documents are read, at most this many per tick (in
 # chunks, several at once); a memory's `shard_counts` stands for the shards that did not change.
-# Within that, a tick meets at most as many counters as the last one changed, and no fewer than
-# MEETINGS_MIN: a new holder meeting thousands catches up over a few ticks, none much longer
-# than the others (`spread_first_loads`).
+# Within that, a tick meets as many counters as the last one changed, or 1/MEETINGS_SPREAD of
+# those still to meet, whichever is more, and no fewer than MEETINGS_MIN: a new holder meeting
+# thousands catches up over a few ticks, none much longer than the others, and one that meets
+# fewer than arrive a tick meets more each tick (`spread_first_loads`).
 DOCUMENT_LOADS_PER_TICK = 5000
 MEETINGS_MIN = 250
+MEETINGS_SPREAD = 4
 # Those whose document has no `shard_counts` (or that are owed a whole read: deferred) are read
 # whole, at most this many per tick (a tick reading 200 counters of 10 shards stays near a
 # second). The others wait for the next ticks.
@@ -370,8 +372,9 @@ class Ledger:
     def spread_first_loads(self, changes: Changes, since: dt.datetime) -> None:
         """Bound the counters met in one tick (their documents read: a new holder meeting
         thousands at once would otherwise hold up every counter's publish, and make one tick
-        many times as long as the others): at most as many as the last tick changed,
-        no fewer than MEETINGS_MIN, no more than `document_loads_per_tick`. Changed counters
+        many times as long as the others): as many as the last tick changed, or
+        1/MEETINGS_SPREAD of those to meet (waiting and new), whichever is more, no fewer than
+        MEETINGS_MIN, no more than `document_loads_per_tick`. Changed counters
         past it wait with the values read of their changed shards (`waiting`), and are met
         first by the next ticks, with what their queries return since over those values (a
         shard's value is absolute); a successor starts no later than `since` meanwhile."""
@@ -380,7 +383,8 @@ class Ledger:
         unseen = [*self.waiting,  # the oldest first; the others whatever the reads' order
                   *sorted(c for c in changes if c not in self.held and c not in self.waiting)]
         budget = min(self.document_loads_per_tick,
-                     max(MEETINGS_MIN, self._last_changed))
+                     max(MEETINGS_MIN, self._last_changed,
+                         math.ceil(len(unseen) / MEETINGS_SPREAD)))
         self._from_waiting = {c for c in unseen[:budget] if self.waiting.pop(c, None) is not None}
         for counter in unseen[budget:]:
             self.waiting[counter] = changes.pop(counter)

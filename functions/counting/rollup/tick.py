@@ -51,10 +51,11 @@ SWEEP_DENSE_CELLS = 50
 
 # A new holder reads back from the checkpoint (tens of seconds of writes) over its first ticks
 # rather than in one: each reads, in pages of CATCH_UP_PAGE, the stamps from the first it finds
-# over a quarter of what is left (CATCH_UP_SPLIT) or CATCH_UP_TICKS intervals of ticks, whichever
-# is longer (so that it gains on the writes however fast they come), and the counters found wait
-# (`Ledger.wait`); the first tick whose pages reach its instant, or that has at most
-# CATCH_UP_TICKS intervals left, is a tick as any other and meets them.
+# over a quarter of what is left (CATCH_UP_SPLIT) or CATCH_UP_TICKS intervals of ticks and the
+# overlap, whichever is longer (the next reads from the overlap before its last stamp: so it
+# gains an interval a tick at least, however fast the writes come and the ticks follow), and the
+# counters found wait (`Ledger.wait`); the first tick whose pages reach its instant, or that has
+# at most CATCH_UP_TICKS intervals and the overlap left, is a tick as any other and meets them.
 CATCH_UP_PAGE = 500
 CATCH_UP_SPLIT = 4
 CATCH_UP_TICKS = 2
@@ -206,6 +207,13 @@ class Rollup:
         return self._catching is not None
 
     @property
+    def owed(self) -> int:
+        """Changed counters not published yet (`Ledger.owed`), at least 1 while it catches up
+        (what it has not read yet is owed too): its holder ticks on rather than wait for a
+        write."""
+        return self.ledger.owed or int(self.catching_up)
+
+    @property
     def durable_progress(self) -> Progress:
         """Where a successor may start: everything before its watermark is published."""
         watermark = self.ledger.durable(self.watermark)
@@ -311,7 +319,7 @@ class Rollup:
             published=len(plan.updates),
             rescaled=len(plan.grows) + len(plan.shrinks),
             folded=folded,
-            owed=ledger.owed,
+            owed=self.owed,
             trends=trends,
             problems=tuple(self._problems),
             longest_call_s=self.store.take_longest(),
@@ -323,11 +331,12 @@ class Rollup:
     def _catching_up(self, as_of: dt.datetime, known_from: dt.datetime) -> bool:
         """Whether this tick reads only the older part of what is left (`CATCH_UP_PAGE`): a new
         ledger's first tick, and those after it while more than CATCH_UP_TICKS intervals of
-        ticks are left."""
+        ticks and the overlap are left."""
         if not self.ledger.fresh and self._catching is None:
             return False
         last = self._last_as_of
-        return last is None or as_of - known_from > CATCH_UP_TICKS * (as_of - last)
+        return last is None or as_of - known_from > CATCH_UP_TICKS * (as_of - last) \
+            + dt.timedelta(seconds=self.overlap_s)
 
     def _caught_up_to(self, reached: dt.datetime, started: dt.datetime, as_of: dt.datetime,
                       changes: Changes, trend_changes: dict[str, dict[str, Any]],
@@ -339,8 +348,8 @@ class Rollup:
         the next tick reads from `reached`. Nothing is written."""
         self.ledger.wait(changes, owed_from)
         self._backlog(trend_changes)
-        if self._catching is None:
-            self._catching = owed_from
+        # (A later tick's cell may reach back further than the first's: a sparse stripe's.)
+        self._catching = owed_from if self._catching is None else min(self._catching, owed_from)
         # (Shards stamped at `reached` itself may be past the last page.)
         self.watermark = reached - dt.timedelta(microseconds=1)
         self._last_as_of = as_of
@@ -350,7 +359,7 @@ class Rollup:
             as_of=as_of, changed_shards=0, changed_counters=0, written=0,
             usage=self.store.take_usage(),
             seconds=(dt.datetime.now(dt.UTC) - started).total_seconds(),
-            owed=self.ledger.owed, longest_call_s=self.store.take_longest(),
+            owed=self.owed, longest_call_s=self.store.take_longest(),
             sweep_cells=len(cells), sweep_reads=self._sweep_reads, swept=swept_to)
 
     def _backlog(self, trend_changes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -394,7 +403,7 @@ class Rollup:
     ) -> tuple[Changes, dict[str, dict[str, Any]], dict[str, dict[str, Any]], set[str],
                dt.datetime | None]:
         """Counter shards and trend minute-bucket shards whose `updated_at` is in
-        (reach, as_of] (`catching`: up to about halfway, `Store.catching_up`), and those of the
+        (reach, as_of] (`catching`: its older part, `Store.catching_up`), and those of the
         sweep's `cells`; the birth stamps of the counters all of whose shards returned carry one
         (`Ledger.meet_born`); the counters a cell returned; and where a catch-up's read stopped
         (None: at `as_of`).
@@ -423,7 +432,8 @@ class Rollup:
         interval = dt.timedelta(0) if last is None else as_of - last
 
         def target(first: dt.datetime) -> dt.datetime:
-            return first + max((as_of - first) / CATCH_UP_SPLIT, CATCH_UP_TICKS * interval)
+            return first + max((as_of - first) / CATCH_UP_SPLIT, CATCH_UP_TICKS * interval
+                               + dt.timedelta(seconds=self.overlap_s))
 
         found, reached = self.store.catching_up(stripes, reach, as_of, self.limits.catch_up_page,
                                                 target) \
