@@ -83,6 +83,16 @@ class Scene:
         self.at(t + 1)
         return self.holder("successor")
 
+    def handed_over_publishes(self, holder: Rollup, t: float, counter: str, ticks: int) -> None:
+        """`holder` hands over at `t`; its successor ticks `ticks` times, then `counter`'s shard 1
+        is written once more and it ticks 3 times: it has published every write (2)."""
+        successor = self.hand_over(holder, t)
+        t = self.ticked(successor, t + 1, ticks)  # (the lease taken a second after)
+        self.write_shard(counter, 1, 1)
+        t = self.ticked(successor, t, 3)
+        self.at(t + 1)
+        assert self.published(counter) == self.shards(counter) == 2
+
     def write_shard(self, counter: str, shard: int, by: int) -> None:
         ref = counter_refs.shard_ref(self.db, NAMES, counter, shard)
         ref.update(shards.shard_write(self.ctx.writing, self.db, ref, by).fields)
@@ -264,14 +274,7 @@ def test_a_counter_a_sweeps_cell_deferred_is_found_again_by_the_successor() -> N
     scene.at(t)
     first.tick()
     assert list(first.ledger.waiting) == ["b-slow"]
-    t += 1
-    successor = scene.hand_over(first, t)
-    t += 1  # the lease taken
-    t = scene.ticked(successor, t, 10)
-    scene.write_shard("b-slow", 1, 1)
-    t = scene.ticked(successor, t, 3)
-    scene.at(t + 1)
-    assert scene.published("b-slow") == scene.shards("b-slow") == 2
+    scene.handed_over_publishes(first, t + 1, "b-slow", 10)
 
 
 def test_what_a_successor_took_in_from_before_the_checkpoint_is_read_again_by_the_next() -> None:
@@ -314,13 +317,7 @@ def test_what_a_successor_took_in_from_before_the_checkpoint_is_read_again_by_th
     t += 1
     scene.at(t)  # its commits are done
     assert scene.published("b") == 1
-    second = scene.hand_over(successor, t)
-    t += 1  # the lease taken
-    t = scene.ticked(second, t, 3)
-    scene.write_shard("b", 1, 1)
-    t = scene.ticked(second, t, 3)
-    scene.at(t + 1)
-    assert scene.published("b") == scene.shards("b") == 2
+    scene.handed_over_publishes(successor, t, "b", 3)
 
 
 def test_holders_of_one_tick_each_move_the_checkpoint() -> None:
@@ -383,14 +380,7 @@ def test_a_waiting_counter_met_after_a_round_goes_to_its_memory_with_its_publish
     first.tick()
     assert not first.ledger.owed and first.ledger.deferred_since is None
     scene.limits = None
-    t += 1
-    successor = scene.hand_over(first, t)
-    t += 1
-    t = scene.ticked(successor, t, 3)
-    scene.write_shard("b", 1, 1)
-    t = scene.ticked(successor, t, 3)
-    scene.at(t + 1)
-    assert scene.published("b") == scene.shards("b") == 2
+    scene.handed_over_publishes(first, t + 1, "b", 3)
 
 
 def test_a_waiting_counter_met_by_a_tick_that_fails_is_read_whole_later() -> None:
