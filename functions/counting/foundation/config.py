@@ -110,16 +110,18 @@ REQUEST_MARKER_TTL = dt.timedelta(hours=24)
 # Exact on real Firestore (docs/architecture.md, "Exact on real Firestore"). A shard's `updated_at`
 # is a server timestamp, which Firestore takes when the write's request starts; the write becomes
 # visible at its commit, later. The change query therefore reaches CHANGE_OVERLAP_S back before
-# the watermark: a write whose commit came at most that long after its timestamp is found by the
-# first tick that can see it. A writer whose write took longer (it sees both instants in the
-# write's result) touches the shard again (`shards.settle`), up to SHARD_TOUCH_ATTEMPTS times.
+# the watermark: a write whose commit came less than that after its timestamp is found by the
+# first tick that can see it. A writer whose write took that long or longer (it sees both instants
+# in the write's result) touches the shard again (`shards.settle`), up to SHARD_TOUCH_ATTEMPTS
+# times. The two bars are one: the writer measures the very difference the query allows for, on
+# Firestore's own instants, so a wider overlap only reads again what a touch already covers.
 # What no writer touched is found by a sweep: every ROLLUP_SWEEP_EVERY_S the query reaches back
 # to MAX_REQUEST_S before the previous sweep. MAX_REQUEST_S is Firestore's time limit for a
 # transaction (270 s), the longest any commit can follow the start of its request; a blind
 # write is a single commit and far shorter. Reading a shard twice is harmless (its values are
 # absolute).
-CHANGE_OVERLAP_S = 0.5
-SHARD_TOUCH_AFTER_S = CHANGE_OVERLAP_S / 2  # half: the truncation of instants costs nothing then
+CHANGE_OVERLAP_S = 0.25
+SHARD_TOUCH_AFTER_S = CHANGE_OVERLAP_S
 SHARD_TOUCH_ATTEMPTS = 3
 ROLLUP_SWEEP_EVERY_S = 50.0  # below a minute: every scheduled housekeeping tick sweeps
 MAX_REQUEST_S = 270.0

@@ -44,7 +44,7 @@ MAX_SAMPLE_S = 60.0
 # The memories of the counters whose counts moved are written in rounds of this long, a share of
 # the round each tick (at least MEMORIES_PER_TICK), a round starting once the checkpoint is this
 # old: a successor reads at most about twice this of changes, and no tick writes them all.
-FLUSH_S = config.ROLLUP_SWEEP_EVERY_S / 2
+FLUSH_S = config.ROLLUP_SWEEP_EVERY_S
 MEMORIES_PER_TICK = 250
 
 INT64 = (-(2**63), 2**63 - 1)
