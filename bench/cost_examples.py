@@ -8,15 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import cost_model
+from counting.foundation import config
 
 WINDOW_S = 600.0
 CALLABLE_S = 0.05  # an `increment` request: under 100 ms, so billed 100 ms alone
 TICK_S = 0.1  # a tick's request, billed 100 ms
 # Per tick: the lease's read and the fence written with the counters; per counter changed in the
-# tick's second, its shard read by 1.5 ticks (the change query's 0.5 s overlap) and its document
-# written.
+# tick's second, its shard read by 1 + CHANGE_OVERLAP_S ticks (the change query's overlap reads
+# it again that share of the time) and its document written.
 TICK_READS, TICK_WRITES = 1, 1
-CHANGE_READS, CHANGE_WRITES = 1.5, 1
+CHANGE_READS, CHANGE_WRITES = 1 + config.CHANGE_OVERLAP_S, 1
 HOUSEKEEPING_READS, HOUSEKEEPING_WRITES = 6, 4  # the scheduled tick of an idle minute
 
 

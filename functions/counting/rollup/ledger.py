@@ -692,9 +692,10 @@ class Ledger:
     def _flushing(self, as_of: dt.datetime, checkpoint: dt.datetime | None) -> set[str]:
         """This tick's share of the round of memories: the round's part due by `as_of` (all of
         it once the checkpoint is twice FLUSH_S old: at once for a holder that starts after a
-        pause, as a scheduled run's), at least MEMORIES_PER_TICK. A round starts with the
-        counters whose counts moved (this tick's included) once the checkpoint is FLUSH_S
-        old."""
+        pause that long; a scheduled run a minute after the checkpoint writes its share, and the
+        rest of the round is lost with its ledger), at least MEMORIES_PER_TICK. A round starts
+        with the counters whose counts moved (this tick's included) once the checkpoint is
+        FLUSH_S old."""
         if checkpoint is None:
             return set()
         age = (as_of - checkpoint).total_seconds() / FLUSH_S
