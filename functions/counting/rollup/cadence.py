@@ -291,9 +291,13 @@ class Holder:
                 self._on_tick(stats)
             if not_before is None or stats.as_of >= not_before:
                 break
-            # Delivered before the slot ended (clocks differ): tick again after it.
+            # Delivered before the slot ended (clocks differ): tick again once it has. The
+            # instant was read by the time its read returned, and the tick's own time since
+            # counts: waiting the whole difference from here would start the next tick a tick
+            # late (every time on the emulator, which dispatches a task at once).
             run.early = True
-            self._clock.sleep((not_before - stats.as_of).total_seconds())
+            self._clock.sleep(max(0.0, (not_before - stats.as_of).total_seconds()
+                                  - (self._clock.monotonic() - rollup.store.begun)))
         run.outcome = Outcome.TICKED
         if stats.owed and self._enqueue is not None and run.trigger != "schedule":
             run.tasks += int(self._enqueue(self.part, waking.slot_of(stats.as_of) + 1))

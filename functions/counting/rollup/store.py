@@ -62,6 +62,8 @@ class Store:
         self._change_page = change_page
         self._monotonic = writing.clock.monotonic
         self._written = self._monotonic()  # when this holder last wrote the lease
+        # When the last tick's instant had been read (on `writing`'s clock): it is no later.
+        self.begun = self._written
         self._usage = Usage()
         self._longest = 0.0  # seconds: the longest call since the last `take_longest`
         self._lock = threading.Lock()
@@ -103,6 +105,7 @@ class Store:
         """A tick's instant: the read time of a read of the lease that finds it still ours
         (LeaseLost otherwise). The progress so far goes with the next write to the lease."""
         instant = self.lease.held()
+        self.begun = self._monotonic()
         self._bill(reads=1)
         if instant is None:
             raise LeaseLost("another holder has written the lease")
