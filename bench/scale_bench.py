@@ -76,7 +76,8 @@ FIRST_MEETING_P = int(os.environ.get("SCALE_FIRST_MEETING_P", 16))
 # an index: a query costs what it returns).
 FIRST_MEETING_TIMEOUT_S = 3600.0
 SCALED_DOWN = os.environ.get("SCALE_WHY", "")  # why the sizes were scaled down, when they were
-PARTS = ("capacity", "lag", "first_meeting", "waker", "ledger", "watch", "meeting", "handover")
+PARTS = ("capacity", "lag", "first_meeting", "waker", "ledger", "watch", "meeting", "handover",
+         "shape")
 # The waker's part: a write touching every partition, each task creation taking this long.
 WAKER_CREATE_S = 0.05
 WAKER_WRITES = 20
@@ -796,8 +797,9 @@ def first_meeting_run() -> dict[str, Any]:
 
 def waker_run() -> dict[str, Any]:
     """How long a write touching all 128 partitions waits for its tick tasks, each creation
-    taking WAKER_CREATE_S (a Cloud Tasks call): with the waker's own pool and with 4 threads
-    (its pool before issue 54), side by side. The first write of a waker starts its threads."""
+    taking WAKER_CREATE_S (a Cloud Tasks call): with the waker's own pool, with 4 threads (its
+    pool before), and a write touching one partition, side by side. The first write of a waker
+    starts its threads."""
     count = partitions.CHOICES[-1]
     db: Any = type("Db", (), {"project": "bench-waker"})()
 
@@ -805,20 +807,23 @@ def waker_run() -> dict[str, Any]:
         time.sleep(WAKER_CREATE_S)
         return True
 
-    def waits(waker: waking.Waker) -> list[float]:
+    def waits(waker: waking.Waker, touched: int = count) -> list[float]:
         taken = []
         for n in range(WAKER_WRITES):  # each in a slot of its own: every partition is due
             began = time.perf_counter()
             waker.after_write(db, dt.datetime.fromtimestamp(1_800_000_000 + n, dt.UTC),
-                              range(count))
+                              range(touched))
             taken.append(time.perf_counter() - began)
         return taken
 
     mine = waits(waking.Waker(created, count=lambda _: count))
+    one = waits(waking.Waker(created, count=lambda _: count), touched=1)
     four = waits(waking.Waker(created, count=lambda _: count,
                               pools=lambda _, name: ThreadPoolExecutor(4, name)))
     return {"partitions": count, "create_s": WAKER_CREATE_S, "writes": WAKER_WRITES,
             "first_wait_s": round(mine[0], 4), "wait_s": round(statistics.median(mine[1:]), 4),
+            # A write to one partition, beside: what waiting for one creation costs here.
+            "wait_s_1_partition": round(statistics.median(one[1:]), 4),
             "wait_s_4_threads": round(statistics.median(four[1:]), 4)}
 
 
@@ -972,6 +977,88 @@ def handover_run() -> dict[str, Any]:
     }
 
 
+# The shape's part: SHAPE_COUNTERS counters of SHAPE_SHARDS shards (round-robin), all changed
+# each round, each in SHAPE_TOUCHED[i] of its shards, then one tick of one holder timed (its
+# process's CPU: the client's decoding and encoding, the ledger), beside an empty tick; rounds
+# of alternating order, the median of each. A tick's CPU per changed counter is then a line in the
+# shards it returns: what the capacity model charges a counter of the realistic shape.
+SHAPE_COUNTERS = 500
+SHAPE_SHARDS = 8
+SHAPE_TOUCHED = (1, 8)
+SHAPE_ROUNDS = 6
+
+
+def shape_run() -> dict[str, Any]:
+    """The holder's CPU and reads of a tick taking in SHAPE_COUNTERS changed counters, each with
+    1 and with SHAPE_SHARDS shards written since the last tick, and of an empty tick, on one
+    project, one holder ticked by hand (its lease held before the counters were made: meeting
+    them costs no read). Each changed tick comes after the overlap, so that it returns every
+    written shard once and the next (empty, measured) tick none again."""
+    db = own_db()
+    ctx = Context.offline()
+    names = [f"shape-{n:05d}" for n in range(SHAPE_COUNTERS)]
+    lease = Lease(db, state_ref(db, NAMES), "bench-shape", config.ROLLUP.lease_s)
+    assert lease.acquire()
+    step = Rollup(db, lease, scaling=NO_GROWTH, writing=ctx.writing)
+    sent: dict[str, int] = defaultdict(int)
+    pause_s = config.CHANGE_OVERLAP_S + 0.5
+
+    def timed() -> tuple[float, TickStats]:
+        began = time.process_time()
+        stats = step.tick()
+        return time.process_time() - began, stats
+
+    def changed(touched: int) -> dict[str, Any]:
+        for _ in range(touched):  # each pass moves every counter's cursor to its next shard
+            counters.increment_many(ctx, db, [(name, 1) for name in names])
+            for name in names:
+                sent[name] += 1
+        time.sleep(pause_s)
+        cpu, stats = timed()
+        time.sleep(pause_s)
+        empty_cpu, empty = timed()
+        return {"touched": touched, "cpu_s": cpu, "reads": stats.reads - stats.sweep_reads,
+                "changed": stats.changed_counters, "tick_s": stats.seconds,
+                "sweep_reads": stats.sweep_reads, "empty_cpu_s": empty_cpu,
+                "empty_reads": empty.reads - empty.sweep_reads}
+
+    rounds: list[dict[str, Any]] = []
+    try:
+        step.tick()  # holding the lease before they are born
+        with ThreadPoolExecutor(CREATE_THREADS) as pool:
+            list(pool.map(lambda name: counters.create_counter(
+                ctx, db, name, shards=SHAPE_SHARDS, strategy="round_robin"), names))
+        changed(SHAPE_SHARDS)  # met, and every shard once (not measured)
+        order = [*SHAPE_TOUCHED, *reversed(SHAPE_TOUCHED)] * (SHAPE_ROUNDS // 2)
+        rounds = [changed(touched) for touched in order]
+        for _ in range(3):
+            time.sleep(pause_s)
+            step.tick()
+        check = exactness(db, sent, names)
+    finally:
+        step.close()
+        clear(db.project)
+    by_touched: dict[str, Any] = {}
+    for touched in SHAPE_TOUCHED:
+        mine = [r for r in rounds if r["touched"] == touched]
+        cpu = statistics.median(r["cpu_s"] - r["empty_cpu_s"] for r in mine)
+        by_touched[str(touched)] = {
+            "cpu_s_per_changed_counter": round(cpu / SHAPE_COUNTERS, 7),
+            "reads_per_changed_counter": round(statistics.median(r["reads"] for r in mine)
+                                               / SHAPE_COUNTERS, 3),
+            "tick_s": round(statistics.median(r["tick_s"] for r in mine), 4),
+            "empty_cpu_s": round(statistics.median(r["empty_cpu_s"] for r in mine), 4),
+            "changed": statistics.median(r["changed"] for r in mine)}
+    low, high = (by_touched[str(t)]["cpu_s_per_changed_counter"] for t in SHAPE_TOUCHED)
+    per_shard = (high - low) / (SHAPE_TOUCHED[1] - SHAPE_TOUCHED[0])
+    return {"counters": SHAPE_COUNTERS, "shards": SHAPE_SHARDS, "rounds": SHAPE_ROUNDS,
+            "by_touched": by_touched,
+            # CPU of a changed counter = per_counter + per_shard x the shards its tick returns.
+            "cpu_s_per_counter": round(low - per_shard * SHAPE_TOUCHED[0], 7),
+            "cpu_s_per_shard": round(per_shard, 7),
+            "exact": check["exact"], "series": rounds}
+
+
 # The watch's part: WATCH_COUNTERS counters above their minimum (4 shards, minimum 1), watched by
 # each partition of WATCH_P once; and by a query of every partition's (the shape before each
 # partition queried its own homes, which P = 1 still asks).
@@ -1081,6 +1168,21 @@ def parts_to_run() -> tuple[str, ...]:
     return chosen
 
 
+REFERENCE_RUNS = 5  # shape runs the reference keeps: the model takes their median
+
+
+def keep_reference(shape: dict[str, Any], when: str) -> None:
+    """Add a shape run to bench/results/reference.json (`capacity_model.REFERENCE`), keeping the
+    last REFERENCE_RUNS: the production estimates take the median of recent runs, not one day's.
+    An inexact run is not kept."""
+    if not shape["exact"]:
+        return
+    path = capacity_model.REFERENCE
+    figures = json.loads(path.read_text())
+    figures["shape_runs"] = [*figures["shape_runs"], {**shape, "when": when}][-REFERENCE_RUNS:]
+    path.write_text(json.dumps(figures, indent=1) + "\n")
+
+
 def saved() -> dict[str, Any]:
     """The figures bench/results/scale.json holds (what a partial run keeps of the others)."""
     path = os.path.join(os.path.dirname(__file__), "results", "scale.json")
@@ -1160,6 +1262,12 @@ def run() -> dict[str, Any]:
                         "second", handover_run)
         series["handover_ticks"] = handover.pop("series")
         figures["handover"] = handover
+    if "shape" in chosen:
+        shape = part("shape", f"the tick at the realistic shape, {SHAPE_COUNTERS} counters of "
+                     f"{SHAPE_SHARDS} shards", shape_run)
+        series["shape_rounds"] = shape.pop("series")
+        figures["shape"] = shape
+        keep_reference(shape, when["shape"])
     if "watch" in chosen:
         figures["watch"] = part("watch", f"the watch, {WATCH_COUNTERS:,} counters above their "
                                 f"minimum, P = {WATCH_P}", watch_run)
