@@ -1,14 +1,15 @@
 """The rollup's capacity, predicted: for a load (distinct counters changed a second, increments a
 second, counters in all), the partitions P it needs, its instances, its lag, Firestore's reads,
-writes and deletes, Cloud Tasks' creations and dispatches, the month's bill, and the platform
-limit that binds first (issue 44, deliverable 2). Pure: what a tick costs is `OpCosts`, filled
-from what `bench/run.py scale` measured (`bench/results/`: `compare`, REFERENCE below); prices
-are `cost_model`'s.
+writes and deletes, Cloud Tasks' creations and dispatches, the month's bill, a new database's
+ramp-up, and the platform limit that binds first. Pure; prices are `cost_model`'s.
 
-One holder's tick of n changed counters takes `a + b n` of wall time alone (`tick_fixed_s`,
-`tick_per_counter_s`). Where the holders share `cores` with Firestore (here: the emulator on
-this machine), P ticks side by side also need `P f + k v` CPU seconds for k counters in all
-(`cpu_fixed_s`, `cpu_per_counter_s`: the holders' and the emulator's), so a round of ticks takes
+A tick's cost comes from two kinds of measurement, for two questions.
+
+This machine (`compare`, `compare_lag`): one holder's tick of n changed counters takes `a + b n`
+of wall time alone (`tick_fixed_s`, `tick_per_counter_s`). Where the holders share `cores` with
+Firestore (here: the emulator on this machine), P ticks side by side also need `P f + k v` CPU
+seconds for k counters in all (`cpu_fixed_s`, `cpu_per_counter_s`: the holders' and the
+emulator's), so a round of ticks takes
 
     round_s(k, P) = max(a + b k / P, (P f + k v) / cores)
 
@@ -16,44 +17,34 @@ and P holders absorb, with every tick under the budget B (1 s: the next second's
 
     capacity(P) = min(P (B - a) / b, (cores B - P f) / v)          (the holder's, the machine's)
 
-Deployed, each holder has an instance of its own and Firestore its own machines: no machine term,
-and the holder's own CPU runs at the instance's share of a vCPU (`deployed`). P is the smallest
-power of two whose busiest partition's tick ends within TICK_BUDGET_S, and whose `(stripe,
-updated_at)` index ranges take the shard writes; the lag p99 is the wait for the second's end,
-the task's dispatch and the busiest tick.
+fitted from the P = 1 run of a scale benchmark's capacity part (counters of one shard) and
+checked against its P = 2 and 4 (`bench/results/scale*.json`; docs/benchmarks.md, "Scale", has
+the runs and their ratios).
 
-Checked against the machine (`compare`), with every cost taken from the P = 1 run alone (one
-holder, beside the emulator): the benchmark's run saved in `scale.json` (2026-11-30, 2,000
-counters, 4 rounds, each run on a warmed emulator of its own) has P = 1 at 1.00 and P = 2 at 0.90;
-P = 4 is not measured (one round's empty tick took half the period: four holders and the emulator
-fill the 2 cores before a counter changes), and its three other rounds absorbed about 1,160 a
-second against 804 predicted: the machine term, which production does not have, is the small
-difference of the cores and four empty ticks' CPU, and four holders spent less CPU per changed
-counter than one (from the rounds' printed ticks and cores; the file keeps only the steps all
-rounds ran). At 1,500 counters (`scale_2026-11-30_1500.json`) every P is measured, P = 2 and 4
-as lower bounds (1,500 and 1,481 a second, predicted 1,681 and 1,349), and each agrees. Runs
-before the rollup stopped writing falling rates
-(`scale_2026-11-26.json`, `scale_2026-11-29_fresh.json`) missed P = 2 by a third (0.65, 0.68):
-a holder then wrote every counter whose rate was decaying, every other tick, so a tick's cost grew
-with the counters changed in the last minute, and one holder of all the counters paid more per
-changed counter than two holders of half of them.
-
-The production estimates (`capacity_rows`, the docs' table, `make sim-scale`) take a holder's
-costs from REFERENCE, not from the latest run: this machine's speed moves by a factor of two to
-three from day to day (an empty P = 1 tick at 4,000 counters took 0.25 s on 11-26 and 0.72 s on
-11-29, in a run whose file was removed in 4036413), and a slow day measures its neighbours, not
-a Cloud Run vCPU. REFERENCE is the fastest day measured; it ran the rollup from before the fix
-above, which wrote more a tick, so its costs are an upper bound of that day's.
+Production (`at_shape`, `capacity_rows`, `production`): a holder's CPU at the realistic shape, from
+REFERENCE (`bench/results/reference.json`): the median, term by term, of the last runs of the
+scale benchmark's shape part, not one day's: an empty tick's CPU, and per changed counter a cost
+of its own plus one per shard document its tick returns (`shards_read`: those written in its
+second, and the overlap's share of them again). A partition's share of its sweep each tick costs
+a shard document's each (`sweep_docs_per_tick`). Deployed, each holder has an instance of its own
+and Firestore its own machines: the holder's CPU runs at the instance's share of a vCPU, plus
+Firestore's round trips. P is the smallest power of two whose busiest partition's tick ends within
+TICK_BUDGET_S and whose `(stripe, updated_at)` index ranges take the shard writes; the lag p99 is
+the wait for the second's end, the task's dispatch and the busiest tick. The platform's limits
+(`limits`) bound what P carries: the callables' instances, Cloud Tasks' API quota, the index
+ranges, the tick functions; Firestore's guidance for a listened collection and its 500/50/5
+ramp-up are said, not enforced.
 
 Estimates, not measurements: no tick has been timed on Cloud Run, so the deployed round trip
-(ROUND_TRIP_S), the dispatch (DISPATCH_S) and the CPU per changed counter at more than one
-changed shard (measured with one shard per counter) are assumptions, said where they are used.
+(ROUND_TRIP_S) and the dispatch (DISPATCH_S) are assumptions, said where they are used, and the
+CPU of Python's Firestore client on an instance is taken as this machine's at its share.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -67,8 +58,9 @@ from counting.rollup.ledger import IDLE_TICKS_KEPT
 from counting.writepath import autoscale
 
 RESULTS = Path(__file__).parent / "results"
-# The scale run the production estimates take a holder's costs from (the module's docstring).
-REFERENCE = "scale_2026-11-26.json"
+# What the production estimates take a holder's costs from (the module's docstring): the shape
+# part's runs, and the one-holder capacity run whose empty tick and commits they keep.
+REFERENCE = RESULTS / "reference.json"
 
 # Mirrors of limits defined beside Firestore clients (counting.writepath.partitions,
 # counting.rollup.cadence), which this pure module does not import; tests check they agree.
@@ -85,6 +77,14 @@ DOCUMENT_LOADS_PER_TICK = ledger.DOCUMENT_LOADS_PER_TICK
 # The platform's limits (docs/architecture.md, "Capacity").
 INDEX_RANGE_WRITES = 500.0  # writes/s an index range of increasing values takes
 QUEUE_DISPATCHES = 500.0  # tasks/s a Cloud Tasks queue dispatches
+TASK_API_REQUESTS = 6_000_000 / 60  # Cloud Tasks API requests/s a project makes (a quota)
+# The callables' instances (functions/main.py: max_instances) and requests each serves at once.
+CALLABLE_INSTANCES = 100
+# Firestore's guidance for a collection clients listen to (best practices, "Realtime updates"):
+# writes/s. `counters/{id}` takes a publish a second per changed counter.
+LISTENED_COLLECTION_WRITES = 1000.0
+# A new database's ramp-up: 500 operations/s, then 50% more every 5 minutes ("500/50/5").
+RAMP_START_OPS, RAMP_GROWTH, RAMP_STEP_S = 500.0, 1.5, 300.0
 SCHEDULE_S = cost_model.SCHEDULE_S  # the scheduled run housekeeps partitions within it
 DOCUMENT_WRITES = 1.0  # sustained writes/s to one document
 
@@ -118,6 +118,20 @@ class OpCosts:
     holder_cpu_fixed_s: float
     holder_cpu_per_counter_s: float
     cores: float | None
+    # Each shard document a sweep's cell returns (decoded, then dropped when a tick took it in):
+    # 0 where not measured (a run of this machine's, whose sweeps fall between its ticks).
+    tick_per_sweep_doc_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shape:
+    """A holder's CPU on this machine at the realistic shape (`bench/run.py scale`, part `shape`):
+    an empty tick's, and per changed counter `cpu_per_counter_s` plus `cpu_per_shard_s` for
+    each shard document its tick returns (the client's decoding of it, the ledger's sum)."""
+
+    empty_cpu_s: float
+    cpu_per_counter_s: float
+    cpu_per_shard_s: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,6 +235,7 @@ class Prediction:
     deletes_per_s: float
     task_creations_per_s: float
     task_dispatches_per_s: float
+    ramp_minutes: float  # a new database's ramp-up to these operations (500/50/5)
     bill: dict[str, float]  # $ a month, term by term
     month_usd: float
 
@@ -286,9 +301,10 @@ def deployed(measured: OpCosts, design: Design) -> OpCosts:
 # -- capacity --
 
 
-def tick_s(changed: float, costs: OpCosts) -> float:
-    """One holder's tick of `changed` counters, alone."""
-    return costs.tick_fixed_s + changed * costs.tick_per_counter_s
+def tick_s(changed: float, costs: OpCosts, sweep_docs: float = 0.0) -> float:
+    """One holder's tick of `changed` counters, alone, reading `sweep_docs` of its sweep."""
+    return costs.tick_fixed_s + changed * costs.tick_per_counter_s \
+        + sweep_docs * costs.tick_per_sweep_doc_s
 
 
 def round_s(changed: float, partitions: int, costs: OpCosts) -> float:
@@ -301,9 +317,11 @@ def round_s(changed: float, partitions: int, costs: OpCosts) -> float:
                / costs.cores)
 
 
-def holder_capacity(costs: OpCosts, budget_s: float = TICK_BUDGET_S) -> float:
-    """Changed counters one holder takes in with its tick within `budget_s`."""
-    return max(0.0, (budget_s - costs.tick_fixed_s) / costs.tick_per_counter_s)
+def holder_capacity(costs: OpCosts, budget_s: float = TICK_BUDGET_S,
+                    sweep_docs: float = 0.0) -> float:
+    """Changed counters one holder takes in with its tick within `budget_s`, beside `sweep_docs`
+    of its sweep."""
+    return max(0.0, (budget_s - tick_s(0.0, costs, sweep_docs)) / costs.tick_per_counter_s)
 
 
 def machine_capacity(partitions: int, costs: OpCosts, budget_s: float) -> float:
@@ -350,12 +368,52 @@ def shards_touched(load: Load) -> float:
     return shards * -math.expm1(-rate / shards)
 
 
+def counter_shards(load: Load) -> int:
+    """A changed counter's shards: those autoscaling gives its rate (`shards_touched`)."""
+    return autoscale.shards_for_rate(round(load.increments_per_s / load.changed_per_s, 9))
+
+
+def shards_read(load: Load) -> float:
+    """Shard documents a changed counter's tick returns: those written in its second, and of
+    them, those the next tick's overlap reaches again."""
+    return shards_touched(load) * (1 + config.CHANGE_OVERLAP_S / TICK_PERIOD_S)
+
+
+def sweep_docs(load: Load) -> float:
+    """Shard documents a sweep returns, every partition's: each shard written in the
+    MAX_REQUEST_S before the last sweep and since, each counter's increments of that time
+    falling on its `counter_shards` at random."""
+    window = config.ROLLUP_SWEEP_EVERY_S + config.MAX_REQUEST_S
+    shards = counter_shards(load)
+    per_counter = load.increments_per_s / load.counters * window
+    return load.counters * shards * -math.expm1(-per_counter / shards)
+
+
+def sweep_docs_per_tick(load: Load, partitions: int) -> float:
+    """A partition's share of the sweep each tick: its sweep's documents over the ticks of a
+    sweep period."""
+    return sweep_docs(load) / partitions / (config.ROLLUP_SWEEP_EVERY_S / TICK_PERIOD_S)
+
+
+def at_shape(shape: Shape, design: Design, load: Load, *, sweep: bool = True) -> OpCosts:
+    """The deployed tick (`deployed`) for `load`, its holder's CPU from `shape`: per changed
+    counter, the shards its tick returns (`shards_read`); per sweep document, a shard's (none
+    without the sweep: what it costs, by difference)."""
+    per_counter = shape.cpu_per_counter_s + shards_read(load) * shape.cpu_per_shard_s
+    return OpCosts(
+        tick_fixed_s=shape.empty_cpu_s / design.vcpu + TICK_ROUND_TRIPS * ROUND_TRIP_S,
+        tick_per_counter_s=per_counter / design.vcpu + ROUND_TRIP_S / COUNTERS_PER_COMMIT,
+        cpu_fixed_s=shape.empty_cpu_s, cpu_per_counter_s=per_counter,
+        holder_cpu_fixed_s=shape.empty_cpu_s, holder_cpu_per_counter_s=per_counter, cores=None,
+        tick_per_sweep_doc_s=shape.cpu_per_shard_s / design.vcpu if sweep else 0.0)
+
+
 def partitions_for(load: Load, costs: OpCosts, design: Design) -> int | None:
     """The smallest P whose busiest tick ends within TICK_BUDGET_S and whose index ranges take
     the shard writes (None: no P of the design does)."""
-    room = holder_capacity(costs)
     for p in design.choices:
         per_partition = load.changed_per_s / p
+        room = holder_capacity(costs, sweep_docs=sweep_docs_per_tick(load, p))
         if per_partition * balance(p, per_partition) <= room and \
                 load.increments_per_s <= INDEX_RANGE_WRITES * design.index_ranges(p):
             return p
@@ -394,6 +452,19 @@ def limits(costs: OpCosts, design: Design) -> list[Limit]:
         Limit(name="document_writes", rule=f"about {DOCUMENT_WRITES:.0f} write/s per document: a "
               f"counter is published once a second, a lease by its partition, the usage record "
               f"at most {USAGE_WRITERS / config.ROLLUP.usage_flush_s:.1f}/s at any P"),
+        Limit(name="callables", rule=f"{CALLABLE_INSTANCES} instances of a callable (its "
+              f"max_instances) serve {cost_model.CALLABLE_CONCURRENCY} requests at once each, "
+              f"a request {CALLABLE_S * 1000:.0f} ms",
+              max_increments_per_s=CALLABLE_INSTANCES * cost_model.CALLABLE_CONCURRENCY
+              / CALLABLE_S),
+        Limit(name="task_api", rule=f"Cloud Tasks takes {TASK_API_REQUESTS:,.0f} API requests/s "
+              "a project (a quota): each writer instance creates a tick task a second for each "
+              "partition it wrote in"),
+        Limit(name="listened_collection", rule=f"Firestore's guidance keeps a collection that "
+              f"clients listen to under {LISTENED_COLLECTION_WRITES:,.0f} writes/s; `counters` "
+              "takes a publish a second per changed counter (guidance: not a refusal, and not "
+              "modelled: what it costs the listeners is not known)",
+              max_changed_per_s=LISTENED_COLLECTION_WRITES),
     ]
 
 
@@ -404,17 +475,49 @@ def largest_partitions(costs: OpCosts, design: Design) -> tuple[int, Limit]:
     return max(p for p in design.choices if p <= (cap.max_partitions or 0)), cap
 
 
-def binding_limit(load: Load, costs: OpCosts, design: Design) -> str | None:
-    """The limit that stops `design` from carrying `load` (None: it carries it): at the largest
-    P, the index ranges take too many shard writes, or the busiest tick is over its budget and
+def binding_limits(load: Load, costs: OpCosts, design: Design) -> list[str]:
+    """The limits that stop `design` from carrying `load`, in the order they are checked: at
+    the largest P, the index ranges take too many shard writes, the callables' instances too
+    many requests, Cloud Tasks too many creations, or the busiest tick is over its budget and
     what caps P binds."""
     largest, cap = largest_partitions(costs, design)
+    found = []
     if load.increments_per_s > INDEX_RANGE_WRITES * design.index_ranges(largest):
-        return "index_ranges"
+        found.append("index_ranges")
+    if load.increments_per_s > CALLABLE_INSTANCES * cost_model.CALLABLE_CONCURRENCY / CALLABLE_S:
+        found.append("callables")
+    if task_creations(load, largest) > TASK_API_REQUESTS:
+        found.append("task_api")
     per_partition = load.changed_per_s / largest
-    if per_partition * balance(largest, per_partition) > holder_capacity(costs):
-        return cap.name
-    return None
+    if per_partition * balance(largest, per_partition) > holder_capacity(
+            costs, sweep_docs=sweep_docs_per_tick(load, largest)):
+        found.append(cap.name)
+    return found
+
+
+def binding_limit(load: Load, costs: OpCosts, design: Design) -> str | None:
+    """The first limit that stops `design` from carrying `load` (None: it carries it)."""
+    return next(iter(binding_limits(load, costs, design)), None)
+
+
+def writer_instances(load: Load) -> int:
+    """The callables' instances the increments keep busy, each serving its concurrency."""
+    return max(1, math.ceil(load.increments_per_s * CALLABLE_S / cost_model.CALLABLE_CONCURRENCY))
+
+
+def task_creations(load: Load, partitions: int) -> float:
+    """Tick tasks created a second (or refused as existing, billed alike): each writer instance,
+    once a second, for each partition it wrote in."""
+    writers = writer_instances(load)
+    return writers * partitions * -math.expm1(-load.increments_per_s / (writers * partitions))
+
+
+def ramp_minutes(operations_per_s: float) -> float:
+    """Minutes a new database takes to admit `operations_per_s` under the 500/50/5 ramp-up."""
+    if operations_per_s <= RAMP_START_OPS:
+        return 0.0
+    steps = math.log(operations_per_s / RAMP_START_OPS) / math.log(RAMP_GROWTH)
+    return math.ceil(steps) * RAMP_STEP_S / 60
 
 
 # -- a load's figures --
@@ -432,14 +535,11 @@ def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Predict
         p = largest_partitions(costs, design)[0]
     per_partition = load.changed_per_s / p
     peak = per_partition * balance(p, per_partition)
-    tick = tick_s(peak, costs)
+    tick = tick_s(peak, costs, sweep_docs_per_tick(load, p))
     # Each partition ticks in the seconds in which one of its counters changed.
     slots = p * -math.expm1(-per_partition)
-    writers = max(1, math.ceil(load.increments_per_s * CALLABLE_S
-                                / cost_model.CALLABLE_CONCURRENCY))
-    # Each writer instance creates (or is refused, billed alike) the task of each partition it
-    # wrote in, once a second.
-    creations = writers * p * -math.expm1(-load.increments_per_s / (writers * p))
+    writers = writer_instances(load)
+    creations = task_creations(load, p)
     window = config.CONFIG_CACHE_TTL_S
     per_writer = min(distinct_within(load, window), load.increments_per_s * window / writers)
     config_reads = min(load.increments_per_s,
@@ -451,8 +551,7 @@ def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Predict
              + load.changed_per_s * shards * (1 + config.CHANGE_OVERLAP_S)
              # A sweep reaches MAX_REQUEST_S before the last one: it reads again every shard
              # changed since.
-             + (distinct_within(load, sweep_s + config.MAX_REQUEST_S) * shards
-                + p * design.queries_per_sweep(p)) / sweep_s
+             + (sweep_docs(load) + p * design.queries_per_sweep(p)) / sweep_s
              # A counter idle for IDLE_TICKS_KEPT ticks is dropped: met again, its document and
              # memory are read.
              + 2 * load.changed_per_s * math.exp(
@@ -495,6 +594,7 @@ def predict(load: Load, costs: OpCosts, design: Design | None = None) -> Predict
         lag_p99_s=SLOT_WAIT_P99_S + DISPATCH_S + tick if keeps_up else None,
         tick_instances=p, writer_instances=writers, reads_per_s=reads, writes_per_s=writes,
         deletes_per_s=deletes, task_creations_per_s=creations, task_dispatches_per_s=slots,
+        ramp_minutes=ramp_minutes(reads + writes + deletes),
         bill=bill, month_usd=sum(bill.values()))
 
 
@@ -576,8 +676,8 @@ def compare_lag(scale: dict[str, Any]) -> dict[str, Any]:
     round of P ticks of a second's counters on this machine (ticking in step: an upper
     estimate). Not compared when the lag and capacity figures come from different runs
     (`SCALE_PARTS` ran one of them alone): the machine's speed differs from run to run. A file
-    saved before runs were dated (no `when_by_part`) is compared: its docs say which runs it
-    holds (scale_2026-11-26.json: 11-26's capacity and lag, one run)."""
+    saved before runs were dated (no `when_by_part`) is compared: docs/benchmarks.md says which
+    runs it holds."""
     lag = scale["lag"]
     one = measured_costs(scale)
     predicted = SLOT_WAIT_P99_S + round_s(lag["offered_rate"], lag["partitions"], one) \
@@ -604,25 +704,27 @@ COUNTERS_PER_CHANGED = 100  # of 100 times as many counters in all
 TABLE_SIZINGS = (cost_model.ROLLUP_MB, 2048)  # the tick functions as shipped, and at one vCPU
 
 
-def capacity_rows(scale: dict[str, Any]) -> list[str]:
-    """The Capacity table's rows (markdown), predicted for the deployed rollup from the scale
-    benchmark's one-holder run, for loads of TABLE_LOADS changed counters a second, with up to
-    128 tick functions at each of TABLE_SIZINGS: P and lag p99 at each, then the writers'
-    instances and the month's bill at the first sizing that carries the load."""
-    measured = measured_costs(scale)
-    if measured is None:
-        raise ValueError("the scale run has no P = 1 run to take the tick's costs from")
+def table_load(changed: float) -> Load:
+    """The table's shape of a load of `changed` counters a second."""
+    return Load(changed_per_s=changed, increments_per_s=changed * INCREMENTS_PER_CHANGED,
+                counters=math.ceil(changed * COUNTERS_PER_CHANGED))
+
+
+def capacity_rows(shape: Shape) -> list[str]:
+    """The Capacity table's rows (markdown), predicted for the deployed rollup with a holder's
+    CPU of `shape`, for loads of TABLE_LOADS changed counters a second, with up to 128 tick
+    functions at each of TABLE_SIZINGS: P and lag p99 at each, then the writers' instances and
+    the month's bill at the first sizing that carries the load."""
     rows = []
     for changed in TABLE_LOADS:
-        load = Load(changed_per_s=changed, increments_per_s=changed * INCREMENTS_PER_CHANGED,
-                    counters=changed * COUNTERS_PER_CHANGED)
+        load = table_load(changed)
         cells = [f"{changed:,}", f"{load.increments_per_s:,.0f}"]
         carried: Prediction | None = None
         for mb in TABLE_SIZINGS:
             design = Design(max_partitions=HOMES, tick_mb=mb)
-            found = predict(load, deployed(measured, design), design)
+            found = predict(load, at_shape(shape, design, load), design)
             if found.lag_p99_s is None:
-                cells += [str(found.partitions), f"falls behind ({found.limit})"]
+                cells += [str(found.partitions), f"not carried ({found.limit})"]
                 continue
             cells += [str(found.partitions), f"{found.lag_p99_s:.1f} s"]
             carried = carried or found
@@ -634,11 +736,79 @@ def capacity_rows(scale: dict[str, Any]) -> list[str]:
     return rows
 
 
+def largest_carried(shape: Shape, design: Design, *, ignore: frozenset[str] = frozenset(),
+                    sweep: bool = True) -> tuple[float, str]:
+    """The most changed counters a second (the table's shape) `design` carries, to 1%, and the
+    limit that stops it just above: the limits `binding_limit` checks, but those in `ignore`."""
+    def stops(changed: float) -> str | None:
+        load = table_load(changed)
+        costs = at_shape(shape, design, load, sweep=sweep)
+        return next((limit for limit in binding_limits(load, costs, design)
+                     if limit not in ignore), None)
+
+    low, high = 1.0, 1e7
+    while high / low > 1.01:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if stops(middle) is None else (low, middle)
+    return low, stops(high) or "none"
+
+
+def production(shape: Shape) -> dict[str, Any]:
+    """At HOMES partitions and each of TABLE_SIZINGS: the changed counters a second carried at
+    the table's shape and the limit that binds first, and what the ticks would carry without
+    their share of the sweep (every other limit lifted), for the docs and
+    `bench/results/scale.json`."""
+    lifted = frozenset({"callables", "task_api", "index_ranges"})
+    sizings = {}
+    for mb in TABLE_SIZINGS:
+        design = Design(max_partitions=HOMES, tick_mb=mb)
+        carried, limit = largest_carried(shape, design)
+        unswept, _ = largest_carried(shape, design, ignore=lifted, sweep=False)
+        sizings[str(mb)] = {"changed_per_s": round(carried), "binds_first": limit,
+                            "ticks_without_sweep_changed_per_s": round(unswept)}
+    load = table_load(TABLE_LOADS[-1])
+    return {"partitions": HOMES, "shape": {"increments_per_changed": INCREMENTS_PER_CHANGED,
+                                           "counters_per_changed": COUNTERS_PER_CHANGED,
+                                           "shards": counter_shards(load),
+                                           "shards_read": round(shards_read(load), 2)},
+            "holder": {"empty_cpu_s": shape.empty_cpu_s,
+                       "cpu_per_counter_s": shape.cpu_per_counter_s,
+                       "cpu_per_shard_s": shape.cpu_per_shard_s},
+            "by_tick_mb": sizings,
+            "bounds_changed_per_s": {
+                "callables": CALLABLE_INSTANCES * cost_model.CALLABLE_CONCURRENCY / CALLABLE_S
+                / INCREMENTS_PER_CHANGED,
+                "index_ranges": INDEX_RANGE_WRITES * Design.index_ranges(HOMES)
+                / INCREMENTS_PER_CHANGED,
+                "listened_collection": LISTENED_COLLECTION_WRITES},
+            "ramp_minutes_at_largest_load": predict(
+                load, at_shape(shape, Design(max_partitions=HOMES, tick_mb=2048), load),
+                Design(max_partitions=HOMES, tick_mb=2048)).ramp_minutes}
+
+
 def reference() -> dict[str, Any]:
-    """The scale run the production estimates come from (REFERENCE)."""
-    figures: dict[str, Any] = json.loads((RESULTS / REFERENCE).read_text())
+    """What the production estimates come from (REFERENCE): `shape_runs`, the shape part's
+    figures of the runs kept, and `capacity_by_partitions`, the one-holder capacity run."""
+    figures: dict[str, Any] = json.loads(REFERENCE.read_text())
     return figures
 
 
+def shape_of(figures: dict[str, Any]) -> Shape:
+    """A run's shape part (`shape` in `bench/results/scale.json`)."""
+    return Shape(empty_cpu_s=statistics.median(
+                     row["empty_cpu_s"] for row in figures["by_touched"].values()),
+                 cpu_per_counter_s=figures["cpu_s_per_counter"],
+                 cpu_per_shard_s=figures["cpu_s_per_shard"])
+
+
+def reference_shape(figures: dict[str, Any] | None = None) -> Shape:
+    """The median, term by term, of the reference's shape runs (not the fastest day's)."""
+    shapes = [shape_of(run) for run in (figures or reference())["shape_runs"]]
+    return Shape(empty_cpu_s=statistics.median(s.empty_cpu_s for s in shapes),
+                 cpu_per_counter_s=statistics.median(s.cpu_per_counter_s for s in shapes),
+                 cpu_per_shard_s=statistics.median(s.cpu_per_shard_s for s in shapes))
+
+
 if __name__ == "__main__":
-    print("\n".join(capacity_rows(reference())))
+    print("\n".join(capacity_rows(reference_shape())))
+    print(json.dumps(production(reference_shape()), indent=1))

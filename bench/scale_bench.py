@@ -1180,7 +1180,7 @@ def keep_reference(shape: dict[str, Any], when: str) -> None:
     path = capacity_model.REFERENCE
     figures = json.loads(path.read_text())
     figures["shape_runs"] = [*figures["shape_runs"], {**shape, "when": when}][-REFERENCE_RUNS:]
-    path.write_text(json.dumps(figures, indent=1) + "\n")
+    path.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 def saved() -> dict[str, Any]:
@@ -1286,5 +1286,7 @@ def run() -> dict[str, Any]:
                    series=series)
     # The capacity model's predictions beside the measured points (bench/capacity_model.py).
     figures["model"] = {"capacity": capacity_model.compare(figures),
-                        "lag": capacity_model.compare_lag(figures)}
+                        "lag": capacity_model.compare_lag(figures),
+                        # Deployed, at the realistic shape: what P = 128 carries, what binds.
+                        "production": capacity_model.production(capacity_model.reference_shape())}
     return figures

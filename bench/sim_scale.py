@@ -1,4 +1,4 @@
-"""`make sim-scale`: the rollup's partitions at scale, in virtual time (issue 44, deliverable 3).
+"""`make sim-scale`: the rollup's partitions at scale, in virtual time.
 
 A lighter model than tests/sim's (which runs the real rollup on a model of Firestore, a few
 counters at a time): writers, the `(stripe, updated_at)` index's ranges, the partitions' task
@@ -26,8 +26,8 @@ returns at once. A tick reads, at its start T, the shard documents whose current
 its partition's and whose `updated_at` is in (watermark - CHANGE_OVERLAP_S, T], keeps those of the
 counters it owns, and takes `a + b x changed counters` of virtual time; its publishes land at
 its end. `a` and `b` are a warm holder's tick as `bench/run.py scale` measured it here
-(`capacity_model.measured_costs` of the reference run, `capacity_model.REFERENCE`: 0.25 s and
-0.44 ms), or with
+(`capacity_model.measured_costs` of the reference's one-holder run, `capacity_model.REFERENCE`:
+0.25 s and 0.44 ms), or with
 `--tick-mb` as `capacity_model.deployed` estimates it on a Cloud Run tick function of that size.
 A changed counter is one with a shard written since the tick before: a tick at s + 1.1 reads
 the last 0.1 s of writes too, so it meets a few more counters than a second's.
@@ -78,7 +78,7 @@ TICK_PERIOD_S = capacity_model.TICK_PERIOD_S  # a tick longer than this delays t
 DISPATCH_S = capacity_model.DISPATCH_S  # a task's dispatch after its slot's end (assumed)
 OVERLAP_S = config.CHANGE_OVERLAP_S
 WARM_S = 2.0  # ticks before this are not judged: the first reads from the run's start
-SCALE_JSON = capacity_model.RESULTS / capacity_model.REFERENCE
+SCALE_JSON = capacity_model.REFERENCE
 ORIGIN = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 US = 1_000_000
 TIME_BITS = 36  # a landing's microseconds beside a shard's or a stripe's number in one int64

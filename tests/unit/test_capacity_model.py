@@ -14,16 +14,20 @@ import capacity_model as model
 import cost_model
 import pytest
 from capacity_model import Design, Load, OpCosts
+from counting.foundation import config
 from counting.rollup import cadence
 from counting.writepath import partitions
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
-# The latest run of the benchmark, which the model is checked against, and the run the
-# production estimates take a holder's costs from (capacity_model.REFERENCE).
+# The latest run of the benchmark, which the model is checked against; the reference the
+# production estimates take a holder's costs from (capacity_model.REFERENCE), and the run of
+# 11-26, its one-holder run.
 SCALE: dict[str, Any] = json.loads((ROOT / "bench/results/scale.json").read_text())
 REFERENCE = model.reference()
+FAST: dict[str, Any] = json.loads((ROOT / "bench/results/scale_2026-11-26.json").read_text())
+SHAPE = model.reference_shape()
 
 
 def one_holder() -> OpCosts:
@@ -128,7 +132,7 @@ def test_a_million_increments_a_second_fit_the_index_at_128() -> None:
     """1,000,000 increments a second over 100,000 changed counters: 16 x 128 ranges of 500
     writes/s take them; 16 x 16 do not."""
     huge = load(100_000, ratio=10)
-    assert model.binding_limit(huge, model.deployed(MEASURED, WIDE), WIDE) is None
+    assert "index_ranges" not in model.binding_limits(huge, model.deployed(MEASURED, WIDE), WIDE)
     assert model.binding_limit(huge, DEPLOYED, TODAY) == "index_ranges"
 
 
@@ -137,7 +141,8 @@ def test_each_limit_says_where_it_binds() -> None:
     tick; at 128, 1,856,000 (500 x 29 ranges x 128), still one query a tick."""
     found = {limit.name: limit for limit in model.limits(DEPLOYED, TODAY)}
     assert set(found) == {"holder", "tick_functions", "index_ranges", "in_values",
-                          "queue_dispatch", "schedule_60s", "document_writes"}
+                          "queue_dispatch", "schedule_60s", "document_writes", "callables",
+                          "task_api", "listened_collection"}
     assert found["tick_functions"].max_partitions == 16
     assert found["index_ranges"].max_increments_per_s == 128_000
     assert found["queue_dispatch"].max_partitions is None  # a queue per partition
@@ -243,7 +248,7 @@ FRESH: dict[str, Any] = json.loads(
 # The same method at 1,500 counters, where four holders' empty round stays under half the period.
 SMALLER: dict[str, Any] = json.loads(
     (ROOT / "bench/results/scale_2026-11-30_1500.json").read_text())
-RUNS = {"11-26": REFERENCE, "11-29": FRESH, "11-30": SCALE, "11-30-1500": SMALLER}
+RUNS = {"11-26": FAST, "11-29": FRESH, "11-30": SCALE, "11-30-1500": SMALLER}
 ROWS = {(run, row["partitions"]): row for run, scale in RUNS.items()
         for row in model.compare(scale)}
 # Runs of the rollup from before a rate that moved alone waited for the sweep: a holder wrote
@@ -324,7 +329,8 @@ def test_on_fresh_emulators_every_run_is_exact_and_warmed(run: str) -> None:
 def test_one_holder_is_measured() -> None:
     """The costs every prediction takes come from a measured P = 1 run."""
     assert ROWS["11-30", 1]["measured"] and model.measured_costs(SCALE) is not None
-    assert ROWS["11-26", 1]["measured"] and model.measured_costs(REFERENCE) is not None
+    assert ROWS["11-26", 1]["measured"] and model.measured_costs(REFERENCE) == \
+        model.measured_costs(FAST)
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -339,13 +345,13 @@ def test_the_lag_runs_p99_is_predicted(run: str) -> None:
 def test_the_lag_is_not_compared_across_runs() -> None:
     """A lag run saved beside another run's capacity figures (SCALE_PARTS ran one part alone) is
     not predicted from them: the machine's speed differs from run to run."""
-    mixed = copy.deepcopy(REFERENCE)
+    mixed = copy.deepcopy(FAST)
     mixed["when_by_part"] = {"capacity": "2026-11-29T18:10:00+00:00",
                              "lag": "2026-11-26T10:00:00+00:00"}
     lag = model.compare_lag(mixed)
     assert lag["ratio"] is None and "different runs" in lag["not_measured"]
     mixed["when_by_part"]["lag"] = mixed["when_by_part"]["capacity"]
-    assert model.compare_lag(mixed)["ratio"] == model.compare_lag(REFERENCE)["ratio"] > 0
+    assert model.compare_lag(mixed)["ratio"] == model.compare_lag(FAST)["ratio"] > 0
     mixed["when_by_part"] = {"capacity": "2026-11-29T18:10:00+00:00"}  # the lag from before dates
     assert "lag run (undated)" in model.compare_lag(mixed)["not_measured"]
 
@@ -366,10 +372,10 @@ def test_a_point_not_measured_is_said_so() -> None:
 
 
 def test_the_capacity_table_of_the_docs_is_the_models() -> None:
-    """docs/architecture.md's table of loads is what the model predicts from the reference run
-    (`python bench/capacity_model.py` prints it)."""
+    """docs/architecture.md's table of loads is what the model predicts from the reference's
+    shape runs (`python bench/capacity_model.py` prints it)."""
     doc = (ROOT / "docs/architecture.md").read_text()
-    rows = model.capacity_rows(REFERENCE)
+    rows = model.capacity_rows(SHAPE)
     assert len(rows) == len(model.TABLE_LOADS)
     for row in rows:
         assert row in doc, f"docs/architecture.md lacks the model's row {row}"
@@ -449,3 +455,95 @@ def test_a_lower_bound_is_met_by_a_prediction_above_it() -> None:
     assert model.within(3.0, at_least=True) and model.within(0.85, at_least=True)
     assert not model.within(0.75, at_least=True)
     assert not model.within(1.3) and model.within(0.85)
+
+
+# -- the realistic shape --
+
+
+def test_the_reference_takes_the_median_of_its_shape_runs_not_the_fastest() -> None:
+    """Three runs, fast, middling and slow: each term is the middling one's."""
+    def run(empty: float, counter: float, shard: float) -> dict[str, Any]:
+        return {"by_touched": {"1": {"empty_cpu_s": empty}, "8": {"empty_cpu_s": empty}},
+                "cpu_s_per_counter": counter, "cpu_s_per_shard": shard}
+    figures = {"shape_runs": [run(0.01, 1e-4, 2e-5), run(0.03, 3e-4, 6e-5),
+                              run(0.02, 2e-4, 4e-5)]}
+    assert model.reference_shape(figures) == model.Shape(
+        empty_cpu_s=0.02, cpu_per_counter_s=2e-4, cpu_per_shard_s=4e-5)
+
+
+def test_the_reference_holds_measured_shape_runs() -> None:
+    """The production estimates come from shape runs the benchmark saved, each exact, each
+    with a positive cost per shard (a counter of more shards costs more)."""
+    runs = REFERENCE["shape_runs"]
+    assert 1 <= len(runs) <= 5
+    assert all(run["exact"] and run["cpu_s_per_shard"] > 0 for run in runs)
+    assert SHAPE.cpu_per_shard_s > 0 and SHAPE.empty_cpu_s > 0
+
+
+def test_a_counter_of_more_shards_costs_its_tick_more() -> None:
+    """At the table's shape (10 increments a changed counter a second, of 20 shards) a tick
+    returns about 8 shards a counter and the overlap's share again; one increment a counter
+    (2 shards), under one. The holder's CPU per counter follows."""
+    wide, narrow = model.table_load(1000), load(1000, ratio=1)
+    assert model.counter_shards(wide) == 20 and model.counter_shards(narrow) == 2
+    assert model.shards_read(wide) == pytest.approx(
+        model.shards_touched(wide) * (1 + config.CHANGE_OVERLAP_S))
+    assert model.shards_read(wide) > 5 * model.shards_read(narrow)
+    assert model.at_shape(SHAPE, WIDE, wide).holder_cpu_per_counter_s == pytest.approx(
+        SHAPE.cpu_per_counter_s + model.shards_read(wide) * SHAPE.cpu_per_shard_s)
+    assert model.at_shape(SHAPE, WIDE, wide).tick_per_counter_s > \
+        model.at_shape(SHAPE, WIDE, narrow).tick_per_counter_s
+
+
+def test_the_sweep_share_of_a_tick_grows_with_what_was_written_not_with_p() -> None:
+    """A sweep reads each shard written in the 320 s before: at the table's shape, a counter's
+    32 increments of that time (0.1 a second) on its 20 shards, 16 of them. Each partition reads
+    its share, a 50th of it each tick."""
+    heavy = model.table_load(100_000)
+    docs = model.sweep_docs(heavy)
+    assert docs == pytest.approx(heavy.counters * 20 * -math.expm1(-32 / 20))
+    assert model.sweep_docs_per_tick(heavy, 128) == pytest.approx(docs / 128 / 50)
+    costs = model.at_shape(SHAPE, WIDE, heavy)
+    assert model.tick_s(10, costs, 1000) - model.tick_s(10, costs) == pytest.approx(
+        1000 * SHAPE.cpu_per_shard_s / WIDE.vcpu)
+
+
+def test_the_callables_and_cloud_tasks_bind_where_their_quotas_end() -> None:
+    """100 instances of 80 requests of 50 ms: 160,000 increments a second; Cloud Tasks' 100,000
+    API requests a second bind the waker's creations (each writer instance, each partition it
+    wrote in, a second) past 781 writer instances at P = 128: with more callables allowed,
+    about 1,250,000 increments a second."""
+    found = {limit.name: limit for limit in model.limits(DEPLOYED, WIDE)}
+    assert found["callables"].max_increments_per_s == pytest.approx(160_000)
+    assert found["listened_collection"].max_changed_per_s == 1000
+    costs = model.deployed(MEASURED, WIDE)
+    assert "callables" in model.binding_limits(load(100, ratio=1700), costs, WIDE)
+    assert "callables" not in model.binding_limits(load(100, ratio=1500), costs, WIDE)
+    busy = load(130_000, ratio=10)  # 1,300,000 increments a second: 813 writers
+    assert model.task_creations(busy, 128) > model.TASK_API_REQUESTS
+    assert {"callables", "task_api"} <= set(model.binding_limits(busy, costs, WIDE))
+    assert model.task_creations(load(120_000, ratio=10), 128) < model.TASK_API_REQUESTS
+
+
+def test_a_new_database_ramps_up_by_half_every_five_minutes() -> None:
+    """500 operations a second at once; 750 after 5 minutes; 500 x 1.5^20 after 100."""
+    assert model.ramp_minutes(500) == 0
+    assert model.ramp_minutes(750) == 5
+    assert model.ramp_minutes(500 * 1.5 ** 20) == 100
+
+
+def test_production_names_what_p_128_carries_and_what_binds_first() -> None:
+    """At 128 partitions and each sizing: the changed counters a second carried at the table's
+    shape, the limit just above it, and what the ticks would carry without the sweep; a vCPU
+    carries more than a third of one. Just above what is carried, the load is not."""
+    found = model.production(SHAPE)
+    small, large = (found["by_tick_mb"][str(mb)] for mb in model.TABLE_SIZINGS)
+    names = {limit.name for limit in model.limits(DEPLOYED, WIDE)}
+    for mb, sizing in zip(model.TABLE_SIZINGS, (small, large), strict=True):
+        assert sizing["binds_first"] in names
+        assert sizing["changed_per_s"] < sizing["ticks_without_sweep_changed_per_s"]
+        design = Design(max_partitions=128, tick_mb=mb)
+        above = model.table_load(sizing["changed_per_s"] * 1.02)
+        assert model.binding_limit(above, model.at_shape(SHAPE, design, above), design) == \
+            sizing["binds_first"]
+    assert small["changed_per_s"] < large["changed_per_s"]
