@@ -83,7 +83,8 @@ CALLABLE_INSTANCES = 100
 # Firestore's guidance for a collection clients listen to (best practices, "Realtime updates"):
 # writes/s. `counters/{id}` takes a publish a second per changed counter.
 LISTENED_COLLECTION_WRITES = 1000.0
-# A new database's ramp-up: 500 operations/s, then 50% more every 5 minutes ("500/50/5").
+# A new collection's (or key range's) ramp-up: 500 operations/s, then 50% more every 5 minutes
+# ("500/50/5"): a new install's counters and shards.
 RAMP_START_OPS, RAMP_GROWTH, RAMP_STEP_S = 500.0, 1.5, 300.0
 SCHEDULE_S = cost_model.SCHEDULE_S  # the scheduled run housekeeps partitions within it
 DOCUMENT_WRITES = 1.0  # sustained writes/s to one document
@@ -98,6 +99,7 @@ SLOT_WAIT_P99_S = 0.99  # a write waits for the end of its second: its p99, unif
 # dispatch after its second.
 ROUND_TRIP_S = 0.05
 TICK_ROUND_TRIPS = 3
+SWEEP_ROUND_TRIPS = 2  # a tick's cell queries of the sweep, one after the other (two or three)
 DISPATCH_S = 0.1
 # A tick commits a counter's document and, on a sweep, its memory: half the commit's writes.
 COUNTERS_PER_COMMIT = config.ROLLUP_COMMIT_WRITES // 2
@@ -139,6 +141,9 @@ class Load:
     changed_per_s: float  # distinct counters changed a second
     increments_per_s: float
     counters: int  # counters in all, the idle ones included
+    # Each counter's shards (None: those autoscaling gives a changed counter's rate, as if it
+    # took its share of the increments every second).
+    shards: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.changed_per_s <= self.increments_per_s:
@@ -235,7 +240,7 @@ class Prediction:
     deletes_per_s: float
     task_creations_per_s: float
     task_dispatches_per_s: float
-    ramp_minutes: float  # a new database's ramp-up to these operations (500/50/5)
+    ramp_minutes: float  # new collections' ramp-up to these operations (500/50/5)
     bill: dict[str, float]  # $ a month, term by term
     month_usd: float
 
@@ -358,18 +363,20 @@ def distinct_within(load: Load, seconds: float) -> float:
 
 def shards_touched(load: Load) -> float:
     """Distinct shards a changed counter's increments of a second land on, each increment on a
-    shard picked at random. Its shards are those autoscaling gives its rate, as if it took its
-    share of the increments every second (a feed's active posts); a counter changed in bursts
-    has fewer (the rate's 2 s rise), for `cool_down_s` after each."""
-    # Rounded: two loads whose rates a float's rounding sets apart (4.5 and 4.500000000000001,
-    # one load scaled) have one shard count, not two either side of a step.
+    shard picked at random, of its `counter_shards`."""
     rate = round(load.increments_per_s / load.changed_per_s, 9)
-    shards = autoscale.shards_for_rate(rate)
+    shards = counter_shards(load)
     return shards * -math.expm1(-rate / shards)
 
 
 def counter_shards(load: Load) -> int:
-    """A changed counter's shards: those autoscaling gives its rate (`shards_touched`)."""
+    """A changed counter's shards: the load's, or those autoscaling gives its rate, as if it
+    took its share of the increments every second (a feed's active posts); a counter changed in
+    bursts has fewer (the rate's 2 s rise), for `cool_down_s` after each."""
+    if load.shards is not None:
+        return load.shards
+    # Rounded: two loads whose rates a float's rounding sets apart (4.5 and 4.500000000000001,
+    # one load scaled) have one shard count, not two either side of a step.
     return autoscale.shards_for_rate(round(load.increments_per_s / load.changed_per_s, 9))
 
 
@@ -397,11 +404,14 @@ def sweep_docs_per_tick(load: Load, partitions: int) -> float:
 
 def at_shape(shape: Shape, design: Design, load: Load, *, sweep: bool = True) -> OpCosts:
     """The deployed tick (`deployed`) for `load`, its holder's CPU from `shape`: per changed
-    counter, the shards its tick returns (`shards_read`); per sweep document, a shard's (none
-    without the sweep: what it costs, by difference)."""
+    counter, the shards its tick returns (`shards_read`); per sweep document, a shard's, and the
+    round trips of its cells' queries (none without the sweep: what it costs, by difference). A
+    sweep document a tick took in is dropped after its decoding, before the ledger: charging it
+    a whole shard document's cost bounds the sweep's share from above."""
     per_counter = shape.cpu_per_counter_s + shards_read(load) * shape.cpu_per_shard_s
     return OpCosts(
-        tick_fixed_s=shape.empty_cpu_s / design.vcpu + TICK_ROUND_TRIPS * ROUND_TRIP_S,
+        tick_fixed_s=shape.empty_cpu_s / design.vcpu
+        + (TICK_ROUND_TRIPS + (SWEEP_ROUND_TRIPS if sweep else 0)) * ROUND_TRIP_S,
         tick_per_counter_s=per_counter / design.vcpu + ROUND_TRIP_S / COUNTERS_PER_COMMIT,
         cpu_fixed_s=shape.empty_cpu_s, cpu_per_counter_s=per_counter,
         holder_cpu_fixed_s=shape.empty_cpu_s, holder_cpu_per_counter_s=per_counter, cores=None,
@@ -454,7 +464,8 @@ def limits(costs: OpCosts, design: Design) -> list[Limit]:
               f"at most {USAGE_WRITERS / config.ROLLUP.usage_flush_s:.1f}/s at any P"),
         Limit(name="callables", rule=f"{CALLABLE_INSTANCES} instances of a callable (its "
               f"max_instances) serve {cost_model.CALLABLE_CONCURRENCY} requests at once each, "
-              f"a request {CALLABLE_S * 1000:.0f} ms",
+              f"a request {CALLABLE_S * 1000:.0f} ms (its latency only: a request's CPU on "
+              "the instance's vCPU, not measured, may bind first)",
               max_increments_per_s=CALLABLE_INSTANCES * cost_model.CALLABLE_CONCURRENCY
               / CALLABLE_S),
         Limit(name="task_api", rule=f"Cloud Tasks takes {TASK_API_REQUESTS:,.0f} API requests/s "
@@ -477,21 +488,21 @@ def largest_partitions(costs: OpCosts, design: Design) -> tuple[int, Limit]:
 
 def binding_limits(load: Load, costs: OpCosts, design: Design) -> list[str]:
     """The limits that stop `design` from carrying `load`, in the order they are checked: at
-    the largest P, the index ranges take too many shard writes, the callables' instances too
-    many requests, Cloud Tasks too many creations, or the busiest tick is over its budget and
-    what caps P binds."""
+    the largest P, the busiest tick is over its budget and what caps P binds, the index ranges
+    take too many shard writes, the callables' instances too many requests, or Cloud Tasks too
+    many creations."""
     largest, cap = largest_partitions(costs, design)
     found = []
+    per_partition = load.changed_per_s / largest
+    if per_partition * balance(largest, per_partition) > holder_capacity(
+            costs, sweep_docs=sweep_docs_per_tick(load, largest)):
+        found.append(cap.name)
     if load.increments_per_s > INDEX_RANGE_WRITES * design.index_ranges(largest):
         found.append("index_ranges")
     if load.increments_per_s > CALLABLE_INSTANCES * cost_model.CALLABLE_CONCURRENCY / CALLABLE_S:
         found.append("callables")
     if task_creations(load, largest) > TASK_API_REQUESTS:
         found.append("task_api")
-    per_partition = load.changed_per_s / largest
-    if per_partition * balance(largest, per_partition) > holder_capacity(
-            costs, sweep_docs=sweep_docs_per_tick(load, largest)):
-        found.append(cap.name)
     return found
 
 
@@ -513,7 +524,7 @@ def task_creations(load: Load, partitions: int) -> float:
 
 
 def ramp_minutes(operations_per_s: float) -> float:
-    """Minutes a new database takes to admit `operations_per_s` under the 500/50/5 ramp-up."""
+    """Minutes new collections take to admit `operations_per_s` under the 500/50/5 ramp-up."""
     if operations_per_s <= RAMP_START_OPS:
         return 0.0
     steps = math.log(operations_per_s / RAMP_START_OPS) / math.log(RAMP_GROWTH)
@@ -701,13 +712,16 @@ def compare_lag(scale: dict[str, Any]) -> dict[str, Any]:
 TABLE_LOADS = (10, 100, 1_000, 10_000, 100_000)  # changed counters a second
 INCREMENTS_PER_CHANGED = 10  # each changed counter written 10 times in its second
 COUNTERS_PER_CHANGED = 100  # of 100 times as many counters in all
+# Of 8 shards each: what a burst of 10 once in 100 s leaves autoscaling (its rate's 2 s rise
+# reaches about 4 writes/s), where 10 a second, every second, would grow to 20.
+TABLE_SHARDS = 8
 TABLE_SIZINGS = (cost_model.ROLLUP_MB, 2048)  # the tick functions as shipped, and at one vCPU
 
 
 def table_load(changed: float) -> Load:
     """The table's shape of a load of `changed` counters a second."""
     return Load(changed_per_s=changed, increments_per_s=changed * INCREMENTS_PER_CHANGED,
-                counters=math.ceil(changed * COUNTERS_PER_CHANGED))
+                counters=math.ceil(changed * COUNTERS_PER_CHANGED), shards=TABLE_SHARDS)
 
 
 def capacity_rows(shape: Shape) -> list[str]:
@@ -793,20 +807,22 @@ def reference() -> dict[str, Any]:
     return figures
 
 
-def shape_of(figures: dict[str, Any]) -> Shape:
-    """A run's shape part (`shape` in `bench/results/scale.json`)."""
-    return Shape(empty_cpu_s=statistics.median(
-                     row["empty_cpu_s"] for row in figures["by_touched"].values()),
-                 cpu_per_counter_s=figures["cpu_s_per_counter"],
-                 cpu_per_shard_s=figures["cpu_s_per_shard"])
-
-
 def reference_shape(figures: dict[str, Any] | None = None) -> Shape:
-    """The median, term by term, of the reference's shape runs (not the fastest day's)."""
-    shapes = [shape_of(run) for run in (figures or reference())["shape_runs"]]
-    return Shape(empty_cpu_s=statistics.median(s.empty_cpu_s for s in shapes),
-                 cpu_per_counter_s=statistics.median(s.cpu_per_counter_s for s in shapes),
-                 cpu_per_shard_s=statistics.median(s.cpu_per_shard_s for s in shapes))
+    """The reference's shape runs, each point the median of the runs' (not the fastest day's):
+    the empty tick, and the line through the CPU a changed counter with 1 and with 8 shards
+    returned (its intercept and slope from the same medians, not one run's each)."""
+    runs = (figures or reference())["shape_runs"]
+    touched = sorted({int(t) for run in runs for t in run["by_touched"]})
+    low, high = touched[0], touched[-1]
+
+    def median_of(t: int, key: str) -> float:
+        return float(statistics.median(run["by_touched"][str(t)][key] for run in runs))
+
+    at_low, at_high = (median_of(t, "cpu_s_per_changed_counter") for t in (low, high))
+    per_shard = (at_high - at_low) / (high - low)
+    return Shape(empty_cpu_s=statistics.median(
+                     row["empty_cpu_s"] for run in runs for row in run["by_touched"].values()),
+                 cpu_per_counter_s=at_low - per_shard * low, cpu_per_shard_s=per_shard)
 
 
 if __name__ == "__main__":

@@ -986,14 +986,23 @@ SHAPE_COUNTERS = 500
 SHAPE_SHARDS = 8
 SHAPE_TOUCHED = (1, 8)
 SHAPE_ROUNDS = 6
+# Each changed tick starts this long after the tick before it, however long its writes took: the
+# sweep's share due grows with the time since the last tick, which must not differ with the
+# shards written.
+SHAPE_GAP_S = 5.0
+# What the shape part keeps of each round: a round of memories (writes) or a sweep's cells
+# (sweep reads) in one round shows here.
+ROUND_KEYS = ("touched", "cpu_s", "empty_cpu_s", "gap_s", "writes", "sweep_reads")
 
 
 def shape_run() -> dict[str, Any]:
     """The holder's CPU and reads of a tick taking in SHAPE_COUNTERS changed counters, each with
     1 and with SHAPE_SHARDS shards written since the last tick, and of an empty tick, on one
     project, one holder ticked by hand (its lease held before the counters were made: meeting
-    them costs no read). Each changed tick comes after the overlap, so that it returns every
-    written shard once and the next (empty, measured) tick none again."""
+    them costs no read). Each changed tick comes SHAPE_GAP_S after the tick before (past the
+    overlap), so that it returns every written shard once, with the same share of the sweep due
+    at any number of shards, and the next (empty, measured) tick none again. Each round's writes
+    and sweep reads are kept: a round of memories or a sweep's cells in one round stand out."""
     db = own_db()
     ctx = Context.offline()
     names = [f"shape-{n:05d}" for n in range(SHAPE_COUNTERS)]
@@ -1003,9 +1012,12 @@ def shape_run() -> dict[str, Any]:
     sent: dict[str, int] = defaultdict(int)
     pause_s = config.CHANGE_OVERLAP_S + 0.5
 
+    last = [time.monotonic()]
+
     def timed() -> tuple[float, TickStats]:
         began = time.process_time()
         stats = step.tick()
+        last[0] = time.monotonic()
         return time.process_time() - began, stats
 
     def changed(touched: int) -> dict[str, Any]:
@@ -1013,14 +1025,15 @@ def shape_run() -> dict[str, Any]:
             counters.increment_many(ctx, db, [(name, 1) for name in names])
             for name in names:
                 sent[name] += 1
-        time.sleep(pause_s)
+        time.sleep(max(pause_s, last[0] + SHAPE_GAP_S - time.monotonic()))
+        gap_s = time.monotonic() - last[0]
         cpu, stats = timed()
         time.sleep(pause_s)
         empty_cpu, empty = timed()
         return {"touched": touched, "cpu_s": cpu, "reads": stats.reads - stats.sweep_reads,
-                "changed": stats.changed_counters, "tick_s": stats.seconds,
-                "sweep_reads": stats.sweep_reads, "empty_cpu_s": empty_cpu,
-                "empty_reads": empty.reads - empty.sweep_reads}
+                "changed": stats.changed_counters, "tick_s": stats.seconds, "gap_s": gap_s,
+                "sweep_reads": stats.sweep_reads, "writes": stats.usage.writes,
+                "empty_cpu_s": empty_cpu, "empty_reads": empty.reads - empty.sweep_reads}
 
     rounds: list[dict[str, Any]] = []
     try:
@@ -1051,12 +1064,14 @@ def shape_run() -> dict[str, Any]:
             "changed": statistics.median(r["changed"] for r in mine)}
     low, high = (by_touched[str(t)]["cpu_s_per_changed_counter"] for t in SHAPE_TOUCHED)
     per_shard = (high - low) / (SHAPE_TOUCHED[1] - SHAPE_TOUCHED[0])
-    return {"counters": SHAPE_COUNTERS, "shards": SHAPE_SHARDS, "rounds": SHAPE_ROUNDS,
+    return {"counters": SHAPE_COUNTERS, "shards": SHAPE_SHARDS,
             "by_touched": by_touched,
             # CPU of a changed counter = per_counter + per_shard x the shards its tick returns.
             "cpu_s_per_counter": round(low - per_shard * SHAPE_TOUCHED[0], 7),
             "cpu_s_per_shard": round(per_shard, 7),
-            "exact": check["exact"], "series": rounds}
+            "exact": check["exact"],
+            "rounds": [{key: round(value, 4) if isinstance(value, float) else value
+                        for key, value in r.items() if key in ROUND_KEYS} for r in rounds]}
 
 
 # The watch's part: WATCH_COUNTERS counters above their minimum (4 shards, minimum 1), watched by
@@ -1265,7 +1280,6 @@ def run() -> dict[str, Any]:
     if "shape" in chosen:
         shape = part("shape", f"the tick at the realistic shape, {SHAPE_COUNTERS} counters of "
                      f"{SHAPE_SHARDS} shards", shape_run)
-        series["shape_rounds"] = shape.pop("series")
         figures["shape"] = shape
         keep_reference(shape, when["shape"])
     if "watch" in chosen:
