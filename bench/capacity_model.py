@@ -80,6 +80,8 @@ QUEUE_DISPATCHES = 500.0  # tasks/s a Cloud Tasks queue dispatches
 TASK_API_REQUESTS = 6_000_000 / 60  # Cloud Tasks API requests/s a project makes (a quota)
 # The callables' instances (functions/main.py: max_instances) and requests each serves at once.
 CALLABLE_INSTANCES = 100
+# Increments a second they serve, each request CALLABLE_S (its latency only).
+CALLABLE_INCREMENTS_PER_S = CALLABLE_INSTANCES * cost_model.CALLABLE_CONCURRENCY / CALLABLE_S
 # Firestore's guidance for a collection clients listen to (best practices, "Realtime updates"):
 # writes/s. `counters/{id}` takes a publish a second per changed counter.
 LISTENED_COLLECTION_WRITES = 1000.0
@@ -466,8 +468,7 @@ def limits(costs: OpCosts, design: Design) -> list[Limit]:
               f"max_instances) serve {cost_model.CALLABLE_CONCURRENCY} requests at once each, "
               f"a request {CALLABLE_S * 1000:.0f} ms (its latency only: a request's CPU on "
               "the instance's vCPU, not measured, may bind first)",
-              max_increments_per_s=CALLABLE_INSTANCES * cost_model.CALLABLE_CONCURRENCY
-              / CALLABLE_S),
+              max_increments_per_s=CALLABLE_INCREMENTS_PER_S),
         Limit(name="task_api", rule=f"Cloud Tasks takes {TASK_API_REQUESTS:,.0f} API requests/s "
               "a project (a quota): each writer instance creates a tick task a second for each "
               "partition it wrote in"),
@@ -499,7 +500,7 @@ def binding_limits(load: Load, costs: OpCosts, design: Design) -> list[str]:
         found.append(cap.name)
     if load.increments_per_s > INDEX_RANGE_WRITES * design.index_ranges(largest):
         found.append("index_ranges")
-    if load.increments_per_s > CALLABLE_INSTANCES * cost_model.CALLABLE_CONCURRENCY / CALLABLE_S:
+    if load.increments_per_s > CALLABLE_INCREMENTS_PER_S:
         found.append("callables")
     if task_creations(load, largest) > TASK_API_REQUESTS:
         found.append("task_api")
@@ -790,8 +791,7 @@ def production(shape: Shape) -> dict[str, Any]:
                        "cpu_per_shard_s": shape.cpu_per_shard_s},
             "by_tick_mb": sizings,
             "bounds_changed_per_s": {
-                "callables": CALLABLE_INSTANCES * cost_model.CALLABLE_CONCURRENCY / CALLABLE_S
-                / INCREMENTS_PER_CHANGED,
+                "callables": CALLABLE_INCREMENTS_PER_S / INCREMENTS_PER_CHANGED,
                 "index_ranges": INDEX_RANGE_WRITES * Design.index_ranges(HOMES)
                 / INCREMENTS_PER_CHANGED,
                 "listened_collection": LISTENED_COLLECTION_WRITES},
