@@ -41,7 +41,7 @@ help:
 	@echo "make lint           ruff and mypy (strict)"
 	@echo "make unit           unit tests and a bounded simulation: no emulator, no network"
 	@echo "make sim SEEDS=n    simulate production Firestore over n seeds, each protection alone off on NEEDED of them (SEED=n [OFF=name] replays one)"
-	@echo "make sim-scale      the rollup's partitions at scale (P = 1 ... 128, up to 1,000,000 increments/s) in virtual time: bench/results/sim_scale.json"
+	@echo "make sim-scale      the rollup's real tick at scale (P = 1 ... 128, the Capacity table's shape) in virtual time: bench/results/sim_scale.json"
 	@echo "make webunit        the web client's unit tests (vitest): the counters client and its package as a host app installs it, the rollup health, the production bundle"
 	@echo "make runtime-check  load the functions in a venv holding only functions/requirements.txt"
 	@echo "make emulator       tests against the stack, through the real callables"
@@ -150,9 +150,9 @@ unit: setup
 sim: setup
 	$(PY) tests/sim/run.py $(if $(SEED),--seed $(SEED) $(if $(OFF),--off $(OFF)),--seeds $(or $(SEEDS),200) $(if $(NEEDED),--needed-seeds $(NEEDED)))
 
-# The rollup's partitions at scale (bench/sim_scale.py): capacity by P, linearity, lag p99 and
-# exactness in a discrete-event model of the index ranges, queues and holders, in virtual time
-# (a few minutes on 2 cores): bench/results/sim_scale.json and sim_scale.png.
+# The rollup's real tick at scale (bench/sim_scale.py): capacity by P beside the capacity model's,
+# linearity, lag p99, a handover and exactness, each holder a tick.Rollup on a stand-in store, in
+# virtual time (about 10 minutes on 2 cores): bench/results/sim_scale.json and sim_scale.png.
 sim-scale: setup
 	$(PY) bench/sim_scale.py
 

@@ -55,7 +55,7 @@ from cost_examples import CALLABLE_S
 from counting.foundation import config, kinds
 from counting.rollup import ledger
 from counting.rollup.ledger import IDLE_TICKS_KEPT
-from counting.writepath import autoscale
+from counting.writepath import autoscale, partitions
 
 RESULTS = Path(__file__).parent / "results"
 # What the production estimates take a holder's costs from (the module's docstring): the shape
@@ -105,6 +105,12 @@ SWEEP_ROUND_TRIPS = 2  # a tick's cell queries of the sweep, one after the other
 DISPATCH_S = 0.1
 # A tick commits a counter's document and, on a sweep, its memory: half the commit's writes.
 COUNTERS_PER_COMMIT = config.ROLLUP_COMMIT_WRITES // 2
+# A grow's round trips, one after the other in its tick (`tick.Rollup._grow`: its bounds read, its
+# shards created, its document), and those that follow it in later ticks once its rate has fallen
+# for the cool-down: the shrink's (bounds, document) and, after the grace, the fold's (the surplus
+# shards read, moved and deleted, the document). A load of bursts grows and shrinks alike.
+GROW_ROUND_TRIPS = 3
+LATER_ROUND_TRIPS = 2 + 3
 CONFIG_READS_PER_COUNTER = 1  # a writer instance reads a counter's configuration per cache TTL
 
 
@@ -136,6 +142,12 @@ class Shape:
     empty_cpu_s: float
     cpu_per_counter_s: float
     cpu_per_shard_s: float
+    # Autoscaling's grows a changed counter, as the rollup's own ledger decides them at the
+    # table's shape (`make sim-scale`, kept in REFERENCE), and the round trips each costs the
+    # ticks, one after the other: its own and its shrink's and fold's (a run shorter than the
+    # cool-down, as `make sim-scale`'s, sees GROW_ROUND_TRIPS alone).
+    rescaled_per_changed: float = 0.0
+    rescale_round_trips: int = GROW_ROUND_TRIPS + LATER_ROUND_TRIPS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -400,21 +412,37 @@ def sweep_docs(load: Load) -> float:
 
 def sweep_docs_per_tick(load: Load, partitions: int) -> float:
     """A partition's share of the sweep each tick: its sweep's documents over the ticks of a
-    sweep period."""
-    return sweep_docs(load) / partitions / (config.ROLLUP_SWEEP_EVERY_S / TICK_PERIOD_S)
+    sweep period, and those of other partitions its stripes return (`sweep_overread`)."""
+    return sweep_docs(load) / partitions / (config.ROLLUP_SWEEP_EVERY_S / TICK_PERIOD_S) \
+        * sweep_overread(partitions)
+
+
+def sweep_overread(count: int) -> float:
+    """The shard documents a partition's sweep returns over its own, writers knowing P =
+    `count`: past 16 the stripes it reads for writers of every P up to 16 (`Part.reads`) are also
+    stripes other homes' writers use at P (`partitions.stripe` numbers them home % R + R x r, R =
+    max(16, P)), whose documents it decodes and drops. 1 up to P = 16."""
+    part = partitions.Part(count, 0)
+    read = set(part.reads(max(BASE_HOMES, count)))
+    size, spread = partitions.resolution(count), partitions.spread_of(count)
+    written = [(home, home % size + size * r) for home in range(HOMES) for r in range(spread)]
+    return sum(stripe in read for _, stripe in written) \
+        / sum(part.owns(home) for home, _ in written)
 
 
 def at_shape(shape: Shape, design: Design, load: Load, *, sweep: bool = True) -> OpCosts:
     """The deployed tick (`deployed`) for `load`, its holder's CPU from `shape`: per changed
-    counter, the shards its tick returns (`shards_read`); per sweep document, a shard's, and the
-    round trips of its cells' queries (none without the sweep: what it costs, by difference). A
+    counter, the shards its tick returns (`shards_read`) and its share of autoscaling's round
+    trips; per sweep document, a shard's (`sweep_docs_per_tick`, other partitions' included), and
+    the round trips of its cells' queries (none without the sweep: what it costs, by difference). A
     sweep document a tick took in is dropped after its decoding, before the ledger: charging it
     a whole shard document's cost bounds the sweep's share from above."""
     per_counter = shape.cpu_per_counter_s + shards_read(load) * shape.cpu_per_shard_s
     return OpCosts(
         tick_fixed_s=shape.empty_cpu_s / design.vcpu
         + (TICK_ROUND_TRIPS + (SWEEP_ROUND_TRIPS if sweep else 0)) * ROUND_TRIP_S,
-        tick_per_counter_s=per_counter / design.vcpu + ROUND_TRIP_S / COUNTERS_PER_COMMIT,
+        tick_per_counter_s=per_counter / design.vcpu + ROUND_TRIP_S / COUNTERS_PER_COMMIT
+        + shape.rescaled_per_changed * shape.rescale_round_trips * ROUND_TRIP_S,
         cpu_fixed_s=shape.empty_cpu_s, cpu_per_counter_s=per_counter,
         holder_cpu_fixed_s=shape.empty_cpu_s, holder_cpu_per_counter_s=per_counter, cores=None,
         tick_per_sweep_doc_s=shape.cpu_per_shard_s / design.vcpu if sweep else 0.0)
@@ -822,7 +850,9 @@ def reference_shape(figures: dict[str, Any] | None = None) -> Shape:
     per_shard = (at_high - at_low) / (high - low)
     return Shape(empty_cpu_s=statistics.median(
                      row["empty_cpu_s"] for run in runs for row in run["by_touched"].values()),
-                 cpu_per_counter_s=at_low - per_shard * low, cpu_per_shard_s=per_shard)
+                 cpu_per_counter_s=at_low - per_shard * low, cpu_per_shard_s=per_shard,
+                 rescaled_per_changed=float(
+                     (figures or reference())["autoscaling"]["rescaled_per_changed"]))
 
 
 if __name__ == "__main__":

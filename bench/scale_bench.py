@@ -56,11 +56,16 @@ from google.cloud import firestore
 
 NAMES = Names()  # the collection ids of the default placement, which these run on
 
-# Counters of a capacity run. The emulator answers each holder's change query with 16 scans of
-# every shard (below), which costs each tick about 0.15 ms of CPU per counter on a slow day here;
-# at 4,000 counters four holders' empty round took 0.67 s even on 11-26's fast one, over
-# EMPTY_TICK_LIMIT_S (which came after that run): P = 4 would be saved as not measured.
-DEFAULT_COUNTERS = 2000
+# Counters of a capacity run, at the Capacity table's shape: CAPACITY_SHARDS shards each (round
+# robin), every one written when the counter changes (CAPACITY_TOUCHED increments). The emulator
+# answers each holder's change query with 16 scans of every shard (below), which costs each tick
+# about 0.15 ms of CPU per shard document on a slow day here. At 250 counters of 8 shards every
+# P's largest step ticked within the period (P = 1: 0.12 s empty, 0.69 s with 250 changed): lower
+# bounds all; at 750 one holder's empty tick took 0.57 s in a round, over EMPTY_TICK_LIMIT_S: not
+# measured, any P. 400 lies between.
+DEFAULT_COUNTERS = 400
+CAPACITY_SHARDS = 8
+CAPACITY_TOUCHED = 8
 COUNTERS = int(os.environ.get("SCALE_COUNTERS", DEFAULT_COUNTERS))
 DISTINCT = int(os.environ.get("SCALE_DISTINCT", 50_000))  # of the first meeting
 # The first meeting's partitions: every partition meets its share of the burst in its first tick,
@@ -98,9 +103,10 @@ ROUNDS = int(os.environ.get("SCALE_ROUNDS", 4))
 # 1's CPU overstated what P holders need.
 WARM_UP_COUNTERS = 500
 WARM_UP_STEPS = [0, 125, 250, 500]
-# One shard per counter, and holders that measure rates but do not scale: a counter changed every
-# second would grow to 2 shards in the first ticks (two commits and a read, once per counter: the
-# autoscale benchmark's), and the emulator answers each change query by scanning every shard, so
+# One shard per counter in the lag and first-meeting parts, and holders that measure rates but do
+# not scale: a counter changed every second would grow in the first ticks (two commits and a
+# read, once per counter: the autoscale benchmark's; `make sim-scale` charges autoscaling's grows
+# at the table's shape), and the emulator answers each change query by scanning every shard, so
 # more shards would measure the emulator (production reads the index).
 SHARDS = 1
 NO_GROWTH = AutoscaleParams(enabled=False)
@@ -280,6 +286,12 @@ class Writer:
         chunks = [names[i:i + config.MAX_BATCH] for i in range(0, len(names), config.MAX_BATCH)]
         return list(zip(self._pool.map(self.batch, chunks), chunks, strict=True))
 
+    def changes(self, names: list[str]) -> None:
+        """CAPACITY_TOUCHED passes of `write`: each moves every counter's round-robin cursor to
+        its next shard, so that each of a counter's CAPACITY_SHARDS is written once."""
+        for _ in range(CAPACITY_TOUCHED):
+            self.write(names)
+
     def close(self) -> None:
         self._pool.shutdown()
 
@@ -293,14 +305,15 @@ def writer_of(db: firestore.Client) -> Iterator[Writer]:
         writer.close()
 
 
-def create(db: firestore.Client, count: int) -> tuple[list[str], float]:
-    """`count` counters of SHARDS shards each (names spread over the homes by their hash); returns
-    their names and the seconds it took."""
+def create(db: firestore.Client, count: int, shards: int = SHARDS) -> tuple[list[str], float]:
+    """`count` counters of `shards` shards each, round robin (names spread over the homes by
+    their hash); returns their names and the seconds it took."""
     names = [f"scale-{n:06d}" for n in range(count)]
     ctx = Context.offline()
     began = time.monotonic()
     with ThreadPoolExecutor(CREATE_THREADS) as pool:
-        list(pool.map(lambda name: counters.create_counter(ctx, db, name, shards=SHARDS), names))
+        list(pool.map(lambda name: counters.create_counter(ctx, db, name, shards=shards,
+                                                           strategy="round_robin"), names))
     return names, time.monotonic() - began
 
 
@@ -388,7 +401,8 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
                 ) -> dict[str, Any]:
     """P = `count` holders, each ticking in its process: warm them (every counter changed once,
     ticks until none owes a first load), then per step k, REPEATS times: change k distinct
-    counters, tick every holder at once and time them (and the CPU of `java`, the emulator's
+    counters (CAPACITY_TOUCHED increments each, one on each of its shards), tick every holder at
+    once and time them (and the CPU of `java`, the emulator's
     process). Stops after the first step whose ticks take TICK_LIMIT_S or more, or runs exactly
     `steps` (the warm-up's)."""
     repartition.change(db, NAMES, count, known=writer.ctx.writing.known)
@@ -397,7 +411,7 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
     failures: list[str] = []
     problems: list[str] = []
     with holders_of(db.project, count) as holders:
-        writer.write(names)
+        writer.changes(names)
         warm_ticks = 0
         while True:
             results = holders.ask("tick")
@@ -414,7 +428,7 @@ def capacity_at(db: firestore.Client, count: int, names: list[str], writer: Writ
             emulator: list[float] = []
             quiet: list[float] = []
             for _ in range(REPEATS):
-                writer.write(rng.sample(names, k))
+                writer.changes(rng.sample(names, k))
                 quiet.append(settle())
                 before, emulator_before, began = machine_busy(), cpu_of(java), time.monotonic()
                 results = holders.ask("tick")
@@ -524,7 +538,7 @@ def project_run(count: int, counters: int, rng: random.Random, java: list[int],
     after it."""
     db = own_db()
     try:
-        names, create_s = create(db, counters)
+        names, create_s = create(db, counters, CAPACITY_SHARDS)
         with writer_of(db) as writer:
             prime_s = writer.prime(names)
             run = capacity_at(db, count, names, writer, rng, java, steps)
@@ -550,7 +564,8 @@ def capacity_runs() -> tuple[dict[str, Any], dict[str, Any]]:
     per_holder = {
         "counters_per_s": one["capacity"]["counters_per_s"],
         "bounded": one["capacity"]["bounded"],
-        "counters": COUNTERS, "shards_per_counter": SHARDS, "steps": one["steps"],
+        "counters": COUNTERS, "shards_per_counter": CAPACITY_SHARDS,
+        "touched_per_change": CAPACITY_TOUCHED, "steps": one["steps"],
         "method": "P = 1 of capacity_by_partitions: one warm holder in its own process; k "
                   "distinct counters changed (domain batch increments), then one tick timed; "
                   f"median of {REPEATS} per step, mean over {ROUNDS} rounds of alternating "
