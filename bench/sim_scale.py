@@ -751,6 +751,7 @@ class Outcome:
     tick_max_s: float
     handover_tick_max_s: float | None  # the successor's longest tick while it caught up
     caught_up_s: float | None  # from the handover to the end of the successors' catch-up
+    handover_documents: int  # what the successors' catching-up ticks returned, in all
     sweeps: int  # sweeps completed, of every partition
     sweep_reads_per_tick: float
     documents_per_tick: float
@@ -772,9 +773,10 @@ class Outcome:
 def simulate(count: int, load: Load, costs: Costs, *, seed: int = 0,
              part_of: Callable[[int], list[PartLike]] = whole,
              ledger: type[SimLedger] = SimLedger,
-             store: type[SimStore] = SimStore) -> Outcome:
-    """One run of P = `count` partitions under `load`; `part_of`, `ledger` and `store` (the
-    tests break them) give the partitions, their ledgers and the store they read."""
+             store: type[SimStore] = SimStore, holder: type[Holder] = Holder) -> Outcome:
+    """One run of P = `count` partitions under `load`; `part_of`, `ledger`, `store` and
+    `holder` (the tests break them) give the partitions, their ledgers, the store they read and
+    how a successor starts."""
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     writes = write(load, count, rng)
@@ -788,21 +790,21 @@ def simulate(count: int, load: Load, costs: Costs, *, seed: int = 0,
                                  partitions.SHRINK_HOME: int(home[n])}
         published.memory[n] = {config.SHARD_COUNTS_FIELD:
                                {str(s): 1 for s in range(load.shards)}}
-    held = [Holder(part, docs, home, costs, published, ledger=ledger, store=store)
+    held = [holder(part, docs, home, costs, published, ledger=ledger, store=store)
             for part in part_of(count)]
-    for holder in held:
-        holder.run(load.seconds + DRAIN_S, load.handover_s)
+    for one in held:
+        one.run(load.seconds + DRAIN_S, load.handover_s)
     lag, landed_s = lags(writes, published, load.shards)
     judged = load.judged(landed_s)
     lost, doubled = check(writes, published, load.shards)
     delay = (writes.landed[writes.run] / US - writes.issued[writes.run])
-    ticks = [tick for holder in held for tick in holder.ticks]
+    ticks = [tick for one in held for tick in one.ticks]
     steady = [t.end_s - t.at_us / US + HISTORY_S for t in ticks if not t.catching_up
               and load.warm_s <= t.at_us / US - HISTORY_S < load.seconds]
     handover = [t.end_s - t.at_us / US + HISTORY_S for t in ticks if t.catching_up
                 and load.handover_s is not None and t.at_us / US - HISTORY_S >= load.handover_s]
     lag_p99 = float(np.percentile(lag[judged], 99)) if judged.any() else math.inf
-    busy = max(holder.busy(load) for holder in held)
+    busy = max(one.busy(load) for one in held)
     per_second = [np.bincount(np.floor(h.dispatches).astype(np.int64)).max() for h in held]
     outcome = Outcome(
         partitions=count, load=load,
@@ -815,6 +817,9 @@ def simulate(count: int, load: Load, costs: Costs, *, seed: int = 0,
         tick_median_s=float(np.median(steady)) if steady else math.inf,
         tick_max_s=max(steady, default=math.inf),
         handover_tick_max_s=max(handover, default=None),
+        handover_documents=sum(t.documents for t in ticks if t.catching_up
+                               and load.handover_s is not None
+                               and t.at_us / US - HISTORY_S >= load.handover_s),
         caught_up_s=max((t.end_s for t in ticks if t.catching_up and load.handover_s is not None
                          and t.at_us / US - HISTORY_S >= load.handover_s),
                         default=load.handover_s) - load.handover_s
@@ -826,7 +831,7 @@ def simulate(count: int, load: Load, costs: Costs, *, seed: int = 0,
         documents_per_tick=mean([t.documents for t in ticks]),
         visited_per_tick=mean([t.visited for t in ticks]),
         round_trips_per_tick=mean([t.round_trips for t in ticks]),
-        held_max=max(len(holder.rollup.ledger.held) for holder in held),
+        held_max=max(len(one.rollup.ledger.held) for one in held),
         task_creations_per_s=task_creations(writes, home, count, load, rng),
         dispatches_per_s_max=float(max(per_second)), ticks=len(ticks))
     outcome.wall_s = time.perf_counter() - started
