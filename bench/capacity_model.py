@@ -42,6 +42,7 @@ CPU of Python's Firestore client on an instance is taken as this machine's at it
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -417,6 +418,7 @@ def sweep_docs_per_tick(load: Load, partitions: int) -> float:
         * sweep_overread(partitions)
 
 
+@functools.cache  # (a pure function of P, asked at every step of a bisection)
 def sweep_overread(count: int) -> float:
     """The shard documents a partition's sweep returns over its own, writers knowing P =
     `count`: past 16 the stripes it reads for writers of every P up to 16 (`Part.reads`) are also

@@ -432,6 +432,10 @@ class SimStore:
         self.usage.reads += billed
         self.round_trips += round_trips
 
+    def _paged(self, documents: int, pages: int, page: int, round_trips: int) -> None:
+        """`documents` read in `pages` of `page`: a page that returns nothing bills a read."""
+        self._read(documents, documents + pages - math.ceil(documents / page), round_trips)
+
     def close(self) -> None:
         pass
 
@@ -493,7 +497,7 @@ class SimStore:
                         break
             found += hits[:read].tolist()
             pages.append(count)
-            self._read(read, read + (count - math.ceil(read / page)), 0)
+            self._paged(read, count, page, 0)
         self.round_trips += max(pages, default=0) * math.ceil(len(pages) / READ_THREADS)
         return found, min(reached, default=None)
 
@@ -517,9 +521,7 @@ class SimStore:
             wanted = np.flatnonzero(np.isin(self.home, chunk)).tolist()
             mine = [counter_id(n) for n in wanted if self.published.document[n].get("above_min")]
             pages = len(mine) // store_module.WATCH_PAGE + 1
-            self._read(len(mine), len(mine) + pages - math.ceil(len(mine)
-                                                                / store_module.WATCH_PAGE),
-                       pages)
+            self._paged(len(mine), pages, store_module.WATCH_PAGE, pages)
             found += mine
         return found
 
